@@ -1,0 +1,7 @@
+//! termesh-actors: the runtime. Pure logic (ring, credit, modes, screen)
+//! with unit tests, and the actix actors that drive it.
+
+pub mod credit;
+pub mod modes;
+pub mod ring;
+pub mod screen;

@@ -1,0 +1,224 @@
+//! The replay ring: a session's bounded window of recent output frames.
+//!
+//! Invariants: frames are contiguous (`oldest_seq..=last_seq`), bounded by
+//! bytes and by count, oldest evicted first, and at least one frame is kept
+//! even when it alone exceeds the byte bound. Each frame records the total
+//! output bytes through it (`end_offset`), which flow control uses to count
+//! bytes in flight between two seqs without walking frames.
+
+use std::collections::VecDeque;
+
+use bytes::Bytes;
+
+/// One chunk of session output with its seq, assigned once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Frame {
+    pub seq: u64,
+    pub data: Bytes,
+    /// Session output bytes through the end of this frame.
+    pub end_offset: u64,
+}
+
+impl Frame {
+    /// Session output bytes before this frame.
+    pub fn start_offset(&self) -> u64 {
+        self.end_offset - self.data.len() as u64
+    }
+}
+
+/// Frames after the requested seq have been evicted (or it is in the future).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TooOld {
+    pub last_seq: u64,
+}
+
+#[derive(Debug)]
+pub struct Ring {
+    frames: VecDeque<Frame>,
+    /// Sum of `data.len()` over `frames`.
+    bytes: usize,
+    max_bytes: usize,
+    max_frames: usize,
+    /// Seq of the newest frame ever pushed (0: none); survives eviction.
+    last_seq: u64,
+    /// Output bytes ever pushed.
+    end_offset: u64,
+}
+
+impl Ring {
+    pub fn new(max_bytes: usize, max_frames: usize) -> Self {
+        Ring {
+            frames: VecDeque::new(),
+            bytes: 0,
+            max_bytes: max_bytes.max(1),
+            max_frames: max_frames.max(1),
+            last_seq: 0,
+            end_offset: 0,
+        }
+    }
+
+    /// Assigns the next seq to `data`, stores it and evicts what no longer fits.
+    pub fn push(&mut self, data: Bytes) -> Frame {
+        self.last_seq += 1;
+        self.end_offset += data.len() as u64;
+        let frame = Frame {
+            seq: self.last_seq,
+            data,
+            end_offset: self.end_offset,
+        };
+        self.bytes += frame.data.len();
+        self.frames.push_back(frame.clone());
+        while self.frames.len() > 1
+            && (self.bytes > self.max_bytes || self.frames.len() > self.max_frames)
+        {
+            let old = self.frames.pop_front().expect("len > 1");
+            self.bytes -= old.data.len();
+        }
+        frame
+    }
+
+    pub fn last_seq(&self) -> u64 {
+        self.last_seq
+    }
+
+    /// First seq still held; `last_seq + 1` when none is.
+    pub fn oldest_seq(&self) -> u64 {
+        self.frames.front().map_or(self.last_seq + 1, |f| f.seq)
+    }
+
+    pub fn end_offset(&self) -> u64 {
+        self.end_offset
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    pub fn len(&self) -> usize {
+        self.frames.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.frames.is_empty()
+    }
+
+    pub fn get(&self, seq: u64) -> Option<&Frame> {
+        let first = self.frames.front()?.seq;
+        let index = usize::try_from(seq.checked_sub(first)?).ok()?;
+        self.frames.get(index)
+    }
+
+    /// Output bytes through the end of `seq`, when the ring can tell exactly.
+    pub fn offset_after(&self, seq: u64) -> Option<u64> {
+        if seq == self.last_seq {
+            return Some(self.end_offset);
+        }
+        if let Some(frame) = self.get(seq) {
+            return Some(frame.end_offset);
+        }
+        // The frame just before the oldest: its end is the oldest's start.
+        self.get(seq + 1).map(Frame::start_offset)
+    }
+
+    /// The frames after `after`, in order, or `TooOld` when some of them
+    /// have been evicted or `after` is beyond the last seq.
+    pub fn replay_from(&self, after: u64) -> Result<impl Iterator<Item = &Frame> + '_, TooOld> {
+        let too_old = TooOld {
+            last_seq: self.last_seq,
+        };
+        if after > self.last_seq || after + 1 < self.oldest_seq() {
+            return Err(too_old);
+        }
+        let skip = (after + 1 - self.oldest_seq()) as usize;
+        Ok(self.frames.iter().skip(skip))
+    }
+
+    /// All frames held, oldest first.
+    pub fn iter(&self) -> impl Iterator<Item = &Frame> + '_ {
+        self.frames.iter()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn b(n: usize) -> Bytes {
+        Bytes::from(vec![b'x'; n])
+    }
+
+    #[test]
+    fn empty_ring() {
+        let r = Ring::new(100, 10);
+        assert_eq!((r.last_seq(), r.oldest_seq()), (0, 1));
+        assert_eq!(r.replay_from(0).unwrap().count(), 0);
+        assert_eq!(r.replay_from(1).err(), Some(TooOld { last_seq: 0 }));
+    }
+
+    #[test]
+    fn evicts_by_bytes_and_keeps_one() {
+        let mut r = Ring::new(10, 100);
+        r.push(b(4));
+        r.push(b(4));
+        r.push(b(4));
+        assert_eq!((r.oldest_seq(), r.last_seq(), r.bytes()), (2, 3, 8));
+        r.push(b(50));
+        assert_eq!((r.oldest_seq(), r.len()), (4, 1));
+        assert_eq!(r.replay_from(3).unwrap().map(|f| f.seq).collect::<Vec<_>>(), vec![4]);
+        assert!(r.replay_from(2).is_err());
+    }
+
+    #[test]
+    fn evicts_by_frames() {
+        let mut r = Ring::new(1000, 2);
+        for _ in 0..5 {
+            r.push(b(1));
+        }
+        assert_eq!((r.oldest_seq(), r.len()), (4, 2));
+    }
+
+    #[test]
+    fn offsets() {
+        let mut r = Ring::new(6, 100);
+        r.push(b(3));
+        r.push(b(3));
+        r.push(b(3));
+        assert_eq!(r.oldest_seq(), 2);
+        assert_eq!(r.offset_after(3), Some(9));
+        assert_eq!(r.offset_after(2), Some(6));
+        assert_eq!(r.offset_after(1), Some(3));
+        assert_eq!(r.offset_after(0), None);
+    }
+
+    proptest! {
+        #[test]
+        fn ring_invariants(sizes in proptest::collection::vec(1usize..50, 1..200), max_bytes in 1usize..300, max_frames in 1usize..40, probe in 0u64..250) {
+            let mut r = Ring::new(max_bytes, max_frames);
+            let mut total = 0u64;
+            for (i, n) in sizes.iter().enumerate() {
+                let f = r.push(b(*n));
+                total += *n as u64;
+                prop_assert_eq!(f.seq, i as u64 + 1);
+                prop_assert_eq!(f.end_offset, total);
+            }
+            prop_assert!(!r.is_empty());
+            prop_assert!(r.len() == 1 || (r.bytes() <= max_bytes && r.len() <= max_frames));
+            let seqs: Vec<u64> = r.iter().map(|f| f.seq).collect();
+            prop_assert_eq!(seqs.first().copied(), Some(r.oldest_seq()));
+            prop_assert_eq!(seqs.last().copied(), Some(r.last_seq()));
+            prop_assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1));
+            let replayed = r.replay_from(probe).map(|frames| frames.map(|f| f.seq).collect::<Vec<u64>>());
+            match replayed {
+                Ok(got) => {
+                    let want: Vec<u64> = (probe + 1..=r.last_seq()).collect();
+                    prop_assert_eq!(got, want);
+                }
+                Err(e) => {
+                    prop_assert_eq!(e.last_seq, r.last_seq());
+                    prop_assert!(probe > r.last_seq() || probe + 1 < r.oldest_seq());
+                }
+            }
+        }
+    }
+}

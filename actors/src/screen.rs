@@ -1,0 +1,362 @@
+//! The screen model: session output fed through an avt 0.19 `Terminal`,
+//! composed into snapshots (history lines, screen, cursor, modes) and
+//! rendered into clean history lines. Pure logic; the session runs it off
+//! its actor thread and caches it with the seq it has reached.
+
+use avt::{Color, Line, Pen, Terminal};
+
+use crate::ring::Frame;
+
+/// History rows the model keeps (PROTOCOL.md: at most 10,000).
+pub const HISTORY_ROWS: usize = 10_000;
+
+/// A terminal resize, placed in the output stream after `after_seq`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResizeMark {
+    /// Increasing per session; tells which marks a model has applied.
+    pub id: u64,
+    pub after_seq: u64,
+    pub cols: u16,
+    pub rows: u16,
+}
+
+/// Incremental UTF-8 decoding: an incomplete sequence at the end of one
+/// frame is carried into the next; invalid bytes become U+FFFD.
+#[derive(Debug, Default, Clone)]
+pub struct Utf8Decoder {
+    pending: Vec<u8>,
+}
+
+impl Utf8Decoder {
+    pub fn decode(&mut self, data: &[u8]) -> String {
+        let mut buf = std::mem::take(&mut self.pending);
+        buf.extend_from_slice(data);
+        let mut out = String::with_capacity(buf.len());
+        let mut rest = &buf[..];
+        loop {
+            match std::str::from_utf8(rest) {
+                Ok(text) => {
+                    out.push_str(text);
+                    break;
+                }
+                Err(e) => {
+                    let (good, bad) = rest.split_at(e.valid_up_to());
+                    out.push_str(std::str::from_utf8(good).expect("validated prefix"));
+                    match e.error_len() {
+                        Some(n) => {
+                            out.push('\u{fffd}');
+                            rest = &bad[n..];
+                        }
+                        None => {
+                            self.pending = bad.to_vec();
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
+/// An emulator that has consumed a session's output through `seq`.
+pub struct ScreenModel {
+    term: Terminal,
+    seq: u64,
+    resize_id: u64,
+    decoder: Utf8Decoder,
+}
+
+impl std::fmt::Debug for ScreenModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ScreenModel")
+            .field("seq", &self.seq)
+            .field("size", &self.term.size())
+            .finish()
+    }
+}
+
+impl ScreenModel {
+    /// A blank model that stands at `seq` (its next frame is `seq + 1`),
+    /// with every resize up to `resize_id` already applied.
+    pub fn new(cols: u16, rows: u16, seq: u64, resize_id: u64) -> Self {
+        let term = Terminal::with_scrollback(cols.max(1).into(), rows.max(1).into(), Some(HISTORY_ROWS))
+            .expect("sizes are at least 1");
+        ScreenModel {
+            term,
+            seq,
+            resize_id,
+            decoder: Utf8Decoder::default(),
+        }
+    }
+
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+
+    pub fn size(&self) -> (u16, u16) {
+        let (cols, rows) = self.term.size();
+        (cols as u16, rows as u16)
+    }
+
+    /// Feeds `frames` (contiguous, starting at `seq + 1`; earlier ones are
+    /// skipped) and applies the resizes that fall between them.
+    pub fn advance<'a>(&mut self, frames: impl IntoIterator<Item = &'a Frame>, marks: &[ResizeMark]) {
+        for frame in frames {
+            if frame.seq <= self.seq {
+                continue;
+            }
+            debug_assert_eq!(frame.seq, self.seq + 1, "frames are contiguous");
+            self.apply_marks(marks, frame.seq - 1);
+            let text = self.decoder.decode(&frame.data);
+            self.term.feed(text.as_str());
+            self.seq = frame.seq;
+        }
+        self.apply_marks(marks, self.seq);
+    }
+
+    fn apply_marks(&mut self, marks: &[ResizeMark], through_seq: u64) {
+        for mark in marks {
+            if mark.id > self.resize_id && mark.after_seq <= through_seq {
+                self.term.resize(mark.cols.into(), mark.rows.into());
+                self.resize_id = mark.id;
+            }
+        }
+    }
+
+    /// Escape sequences that, written into a fresh (or reset) terminal of
+    /// this size, reproduce the screen, with the last `scrollback` history
+    /// lines above it, then `modes` (what avt's dump omits).
+    pub fn snapshot(&self, scrollback: usize, modes: &str) -> String {
+        let mut out = String::new();
+        let history = self.history_only(scrollback);
+        if !history.is_empty() {
+            for line in &history {
+                out.push_str(line);
+                out.push_str("\r\n");
+            }
+            // Scroll every history line off the screen: from any row,
+            // rows - 1 line feeds reach and pass the bottom far enough.
+            let (_, rows) = self.term.size();
+            for _ in 1..rows {
+                out.push('\n');
+            }
+            out.push_str("\x1b[H");
+        }
+        out.push_str(&self.term.dump());
+        out.push_str(modes);
+        out
+    }
+
+    /// The last `max` history rows above the primary screen, rendered.
+    fn history_only(&self, max: usize) -> Vec<String> {
+        if max == 0 {
+            return Vec::new();
+        }
+        let screen = self.term.primary_screen();
+        let total = screen.all_lines().count();
+        let visible = screen.visible_lines().len();
+        let history = total - visible;
+        let skip = history.saturating_sub(max);
+        screen
+            .all_lines()
+            .take(history)
+            .skip(skip)
+            .map(render_line)
+            .collect()
+    }
+
+    /// History and screen as clean lines (SGR kept, no cursor movement),
+    /// trailing blank rows dropped, the last `max` kept.
+    pub fn lines(&self, max: usize) -> Vec<String> {
+        let screen = self.term.screen();
+        let mut lines: Vec<String> = screen.all_lines().map(render_line).collect();
+        while lines.last().is_some_and(|l| l.is_empty()) {
+            lines.pop();
+        }
+        let skip = lines.len().saturating_sub(max);
+        lines.drain(..skip);
+        lines
+    }
+
+    /// The visible screen as plain text rows (no attributes).
+    pub fn text(&self) -> Vec<String> {
+        self.term
+            .screen()
+            .visible_lines()
+            .map(|l| l.text().trim_end().to_string())
+            .collect()
+    }
+
+    /// Cursor (col, row) and visibility.
+    pub fn cursor(&self) -> (usize, usize, bool) {
+        let c = self.term.cursor();
+        (c.col, c.row, c.visible)
+    }
+}
+
+/// One row as text with SGR attributes, trailing default blanks trimmed.
+pub fn render_line(line: &Line) -> String {
+    let mut out = String::new();
+    let mut pending_blanks = String::new();
+    let mut current = Pen::default();
+    for cells in line.chunks(|a, b| a.pen() != b.pen()) {
+        let pen = *cells[0].pen();
+        let text: String = cells.iter().map(|c| c.char()).collect();
+        // Blanks in the default pen only count when something follows them.
+        let (body, blanks) = if pen.is_default() {
+            let body = text.trim_end_matches(' ');
+            (body, &text[body.len()..])
+        } else {
+            (text.as_str(), "")
+        };
+        if !body.is_empty() {
+            out.push_str(&pending_blanks);
+            pending_blanks.clear();
+            if pen != current {
+                out.push_str(&sgr(&pen));
+                current = pen;
+            }
+            out.push_str(body);
+        }
+        pending_blanks.push_str(blanks);
+    }
+    if !current.is_default() {
+        out.push_str("\x1b[0m");
+    }
+    out
+}
+
+/// A complete SGR sequence setting exactly `pen`'s attributes.
+fn sgr(pen: &Pen) -> String {
+    let mut params = vec!["0".to_string()];
+    let flags = [
+        (pen.is_bold(), "1"),
+        (pen.is_faint(), "2"),
+        (pen.is_italic(), "3"),
+        (pen.is_underline(), "4"),
+        (pen.is_blink(), "5"),
+        (pen.is_inverse(), "7"),
+        (pen.is_strikethrough(), "9"),
+    ];
+    params.extend(flags.iter().filter(|(on, _)| *on).map(|(_, p)| p.to_string()));
+    if let Some(color) = pen.foreground() {
+        params.push(color_param(color, 30, 90, 38));
+    }
+    if let Some(color) = pen.background() {
+        params.push(color_param(color, 40, 100, 48));
+    }
+    format!("\x1b[{}m", params.join(";"))
+}
+
+fn color_param(color: Color, base: u8, bright: u8, extended: u8) -> String {
+    match color {
+        Color::Indexed(n) if n < 8 => (base + n).to_string(),
+        Color::Indexed(n) if n < 16 => (bright + n - 8).to_string(),
+        Color::Indexed(n) => format!("{extended};5;{n}"),
+        Color::RGB(c) => format!("{extended};2;{};{};{}", c.r, c.g, c.b),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ring::Ring;
+    use bytes::Bytes;
+    use proptest::prelude::*;
+
+    fn model_after(chunks: &[&[u8]], cols: u16, rows: u16) -> ScreenModel {
+        let mut ring = Ring::new(1 << 30, 1 << 20);
+        let frames: Vec<Frame> = chunks.iter().map(|c| ring.push(Bytes::copy_from_slice(c))).collect();
+        let mut m = ScreenModel::new(cols, rows, 0, 0);
+        m.advance(&frames, &[]);
+        m
+    }
+
+    fn replay(snapshot: &str, cols: u16, rows: u16) -> Terminal {
+        let mut t = Terminal::with_scrollback(cols.into(), rows.into(), Some(HISTORY_ROWS)).unwrap();
+        t.feed(snapshot);
+        t
+    }
+
+    #[test]
+    fn utf8_split_across_frames() {
+        let mut d = Utf8Decoder::default();
+        let bytes = "héllo €".as_bytes();
+        let (a, b) = bytes.split_at(2);
+        let (b, c) = b.split_at(b.len() - 1);
+        let text = d.decode(a) + &d.decode(b) + &d.decode(c);
+        assert_eq!(text, "héllo €");
+        assert_eq!(d.decode(b"a\xffb"), "a\u{fffd}b");
+    }
+
+    #[test]
+    fn snapshot_restores_screen_cursor_and_alt_buffer() {
+        let m = model_after(
+            &[b"primary line\r\n\x1b[1;31mred\x1b[0m", b"\x1b[?1049h\x1b[2J\x1b[5;10Halt here", b"\x1b[3;3H"],
+            40,
+            10,
+        );
+        let t = replay(&m.snapshot(0, ""), 40, 10);
+        assert_eq!(t.screen().text(), m.term.screen().text());
+        assert_eq!(t.screen().visible_lines().len(), 10);
+        assert_eq!((t.cursor().col, t.cursor().row), (2, 2));
+        assert_eq!(t.active_screen_kind(), avt::ScreenKind::Alternate);
+        assert_eq!(t.primary_screen().text(), m.term.primary_screen().text());
+    }
+
+    #[test]
+    fn snapshot_puts_requested_history_above_the_screen() {
+        let mut out = Vec::new();
+        for i in 0..50 {
+            out.extend_from_slice(format!("line {i}\r\n").as_bytes());
+        }
+        let m = model_after(&[&out], 20, 5);
+        let t = replay(&m.snapshot(10, ""), 20, 5);
+        let all: Vec<String> = t.screen().all_lines().map(|l| l.text().trim_end().to_string()).collect();
+        let visible: Vec<String> = m.text();
+        assert_eq!(&all[all.len() - 5..], &visible[..]);
+        assert_eq!(all[all.len() - 6], "line 45");
+        assert_eq!(all[all.len() - 15], "line 36");
+        assert_eq!(all.len(), 15, "exactly the requested history");
+    }
+
+    #[test]
+    fn lines_keep_colour_and_drop_redraws() {
+        let m = model_after(&[b"\x1b[32mok\x1b[0m done\r\n", b"50%\r75%\r100%\r\n"], 20, 5);
+        assert_eq!(m.lines(100), vec!["\x1b[0;32mok\x1b[0m done".to_string(), "100%".to_string()]);
+        assert_eq!(m.lines(1), vec!["100%".to_string()]);
+    }
+
+    #[test]
+    fn resizes_apply_in_stream_order() {
+        let mut ring = Ring::new(1 << 20, 1000);
+        let f1 = ring.push(Bytes::from_static(b"abc"));
+        let f2 = ring.push(Bytes::from_static(b"\r\ndef"));
+        let marks = [ResizeMark { id: 1, after_seq: 1, cols: 10, rows: 3 }];
+        let mut m = ScreenModel::new(80, 24, 0, 0);
+        m.advance([&f1], &marks);
+        assert_eq!(m.size(), (10, 3), "a mark after the last fed frame applies");
+        m.advance([&f2], &marks);
+        assert_eq!(m.text()[1], "def");
+    }
+
+    proptest! {
+        /// Any output, written as a snapshot into a fresh terminal, shows the
+        /// same visible text and cursor (avt's prop_dump, at our level).
+        #[test]
+        fn snapshot_round_trip(chunks in proptest::collection::vec(proptest::collection::vec(prop_oneof![
+            Just(b"\x1b[".to_vec()), Just(b"\r\n".to_vec()), Just(b"\x1b[?1049h".to_vec()), Just(b"\x1b[?1049l".to_vec()),
+            Just(b"\x1b[2J".to_vec()), Just(b"\x1b[3;4H".to_vec()), Just(b"\x1b[1;33m".to_vec()), Just(b"\x1b[?25l".to_vec()),
+            Just("é€".as_bytes().to_vec()), proptest::collection::vec(0x20u8..0x7f, 1..30)], 0..8), 0..12)) {
+            let flat: Vec<Vec<u8>> = chunks.into_iter().map(|c| c.concat()).collect();
+            let refs: Vec<&[u8]> = flat.iter().map(|c| c.as_slice()).collect();
+            let m = model_after(&refs, 30, 8);
+            let t = replay(&m.snapshot(0, ""), 30, 8);
+            let visible = |t: &Terminal| t.screen().visible_lines().map(|l| l.text()).collect::<Vec<_>>();
+            prop_assert_eq!(visible(&t), visible(&m.term));
+            prop_assert_eq!(t.cursor(), m.term.cursor());
+            prop_assert_eq!(t.active_screen_kind(), m.term.active_screen_kind());
+        }
+    }
+}

@@ -1,0 +1,503 @@
+//! termesh-config: the node's config file (TOML), its defaults and validation.
+//!
+//! Every setting has exactly one default, written in [`defaults`]. A file is
+//! read into loose "raw" types, then parsed once into checked types; every
+//! error names the file, the key and the bad value.
+
+mod auth;
+mod units;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+pub use auth::{hash_token, parse_token_hash, verify, Role, TokenEntry};
+pub use units::{parse_duration, parse_size};
+
+/// Every default, with its unit.
+pub mod defaults {
+    use std::time::Duration;
+
+    pub const NODE_NAME: &str = "local";
+    pub const HTTP_LISTEN: &str = "127.0.0.1:7420";
+    pub const COLS: u16 = 120;
+    pub const ROWS: u16 = 30;
+    /// Replay ring bound in bytes (4 MiB).
+    pub const RING_BYTES: u64 = 4 << 20;
+    /// Replay ring bound in frames.
+    pub const RING_FRAMES: u64 = 65_536;
+    /// Flow-control window of a subscription that names none (1 MiB).
+    pub const WINDOW: u64 = 1 << 20;
+    pub const WINDOW_MIN: u64 = 16 << 10;
+    pub const WINDOW_MAX: u64 = 16 << 20;
+    /// Time between SIGTERM and SIGKILL when a session is killed.
+    pub const KILL_GRACE: Duration = Duration::from_secs(3);
+    pub const MAX_SESSIONS: u64 = 4_096;
+    pub const PING_INTERVAL: Duration = Duration::from_secs(15);
+    pub const STALE_AFTER: Duration = Duration::from_secs(45);
+    pub const REAP_AFTER: Duration = Duration::from_secs(120);
+    pub const AUTH_TIMEOUT: Duration = Duration::from_secs(10);
+    /// Environment variable that overrides `session.ring_bytes` (for tests).
+    pub const RING_BYTES_ENV: &str = "TERMESH_RING_BYTES";
+}
+
+/// A config problem, naming where it is and what is wrong.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{file}: cannot read: {source}")]
+    Read {
+        file: String,
+        source: std::io::Error,
+    },
+    #[error("{file}: {message}")]
+    Syntax { file: String, message: String },
+    #[error("{file}: `{key}` = {value}: {reason}")]
+    Value {
+        file: String,
+        key: String,
+        value: String,
+        reason: String,
+    },
+}
+
+/// The checked configuration of one node.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub node: NodeConfig,
+    pub http: HttpConfig,
+    pub auth: AuthConfig,
+    pub session: SessionConfig,
+    pub ws: WsConfig,
+}
+
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    /// Cluster-unique node name: `[A-Za-z0-9_.-]`, 1 to 64 characters.
+    pub name: String,
+    /// Where the node keeps its files (admin token now; the store later).
+    pub data_dir: PathBuf,
+}
+
+#[derive(Debug, Clone)]
+pub struct HttpConfig {
+    pub listen: SocketAddr,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct AuthConfig {
+    /// Empty means: generate an admin token at start (see the node crate).
+    pub tokens: Vec<TokenEntry>,
+}
+
+#[derive(Debug, Clone)]
+pub struct SessionConfig {
+    /// Program run by `create` without `command`.
+    pub command: Vec<String>,
+    pub cols: u16,
+    pub rows: u16,
+    pub ring_bytes: usize,
+    pub ring_frames: usize,
+    /// Window of a subscription that names none, already within the clamp.
+    pub default_window: u64,
+    pub kill_grace: Duration,
+    pub max_sessions: usize,
+}
+
+#[derive(Debug, Clone)]
+pub struct WsConfig {
+    pub ping_interval: Duration,
+    pub stale_after: Duration,
+    pub reap_after: Duration,
+    pub auth_timeout: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self::from_raw(RawConfig::default(), "<defaults>")
+            .expect("the built-in defaults are valid")
+    }
+}
+
+impl Config {
+    /// Reads and checks a config file.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let file = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            file: file.clone(),
+            source,
+        })?;
+        Self::parse(&text, &file)
+    }
+
+    /// Parses config text; `file` is only used in error messages.
+    pub fn parse(text: &str, file: &str) -> Result<Config, ConfigError> {
+        let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError::Syntax {
+            file: file.to_string(),
+            message: e.to_string().trim_end().to_string(),
+        })?;
+        Self::from_raw(raw, file)
+    }
+
+    /// Applies environment overrides meant for tests and operators
+    /// (`TERMESH_RING_BYTES`).
+    pub fn apply_env(&mut self) -> Result<(), ConfigError> {
+        if let Ok(value) = std::env::var(defaults::RING_BYTES_ENV) {
+            let bytes = parse_size(&value).map_err(|reason| ConfigError::Value {
+                file: "<environment>".into(),
+                key: defaults::RING_BYTES_ENV.into(),
+                value: format!("{value:?}"),
+                reason,
+            })?;
+            self.session.ring_bytes = check_ring_bytes(bytes).map_err(|reason| ConfigError::Value {
+                file: "<environment>".into(),
+                key: defaults::RING_BYTES_ENV.into(),
+                value: format!("{value:?}"),
+                reason,
+            })?;
+        }
+        Ok(())
+    }
+
+    fn from_raw(raw: RawConfig, file: &str) -> Result<Config, ConfigError> {
+        let bad = |key: &str, value: String, reason: String| ConfigError::Value {
+            file: file.to_string(),
+            key: key.to_string(),
+            value,
+            reason,
+        };
+        let name = raw.node.name.unwrap_or_else(|| defaults::NODE_NAME.to_string());
+        check_name(&name).map_err(|r| bad("node.name", format!("{name:?}"), r))?;
+        let data_dir = match raw.node.data_dir {
+            Some(dir) if dir.as_os_str().is_empty() => {
+                return Err(bad("node.data_dir", "\"\"".into(), "must not be empty".into()))
+            }
+            Some(dir) => dir,
+            None => default_data_dir(),
+        };
+        let listen_text = raw.http.listen.unwrap_or_else(|| defaults::HTTP_LISTEN.to_string());
+        let listen: SocketAddr = listen_text.parse().map_err(|_| {
+            bad(
+                "http.listen",
+                format!("{listen_text:?}"),
+                "not an address:port such as \"127.0.0.1:7420\"".into(),
+            )
+        })?;
+
+        let mut tokens = Vec::new();
+        for (i, token) in raw.auth.tokens.into_iter().enumerate() {
+            let key = |field: &str| format!("auth.tokens[{i}].{field}");
+            let hash = parse_token_hash(&token.hash)
+                .map_err(|r| bad(&key("hash"), format!("{:?}", token.hash), r))?;
+            let role = Role::parse(&token.role).ok_or_else(|| {
+                bad(
+                    &key("role"),
+                    format!("{:?}", token.role),
+                    "must be \"viewer\", \"operator\" or \"admin\"".into(),
+                )
+            })?;
+            tokens.push(TokenEntry {
+                name: token.name,
+                hash,
+                role,
+            });
+        }
+
+        let s = raw.session;
+        let command = s.command.unwrap_or_else(default_shell);
+        if command.is_empty() || command[0].is_empty() {
+            return Err(bad("session.command", format!("{command:?}"), "must name a program".into()));
+        }
+        let cols = s.cols.unwrap_or(defaults::COLS.into());
+        let cols = u16::try_from(cols)
+            .ok()
+            .filter(|c| (1..=1000).contains(c))
+            .ok_or_else(|| bad("session.cols", cols.to_string(), "must be 1 to 1000".into()))?;
+        let rows = s.rows.unwrap_or(defaults::ROWS.into());
+        let rows = u16::try_from(rows)
+            .ok()
+            .filter(|r| (1..=500).contains(r))
+            .ok_or_else(|| bad("session.rows", rows.to_string(), "must be 1 to 500".into()))?;
+        let ring_bytes = size_or(&s.ring_bytes, defaults::RING_BYTES)
+            .and_then(check_ring_bytes)
+            .map_err(|r| bad("session.ring_bytes", show(&s.ring_bytes), r))?;
+        let ring_frames = size_or(&s.ring_frames, defaults::RING_FRAMES)
+            .and_then(|n| {
+                if (16..=10_000_000).contains(&n) {
+                    Ok(n as usize)
+                } else {
+                    Err("must be 16 to 10000000 frames".into())
+                }
+            })
+            .map_err(|r| bad("session.ring_frames", show(&s.ring_frames), r))?;
+        let default_window = size_or(&s.default_window, defaults::WINDOW)
+            .and_then(|n| {
+                if (defaults::WINDOW_MIN..=defaults::WINDOW_MAX).contains(&n) {
+                    Ok(n)
+                } else {
+                    Err("must be 16KiB to 16MiB".into())
+                }
+            })
+            .map_err(|r| bad("session.default_window", show(&s.default_window), r))?;
+        let kill_grace = duration_or(&s.kill_grace, defaults::KILL_GRACE)
+            .map_err(|r| bad("session.kill_grace", format!("{:?}", s.kill_grace), r))?;
+        let max_sessions = size_or(&s.max_sessions, defaults::MAX_SESSIONS)
+            .and_then(|n| {
+                if (1..=100_000).contains(&n) {
+                    Ok(n as usize)
+                } else {
+                    Err("must be 1 to 100000".into())
+                }
+            })
+            .map_err(|r| bad("session.max_sessions", show(&s.max_sessions), r))?;
+
+        let w = raw.ws;
+        let dur = |key: &str, value: &Option<String>, default: Duration| {
+            duration_or(value, default)
+                .and_then(|d| {
+                    if d.is_zero() {
+                        Err("must be more than zero".to_string())
+                    } else {
+                        Ok(d)
+                    }
+                })
+                .map_err(|r| bad(key, format!("{value:?}"), r))
+        };
+        let ws = WsConfig {
+            ping_interval: dur("ws.ping_interval", &w.ping_interval, defaults::PING_INTERVAL)?,
+            stale_after: dur("ws.stale_after", &w.stale_after, defaults::STALE_AFTER)?,
+            reap_after: dur("ws.reap_after", &w.reap_after, defaults::REAP_AFTER)?,
+            auth_timeout: dur("ws.auth_timeout", &w.auth_timeout, defaults::AUTH_TIMEOUT)?,
+        };
+
+        Ok(Config {
+            node: NodeConfig { name, data_dir },
+            http: HttpConfig { listen },
+            auth: AuthConfig { tokens },
+            session: SessionConfig {
+                command,
+                cols,
+                rows,
+                ring_bytes,
+                ring_frames,
+                default_window,
+                kill_grace,
+                max_sessions,
+            },
+            ws,
+        })
+    }
+}
+
+/// Node names travel in certificates and URLs: keep them plain.
+pub fn check_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if ok {
+        Ok(())
+    } else {
+        Err("must be 1 to 64 characters of A-Z, a-z, 0-9, '-', '_', '.'".into())
+    }
+}
+
+fn check_ring_bytes(bytes: u64) -> Result<usize, String> {
+    if (4096..=(1u64 << 30)).contains(&bytes) {
+        Ok(bytes as usize)
+    } else {
+        Err("must be 4KiB to 1GiB".into())
+    }
+}
+
+/// `$XDG_DATA_HOME/termesh`, else `~/.local/share/termesh`, else `./termesh-data`.
+pub fn default_data_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("XDG_DATA_HOME").filter(|d| !d.is_empty()) {
+        return PathBuf::from(dir).join("termesh");
+    }
+    match std::env::var_os("HOME").filter(|d| !d.is_empty()) {
+        Some(home) => PathBuf::from(home).join(".local/share/termesh"),
+        None => PathBuf::from("termesh-data"),
+    }
+}
+
+/// `$SHELL` if set, else `/bin/sh`.
+pub fn default_shell() -> Vec<String> {
+    let shell = std::env::var("SHELL")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "/bin/sh".into());
+    vec![shell]
+}
+
+fn size_or(value: &Option<SizeValue>, default: u64) -> Result<u64, String> {
+    match value {
+        None => Ok(default),
+        Some(SizeValue::Int(n)) => u64::try_from(*n).map_err(|_| "must not be negative".to_string()),
+        Some(SizeValue::Text(t)) => parse_size(t),
+    }
+}
+
+fn duration_or(value: &Option<String>, default: Duration) -> Result<Duration, String> {
+    value.as_deref().map_or(Ok(default), parse_duration)
+}
+
+fn show(value: &Option<SizeValue>) -> String {
+    match value {
+        None => "(default)".into(),
+        Some(SizeValue::Int(n)) => n.to_string(),
+        Some(SizeValue::Text(t)) => format!("{t:?}"),
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    #[serde(default)]
+    node: RawNode,
+    #[serde(default)]
+    http: RawHttp,
+    #[serde(default)]
+    auth: RawAuth,
+    #[serde(default)]
+    session: RawSession,
+    #[serde(default)]
+    ws: RawWs,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawNode {
+    name: Option<String>,
+    data_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawHttp {
+    listen: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAuth {
+    #[serde(default)]
+    tokens: Vec<RawToken>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawToken {
+    name: Option<String>,
+    hash: String,
+    role: String,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSession {
+    command: Option<Vec<String>>,
+    cols: Option<i64>,
+    rows: Option<i64>,
+    ring_bytes: Option<SizeValue>,
+    ring_frames: Option<SizeValue>,
+    default_window: Option<SizeValue>,
+    kill_grace: Option<String>,
+    max_sessions: Option<SizeValue>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawWs {
+    ping_interval: Option<String>,
+    stale_after: Option<String>,
+    reap_after: Option<String>,
+    auth_timeout: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum SizeValue {
+    Int(i64),
+    Text(String),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_file_is_all_defaults() {
+        let c = Config::parse("", "t.toml").unwrap();
+        assert_eq!(c.node.name, "local");
+        assert_eq!(c.http.listen, "127.0.0.1:7420".parse().unwrap());
+        assert_eq!(c.session.ring_bytes, 4 << 20);
+        assert_eq!(c.session.default_window, 1 << 20);
+        assert_eq!((c.session.cols, c.session.rows), (120, 30));
+        assert!(c.auth.tokens.is_empty());
+    }
+
+    #[test]
+    fn values_parse_with_units() {
+        let c = Config::parse(
+            "[session]\nring_bytes = \"64KiB\"\ndefault_window = 65536\nkill_grace = \"500ms\"\ncommand = [\"/bin/sh\", \"-l\"]\n",
+            "t.toml",
+        )
+        .unwrap();
+        assert_eq!(c.session.ring_bytes, 65536);
+        assert_eq!(c.session.default_window, 65536);
+        assert_eq!(c.session.kill_grace, Duration::from_millis(500));
+        assert_eq!(c.session.command, vec!["/bin/sh", "-l"]);
+    }
+
+    #[test]
+    fn errors_name_file_key_and_value() {
+        let e = Config::parse("[session]\nring_bytes = \"4 parsecs\"\n", "my.toml").unwrap_err();
+        let text = e.to_string();
+        assert!(text.contains("my.toml") && text.contains("session.ring_bytes") && text.contains("4 parsecs"), "{text}");
+
+        let e = Config::parse("[http]\nlisten = \"nowhere\"\n", "my.toml").unwrap_err().to_string();
+        assert!(e.contains("http.listen") && e.contains("nowhere"), "{e}");
+
+        let e = Config::parse("[[auth.tokens]]\nhash = \"sha256:00\"\nrole = \"root\"\n", "f").unwrap_err().to_string();
+        assert!(e.contains("auth.tokens[0].hash"), "{e}");
+
+        let e = Config::parse("[session]\ncols = 0\n", "f").unwrap_err().to_string();
+        assert!(e.contains("session.cols") && e.contains('0'), "{e}");
+
+        let e = Config::parse("[node]\nname = \"a b\"\n", "f").unwrap_err().to_string();
+        assert!(e.contains("node.name"), "{e}");
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_syntax_are_rejected() {
+        let e = Config::parse("[session]\nring_byts = 5\n", "f.toml").unwrap_err().to_string();
+        assert!(e.contains("f.toml") && e.contains("ring_byts"), "{e}");
+        let e = Config::parse("[session\n", "f.toml").unwrap_err().to_string();
+        assert!(e.contains("f.toml"), "{e}");
+    }
+
+    #[test]
+    fn tokens_parse() {
+        let text = format!(
+            "[[auth.tokens]]\nname = \"ci\"\nhash = \"{}\"\nrole = \"viewer\"\n",
+            hash_token("abc")
+        );
+        let c = Config::parse(&text, "f").unwrap();
+        assert_eq!(verify(&c.auth.tokens, "abc"), Some(Role::Viewer));
+    }
+
+    #[test]
+    fn example_file_is_valid_and_complete() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/termesh.example.toml");
+        let text = std::fs::read_to_string(path).expect("deploy/termesh.example.toml exists");
+        let parsed = Config::parse(&text, path).expect("example parses");
+        let defaults = Config::default();
+        assert_eq!(parsed.session.ring_bytes, defaults.session.ring_bytes);
+        assert_eq!(parsed.session.default_window, defaults.session.default_window);
+        assert_eq!(parsed.ws.reap_after, defaults.ws.reap_after);
+        assert_eq!(parsed.http.listen, defaults.http.listen);
+    }
+}

@@ -1,0 +1,339 @@
+//! The client protocol's messages (PROTOCOL.md sections 5 and 6), as data.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// Protocol version sent in `welcome.proto`.
+pub const PROTO_VERSION: u32 = 1;
+/// WebSocket subprotocol the server echoes when offered.
+pub const SUBPROTOCOL: &str = "termesh.v1";
+/// Largest `input.data`.
+pub const MAX_INPUT: usize = 64 * 1024;
+/// Most history lines a snapshot or `history` returns.
+pub const MAX_SCROLLBACK: u64 = 10_000;
+
+/// Error codes (PROTOCOL.md section 6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    BadFrame,
+    UnknownType,
+    BadRequest,
+    Unauthorized,
+    Forbidden,
+    NotFound,
+    Exited,
+    TooLarge,
+    Unavailable,
+    Internal,
+}
+
+impl ErrorCode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::BadFrame => "bad_frame",
+            ErrorCode::UnknownType => "unknown_type",
+            ErrorCode::BadRequest => "bad_request",
+            ErrorCode::Unauthorized => "unauthorized",
+            ErrorCode::Forbidden => "forbidden",
+            ErrorCode::NotFound => "not_found",
+            ErrorCode::Exited => "exited",
+            ErrorCode::TooLarge => "too_large",
+            ErrorCode::Unavailable => "unavailable",
+            ErrorCode::Internal => "internal",
+        }
+    }
+}
+
+/// Body of `create` (also the REST `POST /sessions` body).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CreateRequest {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env: Option<BTreeMap<String, String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cols: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rows: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tags: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+}
+
+/// A message from a client. `id` is the request id the reply carries.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "t", rename_all = "snake_case")]
+pub enum ClientMsg {
+    /// Authenticate with a token; reply `ok`.
+    Auth { id: u64, token: String },
+    /// Reply `sessions` with the whole cluster's sessions.
+    List { id: u64 },
+    /// Reply `ok`, then `session_changed` / `session_removed` notifications.
+    Watch { id: u64 },
+    /// Start a session; reply `created`.
+    Create {
+        id: u64,
+        #[serde(flatten)]
+        req: CreateRequest,
+    },
+    /// Attach to a session's output (section 7); reply `subscribed`.
+    Subscribe {
+        id: u64,
+        session: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        from_seq: Option<u64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        window: Option<u64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        scrollback: Option<u64>,
+    },
+    /// Detach; no reply.
+    Unsubscribe { session: String },
+    /// Cumulative acknowledgement of output up to `seq`; no reply.
+    Ack { session: String, seq: u64 },
+    /// Keystrokes for the session's program; no reply.
+    Input {
+        session: String,
+        #[serde(with = "serde_bytes")]
+        data: Vec<u8>,
+    },
+    /// Change the terminal size; no reply.
+    Resize { session: String, cols: u64, rows: u64 },
+    /// Reply `snapshot` with the screen now.
+    Screen {
+        id: u64,
+        session: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        scrollback: Option<u64>,
+    },
+    /// Reply `history`: rendered lines, or the raw tail with `limit`.
+    History {
+        id: u64,
+        session: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        limit: Option<u64>,
+    },
+    /// Signal the session's process group; reply `ok`.
+    Kill {
+        id: u64,
+        session: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        signal: Option<String>,
+    },
+    /// Reply `ok`.
+    Rename { id: u64, session: String, name: String },
+    /// Replace the tags; reply `ok`.
+    Tag { id: u64, session: String, tags: Vec<String> },
+    /// Kill if running and forget the session; reply `ok`.
+    Remove {
+        id: u64,
+        session: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        purge: Option<bool>,
+    },
+    /// Reply `pong` echoing `nonce`.
+    Ping {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        nonce: Option<rmpv::Value>,
+    },
+}
+
+impl ClientMsg {
+    /// The wire name of the message type.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ClientMsg::Auth { .. } => "auth",
+            ClientMsg::List { .. } => "list",
+            ClientMsg::Watch { .. } => "watch",
+            ClientMsg::Create { .. } => "create",
+            ClientMsg::Subscribe { .. } => "subscribe",
+            ClientMsg::Unsubscribe { .. } => "unsubscribe",
+            ClientMsg::Ack { .. } => "ack",
+            ClientMsg::Input { .. } => "input",
+            ClientMsg::Resize { .. } => "resize",
+            ClientMsg::Screen { .. } => "screen",
+            ClientMsg::History { .. } => "history",
+            ClientMsg::Kill { .. } => "kill",
+            ClientMsg::Rename { .. } => "rename",
+            ClientMsg::Tag { .. } => "tag",
+            ClientMsg::Remove { .. } => "remove",
+            ClientMsg::Ping { .. } => "ping",
+        }
+    }
+}
+
+/// Known client message types, for telling `unknown_type` from `bad_request`.
+pub const CLIENT_TYPES: &[&str] = &[
+    "auth", "list", "watch", "create", "subscribe", "unsubscribe", "ack", "input", "resize",
+    "screen", "history", "kill", "rename", "tag", "remove", "ping",
+];
+
+/// Status of a session in `SessionInfo.status`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SessionStatus {
+    Running,
+    Exited,
+    Lost,
+    Unreachable,
+}
+
+/// A session as `list`, `created` and `session_changed` describe it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionInfo {
+    pub id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    pub node: String,
+    pub command: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+    pub status: SessionStatus,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+    pub created_at: u64,
+    pub cols: u16,
+    pub rows: u16,
+    pub last_seq: u64,
+    pub viewers: u32,
+    pub idle_ms: u64,
+    pub at_prompt: bool,
+    pub tags: Vec<String>,
+}
+
+/// Session events sent to subscribers (`event` notification).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum EventKind {
+    Resized {
+        cols: u16,
+        rows: u16,
+    },
+    Exited {
+        exit_code: u32,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        signal: Option<String>,
+    },
+    Renamed {
+        name: String,
+    },
+    Tagged {
+        tags: Vec<String>,
+    },
+    Phase {
+        phase: String,
+    },
+    Unreachable,
+    Reachable,
+}
+
+/// A message from the server. Replies carry the request's `id`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "t", rename_all = "snake_case")]
+pub enum ServerMsg {
+    /// Sent first, unprompted.
+    Welcome {
+        proto: u32,
+        node: String,
+        version: String,
+        ping_interval_ms: u64,
+        auth_required: bool,
+    },
+    Ok {
+        id: u64,
+    },
+    Error {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        id: Option<u64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        session: Option<String>,
+        code: ErrorCode,
+        message: String,
+    },
+    Sessions {
+        id: u64,
+        sessions: Vec<SessionInfo>,
+    },
+    Created {
+        id: u64,
+        session: SessionInfo,
+    },
+    Subscribed {
+        id: u64,
+        session: String,
+        last_seq: u64,
+        oldest_seq: u64,
+        cols: u16,
+        rows: u16,
+    },
+    /// One frame of output; hot path, see `codec::encode_output`.
+    Output {
+        session: String,
+        seq: u64,
+        #[serde(with = "serde_bytes")]
+        data: Vec<u8>,
+    },
+    /// The screen at `seq`; `id` only when it answers a `screen` request.
+    Snapshot {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        id: Option<u64>,
+        session: String,
+        seq: u64,
+        cols: u16,
+        rows: u16,
+        #[serde(with = "serde_bytes")]
+        data: Vec<u8>,
+    },
+    ResyncRequired {
+        session: String,
+        last_seq: u64,
+    },
+    History {
+        id: u64,
+        session: String,
+        seq: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        lines: Option<Vec<String>>,
+        #[serde(default, skip_serializing_if = "Option::is_none", with = "opt_bytes")]
+        data: Option<Vec<u8>>,
+    },
+    Event {
+        session: String,
+        #[serde(flatten)]
+        event: EventKind,
+    },
+    SessionChanged {
+        session: SessionInfo,
+    },
+    SessionRemoved {
+        session: String,
+    },
+    Pong {
+        #[serde(default)]
+        nonce: Option<rmpv::Value>,
+    },
+}
+
+mod opt_bytes {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &Option<Vec<u8>>, s: S) -> Result<S::Ok, S::Error> {
+        match v {
+            Some(bytes) => s.serialize_bytes(bytes),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<u8>>, D::Error> {
+        Ok(Option::<serde_bytes::ByteBuf>::deserialize(d)?.map(|b| b.into_vec()))
+    }
+}

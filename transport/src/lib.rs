@@ -1,0 +1,8 @@
+//! termesh-transport: wire types and codecs. `client` is the WebSocket
+//! protocol of PROTOCOL.md (MessagePack maps keyed by `t`); no actors here.
+
+pub mod client;
+pub mod codec;
+
+pub use client::*;
+pub use codec::{decode_client, encode_output, encode_server, DecodeError, MAX_INBOUND_FRAME};

@@ -134,7 +134,7 @@ impl Ring {
     }
 
     /// All frames held, oldest first.
-    pub fn iter(&self) -> impl Iterator<Item = &Frame> + '_ {
+    pub fn iter(&self) -> impl DoubleEndedIterator<Item = &Frame> + '_ {
         self.frames.iter()
     }
 }

@@ -1,0 +1,223 @@
+//! The PTY of a session and the three plain threads around it: a reader
+//! (blocking reads into a bounded channel: when the session falls behind the
+//! reader blocks, the kernel buffer fills and the program's writes block),
+//! a writer (drains the input channel that connections hold senders of, so
+//! keystrokes never wait behind output work), and a waiter (child exit).
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use nix::sys::signal::{killpg, Signal};
+use nix::sys::wait::{waitpid, WaitStatus};
+use nix::unistd::Pid;
+use portable_pty::{native_pty_system, CommandBuilder, MasterPty, PtySize};
+use tokio::sync::mpsc;
+
+/// Largest read from the PTY, and so the largest frame.
+pub const READ_CHUNK: usize = 64 * 1024;
+/// Frames queued between the reader thread and the session actor.
+const OUTPUT_QUEUE: usize = 32;
+/// Input messages queued for the writer thread (each at most 64 KiB).
+pub const INPUT_QUEUE: usize = 256;
+
+/// What is needed to start a session's program.
+#[derive(Debug, Clone)]
+pub struct SpawnSpec {
+    pub command: Vec<String>,
+    pub cwd: Option<PathBuf>,
+    pub env: BTreeMap<String, String>,
+    pub cols: u16,
+    pub rows: u16,
+}
+
+/// How the program ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExitInfo {
+    /// The exit code, or 128 + the signal number.
+    pub code: u32,
+    pub signal: Option<Signal>,
+}
+
+impl ExitInfo {
+    /// The signal's name without `SIG` (`"TERM"`).
+    pub fn signal_name(&self) -> Option<String> {
+        self.signal
+            .map(|s| s.as_str().trim_start_matches("SIG").to_string())
+    }
+}
+
+/// Events from the reader and waiter threads, in one stream.
+#[derive(Debug)]
+pub enum PtyEvent {
+    Output(Bytes),
+    Eof,
+    Exited(ExitInfo),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SpawnError {
+    #[error("cannot open a pty: {0}")]
+    Pty(String),
+    #[error("cannot start {program:?}: {reason}")]
+    Program { program: String, reason: String },
+}
+
+/// A running PTY program; the threads are started by `spawn`.
+pub struct Pty {
+    /// Process id of the program, which is also its process group id
+    /// (portable-pty makes it a session leader).
+    pub pid: i32,
+    pub master: Arc<Mutex<Box<dyn MasterPty + Send>>>,
+    pub input: mpsc::Sender<Bytes>,
+    pub events: mpsc::Receiver<PtyEvent>,
+}
+
+impl std::fmt::Debug for Pty {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pty").field("pid", &self.pid).finish()
+    }
+}
+
+/// Opens a PTY, starts the program in it and the three threads.
+pub fn spawn(spec: &SpawnSpec, thread_name: &str) -> Result<Pty, SpawnError> {
+    let pair = native_pty_system()
+        .openpty(PtySize {
+            rows: spec.rows,
+            cols: spec.cols,
+            pixel_width: 0,
+            pixel_height: 0,
+        })
+        .map_err(|e| SpawnError::Pty(e.to_string()))?;
+    let mut cmd = CommandBuilder::new(&spec.command[0]);
+    cmd.args(&spec.command[1..]);
+    if let Some(cwd) = &spec.cwd {
+        cmd.cwd(cwd);
+    }
+    cmd.env("TERM", "xterm-256color");
+    for (k, v) in &spec.env {
+        cmd.env(k, v);
+    }
+    let child = pair.slave.spawn_command(cmd).map_err(|e| SpawnError::Program {
+        program: spec.command[0].clone(),
+        reason: e.to_string(),
+    })?;
+    // The slave must go, or the reader never sees EOF.
+    drop(pair.slave);
+    let pid = child
+        .process_id()
+        .ok_or_else(|| SpawnError::Pty("the child has no pid".into()))? as i32;
+    // We reap the child ourselves (waitpid) to learn the signal number;
+    // dropping portable-pty's handle does not wait or kill.
+    drop(child);
+
+    let master = pair.master;
+    let reader = master.try_clone_reader().map_err(|e| SpawnError::Pty(e.to_string()))?;
+    // Keep the writer for the session's life: dropping it sends ^D.
+    let writer = master.take_writer().map_err(|e| SpawnError::Pty(e.to_string()))?;
+    let (event_tx, events) = mpsc::channel(OUTPUT_QUEUE);
+    let (input, input_rx) = mpsc::channel(INPUT_QUEUE);
+
+    let tx = event_tx.clone();
+    std::thread::Builder::new()
+        .name(format!("{thread_name}-read"))
+        .spawn(move || read_loop(reader, tx))
+        .map_err(|e| SpawnError::Pty(e.to_string()))?;
+    std::thread::Builder::new()
+        .name(format!("{thread_name}-write"))
+        .spawn(move || write_loop(writer, input_rx))
+        .map_err(|e| SpawnError::Pty(e.to_string()))?;
+    std::thread::Builder::new()
+        .name(format!("{thread_name}-wait"))
+        .spawn(move || wait_loop(pid, event_tx))
+        .map_err(|e| SpawnError::Pty(e.to_string()))?;
+
+    Ok(Pty {
+        pid,
+        master: Arc::new(Mutex::new(master)),
+        input,
+        events,
+    })
+}
+
+fn read_loop(mut reader: Box<dyn Read + Send>, tx: mpsc::Sender<PtyEvent>) {
+    let mut buf = vec![0u8; READ_CHUNK];
+    loop {
+        match reader.read(&mut buf) {
+            // Linux reports EIO once the last slave fd closes: that is EOF.
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                if tx
+                    .blocking_send(PtyEvent::Output(Bytes::copy_from_slice(&buf[..n])))
+                    .is_err()
+                {
+                    return;
+                }
+            }
+        }
+    }
+    let _ = tx.blocking_send(PtyEvent::Eof);
+}
+
+fn write_loop(mut writer: Box<dyn Write + Send>, mut rx: mpsc::Receiver<Bytes>) {
+    while let Some(data) = rx.blocking_recv() {
+        if writer.write_all(&data).and_then(|_| writer.flush()).is_err() {
+            break;
+        }
+    }
+}
+
+fn wait_loop(pid: i32, tx: mpsc::Sender<PtyEvent>) {
+    let info = loop {
+        match waitpid(Pid::from_raw(pid), None) {
+            Ok(WaitStatus::Exited(_, code)) => {
+                break ExitInfo {
+                    code: code as u32,
+                    signal: None,
+                }
+            }
+            Ok(WaitStatus::Signaled(_, signal, _)) => {
+                break ExitInfo {
+                    code: 128 + signal as u32,
+                    signal: Some(signal),
+                }
+            }
+            Ok(_) | Err(nix::errno::Errno::EINTR) => continue,
+            Err(_) => {
+                break ExitInfo {
+                    code: 1,
+                    signal: None,
+                }
+            }
+        }
+    };
+    let _ = tx.blocking_send(PtyEvent::Exited(info));
+}
+
+/// Signals the program's process group and the terminal's foreground group.
+pub fn signal_groups(pid: i32, master: &Mutex<Box<dyn MasterPty + Send>>, signal: Signal) {
+    let _ = killpg(Pid::from_raw(pid), signal);
+    if let Some(fg) = foreground_group(master) {
+        if fg != pid {
+            let _ = killpg(Pid::from_raw(fg), signal);
+        }
+    }
+}
+
+/// The PTY's foreground process group, if any.
+pub fn foreground_group(master: &Mutex<Box<dyn MasterPty + Send>>) -> Option<i32> {
+    master.lock().ok()?.process_group_leader().filter(|p| *p > 0)
+}
+
+/// Parses a protocol signal name (`TERM`, `KILL`, `HUP`, `INT`).
+pub fn parse_signal(name: &str) -> Option<Signal> {
+    match name {
+        "TERM" => Some(Signal::SIGTERM),
+        "KILL" => Some(Signal::SIGKILL),
+        "HUP" => Some(Signal::SIGHUP),
+        "INT" => Some(Signal::SIGINT),
+        _ => None,
+    }
+}

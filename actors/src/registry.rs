@@ -1,0 +1,304 @@
+//! `Registry`: the node's session directory. It creates sessions (on a
+//! round-robin pool of session arbiters, one per core), removes them, and
+//! tells watchers what changed. Connections read the directory directly
+//! (a read-mostly map behind a lock) so a keystroke never waits for a
+//! message round trip; only this actor writes it.
+
+use std::collections::HashMap;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, RwLock};
+
+use actix::prelude::*;
+use bytes::Bytes;
+use termesh_transport::{ErrorCode, SessionInfo, SessionStatus};
+use tokio::sync::mpsc;
+
+use crate::create::{check_create, CreateDefaults, CreateSpec};
+use crate::error::ApiError;
+use crate::metrics::Metrics;
+use crate::pty::{self, SpawnSpec};
+use crate::session::{Close, Meta, SessionActor, SessionChanged, SessionSettings, SessionShared};
+use termesh_transport::CreateRequest;
+
+/// What others hold to reach a session.
+#[derive(Clone)]
+pub struct SessionHandle {
+    pub id: Arc<str>,
+    pub addr: Addr<SessionActor>,
+    /// The PTY writer thread's queue: input goes here directly.
+    pub input: mpsc::Sender<Bytes>,
+    pub shared: Arc<SessionShared>,
+}
+
+impl std::fmt::Debug for SessionHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionHandle").field("id", &self.id).finish()
+    }
+}
+
+/// The node's sessions by id; written only by the `Registry`.
+#[derive(Clone, Default, Debug)]
+pub struct Directory(Arc<RwLock<HashMap<Arc<str>, SessionHandle>>>);
+
+impl Directory {
+    pub fn get(&self, id: &str) -> Option<SessionHandle> {
+        self.0.read().ok()?.get(id).cloned()
+    }
+
+    /// Every session, oldest first.
+    pub fn list(&self) -> Vec<SessionInfo> {
+        let Ok(map) = self.0.read() else {
+            return Vec::new();
+        };
+        let mut infos: Vec<SessionInfo> = map.values().map(|h| h.shared.info()).collect();
+        infos.sort_by(|a, b| a.created_at.cmp(&b.created_at).then(a.id.cmp(&b.id)));
+        infos
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.read().map(|m| m.len()).unwrap_or(0)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn insert(&self, handle: SessionHandle) {
+        if let Ok(mut map) = self.0.write() {
+            map.insert(handle.id.clone(), handle);
+        }
+    }
+
+    fn remove(&self, id: &str) -> Option<SessionHandle> {
+        self.0.write().ok()?.remove(id)
+    }
+
+    fn drain(&self) -> Vec<SessionHandle> {
+        self.0
+            .write()
+            .map(|mut m| m.drain().map(|(_, h)| h).collect())
+            .unwrap_or_default()
+    }
+}
+
+/// What a watcher is told.
+#[derive(Message, Debug, Clone)]
+#[rtype(result = "()")]
+pub enum WatchEvent {
+    Changed(SessionInfo),
+    Removed(String),
+}
+
+/// The registry's fixed inputs.
+#[derive(Debug, Clone)]
+pub struct RegistryConfig {
+    pub node: String,
+    pub defaults: CreateDefaults,
+    pub settings: SessionSettings,
+    pub max_sessions: usize,
+    /// Base of `TERMESH_HOOK_URL`, e.g. `http://127.0.0.1:7420`.
+    pub http_base: String,
+}
+
+pub struct Registry {
+    config: RegistryConfig,
+    dir: Directory,
+    metrics: Arc<Metrics>,
+    arbiters: Vec<Arbiter>,
+    next_arbiter: usize,
+    watchers: HashMap<u64, Recipient<WatchEvent>>,
+}
+
+/// Subscription ids are unique per node.
+pub static NEXT_SUB_ID: AtomicU64 = AtomicU64::new(1);
+
+impl Registry {
+    pub fn new(config: RegistryConfig, dir: Directory, metrics: Arc<Metrics>) -> Self {
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+        Registry {
+            config,
+            dir,
+            metrics,
+            arbiters: (0..cores).map(|_| Arbiter::new()).collect(),
+            next_arbiter: 0,
+            watchers: HashMap::new(),
+        }
+    }
+
+    fn tell_watchers(&self, event: WatchEvent) {
+        for watcher in self.watchers.values() {
+            watcher.do_send(event.clone());
+        }
+    }
+
+    fn start_session(&mut self, spec: CreateSpec, ctx: &mut Context<Self>) -> Result<SessionInfo, ApiError> {
+        if self.dir.len() >= self.config.max_sessions {
+            return Err(ApiError::new(
+                ErrorCode::Unavailable,
+                format!("this node runs its limit of {} sessions", self.config.max_sessions),
+            ));
+        }
+        let id: Arc<str> = loop {
+            let candidate = uuid::Uuid::new_v4().simple().to_string()[..12].to_string();
+            if self.dir.get(&candidate).is_none() {
+                break candidate.into();
+            }
+        };
+        let mut env = spec.env.clone();
+        env.insert("TERMESH_SESSION_ID".into(), id.to_string());
+        env.insert(
+            "TERMESH_HOOK_URL".into(),
+            format!("{}/api/v1/sessions/{id}/hook", self.config.http_base),
+        );
+        let pty = pty::spawn(
+            &SpawnSpec {
+                command: spec.command.clone(),
+                cwd: spec.cwd.clone(),
+                env,
+                cols: spec.cols,
+                rows: spec.rows,
+            },
+            &format!("s-{id}"),
+        )
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+        let now = crate::session::now_ms();
+        let shared = Arc::new(SessionShared {
+            id: id.clone(),
+            node: self.config.node.clone(),
+            command: spec.command.clone(),
+            cwd: spec.cwd.as_ref().map(|p| p.display().to_string()),
+            created_at: now,
+            last_seq: 0.into(),
+            last_output_ms: now.into(),
+            viewers: 0.into(),
+            at_prompt: false.into(),
+            exited: false.into(),
+            meta: std::sync::Mutex::new(Meta {
+                name: spec.name.clone(),
+                tags: spec.tags.clone(),
+                cols: spec.cols,
+                rows: spec.rows,
+                status: SessionStatus::Running,
+                exit_code: None,
+                phase: None,
+            }),
+        });
+        let input = pty.input.clone();
+        let arbiter = &self.arbiters[self.next_arbiter % self.arbiters.len()];
+        self.next_arbiter += 1;
+        let (settings, metrics) = (self.config.settings.clone(), self.metrics.clone());
+        let changed = ctx.address().recipient();
+        let session_shared = shared.clone();
+        let size = (spec.cols, spec.rows);
+        let addr = SessionActor::start_in_arbiter(&arbiter.handle(), move |_| {
+            SessionActor::new(session_shared, pty, size, settings, metrics, changed)
+        });
+        self.dir.insert(SessionHandle {
+            id: id.clone(),
+            addr,
+            input,
+            shared: shared.clone(),
+        });
+        Metrics::gauge(&self.metrics.sessions, 1);
+        tracing::info!(session = %id, command = ?spec.command, "session created");
+        let info = shared.info();
+        self.tell_watchers(WatchEvent::Changed(info.clone()));
+        Ok(info)
+    }
+}
+
+impl Actor for Registry {
+    type Context = Context<Self>;
+}
+
+/// Start a session.
+#[derive(Message)]
+#[rtype(result = "Result<SessionInfo, ApiError>")]
+pub struct Create(pub CreateRequest);
+
+impl Handler<Create> for Registry {
+    type Result = Result<SessionInfo, ApiError>;
+
+    fn handle(&mut self, msg: Create, ctx: &mut Context<Self>) -> Self::Result {
+        let spec = check_create(msg.0, &self.config.node, &self.config.defaults)?;
+        self.start_session(spec, ctx)
+    }
+}
+
+/// Kill (if running) and forget a session.
+#[derive(Message)]
+#[rtype(result = "Result<(), ApiError>")]
+pub struct Remove {
+    pub id: String,
+}
+
+impl Handler<Remove> for Registry {
+    type Result = Result<(), ApiError>;
+
+    fn handle(&mut self, msg: Remove, _: &mut Context<Self>) -> Self::Result {
+        let handle = self.dir.remove(&msg.id).ok_or_else(|| ApiError::not_found(&msg.id))?;
+        handle.addr.do_send(Close);
+        Metrics::gauge(&self.metrics.sessions, -1);
+        tracing::info!(session = %msg.id, "session removed");
+        self.tell_watchers(WatchEvent::Removed(msg.id));
+        Ok(())
+    }
+}
+
+/// Start telling `sink` about session changes.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Watch {
+    pub conn: u64,
+    pub sink: Recipient<WatchEvent>,
+}
+
+impl Handler<Watch> for Registry {
+    type Result = ();
+
+    fn handle(&mut self, msg: Watch, _: &mut Context<Self>) {
+        self.watchers.insert(msg.conn, msg.sink);
+    }
+}
+
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Unwatch {
+    pub conn: u64,
+}
+
+impl Handler<Unwatch> for Registry {
+    type Result = ();
+
+    fn handle(&mut self, msg: Unwatch, _: &mut Context<Self>) {
+        self.watchers.remove(&msg.conn);
+    }
+}
+
+impl Handler<SessionChanged> for Registry {
+    type Result = ();
+
+    fn handle(&mut self, msg: SessionChanged, _: &mut Context<Self>) {
+        if let Some(handle) = self.dir.get(&msg.id) {
+            self.tell_watchers(WatchEvent::Changed(handle.shared.info()));
+        }
+    }
+}
+
+/// Node shutdown: kill every session's program and stop the arbiters.
+#[derive(Message)]
+#[rtype(result = "usize")]
+pub struct Shutdown;
+
+impl Handler<Shutdown> for Registry {
+    type Result = usize;
+
+    fn handle(&mut self, _: Shutdown, _: &mut Context<Self>) -> usize {
+        let handles = self.dir.drain();
+        for handle in &handles {
+            handle.addr.do_send(Close);
+        }
+        Metrics::gauge(&self.metrics.sessions, -(handles.len() as i64));
+        handles.len()
+    }
+}

@@ -1,0 +1,339 @@
+//! `SessionActor`: one per session. Owns the PTY handles, the seq counter,
+//! the replay ring, every subscriber's credit, mode tracking and the cached
+//! screen model. Output is pushed to a subscriber only while its credit
+//! allows, so the memory a slow subscriber pins is bounded by its window;
+//! nothing here is driven by a timer and nothing is dropped.
+
+mod handlers;
+mod messages;
+mod screen_job;
+mod shared;
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use actix::prelude::*;
+use bytes::Bytes;
+use portable_pty::MasterPty;
+use termesh_transport::{EventKind, SessionStatus};
+use tokio::sync::oneshot;
+
+pub use messages::*;
+pub use shared::{now_ms, Meta, SessionShared};
+
+use crate::credit::Credit;
+use crate::metrics::Metrics;
+use crate::modes::ModeTracker;
+use crate::pty::{self, ExitInfo, Pty, PtyEvent};
+use crate::ring::Ring;
+use crate::screen::{ResizeMark, ScreenModel};
+use screen_job::Job;
+
+/// How long a session waits for reader EOF after the program exited
+/// (a background process may hold the terminal open forever).
+const EOF_GRACE: Duration = Duration::from_secs(2);
+
+/// Told to the registry whenever what `list` shows changes (not per frame).
+#[derive(Message, Debug, Clone)]
+#[rtype(result = "()")]
+pub struct SessionChanged {
+    pub id: Arc<str>,
+}
+
+/// Settings a session reads from the node config.
+#[derive(Debug, Clone)]
+pub struct SessionSettings {
+    pub ring_bytes: usize,
+    pub ring_frames: usize,
+    pub kill_grace: Duration,
+}
+
+pub struct SessionActor {
+    id: Arc<str>,
+    shared: Arc<SessionShared>,
+    settings: SessionSettings,
+    metrics: Arc<Metrics>,
+    changed: Recipient<SessionChanged>,
+    pid: i32,
+    master: Arc<Mutex<Box<dyn MasterPty + Send>>>,
+    /// Taken by `started` to become the actor's stream.
+    events: Option<tokio::sync::mpsc::Receiver<PtyEvent>>,
+    ring: Ring,
+    modes: ModeTracker,
+    subs: HashMap<SubId, Subscriber>,
+    size: (u16, u16),
+    initial_size: (u16, u16),
+    /// Resizes inside or just before the ring, for rebuilding the screen.
+    marks: Vec<ResizeMark>,
+    next_mark: u64,
+    /// The cached model; `None` while a job has it.
+    model: Option<Box<ScreenModel>>,
+    job_running: bool,
+    waiting: Vec<(ScreenWant, ScreenTo)>,
+    exit: Option<ExitInfo>,
+    eof: bool,
+    finished: bool,
+}
+
+struct Subscriber {
+    sink: Recipient<Deliver>,
+    credit: Credit,
+    /// Bumped when a re-subscribe replaces the subscription, so a snapshot
+    /// computed for the old one is not delivered to the new one.
+    generation: u64,
+    /// Waiting for a snapshot before output resumes.
+    awaiting_snapshot: bool,
+    /// Credit still outstanding from before a resync: the client may still
+    /// ack those frames; cleared by an ack at or past the snapshot.
+    prior: Option<(u64, Credit)>,
+}
+
+enum ScreenTo {
+    Sub { sub: SubId, generation: u64 },
+    Reply(oneshot::Sender<ScreenResult>),
+}
+
+impl SessionActor {
+    pub fn new(
+        shared: Arc<SessionShared>,
+        pty: Pty,
+        size: (u16, u16),
+        settings: SessionSettings,
+        metrics: Arc<Metrics>,
+        changed: Recipient<SessionChanged>,
+    ) -> Self {
+        SessionActor {
+            id: shared.id.clone(),
+            shared,
+            ring: Ring::new(settings.ring_bytes, settings.ring_frames),
+            settings,
+            metrics,
+            changed,
+            pid: pty.pid,
+            master: pty.master,
+            events: Some(pty.events),
+            modes: ModeTracker::default(),
+            subs: HashMap::new(),
+            size,
+            initial_size: size,
+            marks: Vec::new(),
+            next_mark: 1,
+            model: None,
+            job_running: false,
+            waiting: Vec::new(),
+            exit: None,
+            eof: false,
+            finished: false,
+        }
+    }
+
+    fn deliver(&self, sub: SubId, sink: &Recipient<Deliver>, item: Delivery) {
+        sink.do_send(Deliver {
+            sub,
+            session: self.id.clone(),
+            item,
+        });
+    }
+
+    fn broadcast(&self, item: Delivery) {
+        for (id, sub) in &self.subs {
+            self.deliver(*id, &sub.sink, item.clone());
+        }
+    }
+
+    fn notify_changed(&self) {
+        self.changed.do_send(SessionChanged { id: self.id.clone() });
+    }
+
+    fn on_output(&mut self, data: Bytes, ctx: &mut Context<Self>) {
+        self.modes.feed(&data);
+        let frame = self.ring.push(data);
+        self.shared.last_seq.store(frame.seq, Ordering::Relaxed);
+        self.shared.last_output_ms.store(now_ms(), Ordering::Relaxed);
+        self.shared.at_prompt.store(self.modes.at_prompt(), Ordering::Relaxed);
+        let ids: Vec<SubId> = self.subs.keys().copied().collect();
+        for id in ids {
+            self.pump(id, ctx);
+        }
+    }
+
+    /// Sends a subscriber what its credit allows; starts a resync when the
+    /// next frame it needs has left the ring and its window has room.
+    fn pump(&mut self, id: SubId, ctx: &mut Context<Self>) {
+        let Some(sub) = self.subs.get_mut(&id) else {
+            return;
+        };
+        if sub.awaiting_snapshot {
+            return;
+        }
+        let prior = sub.prior.as_ref().map_or(0, |(_, c)| c.in_flight());
+        let mut sent_bytes = 0u64;
+        let mut sent_frames = 0u64;
+        loop {
+            let next = sub.credit.sent_seq() + 1;
+            if next > self.ring.last_seq() {
+                break;
+            }
+            let Some(frame) = self.ring.get(next) else {
+                // The gap left the replay window.
+                if sub.credit.in_flight() + prior < sub.credit.window() {
+                    sub.awaiting_snapshot = true;
+                    let generation = sub.generation;
+                    let sink = sub.sink.clone();
+                    let last_seq = self.ring.last_seq();
+                    Metrics::add(&self.metrics.resyncs, 1);
+                    self.deliver(id, &sink, Delivery::ResyncRequired { last_seq });
+                    self.request_screen(
+                        ScreenWant::Snapshot { scrollback: 0 },
+                        ScreenTo::Sub { sub: id, generation },
+                        ctx,
+                    );
+                }
+                break;
+            };
+            let in_flight = sub.credit.in_flight() + prior;
+            let len = frame.data.len() as u64;
+            if !(in_flight == 0 || in_flight + len <= sub.credit.window()) {
+                break;
+            }
+            sub.credit.on_sent(frame);
+            sent_bytes += len;
+            sent_frames += 1;
+            sub.sink.do_send(Deliver {
+                sub: id,
+                session: self.id.clone(),
+                item: Delivery::Output(frame.clone()),
+            });
+        }
+        Metrics::add(&self.metrics.bytes_out, sent_bytes);
+        Metrics::add(&self.metrics.frames_out, sent_frames);
+    }
+
+    fn request_screen(&mut self, want: ScreenWant, to: ScreenTo, ctx: &mut Context<Self>) {
+        self.waiting.push((want, to));
+        self.start_job(ctx);
+    }
+
+    fn start_job(&mut self, ctx: &mut Context<Self>) {
+        if self.job_running || self.waiting.is_empty() {
+            return;
+        }
+        let wants: Vec<ScreenWant> = self.waiting.iter().map(|(w, _)| *w).collect();
+        let targets: Vec<ScreenTo> = self.waiting.drain(..).map(|(_, t)| t).collect();
+        let job = Job::prepare(
+            self.model.take(),
+            &self.ring,
+            &self.marks,
+            self.initial_size,
+            self.modes.restore_sequence(),
+            wants,
+        );
+        self.job_running = true;
+        Metrics::add(&self.metrics.snapshots, 1);
+        let work = actix_rt::task::spawn_blocking(move || job.run());
+        // Not `ctx.wait`: the actor keeps serving output and acks while the
+        // screen is computed.
+        let fut = async move { work.await }.into_actor(self).map(move |done, act, ctx| {
+            act.job_running = false;
+            match done {
+                Ok(done) => {
+                    act.model = Some(done.model);
+                    for (target, result) in targets.into_iter().zip(done.results) {
+                        act.finish_screen(target, result, ctx);
+                    }
+                }
+                Err(e) => tracing::error!(session = %act.id, "screen job failed: {e}"),
+            }
+            act.start_job(ctx);
+        });
+        ctx.spawn(fut);
+    }
+
+    fn finish_screen(&mut self, target: ScreenTo, result: ScreenResult, ctx: &mut Context<Self>) {
+        match target {
+            ScreenTo::Reply(reply) => {
+                let _ = reply.send(result);
+            }
+            ScreenTo::Sub { sub: id, generation } => {
+                let Some(sub) = self.subs.get_mut(&id) else {
+                    return;
+                };
+                if sub.generation != generation || !sub.awaiting_snapshot {
+                    return;
+                }
+                // Output must continue at seq + 1: if that left the ring
+                // while the snapshot was computed, compute a newer one.
+                let Some(offset) = self.ring.offset_after(result.seq) else {
+                    let want = ScreenWant::Snapshot { scrollback: 0 };
+                    self.request_screen(want, ScreenTo::Sub { sub: id, generation }, ctx);
+                    return;
+                };
+                let ScreenOut::Snapshot(data) = result.out else {
+                    return;
+                };
+                if sub.credit.sent_seq() > 0 || sub.credit.in_flight() > 0 {
+                    let fresh = Credit::new(sub.credit.window(), result.seq, offset);
+                    let old = std::mem::replace(&mut sub.credit, fresh);
+                    if old.in_flight() > 0 {
+                        sub.prior = Some((result.seq, old));
+                    }
+                } else {
+                    sub.credit.reset_to(result.seq, offset);
+                }
+                sub.awaiting_snapshot = false;
+                let sink = sub.sink.clone();
+                self.deliver(
+                    id,
+                    &sink,
+                    Delivery::Snapshot {
+                        seq: result.seq,
+                        cols: result.cols,
+                        rows: result.rows,
+                        data,
+                    },
+                );
+                self.pump(id, ctx);
+            }
+        }
+    }
+
+    fn on_exit_or_eof(&mut self, ctx: &mut Context<Self>) {
+        if self.finished {
+            return;
+        }
+        match (self.exit, self.eof) {
+            (Some(_), true) => self.finish(),
+            (Some(_), false) => {
+                ctx.run_later(EOF_GRACE, |act, _| act.finish());
+            }
+            _ => {}
+        }
+    }
+
+    fn finish(&mut self) {
+        if self.finished {
+            return;
+        }
+        let exit = self.exit.unwrap_or(ExitInfo { code: 1, signal: None });
+        self.finished = true;
+        self.shared.exited.store(true, Ordering::Release);
+        self.shared.update(|m| {
+            m.status = SessionStatus::Exited;
+            m.exit_code = Some(exit.code);
+        });
+        tracing::info!(session = %self.id, code = exit.code, "session exited");
+        self.broadcast(Delivery::Event(EventKind::Exited {
+            exit_code: exit.code,
+            signal: exit.signal_name(),
+        }));
+        self.notify_changed();
+    }
+
+    fn set_viewers(&self) {
+        self.shared
+            .viewers
+            .store(self.subs.len() as u32, Ordering::Relaxed);
+    }
+}

@@ -11,3 +11,6 @@ pub mod session;
 pub mod create;
 pub mod error;
 pub mod registry;
+pub mod ops;
+pub mod connection;
+pub mod raw;

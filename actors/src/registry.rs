@@ -144,11 +144,12 @@ impl Registry {
                 break candidate.into();
             }
         };
+        let hook_key = uuid::Uuid::new_v4().simple().to_string();
         let mut env = spec.env.clone();
         env.insert("TERMESH_SESSION_ID".into(), id.to_string());
         env.insert(
             "TERMESH_HOOK_URL".into(),
-            format!("{}/api/v1/sessions/{id}/hook", self.config.http_base),
+            format!("{}/api/v1/sessions/{id}/hook?key={hook_key}", self.config.http_base),
         );
         let pty = pty::spawn(
             &SpawnSpec {
@@ -168,6 +169,7 @@ impl Registry {
             command: spec.command.clone(),
             cwd: spec.cwd.as_ref().map(|p| p.display().to_string()),
             created_at: now,
+            hook_key,
             last_seq: 0.into(),
             last_output_ms: now.into(),
             viewers: 0.into(),

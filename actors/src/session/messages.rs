@@ -134,6 +134,22 @@ pub enum ScreenOut {
     Text(Vec<String>),
 }
 
+impl ScreenOut {
+    pub fn into_snapshot(self) -> Option<Bytes> {
+        match self {
+            ScreenOut::Snapshot(data) => Some(data),
+            _ => None,
+        }
+    }
+
+    pub fn into_lines(self) -> Option<Vec<String>> {
+        match self {
+            ScreenOut::Lines(lines) | ScreenOut::Text(lines) => Some(lines),
+            ScreenOut::Snapshot(_) => None,
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct ScreenResult {
     pub seq: u64,

@@ -1,0 +1,81 @@
+//! What sessions and the registry send a connection, turned into frames.
+
+use actix::prelude::*;
+use actix_web_actors::ws::{CloseCode, CloseReason, WebsocketContext};
+use termesh_transport::{encode_output, ServerMsg};
+
+use super::ConnectionActor;
+use crate::registry::WatchEvent;
+use crate::session::{Deliver, Delivery};
+
+/// Close the connection with this code (node shutdown: 1001).
+#[derive(Message, Debug, Clone, Copy)]
+#[rtype(result = "()")]
+pub struct CloseConnection {
+    pub code: u16,
+}
+
+impl Handler<Deliver> for ConnectionActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: Deliver, ctx: &mut WebsocketContext<Self>) {
+        let Some(sub) = self.subs.get_mut(&*msg.session) else {
+            return;
+        };
+        if sub.id != msg.sub {
+            return;
+        }
+        let session = msg.session.to_string();
+        let out = match msg.item {
+            Delivery::Subscribed { id, last_seq, oldest_seq, cols, rows } => {
+                sub.awaiting = false;
+                ServerMsg::Subscribed { id, session, last_seq, oldest_seq, cols, rows }
+            }
+            // Left over from a subscription that a re-subscribe replaced.
+            Delivery::Output(_) | Delivery::Snapshot { .. } | Delivery::ResyncRequired { .. } if sub.awaiting => return,
+            Delivery::Output(frame) => {
+                ctx.binary(encode_output(&session, frame.seq, &frame.data));
+                return;
+            }
+            Delivery::Snapshot { seq, cols, rows, data } => ServerMsg::Snapshot {
+                id: None,
+                session,
+                seq,
+                cols,
+                rows,
+                data: data.to_vec(),
+            },
+            Delivery::ResyncRequired { last_seq } => ServerMsg::ResyncRequired { session, last_seq },
+            Delivery::Event(event) => ServerMsg::Event { session, event },
+            Delivery::Closed => {
+                self.subs.remove(&*msg.session);
+                return;
+            }
+        };
+        self.send(ctx, &out);
+    }
+}
+
+impl Handler<WatchEvent> for ConnectionActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: WatchEvent, ctx: &mut WebsocketContext<Self>) {
+        let out = match msg {
+            WatchEvent::Changed(session) => ServerMsg::SessionChanged { session },
+            WatchEvent::Removed(session) => ServerMsg::SessionRemoved { session },
+        };
+        self.send(ctx, &out);
+    }
+}
+
+impl Handler<CloseConnection> for ConnectionActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: CloseConnection, ctx: &mut WebsocketContext<Self>) {
+        ctx.close(Some(CloseReason {
+            code: CloseCode::from(msg.code),
+            description: Some("node shutting down".into()),
+        }));
+        ctx.stop();
+    }
+}

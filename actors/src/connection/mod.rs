@@ -1,0 +1,288 @@
+//! `ConnectionActor`: one per client WebSocket (`/ws`). Decodes frames,
+//! enforces authentication and roles, routes requests, and encodes what
+//! sessions deliver. It keeps no session state beyond its subscriptions.
+//!
+//! Slow consumers: output reaches this actor only within the subscription's
+//! credit window, so its mailbox and the socket's write buffer together hold
+//! at most the sum of its windows; a client that stops reading stops
+//! receiving, and TCP_USER_TIMEOUT (set on the listener) reaps a dead peer.
+
+mod deliver;
+mod requests;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use actix::prelude::*;
+use actix_web_actors::ws::{self, CloseCode, CloseReason};
+use bytes::{Bytes, BytesMut};
+use termesh_config::Role;
+use termesh_transport::{encode_server, ErrorCode, ServerMsg, MAX_INBOUND_FRAME, PROTO_VERSION};
+
+use crate::error::ApiError;
+use crate::metrics::Metrics;
+use crate::ops::NodeCtx;
+use crate::registry::{SessionHandle, Unwatch};
+use crate::session::{SubId, Unsubscribe};
+
+pub use deliver::CloseConnection;
+
+/// Close code for "not authenticated in time".
+pub const CLOSE_UNAUTHENTICATED: u16 = 4401;
+
+static NEXT_CONN_ID: AtomicU64 = AtomicU64::new(1);
+
+/// Open connections, so node shutdown can close each with 1001.
+#[derive(Clone, Default)]
+pub struct Connections(Arc<Mutex<HashMap<u64, Recipient<CloseConnection>>>>);
+
+impl std::fmt::Debug for Connections {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Connections")
+    }
+}
+
+impl Connections {
+    pub fn add(&self, id: u64, sink: Recipient<CloseConnection>) {
+        if let Ok(mut map) = self.0.lock() {
+            map.insert(id, sink);
+        }
+    }
+
+    pub fn remove(&self, id: u64) {
+        if let Ok(mut map) = self.0.lock() {
+            map.remove(&id);
+        }
+    }
+
+    /// Asks every open connection to close with `code`; returns how many.
+    pub fn close_all(&self, code: u16) -> usize {
+        let sinks: Vec<_> = self.0.lock().map(|m| m.values().cloned().collect()).unwrap_or_default();
+        for sink in &sinks {
+            sink.do_send(CloseConnection { code });
+        }
+        sinks.len()
+    }
+
+    pub fn next_id() -> u64 {
+        NEXT_CONN_ID.fetch_add(1, Ordering::Relaxed)
+    }
+}
+
+/// One subscription of this connection.
+struct Sub {
+    id: SubId,
+    handle: SessionHandle,
+    /// Until the session's `subscribed` for the latest request arrives,
+    /// deliveries are leftovers of a replaced subscription and are dropped.
+    awaiting: bool,
+}
+
+pub struct ConnectionActor {
+    id: u64,
+    node: NodeCtx,
+    connections: Connections,
+    /// `None` until authenticated.
+    role: Option<Role>,
+    subs: HashMap<Arc<str>, Sub>,
+    watching: bool,
+    /// Last sign of life from the client (any frame, pong included).
+    last_heard: Instant,
+    stale: bool,
+    /// A fragmented message being assembled (bounded by the frame limit).
+    partial: Option<(bool, BytesMut)>,
+}
+
+impl ConnectionActor {
+    /// `role` is what the upgrade request's token granted, if any.
+    pub fn new(node: NodeCtx, connections: Connections, role: Option<Role>) -> Self {
+        let role = if node.tokens.is_empty() { Some(Role::Admin) } else { role };
+        ConnectionActor {
+            id: Connections::next_id(),
+            node,
+            connections,
+            role,
+            subs: HashMap::new(),
+            watching: false,
+            last_heard: Instant::now(),
+            stale: false,
+            partial: None,
+        }
+    }
+
+    fn send(&self, ctx: &mut ws::WebsocketContext<Self>, msg: &ServerMsg) {
+        ctx.binary(encode_server(msg));
+    }
+
+    fn send_error(
+        &self,
+        ctx: &mut ws::WebsocketContext<Self>,
+        id: Option<u64>,
+        session: Option<String>,
+        err: ApiError,
+    ) {
+        self.send(
+            ctx,
+            &ServerMsg::Error {
+                id,
+                session,
+                code: err.code,
+                message: err.message,
+            },
+        );
+    }
+
+    fn heard(&mut self) {
+        self.last_heard = Instant::now();
+        if self.stale {
+            self.stale = false;
+            tracing::info!(conn = self.id, "connection answered again; no longer stale");
+        }
+    }
+
+    /// Pings, marks staleness (never a teardown), reaps an idle connection
+    /// with no subscription, and closes one not authenticated in time.
+    fn start_timers(&self, ctx: &mut ws::WebsocketContext<Self>) {
+        let ws = self.node.ws.clone();
+        ctx.run_interval(ws.ping_interval, move |act, ctx| {
+            ctx.ping(b"");
+            let silent = act.last_heard.elapsed();
+            if silent > ws.stale_after && !act.stale {
+                act.stale = true;
+                Metrics::add(&act.node.metrics.stale_episodes, 1);
+                tracing::warn!(conn = act.id, silent_ms = silent.as_millis() as u64, "connection stale (late pongs)");
+            }
+            if act.subs.is_empty() && silent > ws.reap_after {
+                tracing::info!(conn = act.id, "closing idle connection with no subscription");
+                ctx.close(Some(CloseReason {
+                    code: CloseCode::Normal,
+                    description: Some("idle".into()),
+                }));
+                ctx.stop();
+            }
+        });
+        if self.role.is_none() {
+            ctx.run_later(ws.auth_timeout, |act, ctx| {
+                if act.role.is_none() {
+                    ctx.close(Some(CloseReason {
+                        code: CloseCode::Other(CLOSE_UNAUTHENTICATED),
+                        description: Some("not authenticated in time".into()),
+                    }));
+                    ctx.stop();
+                }
+            });
+        }
+    }
+
+    fn on_message(&mut self, data: &[u8], ctx: &mut ws::WebsocketContext<Self>) {
+        match termesh_transport::decode_client(data) {
+            Ok(msg) => self.dispatch(msg, ctx),
+            Err(e) => {
+                Metrics::add(&self.node.metrics.bad_frames, 1);
+                self.send_error(ctx, e.id, e.session, ApiError::new(e.code, e.message));
+            }
+        }
+    }
+
+    fn bad_frame(&mut self, ctx: &mut ws::WebsocketContext<Self>, message: &str) {
+        Metrics::add(&self.node.metrics.bad_frames, 1);
+        self.send_error(ctx, None, None, ApiError::new(ErrorCode::BadFrame, message));
+    }
+
+    fn too_big(&mut self, ctx: &mut ws::WebsocketContext<Self>) {
+        ctx.close(Some(CloseReason {
+            code: CloseCode::Size,
+            description: Some(format!("frames are limited to {MAX_INBOUND_FRAME} bytes")),
+        }));
+        ctx.stop();
+    }
+}
+
+impl Actor for ConnectionActor {
+    type Context = ws::WebsocketContext<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        Metrics::gauge(&self.node.metrics.connections, 1);
+        self.connections.add(self.id, ctx.address().recipient());
+        self.send(
+            ctx,
+            &ServerMsg::Welcome {
+                proto: PROTO_VERSION,
+                node: self.node.node.clone(),
+                version: self.node.version.to_string(),
+                ping_interval_ms: self.node.ws.ping_interval.as_millis() as u64,
+                auth_required: !self.node.tokens.is_empty(),
+            },
+        );
+        self.start_timers(ctx);
+    }
+
+    fn stopped(&mut self, _: &mut Self::Context) {
+        Metrics::gauge(&self.node.metrics.connections, -1);
+        self.connections.remove(self.id);
+        for (_, sub) in self.subs.drain() {
+            sub.handle.addr.do_send(Unsubscribe { sub: sub.id });
+        }
+        if self.watching {
+            self.node.registry.do_send(Unwatch { conn: self.id });
+        }
+    }
+}
+
+impl StreamHandler<Result<ws::Message, ws::ProtocolError>> for ConnectionActor {
+    fn handle(&mut self, item: Result<ws::Message, ws::ProtocolError>, ctx: &mut Self::Context) {
+        let msg = match item {
+            Ok(msg) => msg,
+            Err(ws::ProtocolError::Overflow) => return self.too_big(ctx),
+            Err(e) => {
+                tracing::debug!(conn = self.id, "websocket protocol error: {e}");
+                ctx.stop();
+                return;
+            }
+        };
+        self.heard();
+        match msg {
+            ws::Message::Binary(data) => self.on_message(&data, ctx),
+            ws::Message::Text(_) => self.bad_frame(ctx, "text frames are not part of the protocol; send binary MessagePack"),
+            ws::Message::Ping(p) => ctx.pong(&p),
+            ws::Message::Pong(_) | ws::Message::Nop => {}
+            ws::Message::Close(reason) => {
+                ctx.close(reason);
+                ctx.stop();
+            }
+            ws::Message::Continuation(item) => self.on_fragment(item, ctx),
+        }
+    }
+}
+
+impl ConnectionActor {
+    fn on_fragment(&mut self, item: actix_http::ws::Item, ctx: &mut ws::WebsocketContext<Self>) {
+        let (binary, chunk, last) = match item {
+            actix_http::ws::Item::FirstText(b) => (Some(false), b, false),
+            actix_http::ws::Item::FirstBinary(b) => (Some(true), b, false),
+            actix_http::ws::Item::Continue(b) => (None, b, false),
+            actix_http::ws::Item::Last(b) => (None, b, true),
+        };
+        if let Some(binary) = binary {
+            self.partial = Some((binary, BytesMut::new()));
+        }
+        let Some((_, buf)) = self.partial.as_mut() else {
+            return self.bad_frame(ctx, "continuation frame without a first frame");
+        };
+        if buf.len() + chunk.len() > MAX_INBOUND_FRAME {
+            return self.too_big(ctx);
+        }
+        buf.extend_from_slice(&chunk);
+        if last {
+            let (binary, buf) = self.partial.take().expect("checked above");
+            let data: Bytes = buf.freeze();
+            if binary {
+                self.on_message(&data, ctx);
+            } else {
+                self.bad_frame(ctx, "text frames are not part of the protocol; send binary MessagePack");
+            }
+        }
+    }
+}

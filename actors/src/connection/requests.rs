@@ -1,0 +1,214 @@
+//! Routing of each client request (PROTOCOL.md section 5) for one connection.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use actix::prelude::*;
+use actix_web_actors::ws::WebsocketContext;
+use bytes::Bytes;
+use termesh_config::Role;
+use termesh_transport::{ClientMsg, ErrorCode, ServerMsg, MAX_SCROLLBACK};
+
+use super::{ConnectionActor, Sub};
+use crate::error::ApiError;
+use crate::registry::{Watch, NEXT_SUB_ID};
+use crate::session::{Ack, ScreenWant, Subscribe, Unsubscribe};
+
+/// The least role a message needs (PROTOCOL.md section 2).
+pub fn required_role(msg: &ClientMsg) -> Role {
+    match msg {
+        ClientMsg::Auth { .. }
+        | ClientMsg::List { .. }
+        | ClientMsg::Watch { .. }
+        | ClientMsg::Subscribe { .. }
+        | ClientMsg::Unsubscribe { .. }
+        | ClientMsg::Ack { .. }
+        | ClientMsg::Screen { .. }
+        | ClientMsg::History { .. }
+        | ClientMsg::Ping { .. } => Role::Viewer,
+        ClientMsg::Create { .. }
+        | ClientMsg::Input { .. }
+        | ClientMsg::Resize { .. }
+        | ClientMsg::Kill { .. }
+        | ClientMsg::Rename { .. }
+        | ClientMsg::Tag { .. }
+        | ClientMsg::Remove { .. } => Role::Operator,
+    }
+}
+
+/// The request id and session a message names, for its error reply.
+fn ids(msg: &ClientMsg) -> (Option<u64>, Option<String>) {
+    match msg {
+        ClientMsg::Auth { id, .. } | ClientMsg::List { id } | ClientMsg::Watch { id } | ClientMsg::Create { id, .. } => {
+            (Some(*id), None)
+        }
+        ClientMsg::Subscribe { id, session, .. }
+        | ClientMsg::Screen { id, session, .. }
+        | ClientMsg::History { id, session, .. }
+        | ClientMsg::Kill { id, session, .. }
+        | ClientMsg::Rename { id, session, .. }
+        | ClientMsg::Tag { id, session, .. }
+        | ClientMsg::Remove { id, session, .. } => (Some(*id), Some(session.clone())),
+        ClientMsg::Unsubscribe { session }
+        | ClientMsg::Ack { session, .. }
+        | ClientMsg::Input { session, .. }
+        | ClientMsg::Resize { session, .. } => (None, Some(session.clone())),
+        ClientMsg::Ping { .. } => (None, None),
+    }
+}
+
+type Ctx = WebsocketContext<ConnectionActor>;
+
+impl ConnectionActor {
+    pub(super) fn dispatch(&mut self, msg: ClientMsg, ctx: &mut Ctx) {
+        let (id, session) = ids(&msg);
+        if let ClientMsg::Auth { id, token } = &msg {
+            match termesh_config::verify(&self.node.tokens, token) {
+                Some(role) => {
+                    self.role = Some(role);
+                    self.send(ctx, &ServerMsg::Ok { id: *id });
+                }
+                None => self.send_error(ctx, Some(*id), None, ApiError::new(ErrorCode::Unauthorized, "unknown token")),
+            }
+            return;
+        }
+        let Some(role) = self.role else {
+            let err = ApiError::new(ErrorCode::Unauthorized, "authenticate first (auth message, bearer header or ?token=)");
+            return self.send_error(ctx, id, session, err);
+        };
+        let needed = required_role(&msg);
+        if role < needed {
+            let err = ApiError::new(
+                ErrorCode::Forbidden,
+                format!("`{}` needs the {} role; this token is {}", msg.kind(), needed.as_str(), role.as_str()),
+            );
+            return self.send_error(ctx, id, session, err);
+        }
+        if let Err(err) = self.route(msg, ctx) {
+            self.send_error(ctx, id, session, err);
+        }
+    }
+
+    fn route(&mut self, msg: ClientMsg, ctx: &mut Ctx) -> Result<(), ApiError> {
+        match msg {
+            // Answered by `dispatch` before routing.
+            ClientMsg::Auth { .. } => {}
+            ClientMsg::Ping { nonce } => self.send(ctx, &ServerMsg::Pong { nonce }),
+            ClientMsg::List { id } => {
+                let sessions = self.node.dir.list();
+                self.send(ctx, &ServerMsg::Sessions { id, sessions });
+            }
+            ClientMsg::Watch { id } => {
+                if !self.watching {
+                    self.watching = true;
+                    let sink = ctx.address().recipient();
+                    self.node.registry.do_send(Watch { conn: self.id, sink });
+                }
+                self.send(ctx, &ServerMsg::Ok { id });
+            }
+            ClientMsg::Create { id, req } => {
+                let node = self.node.clone();
+                let session = None;
+                self.reply_async(ctx, id, session, async move {
+                    node.create(req).await.map(|session| ServerMsg::Created { id, session })
+                });
+            }
+            ClientMsg::Subscribe { id, session, from_seq, window, scrollback } => {
+                let handle = self.node.session(&session)?;
+                let key: Arc<str> = handle.id.clone();
+                let existing = self.subs.get(&key).map(|s| s.id);
+                let sub_id = existing.unwrap_or_else(|| NEXT_SUB_ID.fetch_add(1, Ordering::Relaxed));
+                // A replacement discards what the old subscription still had
+                // in flight: nothing of it may follow the new `subscribed`.
+                let awaiting = existing.is_none() || from_seq.is_some();
+                let prior_awaiting = self.subs.get(&key).is_some_and(|s| s.awaiting);
+                self.subs.insert(
+                    key,
+                    Sub {
+                        id: sub_id,
+                        handle: handle.clone(),
+                        awaiting: awaiting || prior_awaiting,
+                    },
+                );
+                handle.addr.do_send(Subscribe {
+                    sub: sub_id,
+                    sink: ctx.address().recipient(),
+                    req_id: id,
+                    from_seq,
+                    window: self.node.window(window),
+                    scrollback: scrollback.unwrap_or(0).min(MAX_SCROLLBACK) as usize,
+                });
+            }
+            ClientMsg::Unsubscribe { session } => {
+                let sub = self.subs.remove(session.as_str()).ok_or_else(|| not_subscribed(&session))?;
+                sub.handle.addr.do_send(Unsubscribe { sub: sub.id });
+            }
+            ClientMsg::Ack { session, seq } => {
+                let sub = self.subs.get(session.as_str()).ok_or_else(|| not_subscribed(&session))?;
+                sub.handle.addr.do_send(Ack { sub: sub.id, seq });
+            }
+            ClientMsg::Input { session, data } => self.node.input(&session, Bytes::from(data))?,
+            ClientMsg::Resize { session, cols, rows } => self.node.resize(&session, cols, rows)?,
+            ClientMsg::Screen { id, session, scrollback } => {
+                let node = self.node.clone();
+                let scrollback = scrollback.unwrap_or(0) as usize;
+                self.reply_async(ctx, id, Some(session.clone()), async move {
+                    let r = node.screen(&session, ScreenWant::Snapshot { scrollback }).await?;
+                    let data = r.out.into_snapshot().map(|d| d.to_vec()).unwrap_or_default();
+                    Ok(ServerMsg::Snapshot { id: Some(id), session, seq: r.seq, cols: r.cols, rows: r.rows, data })
+                });
+            }
+            ClientMsg::History { id, session, limit } => {
+                let node = self.node.clone();
+                self.reply_async(ctx, id, Some(session.clone()), async move {
+                    match limit {
+                        Some(limit) => {
+                            let tail = node.raw_tail(&session, limit.min(usize::MAX as u64) as usize).await?;
+                            Ok(ServerMsg::History { id, session, seq: tail.last_seq, lines: None, data: Some(tail.data.to_vec()) })
+                        }
+                        None => {
+                            let r = node.screen(&session, ScreenWant::Lines { max: MAX_SCROLLBACK as usize }).await?;
+                            let lines = r.out.into_lines().unwrap_or_default();
+                            Ok(ServerMsg::History { id, session, seq: r.seq, lines: Some(lines), data: None })
+                        }
+                    }
+                });
+            }
+            ClientMsg::Kill { id, session, signal } => {
+                self.node.kill(&session, signal.as_deref())?;
+                self.send(ctx, &ServerMsg::Ok { id });
+            }
+            ClientMsg::Rename { id, session, name } => {
+                self.node.rename(&session, name)?;
+                self.send(ctx, &ServerMsg::Ok { id });
+            }
+            ClientMsg::Tag { id, session, tags } => {
+                self.node.tag(&session, tags)?;
+                self.send(ctx, &ServerMsg::Ok { id });
+            }
+            ClientMsg::Remove { id, session, purge: _ } => {
+                // Nothing is persisted yet, so purge has nothing more to wipe.
+                let node = self.node.clone();
+                self.reply_async(ctx, id, Some(session.clone()), async move {
+                    node.remove(&session).await.map(|_| ServerMsg::Ok { id })
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs `work` without blocking this connection and sends its reply.
+    fn reply_async<F>(&mut self, ctx: &mut Ctx, id: u64, session: Option<String>, work: F)
+    where
+        F: std::future::Future<Output = Result<ServerMsg, ApiError>> + 'static,
+    {
+        ctx.spawn(work.into_actor(self).map(move |result, act, ctx| match result {
+            Ok(msg) => act.send(ctx, &msg),
+            Err(err) => act.send_error(ctx, Some(id), session, err),
+        }));
+    }
+}
+
+fn not_subscribed(session: &str) -> ApiError {
+    ApiError::new(ErrorCode::NotFound, format!("this connection is not subscribed to `{session}`"))
+}

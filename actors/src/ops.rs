@@ -1,0 +1,161 @@
+//! Session operations shared by every front end (WebSocket, raw endpoint,
+//! REST): each checks its input and answers with an `ApiError` carrying the
+//! protocol's code.
+
+use std::sync::Arc;
+
+use actix::Addr;
+use bytes::Bytes;
+use termesh_transport::{CreateRequest, ErrorCode, SessionInfo, MAX_INPUT, MAX_SCROLLBACK};
+use tokio::sync::{mpsc::error::TrySendError, oneshot};
+
+use crate::create::{check_name, check_tags, size_field};
+use crate::error::ApiError;
+use crate::metrics::Metrics;
+use crate::pty::parse_signal;
+use crate::registry::{Create, Directory, Registry, Remove, SessionHandle};
+use crate::session::{GetScreen, Kill, RawTail, RawTailResult, Rename, Resize, ScreenResult, ScreenWant, SetPhase, Tag};
+
+/// What every front end needs to reach the node's sessions.
+#[derive(Clone)]
+pub struct NodeCtx {
+    pub node: String,
+    pub version: &'static str,
+    pub registry: Addr<Registry>,
+    pub dir: Directory,
+    pub metrics: Arc<Metrics>,
+    pub tokens: Arc<Vec<termesh_config::TokenEntry>>,
+    pub ws: termesh_config::WsConfig,
+    pub default_window: u64,
+    pub window_bounds: (u64, u64),
+}
+
+impl std::fmt::Debug for NodeCtx {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeCtx").field("node", &self.node).finish()
+    }
+}
+
+impl NodeCtx {
+    pub fn session(&self, id: &str) -> Result<SessionHandle, ApiError> {
+        self.dir.get(id).ok_or_else(|| ApiError::not_found(id))
+    }
+
+    pub fn running(&self, id: &str) -> Result<SessionHandle, ApiError> {
+        let handle = self.session(id)?;
+        if handle.shared.is_exited() {
+            return Err(ApiError::exited(id));
+        }
+        Ok(handle)
+    }
+
+    /// Writes to the program's input queue without waiting.
+    pub fn input(&self, id: &str, data: Bytes) -> Result<(), ApiError> {
+        if data.len() > MAX_INPUT {
+            return Err(ApiError::new(
+                ErrorCode::TooLarge,
+                format!("input of {} bytes is over the {MAX_INPUT}-byte limit", data.len()),
+            ));
+        }
+        let handle = self.running(id)?;
+        if data.is_empty() {
+            return Ok(());
+        }
+        handle.input.try_send(data).map_err(|e| match e {
+            TrySendError::Closed(_) => ApiError::exited(id),
+            TrySendError::Full(_) => ApiError::new(
+                ErrorCode::Internal,
+                format!("input queue of session `{id}` is full: its program is not reading input"),
+            ),
+        })
+    }
+
+    pub fn resize(&self, id: &str, cols: u64, rows: u64) -> Result<(), ApiError> {
+        let cols = size_field("cols", Some(cols), 0, 1000)?;
+        let rows = size_field("rows", Some(rows), 0, 500)?;
+        self.running(id)?.addr.do_send(Resize { cols, rows });
+        Ok(())
+    }
+
+    pub fn kill(&self, id: &str, signal: Option<&str>) -> Result<(), ApiError> {
+        let name = signal.unwrap_or("TERM");
+        let signal = parse_signal(name).ok_or_else(|| {
+            ApiError::bad_request(format!("`signal` {name:?}: must be \"TERM\", \"KILL\", \"HUP\" or \"INT\""))
+        })?;
+        self.session(id)?.addr.do_send(Kill { signal });
+        Ok(())
+    }
+
+    pub fn rename(&self, id: &str, name: String) -> Result<(), ApiError> {
+        check_name(&name)?;
+        self.session(id)?.addr.do_send(Rename { name });
+        Ok(())
+    }
+
+    pub fn tag(&self, id: &str, tags: Vec<String>) -> Result<(), ApiError> {
+        check_tags(&tags)?;
+        self.session(id)?.addr.do_send(Tag { tags });
+        Ok(())
+    }
+
+    pub fn set_phase(&self, id: &str, phase: &str) -> Result<(), ApiError> {
+        self.session(id)?.addr.do_send(SetPhase { phase: phase.into() });
+        Ok(())
+    }
+
+    /// The screen model's answer, computed off the session's thread.
+    pub async fn screen(&self, id: &str, want: ScreenWant) -> Result<ScreenResult, ApiError> {
+        let want = match want {
+            ScreenWant::Snapshot { scrollback } => ScreenWant::Snapshot {
+                scrollback: scrollback.min(MAX_SCROLLBACK as usize),
+            },
+            ScreenWant::Lines { max } => ScreenWant::Lines {
+                max: max.min(MAX_SCROLLBACK as usize),
+            },
+            other => other,
+        };
+        let handle = self.session(id)?;
+        let (reply, answer) = oneshot::channel();
+        handle
+            .addr
+            .try_send(GetScreen { want, reply })
+            .map_err(|_| gone(id))?;
+        answer.await.map_err(|_| gone(id))
+    }
+
+    /// The newest `limit` bytes of output held.
+    pub async fn raw_tail(&self, id: &str, limit: usize) -> Result<RawTailResult, ApiError> {
+        let handle = self.session(id)?;
+        handle.addr.send(RawTail { limit }).await.map_err(|_| gone(id))
+    }
+
+    pub async fn create(&self, req: CreateRequest) -> Result<SessionInfo, ApiError> {
+        self.registry
+            .send(Create(req))
+            .await
+            .map_err(|_| ApiError::new(ErrorCode::Internal, "the registry is not running"))?
+    }
+
+    pub async fn remove(&self, id: &str) -> Result<(), ApiError> {
+        // The registry's `Remove` kills a running session first.
+        self.registry
+            .send(Remove { id: id.to_string() })
+            .await
+            .map_err(|_| ApiError::new(ErrorCode::Internal, "the registry is not running"))?
+    }
+
+    /// Clamps a requested window to the protocol's bounds.
+    pub fn window(&self, requested: Option<u64>) -> u64 {
+        requested
+            .unwrap_or(self.default_window)
+            .clamp(self.window_bounds.0, self.window_bounds.1)
+    }
+
+    pub fn count(&self, counter: &std::sync::atomic::AtomicU64, n: u64) {
+        Metrics::add(counter, n);
+    }
+}
+
+fn gone(id: &str) -> ApiError {
+    ApiError::new(ErrorCode::NotFound, format!("session `{id}` went away"))
+}

@@ -1,0 +1,167 @@
+//! `RawActor`: the raw terminal endpoint (`/sessions/{id}/raw`, PROTOCOL.md
+//! section 11) for simple clients such as xterm.js's attach addon. It sends
+//! raw bytes (a snapshot, then live output) and writes what it receives to
+//! the PTY, except a JSON resize text frame.
+//!
+//! Flow control: the client cannot ack, so this actor acks each frame as it
+//! hands it to the socket. When the socket's write buffer is full the actor
+//! is not polled, so acks stop and the session stops sending: the window
+//! still bounds what a slow raw client pins. A raw client that falls out of
+//! the replay window is repainted (reset + fresh snapshot).
+
+use actix::prelude::*;
+use actix_web_actors::ws::{self, CloseCode, CloseReason};
+use bytes::{Bytes, BytesMut};
+use serde::Deserialize;
+use std::sync::atomic::Ordering;
+use termesh_config::Role;
+
+use crate::connection::{CloseConnection, Connections};
+use crate::ops::NodeCtx;
+use crate::registry::{SessionHandle, NEXT_SUB_ID};
+use crate::session::{Ack, Deliver, Delivery, SubId, Subscribe, Unsubscribe};
+
+/// Window of a raw subscription.
+const RAW_WINDOW: u64 = 256 * 1024;
+
+pub struct RawActor {
+    conn: u64,
+    node: NodeCtx,
+    connections: Connections,
+    handle: SessionHandle,
+    sub: SubId,
+    role: Role,
+    /// A resync is under way: the next snapshot repaints from a reset.
+    repaint: bool,
+}
+
+#[derive(Deserialize)]
+struct ResizeText {
+    #[serde(rename = "type")]
+    kind: String,
+    cols: u64,
+    rows: u64,
+}
+
+impl RawActor {
+    pub fn new(node: NodeCtx, connections: Connections, handle: SessionHandle, role: Role) -> Self {
+        RawActor {
+            conn: Connections::next_id(),
+            node,
+            connections,
+            handle,
+            sub: NEXT_SUB_ID.fetch_add(1, Ordering::Relaxed),
+            role,
+            repaint: false,
+        }
+    }
+
+    fn input(&self, data: Bytes) {
+        if self.role < Role::Operator {
+            return;
+        }
+        if let Err(e) = self.node.input(&self.handle.id, data) {
+            tracing::debug!(session = %self.handle.id, "raw input refused: {e}");
+        }
+    }
+
+    fn text(&self, text: &str) {
+        if let Ok(resize) = serde_json::from_str::<ResizeText>(text) {
+            if resize.kind == "resize" {
+                if self.role >= Role::Operator {
+                    let _ = self.node.resize(&self.handle.id, resize.cols, resize.rows);
+                }
+                return;
+            }
+        }
+        self.input(Bytes::copy_from_slice(text.as_bytes()));
+    }
+}
+
+impl Actor for RawActor {
+    type Context = ws::WebsocketContext<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        self.connections.add(self.conn, ctx.address().recipient());
+        self.handle.addr.do_send(Subscribe {
+            sub: self.sub,
+            sink: ctx.address().recipient(),
+            req_id: 0,
+            from_seq: None,
+            window: RAW_WINDOW,
+            scrollback: 0,
+        });
+        ctx.run_interval(self.node.ws.ping_interval, |_, ctx| ctx.ping(b""));
+    }
+
+    fn stopped(&mut self, _: &mut Self::Context) {
+        self.connections.remove(self.conn);
+        self.handle.addr.do_send(Unsubscribe { sub: self.sub });
+    }
+}
+
+impl Handler<Deliver> for RawActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: Deliver, ctx: &mut Self::Context) {
+        match msg.item {
+            Delivery::Output(frame) => {
+                ctx.binary(frame.data);
+                self.handle.addr.do_send(Ack { sub: self.sub, seq: frame.seq });
+            }
+            Delivery::Snapshot { data, .. } => {
+                if std::mem::take(&mut self.repaint) {
+                    let mut out = BytesMut::from(&b"\x1bc"[..]);
+                    out.extend_from_slice(&data);
+                    ctx.binary(out.freeze());
+                } else {
+                    ctx.binary(data);
+                }
+            }
+            Delivery::ResyncRequired { .. } => self.repaint = true,
+            Delivery::Closed => {
+                ctx.close(Some(CloseReason {
+                    code: CloseCode::Normal,
+                    description: Some("session removed".into()),
+                }));
+                ctx.stop();
+            }
+            Delivery::Subscribed { .. } | Delivery::Event(_) => {}
+        }
+    }
+}
+
+impl Handler<CloseConnection> for RawActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: CloseConnection, ctx: &mut Self::Context) {
+        ctx.close(Some(CloseReason {
+            code: CloseCode::from(msg.code),
+            description: Some("node shutting down".into()),
+        }));
+        ctx.stop();
+    }
+}
+
+impl StreamHandler<Result<ws::Message, ws::ProtocolError>> for RawActor {
+    fn handle(&mut self, item: Result<ws::Message, ws::ProtocolError>, ctx: &mut Self::Context) {
+        match item {
+            Ok(ws::Message::Binary(data)) => self.input(data),
+            Ok(ws::Message::Text(text)) => self.text(&text),
+            Ok(ws::Message::Ping(p)) => ctx.pong(&p),
+            Ok(ws::Message::Close(reason)) => {
+                ctx.close(reason);
+                ctx.stop();
+            }
+            Ok(ws::Message::Pong(_) | ws::Message::Nop | ws::Message::Continuation(_)) => {}
+            Err(ws::ProtocolError::Overflow) => {
+                ctx.close(Some(CloseReason {
+                    code: CloseCode::Size,
+                    description: None,
+                }));
+                ctx.stop();
+            }
+            Err(_) => ctx.stop(),
+        }
+    }
+}

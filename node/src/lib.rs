@@ -1,0 +1,6 @@
+//! termesh-node: the `termesh` binary's parts: the node server (HTTP,
+//! WebSocket, REST, wiring, shutdown) and the command-line clients.
+
+pub mod client;
+pub mod server;
+pub mod token;

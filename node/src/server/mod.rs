@@ -1,0 +1,227 @@
+//! The node server: binds the listener, starts the registry and the HTTP
+//! routes, and owns the one shutdown path (stop accepting, close client
+//! connections with 1001, stop sessions, exit).
+
+mod auth;
+mod listener;
+mod rest;
+mod ws;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::prelude::*;
+use actix_web::{web, App, HttpServer};
+use anyhow::Context;
+use termesh_actors::connection::Connections;
+use termesh_actors::create::CreateDefaults;
+use termesh_actors::metrics::Metrics;
+use termesh_actors::ops::NodeCtx;
+use termesh_actors::registry::{Directory, Registry, RegistryConfig, Shutdown};
+use termesh_actors::session::SessionSettings;
+use termesh_config::{defaults, Config, Role, TokenEntry};
+use tokio::sync::oneshot;
+
+pub use auth::presented_token;
+
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// Shared by every HTTP handler.
+#[derive(Clone)]
+pub struct AppState {
+    pub node: NodeCtx,
+    pub connections: Connections,
+}
+
+/// What a started node reports.
+#[derive(Debug, Clone)]
+pub struct Ready {
+    pub addr: SocketAddr,
+    /// The generated admin token, when none was configured.
+    pub admin_token: Option<String>,
+    pub token_file: Option<PathBuf>,
+}
+
+/// Adds a generated admin token when none is configured (saved in the data
+/// dir for local clients); returns it.
+pub fn ensure_admin_token(config: &mut Config) -> anyhow::Result<Option<(String, PathBuf, bool)>> {
+    if !config.auth.tokens.is_empty() {
+        return Ok(None);
+    }
+    let (token, created) = crate::token::load_or_create(&config.node.data_dir)?;
+    config.auth.tokens.push(TokenEntry {
+        name: Some("generated admin".into()),
+        hash: termesh_config::parse_token_hash(&termesh_config::hash_token(&token))
+            .map_err(anyhow::Error::msg)?,
+        role: Role::Admin,
+    });
+    Ok(Some((token, crate::token::token_path(&config.node.data_dir), created)))
+}
+
+/// Runs a node until `stop` fires (or SIGINT/SIGTERM when `signals`).
+/// `ready` is told the bound address once the node serves.
+pub fn run(
+    mut config: Config,
+    signals: bool,
+    stop: Option<oneshot::Receiver<()>>,
+    ready: impl FnOnce(Ready) + Send + 'static,
+) -> anyhow::Result<()> {
+    let generated = ensure_admin_token(&mut config)?;
+    let listener = listener::bind(config.http.listen)?;
+    let addr = listener.local_addr()?;
+    let system = actix_rt::System::new();
+    system.block_on(async move {
+        let metrics = Arc::new(Metrics::default());
+        let dir = Directory::default();
+        let registry = Registry::new(
+            RegistryConfig {
+                node: config.node.name.clone(),
+                defaults: CreateDefaults {
+                    command: config.session.command.clone(),
+                    cols: config.session.cols,
+                    rows: config.session.rows,
+                },
+                settings: SessionSettings {
+                    ring_bytes: config.session.ring_bytes,
+                    ring_frames: config.session.ring_frames,
+                    kill_grace: config.session.kill_grace,
+                },
+                max_sessions: config.session.max_sessions,
+                http_base: format!("http://{addr}"),
+            },
+            dir.clone(),
+            metrics.clone(),
+        )
+        .start();
+        let state = AppState {
+            node: NodeCtx {
+                node: config.node.name.clone(),
+                version: VERSION,
+                registry: registry.clone(),
+                dir,
+                metrics,
+                tokens: Arc::new(config.auth.tokens.clone()),
+                ws: config.ws.clone(),
+                default_window: config.session.default_window,
+                window_bounds: (defaults::WINDOW_MIN, defaults::WINDOW_MAX),
+            },
+            connections: Connections::default(),
+        };
+        let app_state = state.clone();
+        let server = HttpServer::new(move || {
+            App::new()
+                .app_data(web::Data::new(app_state.clone()))
+                .configure(ws::routes)
+                .configure(rest::routes)
+        })
+        .workers(2)
+        .disable_signals()
+        .shutdown_timeout(2)
+        .listen(listener)
+        .context("cannot serve on the listener")?
+        .run();
+        let server_handle = server.handle();
+        let serving = actix_rt::spawn(server);
+        tracing::info!(node = %config.node.name, %addr, "node serving");
+        ready(Ready {
+            addr,
+            admin_token: generated.as_ref().map(|(t, _, _)| t.clone()),
+            token_file: generated.map(|(_, p, _)| p),
+        });
+
+        wait_for_stop(signals, stop).await;
+        tracing::info!("shutting down");
+        // One place for shutdown: stop accepting, tell clients, stop sessions.
+        let closing = state.connections.close_all(1001);
+        let stopped = registry.send(Shutdown).await.unwrap_or(0);
+        tracing::info!(connections = closing, sessions = stopped, "closed connections and sessions");
+        // Give close frames a moment to flush before the workers stop.
+        actix_rt::time::sleep(Duration::from_millis(200)).await;
+        server_handle.stop(true).await;
+        let _ = serving.await;
+        anyhow::Ok(())
+    })?;
+    Ok(())
+}
+
+async fn wait_for_stop(signals: bool, stop: Option<oneshot::Receiver<()>>) {
+    let stop = async move {
+        match stop {
+            Some(rx) => {
+                let _ = rx.await;
+            }
+            None => std::future::pending::<()>().await,
+        }
+    };
+    if !signals {
+        return stop.await;
+    }
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(_) => return stop.await,
+    };
+    tokio::select! {
+        _ = stop => {}
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}
+
+/// A node running on its own thread (tests, benchmarks); stops on drop.
+pub struct NodeThread {
+    pub ready: Ready,
+    stop: Option<oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<anyhow::Result<()>>>,
+}
+
+impl NodeThread {
+    pub fn start(config: Config) -> anyhow::Result<NodeThread> {
+        let (stop_tx, stop_rx) = oneshot::channel();
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("termesh-node".into())
+            .spawn(move || {
+                run(config, false, Some(stop_rx), move |r| {
+                    let _ = ready_tx.send(r);
+                })
+            })?;
+        match ready_rx.recv_timeout(Duration::from_secs(30)) {
+            Ok(ready) => Ok(NodeThread {
+                ready,
+                stop: Some(stop_tx),
+                thread: Some(thread),
+            }),
+            Err(_) => {
+                let result = thread.join().map_err(|_| anyhow::anyhow!("node thread panicked"))?;
+                result.and(Err(anyhow::anyhow!("node did not start")))
+            }
+        }
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.ready.addr
+    }
+
+    /// Stops the node and waits for its shutdown to finish.
+    pub fn stop(mut self) -> anyhow::Result<()> {
+        self.shutdown()
+    }
+
+    fn shutdown(&mut self) -> anyhow::Result<()> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        match self.thread.take() {
+            Some(thread) => thread.join().map_err(|_| anyhow::anyhow!("node thread panicked"))?,
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for NodeThread {
+    fn drop(&mut self) {
+        let _ = self.shutdown();
+    }
+}

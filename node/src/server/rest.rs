@@ -1,0 +1,302 @@
+//! The REST API under `/api/v1` (PROTOCOL.md section 12, the parts that
+//! need neither storage nor peers), `/healthz` and `/metrics`. Every body
+//! is read with a bound and every error is `{"code", "message"}` JSON.
+
+use actix_web::{http::StatusCode, web, HttpRequest, HttpResponse};
+use bytes::{Bytes, BytesMut};
+use futures_util::StreamExt;
+use serde::Deserialize;
+use termesh_actors::error::ApiError;
+use termesh_actors::session::ScreenWant;
+use termesh_config::Role;
+use termesh_transport::{CreateRequest, ErrorCode, MAX_INPUT, MAX_SCROLLBACK};
+
+use super::auth::{error_response, require};
+use super::AppState;
+
+/// Largest JSON body accepted.
+const MAX_JSON: usize = 64 * 1024;
+/// Default and largest `logs?tail=`.
+const DEFAULT_TAIL: usize = 64 * 1024;
+const MAX_TAIL: usize = 64 << 20;
+
+pub fn routes(cfg: &mut web::ServiceConfig) {
+    cfg.route("/healthz", web::get().to(healthz))
+        .route("/metrics", web::get().to(metrics))
+        .service(
+            web::scope("/api/v1")
+                .route("/sessions", web::get().to(list))
+                .route("/sessions", web::post().to(create))
+                .route("/sessions/{id}", web::get().to(get_one))
+                .route("/sessions/{id}", web::delete().to(remove))
+                .route("/sessions/{id}/input", web::post().to(input))
+                .route("/sessions/{id}/resize", web::post().to(resize))
+                .route("/sessions/{id}/kill", web::post().to(kill))
+                .route("/sessions/{id}/logs", web::get().to(logs))
+                .route("/sessions/{id}/screen", web::get().to(screen))
+                .route("/sessions/{id}/history", web::get().to(history))
+                .route("/sessions/{id}/hook", web::post().to(hook))
+                .default_service(web::to(|| async {
+                    error_response(&ApiError::new(ErrorCode::NotFound, "no such API route"))
+                })),
+        );
+}
+
+type Result<T> = std::result::Result<T, ApiError>;
+
+fn respond(result: Result<HttpResponse>) -> HttpResponse {
+    result.unwrap_or_else(|e| error_response(&e))
+}
+
+async fn read_body(mut payload: web::Payload, limit: usize) -> Result<Bytes> {
+    let mut body = BytesMut::new();
+    while let Some(chunk) = payload.next().await {
+        let chunk = chunk.map_err(|e| ApiError::bad_request(format!("cannot read the body: {e}")))?;
+        if body.len() + chunk.len() > limit {
+            return Err(ApiError::new(
+                ErrorCode::TooLarge,
+                format!("the body is over the {limit}-byte limit"),
+            ));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body.freeze())
+}
+
+/// A JSON body; an empty body is `None`.
+async fn read_json<T: serde::de::DeserializeOwned>(payload: web::Payload) -> Result<Option<T>> {
+    let body = read_body(payload, MAX_JSON).await?;
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(None);
+    }
+    serde_json::from_slice(&body)
+        .map(Some)
+        .map_err(|e| ApiError::bad_request(format!("the body is not the expected JSON: {e}")))
+}
+
+async fn required_json<T: serde::de::DeserializeOwned>(payload: web::Payload) -> Result<T> {
+    read_json(payload)
+        .await?
+        .ok_or_else(|| ApiError::bad_request("this request needs a JSON body"))
+}
+
+fn query<T: serde::de::DeserializeOwned>(req: &HttpRequest) -> Result<T> {
+    web::Query::<T>::from_query(req.query_string())
+        .map(|q| q.into_inner())
+        .map_err(|e| ApiError::bad_request(format!("bad query string: {e}")))
+}
+
+async fn healthz() -> HttpResponse {
+    HttpResponse::Ok().content_type("text/plain").body("ok\n")
+}
+
+async fn metrics(state: web::Data<AppState>) -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("text/plain; version=0.0.4")
+        .body(state.node.metrics.render(&state.node.node))
+}
+
+async fn list(req: HttpRequest, state: web::Data<AppState>) -> HttpResponse {
+    respond((|| {
+        require(&req, &state.node.tokens, Role::Viewer)?;
+        Ok(HttpResponse::Ok().json(state.node.dir.list()))
+    })())
+}
+
+async fn create(req: HttpRequest, payload: web::Payload, state: web::Data<AppState>) -> HttpResponse {
+    respond(
+        async {
+            require(&req, &state.node.tokens, Role::Operator)?;
+            let body: CreateRequest = read_json(payload).await?.unwrap_or_default();
+            let info = state.node.create(body).await?;
+            Ok(HttpResponse::Created().json(info))
+        }
+        .await,
+    )
+}
+
+async fn get_one(req: HttpRequest, path: web::Path<String>, state: web::Data<AppState>) -> HttpResponse {
+    respond((|| {
+        require(&req, &state.node.tokens, Role::Viewer)?;
+        Ok(HttpResponse::Ok().json(state.node.session(&path)?.shared.info()))
+    })())
+}
+
+#[derive(Deserialize)]
+struct RemoveQuery {
+    #[serde(default)]
+    purge: bool,
+}
+
+async fn remove(req: HttpRequest, path: web::Path<String>, state: web::Data<AppState>) -> HttpResponse {
+    respond(
+        async {
+            require(&req, &state.node.tokens, Role::Operator)?;
+            // Nothing is persisted yet: purge has nothing more to wipe.
+            let _purge = query::<RemoveQuery>(&req)?.purge;
+            state.node.remove(&path).await?;
+            Ok(HttpResponse::NoContent().finish())
+        }
+        .await,
+    )
+}
+
+async fn input(req: HttpRequest, path: web::Path<String>, payload: web::Payload, state: web::Data<AppState>) -> HttpResponse {
+    respond(
+        async {
+            require(&req, &state.node.tokens, Role::Operator)?;
+            state.node.session(&path)?;
+            let body = read_body(payload, MAX_INPUT).await?;
+            state.node.input(&path, body)?;
+            Ok(HttpResponse::NoContent().finish())
+        }
+        .await,
+    )
+}
+
+#[derive(Deserialize)]
+struct ResizeBody {
+    cols: u64,
+    rows: u64,
+}
+
+async fn resize(req: HttpRequest, path: web::Path<String>, payload: web::Payload, state: web::Data<AppState>) -> HttpResponse {
+    respond(
+        async {
+            require(&req, &state.node.tokens, Role::Operator)?;
+            let body: ResizeBody = required_json(payload).await?;
+            state.node.resize(&path, body.cols, body.rows)?;
+            Ok(HttpResponse::NoContent().finish())
+        }
+        .await,
+    )
+}
+
+#[derive(Deserialize, Default)]
+struct KillBody {
+    signal: Option<String>,
+}
+
+async fn kill(req: HttpRequest, path: web::Path<String>, payload: web::Payload, state: web::Data<AppState>) -> HttpResponse {
+    respond(
+        async {
+            require(&req, &state.node.tokens, Role::Operator)?;
+            let body: KillBody = read_json(payload).await?.unwrap_or_default();
+            state.node.kill(&path, body.signal.as_deref())?;
+            Ok(HttpResponse::NoContent().finish())
+        }
+        .await,
+    )
+}
+
+#[derive(Deserialize)]
+struct LogsQuery {
+    tail: Option<usize>,
+}
+
+async fn logs(req: HttpRequest, path: web::Path<String>, state: web::Data<AppState>) -> HttpResponse {
+    respond(
+        async {
+            require(&req, &state.node.tokens, Role::Viewer)?;
+            let tail = query::<LogsQuery>(&req)?.tail.unwrap_or(DEFAULT_TAIL).min(MAX_TAIL);
+            let result = state.node.raw_tail(&path, tail).await?;
+            Ok(HttpResponse::Ok()
+                .content_type("text/plain; charset=utf-8")
+                .insert_header(("X-Termesh-Seq", result.last_seq.to_string()))
+                .body(String::from_utf8_lossy(&result.data).into_owned()))
+        }
+        .await,
+    )
+}
+
+#[derive(Deserialize)]
+struct ScreenQuery {
+    format: Option<String>,
+    scrollback: Option<usize>,
+}
+
+async fn screen(req: HttpRequest, path: web::Path<String>, state: web::Data<AppState>) -> HttpResponse {
+    respond(
+        async {
+            require(&req, &state.node.tokens, Role::Viewer)?;
+            let q: ScreenQuery = query(&req)?;
+            match q.format.as_deref() {
+                Some("text") => {
+                    let r = state.node.screen(&path, ScreenWant::Text).await?;
+                    let rows = r.out.into_lines().ok_or_else(mismatch)?;
+                    Ok(HttpResponse::Ok().content_type("text/plain; charset=utf-8").body(rows.join("\n") + "\n"))
+                }
+                None | Some("json") => {
+                    let scrollback = q.scrollback.unwrap_or(0);
+                    let r = state.node.screen(&path, ScreenWant::Snapshot { scrollback }).await?;
+                    let data = r.out.into_snapshot().ok_or_else(mismatch)?;
+                    Ok(HttpResponse::Ok().json(serde_json::json!({
+                        "seq": r.seq,
+                        "cols": r.cols,
+                        "rows": r.rows,
+                        "data": String::from_utf8_lossy(&data),
+                    })))
+                }
+                Some(other) => Err(ApiError::bad_request(format!("`format` {other:?}: use \"text\" or \"json\""))),
+            }
+        }
+        .await,
+    )
+}
+
+async fn history(req: HttpRequest, path: web::Path<String>, state: web::Data<AppState>) -> HttpResponse {
+    respond(
+        async {
+            require(&req, &state.node.tokens, Role::Viewer)?;
+            let r = state
+                .node
+                .screen(&path, ScreenWant::Lines { max: MAX_SCROLLBACK as usize })
+                .await?;
+            let lines = r.out.into_lines().ok_or_else(mismatch)?;
+            Ok(HttpResponse::Ok().json(serde_json::json!({ "seq": r.seq, "lines": lines })))
+        }
+        .await,
+    )
+}
+
+#[derive(Deserialize)]
+struct HookQuery {
+    key: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct HookBody {
+    hook_event_name: String,
+}
+
+/// Agent CLI lifecycle hooks set the session's phase. The program inside
+/// the session authenticates with the key in its `TERMESH_HOOK_URL`.
+async fn hook(req: HttpRequest, path: web::Path<String>, payload: web::Payload, state: web::Data<AppState>) -> HttpResponse {
+    respond(
+        async {
+            let handle = state.node.session(&path)?;
+            let key: HookQuery = query(&req)?;
+            if key.key.as_deref() != Some(handle.shared.hook_key.as_str()) {
+                require(&req, &state.node.tokens, Role::Operator)?;
+            }
+            let body: HookBody = required_json(payload).await?;
+            let phase = match body.hook_event_name.as_str() {
+                "UserPromptSubmit" => Some("running"),
+                "Stop" => Some("waiting"),
+                "StopFailure" => Some("failed"),
+                "SessionEnd" => Some("completed"),
+                _ => None,
+            };
+            if let Some(phase) = phase {
+                state.node.set_phase(&path, phase)?;
+            }
+            Ok(HttpResponse::build(StatusCode::NO_CONTENT).finish())
+        }
+        .await,
+    )
+}
+
+/// Each screen request kind is answered with its own output kind.
+fn mismatch() -> ApiError {
+    ApiError::new(ErrorCode::Internal, "the screen model answered the wrong kind")
+}

@@ -1,0 +1,55 @@
+//! WebSocket upgrades: `/ws` (the client protocol) and
+//! `/sessions/{id}/raw` (raw terminal bytes).
+
+use actix_web::{web, HttpRequest, HttpResponse};
+use actix_web_actors::ws::WsResponseBuilder;
+use termesh_actors::connection::ConnectionActor;
+use termesh_actors::raw::RawActor;
+use termesh_config::Role;
+use termesh_transport::{MAX_INBOUND_FRAME, SUBPROTOCOL};
+
+use super::auth::{error_response, require, role_of};
+use super::AppState;
+
+pub fn routes(cfg: &mut web::ServiceConfig) {
+    cfg.route("/ws", web::get().to(client_ws))
+        .route("/sessions/{id}/raw", web::get().to(raw_ws));
+}
+
+async fn client_ws(
+    req: HttpRequest,
+    stream: web::Payload,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, actix_web::Error> {
+    // A wrong token on the upgrade is refused with 401; no token at all
+    // leaves the connection to authenticate with an `auth` message.
+    let role = match role_of(&req, &state.node.tokens) {
+        Ok(role) => role,
+        Err(e) => return Ok(error_response(&e)),
+    };
+    let actor = ConnectionActor::new(state.node.clone(), state.connections.clone(), role);
+    WsResponseBuilder::new(actor, &req, stream)
+        .frame_size(MAX_INBOUND_FRAME)
+        .protocols(&[SUBPROTOCOL])
+        .start()
+}
+
+async fn raw_ws(
+    req: HttpRequest,
+    path: web::Path<String>,
+    stream: web::Payload,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, actix_web::Error> {
+    let role = match require(&req, &state.node.tokens, Role::Viewer) {
+        Ok(role) => role,
+        Err(e) => return Ok(error_response(&e)),
+    };
+    let handle = match state.node.session(&path) {
+        Ok(handle) => handle,
+        Err(e) => return Ok(error_response(&e)),
+    };
+    let actor = RawActor::new(state.node.clone(), state.connections.clone(), handle, role);
+    WsResponseBuilder::new(actor, &req, stream)
+        .frame_size(MAX_INBOUND_FRAME)
+        .start()
+}

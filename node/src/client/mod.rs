@@ -146,8 +146,15 @@ impl Client {
         }
     }
 
+    /// Completes the close handshake: waits (bounded) for the server's close
+    /// so the socket is not reset while the server still reads what we sent.
+    /// (A reset makes the kernel discard unread data, such as a last input.)
     pub async fn close(mut self) {
-        let _ = self.ws.close(None).await;
+        if self.ws.close(None).await.is_err() {
+            return;
+        }
+        let drain = async { while let Some(Ok(_)) = self.ws.next().await {} };
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(5), drain).await;
     }
 }
 

@@ -1,0 +1,233 @@
+//! Shared test harness: a real node on 127.0.0.1:0 (its own thread, real
+//! PTYs, real sockets) with one token per role, torn down on drop; a
+//! protocol client; and waits bounded by generous timeouts.
+#![allow(dead_code)]
+
+pub mod proxy;
+
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use termesh_config::{hash_token, parse_token_hash, Config, Role, TokenEntry};
+use termesh_node::client::{Client, Target};
+use termesh_node::server::NodeThread;
+use termesh_transport::{ClientMsg, CreateRequest, ServerMsg, SessionInfo};
+
+pub const ADMIN: &str = "admin-token-for-tests-0123456789";
+pub const OPERATOR: &str = "operator-token-for-tests-012345";
+pub const VIEWER: &str = "viewer-token-for-tests-01234567";
+
+/// Generous bound for anything a test waits on.
+pub const PATIENCE: Duration = Duration::from_secs(60);
+
+pub struct TestNode {
+    pub node: NodeThread,
+    pub data_dir: tempfile::TempDir,
+}
+
+impl TestNode {
+    pub fn start() -> TestNode {
+        Self::start_with(|_| {})
+    }
+
+    pub fn start_with(tweak: impl FnOnce(&mut Config)) -> TestNode {
+        let data_dir = tempfile::tempdir().expect("temp dir");
+        let mut config = Config::default();
+        config.node.name = "t1".into();
+        config.node.data_dir = data_dir.path().to_path_buf();
+        config.http.listen = "127.0.0.1:0".parse().unwrap();
+        config.session.command = vec!["/bin/sh".into()];
+        config.session.kill_grace = Duration::from_millis(500);
+        config.auth.tokens = [(ADMIN, Role::Admin), (OPERATOR, Role::Operator), (VIEWER, Role::Viewer)]
+            .iter()
+            .map(|(t, role)| TokenEntry {
+                name: None,
+                hash: parse_token_hash(&hash_token(t)).unwrap(),
+                role: *role,
+            })
+            .collect();
+        tweak(&mut config);
+        let node = NodeThread::start(config).expect("node starts");
+        TestNode { node, data_dir }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.node.addr())
+    }
+
+    pub fn target(&self, token: Option<&str>) -> Target {
+        Target {
+            url: self.url(),
+            token: token.map(str::to_string),
+        }
+    }
+
+    pub async fn client(&self, token: &str) -> Client {
+        Client::connect(&self.target(Some(token))).await.expect("client connects")
+    }
+
+    /// Creates a session running `command` (via the operator token).
+    pub async fn create(&self, command: &[&str]) -> SessionInfo {
+        self.create_with(CreateRequest {
+            command: Some(command.iter().map(|s| s.to_string()).collect()),
+            ..Default::default()
+        })
+        .await
+    }
+
+    pub async fn create_with(&self, req: CreateRequest) -> SessionInfo {
+        let mut c = self.client(OPERATOR).await;
+        let reply = c.request(|id| ClientMsg::Create { id, req }).await.expect("create");
+        c.close().await;
+        match reply {
+            ServerMsg::Created { session, .. } => session,
+            other => panic!("unexpected reply {other:?}"),
+        }
+    }
+
+    pub async fn info(&self, session: &str) -> Option<SessionInfo> {
+        let mut c = self.client(VIEWER).await;
+        let reply = c.request(|id| ClientMsg::List { id }).await.expect("list");
+        c.close().await;
+        match reply {
+            ServerMsg::Sessions { sessions, .. } => sessions.into_iter().find(|s| s.id == session),
+            _ => None,
+        }
+    }
+
+    /// Waits until the session's info satisfies `cond`.
+    pub async fn wait_info(&self, session: &str, what: &str, cond: impl Fn(&SessionInfo) -> bool) -> SessionInfo {
+        within(PATIENCE, what, async {
+            loop {
+                if let Some(info) = self.info(session).await {
+                    if cond(&info) {
+                        return info;
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await
+    }
+}
+
+/// Runs `fut`, failing the test with `what` if it takes longer than `limit`.
+pub async fn within<T>(limit: Duration, what: &str, fut: impl std::future::Future<Output = T>) -> T {
+    match tokio::time::timeout(limit, fut).await {
+        Ok(v) => v,
+        Err(_) => panic!("timed out after {limit:?} waiting for: {what}"),
+    }
+}
+
+/// One subscription's view, checked as the protocol promises: output
+/// contiguous in seq, a snapshot re-basing the sequence.
+#[derive(Debug, Default)]
+pub struct Stream {
+    pub data: Vec<u8>,
+    pub last_seq: u64,
+    pub snapshots: Vec<(u64, Vec<u8>)>,
+    pub resyncs: u32,
+    pub exited: Option<u32>,
+    /// Bytes consumed since the last ack.
+    pub unacked: u64,
+    pub window: u64,
+}
+
+impl Stream {
+    pub fn new(window: u64) -> Stream {
+        Stream {
+            window,
+            ..Default::default()
+        }
+    }
+
+    /// Applies one message for `session`; panics on a hole.
+    pub fn apply(&mut self, session: &str, msg: &ServerMsg) {
+        match msg {
+            ServerMsg::Output { session: s, seq, data } if s == session => {
+                assert_eq!(*seq, self.last_seq + 1, "hole in output: after {} came {}", self.last_seq, seq);
+                self.last_seq = *seq;
+                self.data.extend_from_slice(data);
+                self.unacked += data.len() as u64;
+            }
+            ServerMsg::Snapshot { session: s, seq, data, id: None, .. } if s == session => {
+                self.last_seq = *seq;
+                self.snapshots.push((*seq, data.clone()));
+            }
+            ServerMsg::ResyncRequired { session: s, .. } if s == session => self.resyncs += 1,
+            ServerMsg::Event {
+                session: s,
+                event: termesh_transport::EventKind::Exited { exit_code, .. },
+            } if s == session => self.exited = Some(*exit_code),
+            _ => {}
+        }
+    }
+
+    /// Whether a quarter window was consumed since the last ack.
+    pub fn should_ack(&self) -> bool {
+        self.unacked >= self.window / 4
+    }
+}
+
+/// Subscribes and returns once `subscribed` arrives.
+pub async fn subscribe(c: &mut Client, session: &str, from_seq: Option<u64>, window: u64) -> anyhow::Result<ServerMsg> {
+    let reply = c
+        .request(|id| ClientMsg::Subscribe {
+            id,
+            session: session.to_string(),
+            from_seq,
+            window: Some(window),
+            scrollback: None,
+        })
+        .await?;
+    if !matches!(reply, ServerMsg::Subscribed { .. }) {
+        bail!("expected subscribed, got {reply:?}");
+    }
+    Ok(reply)
+}
+
+/// Reads one message, failing on a timeout.
+pub async fn next(c: &mut Client) -> ServerMsg {
+    within(PATIENCE, "a message from the node", c.recv())
+        .await
+        .expect("the connection stays open")
+}
+
+/// Reads and applies messages (acking per protocol when `ack`) until `done`.
+pub async fn pump_until(c: &mut Client, session: &str, stream: &mut Stream, ack: bool, done: impl Fn(&Stream) -> bool) -> anyhow::Result<()> {
+    while !done(stream) {
+        let msg = c.recv().await.context("connection lost")?;
+        stream.apply(session, &msg);
+        if ack && stream.should_ack() {
+            stream.unacked = 0;
+            let seq = stream.last_seq;
+            c.send(&ClientMsg::Ack { session: session.to_string(), seq }).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Every pid whose environment names this session.
+pub fn session_pids(session: &str) -> Vec<i32> {
+    let needle = format!("TERMESH_SESSION_ID={session}");
+    let mut pids = Vec::new();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return pids;
+    };
+    for entry in entries.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
+            continue;
+        };
+        if let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) {
+            if env.split(|b| *b == 0).any(|kv| kv == needle.as_bytes()) {
+                // A zombie still listed is dead for our purposes.
+                let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+                let zombie = state.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z'));
+                if !zombie {
+                    pids.push(pid);
+                }
+            }
+        }
+    }
+    pids
+}

@@ -43,6 +43,10 @@ pub struct Ring {
     last_seq: u64,
     /// Output bytes ever pushed.
     end_offset: u64,
+    /// While set, frames after this seq are not evicted (a snapshot at this
+    /// seq is being computed and its successors must survive it). The owner
+    /// stops pushing when `over_bounds()` instead.
+    pin: Option<u64>,
 }
 
 impl Ring {
@@ -54,6 +58,7 @@ impl Ring {
             max_frames: max_frames.max(1),
             last_seq: 0,
             end_offset: 0,
+            pin: None,
         }
     }
 
@@ -68,13 +73,55 @@ impl Ring {
         };
         self.bytes += frame.data.len();
         self.frames.push_back(frame.clone());
-        while self.frames.len() > 1
-            && (self.bytes > self.max_bytes || self.frames.len() > self.max_frames)
-        {
-            let old = self.frames.pop_front().expect("len > 1");
+        self.evict();
+        frame
+    }
+
+    fn evict(&mut self) {
+        while self.over_bounds() {
+            let front = self.frames.front().expect("over bounds implies frames");
+            if self.pin.is_some_and(|pin| front.seq > pin) {
+                break;
+            }
+            let old = self.frames.pop_front().expect("non-empty");
             self.bytes -= old.data.len();
         }
-        frame
+    }
+
+    /// Whether pushing `len` more bytes would evict a pinned frame: the
+    /// owner then waits for the pin to go instead of pushing.
+    pub fn would_evict_pinned(&self, len: usize) -> bool {
+        let Some(pin) = self.pin else {
+            return false;
+        };
+        let (mut bytes, mut count) = (self.bytes + len, self.frames.len() + 1);
+        for frame in &self.frames {
+            if count <= 1 || (bytes <= self.max_bytes && count <= self.max_frames) {
+                return false;
+            }
+            if frame.seq > pin {
+                return true;
+            }
+            bytes -= frame.data.len();
+            count -= 1;
+        }
+        false
+    }
+
+    /// Whether the ring holds more than its bounds.
+    pub fn over_bounds(&self) -> bool {
+        self.frames.len() > 1 && (self.bytes > self.max_bytes || self.frames.len() > self.max_frames)
+    }
+
+    /// Keeps the frames after `seq` until unpinned (`None`), which evicts
+    /// what the bounds no longer allow.
+    pub fn set_pin(&mut self, pin: Option<u64>) {
+        self.pin = pin;
+        self.evict();
+    }
+
+    pub fn pin(&self) -> Option<u64> {
+        self.pin
     }
 
     pub fn last_seq(&self) -> u64 {
@@ -176,6 +223,25 @@ mod tests {
             r.push(b(1));
         }
         assert_eq!((r.oldest_seq(), r.len()), (4, 2));
+    }
+
+    #[test]
+    fn pinned_frames_survive_until_unpinned() {
+        let mut r = Ring::new(10, 100);
+        r.push(b(4));
+        r.push(b(4));
+        r.set_pin(Some(2));
+        assert!(!r.would_evict_pinned(2), "frames up to the pin can still go");
+        r.push(b(4));
+        assert!(r.would_evict_pinned(4));
+        r.push(b(4));
+        assert_eq!(r.oldest_seq(), 3, "frames up to the pin still go");
+        assert!(r.over_bounds());
+        r.set_pin(None);
+        assert!(!r.over_bounds());
+        assert_eq!(r.oldest_seq(), 3);
+        r.push(b(4));
+        assert_eq!(r.oldest_seq(), 4);
     }
 
     #[test]

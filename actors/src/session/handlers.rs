@@ -8,7 +8,6 @@ use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use portable_pty::PtySize;
 use termesh_transport::EventKind;
-use tokio_stream::wrappers::ReceiverStream;
 
 use super::*;
 
@@ -16,9 +15,7 @@ impl Actor for SessionActor {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
-        if let Some(events) = self.events.take() {
-            ctx.add_stream(ReceiverStream::new(events));
-        }
+        self.pull(ctx);
     }
 
     fn stopped(&mut self, _: &mut Context<Self>) {
@@ -27,25 +24,6 @@ impl Actor for SessionActor {
         }
         Metrics::gauge(&self.metrics.subscribers, -(self.subs.len() as i64));
     }
-}
-
-impl StreamHandler<PtyEvent> for SessionActor {
-    fn handle(&mut self, event: PtyEvent, ctx: &mut Context<Self>) {
-        match event {
-            PtyEvent::Output(data) => self.on_output(data, ctx),
-            PtyEvent::Eof => {
-                self.eof = true;
-                self.on_exit_or_eof(ctx);
-            }
-            PtyEvent::Exited(info) => {
-                self.exit = Some(info);
-                self.on_exit_or_eof(ctx);
-            }
-        }
-    }
-
-    /// The PTY threads are gone; the session stays readable until removed.
-    fn finished(&mut self, _: &mut Context<Self>) {}
 }
 
 impl Handler<Subscribe> for SessionActor {

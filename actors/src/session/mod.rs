@@ -58,8 +58,13 @@ pub struct SessionActor {
     changed: Recipient<SessionChanged>,
     pid: i32,
     master: Arc<Mutex<Box<dyn MasterPty + Send>>>,
-    /// Taken by `started` to become the actor's stream.
+    /// The PTY threads' events; held by the pending read while one runs.
     events: Option<tokio::sync::mpsc::Receiver<PtyEvent>>,
+    /// Intake is paused: a snapshot pins the ring and it is full. The
+    /// reader thread then blocks and the program's writes with it.
+    intake_paused: bool,
+    /// Events read but not yet applied because intake paused.
+    held: std::collections::VecDeque<PtyEvent>,
     ring: Ring,
     modes: ModeTracker,
     subs: HashMap<SubId, Subscriber>,
@@ -114,6 +119,8 @@ impl SessionActor {
             pid: pty.pid,
             master: pty.master,
             events: Some(pty.events),
+            intake_paused: false,
+            held: std::collections::VecDeque::new(),
             modes: ModeTracker::default(),
             subs: HashMap::new(),
             size,
@@ -145,6 +152,58 @@ impl SessionActor {
 
     fn notify_changed(&self) {
         self.changed.do_send(SessionChanged { id: self.id.clone() });
+    }
+
+    /// Takes the next batch of PTY events (instead of `add_stream`, so
+    /// intake can pause while a snapshot pins a full ring).
+    fn pull(&mut self, ctx: &mut Context<Self>) {
+        let Some(mut events) = self.events.take() else {
+            return;
+        };
+        let read = async move {
+            let mut batch = Vec::with_capacity(16);
+            let n = events.recv_many(&mut batch, 16).await;
+            (events, batch, n)
+        };
+        ctx.spawn(read.into_actor(self).map(|(events, batch, n), act, ctx| {
+            act.events = Some(events);
+            if n == 0 {
+                // Every PTY thread is gone; the session stays readable.
+                return;
+            }
+            act.held.extend(batch);
+            act.apply_held(ctx);
+        }));
+    }
+
+    /// Applies read events until one would evict frames a pending snapshot
+    /// needs; then intake pauses until the snapshot is delivered.
+    fn apply_held(&mut self, ctx: &mut Context<Self>) {
+        while let Some(event) = self.held.pop_front() {
+            if let PtyEvent::Output(data) = &event {
+                if self.ring.would_evict_pinned(data.len()) {
+                    self.held.push_front(event);
+                    self.intake_paused = true;
+                    return;
+                }
+            }
+            self.on_event(event, ctx);
+        }
+        self.pull(ctx);
+    }
+
+    fn on_event(&mut self, event: PtyEvent, ctx: &mut Context<Self>) {
+        match event {
+            PtyEvent::Output(data) => self.on_output(data, ctx),
+            PtyEvent::Eof => {
+                self.eof = true;
+                self.on_exit_or_eof(ctx);
+            }
+            PtyEvent::Exited(info) => {
+                self.exit = Some(info);
+                self.on_exit_or_eof(ctx);
+            }
+        }
     }
 
     fn on_output(&mut self, data: Bytes, ctx: &mut Context<Self>) {
@@ -222,6 +281,11 @@ impl SessionActor {
         }
         let wants: Vec<ScreenWant> = self.waiting.iter().map(|(w, _)| *w).collect();
         let targets: Vec<ScreenTo> = self.waiting.drain(..).map(|(_, t)| t).collect();
+        if targets.iter().any(|t| matches!(t, ScreenTo::Sub { .. })) {
+            // The snapshot will be at the ring's last seq; what follows it must
+            // still be there when the snapshot is delivered.
+            self.ring.set_pin(Some(self.ring.last_seq()));
+        }
         let job = Job::prepare(
             self.model.take(),
             &self.ring,
@@ -237,6 +301,7 @@ impl SessionActor {
         // screen is computed.
         let fut = async move { work.await }.into_actor(self).map(move |done, act, ctx| {
             act.job_running = false;
+            let pinned = act.ring.pin().is_some();
             match done {
                 Ok(done) => {
                     act.model = Some(done.model);
@@ -246,7 +311,19 @@ impl SessionActor {
                 }
                 Err(e) => tracing::error!(session = %act.id, "screen job failed: {e}"),
             }
+            if pinned {
+                act.ring.set_pin(None);
+                // Subscribers that got a snapshot continue from the ring.
+                let ids: Vec<SubId> = act.subs.keys().copied().collect();
+                for id in ids {
+                    act.pump(id, ctx);
+                }
+            }
             act.start_job(ctx);
+            if act.intake_paused && act.ring.pin().is_none() {
+                act.intake_paused = false;
+                act.apply_held(ctx);
+            }
         });
         ctx.spawn(fut);
     }

@@ -231,16 +231,16 @@ mod tests {
         r.push(b(4));
         r.push(b(4));
         r.set_pin(Some(2));
-        assert!(!r.would_evict_pinned(2), "frames up to the pin can still go");
+        assert!(!r.would_evict_pinned(4), "frames up to the pin can still go");
         r.push(b(4));
-        assert!(r.would_evict_pinned(4));
         r.push(b(4));
-        assert_eq!(r.oldest_seq(), 3, "frames up to the pin still go");
-        assert!(r.over_bounds());
+        assert_eq!((r.oldest_seq(), r.last_seq()), (3, 4));
+        assert!(r.would_evict_pinned(4), "seq 3 is after the pin");
+        r.push(b(4));
+        assert!(r.over_bounds(), "a push past the check keeps pinned frames");
+        assert_eq!(r.oldest_seq(), 3);
         r.set_pin(None);
         assert!(!r.over_bounds());
-        assert_eq!(r.oldest_seq(), 3);
-        r.push(b(4));
         assert_eq!(r.oldest_seq(), 4);
     }
 

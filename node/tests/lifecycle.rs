@@ -1,0 +1,207 @@
+//! A session's life: environment, cwd, exit codes, kill of the whole
+//! process group, resize, rename and tag events, watch notifications,
+//! remove, hooks, and the repaint signal after a resume.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use termesh_transport::{ClientMsg, CreateRequest, EventKind, ServerMsg, SessionStatus};
+
+async fn wait_output(node: &TestNode, session: &str, needle: &str) -> String {
+    let mut c = node.client(VIEWER).await;
+    let text = within(PATIENCE, needle, async {
+        loop {
+            let reply = c
+                .request(|id| ClientMsg::History { id, session: session.into(), limit: Some(1 << 20) })
+                .await
+                .unwrap();
+            if let ServerMsg::History { data: Some(data), .. } = reply {
+                let text = String::from_utf8_lossy(&data).into_owned();
+                if text.contains(needle) {
+                    return text;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    c.close().await;
+    text
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn environment_and_cwd() {
+    let node = TestNode::start();
+    let dir = tempfile::tempdir().unwrap();
+    let info = node
+        .create_with(CreateRequest {
+            command: Some(vec!["sh".into(), "-c".into(), "echo \"id=$TERMESH_SESSION_ID\"; echo \"hook=$TERMESH_HOOK_URL\"; echo \"cwd=$(pwd)\"; echo \"x=$X\"; exec sleep 1000".into()]),
+            cwd: Some(dir.path().display().to_string()),
+            env: Some([("X".to_string(), "42".to_string())].into()),
+            ..Default::default()
+        })
+        .await;
+    let text = wait_output(&node, &info.id, "x=42").await;
+    assert!(text.contains(&format!("id={}", info.id)), "{text}");
+    assert!(text.contains(&format!("hook={}/api/v1/sessions/{}/hook?key=", node.url(), info.id)), "{text}");
+    assert!(text.contains(&format!("cwd={}", dir.path().canonicalize().unwrap().display())), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exit_code_and_signal_are_reported() {
+    let node = TestNode::start();
+    let session = node.create(&["sh", "-c", "read x; exit 7"]).await.id;
+    let mut c = node.client(OPERATOR).await;
+    subscribe(&mut c, &session, None, 1 << 20).await.unwrap();
+    c.send(&ClientMsg::Input { session: session.clone(), data: b"\n".to_vec() }).await.unwrap();
+    let mut s = Stream::new(1 << 20);
+    within(PATIENCE, "exit event", pump_until(&mut c, &session, &mut s, true, |s| s.exited.is_some())).await.unwrap();
+    assert_eq!(s.exited, Some(7));
+    let info = node.wait_info(&session, "exited status", |i| i.status == SessionStatus::Exited).await;
+    assert_eq!(info.exit_code, Some(7));
+
+    let sleeper = node.create(&["sleep", "1000"]).await.id;
+    subscribe(&mut c, &sleeper, None, 1 << 20).await.unwrap();
+    c.request(|id| ClientMsg::Kill { id, session: sleeper.clone(), signal: None }).await.unwrap();
+    let event = within(PATIENCE, "the exited event", async {
+        loop {
+            if let ServerMsg::Event { session, event: e @ EventKind::Exited { .. } } = c.recv().await.unwrap() {
+                if session == sleeper {
+                    return e;
+                }
+            }
+        }
+    })
+    .await;
+    assert_eq!(event, EventKind::Exited { exit_code: 143, signal: Some("TERM".into()) });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_leaves_no_process_of_the_session_alive() {
+    let node = TestNode::start();
+    // Children that ignore TERM (an ignored signal survives exec), in the
+    // background and foreground: only the KILL after the grace time ends them.
+    let session = node
+        .create(&["sh", "-c", "trap '' TERM; sleep 1000 & sleep 1001 & sh -c 'sleep 1002' ; wait"])
+        .await
+        .id;
+    within(PATIENCE, "the session's processes", async {
+        while session_pids(&session).len() < 4 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    let mut c = node.client(OPERATOR).await;
+    c.request(|id| ClientMsg::Kill { id, session: session.clone(), signal: Some("TERM".into()) }).await.unwrap();
+    within(PATIENCE, "every process of the session to end", async {
+        while !session_pids(&session).is_empty() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    let info = node.wait_info(&session, "exited", |i| i.status == SessionStatus::Exited).await;
+    assert!(info.exit_code.is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resize_rename_tag_reach_subscribers_and_watchers() {
+    let node = TestNode::start();
+    let session = node.create(&["sh", "-c", "stty -echo; read x; stty size; exec sleep 1000"]).await.id;
+    let mut watcher = node.client(VIEWER).await;
+    watcher.request(|id| ClientMsg::Watch { id }).await.unwrap();
+    let mut c = node.client(OPERATOR).await;
+    subscribe(&mut c, &session, None, 1 << 20).await.unwrap();
+    c.send(&ClientMsg::Resize { session: session.clone(), cols: 100, rows: 40 }).await.unwrap();
+    c.request(|id| ClientMsg::Rename { id, session: session.clone(), name: "builder".into() }).await.unwrap();
+    c.request(|id| ClientMsg::Tag { id, session: session.clone(), tags: vec!["ci".into(), "x".into()] }).await.unwrap();
+    c.send(&ClientMsg::Input { session: session.clone(), data: b"\n".to_vec() }).await.unwrap();
+    let mut events = Vec::new();
+    let mut s = Stream::new(1 << 20);
+    within(PATIENCE, "events and the new size", async {
+        while !(events.len() >= 3 && String::from_utf8_lossy(&s.data).contains("40 100")) {
+            let msg = c.recv().await.unwrap();
+            s.apply(&session, &msg);
+            if let ServerMsg::Event { event, .. } = msg {
+                events.push(event);
+            }
+        }
+    })
+    .await;
+    assert_eq!(
+        events[..3],
+        [
+            EventKind::Resized { cols: 100, rows: 40 },
+            EventKind::Renamed { name: "builder".into() },
+            EventKind::Tagged { tags: vec!["ci".into(), "x".into()] }
+        ]
+    );
+    let info = within(PATIENCE, "a session_changed with all three", async {
+        loop {
+            if let ServerMsg::SessionChanged { session: info } = watcher.recv().await.unwrap() {
+                if info.name.as_deref() == Some("builder") && info.tags.len() == 2 && info.cols == 100 {
+                    return info;
+                }
+            }
+        }
+    })
+    .await;
+    assert_eq!((info.cols, info.rows, info.viewers), (100, 40, 1));
+
+    // Remove kills and forgets it; watchers hear of it.
+    c.request(|id| ClientMsg::Remove { id, session: session.clone(), purge: None }).await.unwrap();
+    within(PATIENCE, "session_removed", async {
+        loop {
+            if let ServerMsg::SessionRemoved { session: id } = watcher.recv().await.unwrap() {
+                if id == session {
+                    break;
+                }
+            }
+        }
+    })
+    .await;
+    assert!(node.info(&session).await.is_none(), "a removed session leaves list");
+    within(PATIENCE, "its processes to end", async {
+        while !session_pids(&session).is_empty() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resume_sends_sigwinch_so_tuis_repaint() {
+    let node = TestNode::start();
+    let session = node
+        .create(&["bash", "--norc", "--noprofile", "-c", "trap 'echo got-winch' WINCH; echo ready; while true; do sleep 0.05; done"])
+        .await
+        .id;
+    wait_output(&node, &session, "ready").await;
+    let mut c = node.client(VIEWER).await;
+    subscribe(&mut c, &session, Some(0), 1 << 20).await.unwrap();
+    let mut s = Stream::new(1 << 20);
+    within(PATIENCE, "the repaint signal", pump_until(&mut c, &session, &mut s, true, |s| {
+        String::from_utf8_lossy(&s.data).contains("got-winch")
+    }))
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_hook_sets_phase_with_the_session_key() {
+    let node = TestNode::start();
+    let session = node.create(&["sh", "-c", "echo \"$TERMESH_HOOK_URL\"; exec sleep 1000"]).await.id;
+    let text = wait_output(&node, &session, "hook?key=").await;
+    let url = text.lines().find(|l| l.contains("hook?key=")).unwrap().trim().to_string();
+    let status = tokio::task::spawn_blocking(move || {
+        let ok = ureq::post(&url).send_string(r#"{"hook_event_name":"Stop"}"#).map(|r| r.status());
+        let bad = ureq::post(&url.replace("key=", "key=x")).send_string(r#"{"hook_event_name":"Stop"}"#);
+        (ok.unwrap(), matches!(bad, Err(ureq::Error::Status(401, _))))
+    })
+    .await
+    .unwrap();
+    assert_eq!(status, (204, true));
+    let info = node.wait_info(&session, "phase", |i| i.phase.is_some()).await;
+    assert_eq!(info.phase.as_deref(), Some("waiting"));
+}

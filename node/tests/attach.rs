@@ -1,0 +1,110 @@
+//! `termesh attach` in a real PTY, through a proxy the test can cut: output
+//! shows, input echoes, and after the link drops the client resumes with
+//! what it missed and without clearing the screen.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::proxy::Proxy;
+use common::*;
+use portable_pty::{native_pty_system, CommandBuilder, PtySize};
+use termesh_transport::{ClientMsg, CreateRequest};
+
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Captured {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+
+    async fn wait_for(&self, needle: &str) {
+        within(PATIENCE, needle, async {
+            while !self.text().contains(needle) {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attach_shows_output_echoes_input_and_resumes_without_a_clear() {
+    let node = TestNode::start();
+    let session = node
+        .create_with(CreateRequest {
+            command: Some(vec!["bash".into(), "--norc".into(), "--noprofile".into(), "-i".into()]),
+            env: Some([("PS1".to_string(), "$ ".to_string())].into()),
+            cols: Some(80),
+            rows: Some(24),
+            ..Default::default()
+        })
+        .await
+        .id;
+    let proxy = Proxy::start(node.node.addr()).await;
+
+    let pair = native_pty_system()
+        .openpty(PtySize { rows: 24, cols: 80, pixel_width: 0, pixel_height: 0 })
+        .unwrap();
+    let mut cmd = CommandBuilder::new(env!("CARGO_BIN_EXE_termesh"));
+    cmd.args(["attach", &session, "--url", &format!("http://{}", proxy.addr), "--token", OPERATOR]);
+    cmd.env("TERM", "xterm");
+    let mut child = pair.slave.spawn_command(cmd).unwrap();
+    drop(pair.slave);
+    let mut reader = pair.master.try_clone_reader().unwrap();
+    let mut keys = pair.master.take_writer().unwrap();
+    let captured = Captured(Arc::default());
+    let sink = captured.0.clone();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = reader.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            sink.lock().unwrap().extend_from_slice(&buf[..n]);
+        }
+    });
+
+    captured.wait_for("$ ").await;
+    keys.write_all(b"echo hi-$((1+2))\r").unwrap();
+    captured.wait_for("hi-3").await;
+
+    // Cut the link; meanwhile the session prints, and the user types.
+    assert!(proxy.cut() >= 1, "the attach connection went through the proxy");
+    let mut op = node.client(OPERATOR).await;
+    op.send(&ClientMsg::Input { session: session.clone(), data: b"echo missed-$((3+4))\r".to_vec() }).await.unwrap();
+    op.close().await;
+    keys.write_all(b"echo after-$((2+3))\r").unwrap();
+    captured.wait_for("missed-7").await;
+    captured.wait_for("after-5").await;
+
+    let text = captured.text();
+    assert_eq!(text.matches("\x1bc").count(), 1, "only the first attach resets the terminal");
+    assert!(!text.contains("\x1b[2J"), "no screen clear");
+    let (missed, after) = (text.find("missed-7").unwrap(), text.find("after-5").unwrap());
+    assert!(missed < after, "output missed while away comes first, in order");
+    let mut screen = avt::Terminal::new(80, 24).unwrap();
+    screen.feed(text.as_str());
+    let rows: Vec<String> = screen.screen().visible_lines().map(|l| l.text().trim_end().to_string()).collect();
+    for want in ["hi-3", "missed-7", "after-5"] {
+        assert_eq!(rows.iter().filter(|r| r.as_str() == want).count(), 1, "{want} once on screen: {rows:?}");
+    }
+
+    // Detach: the client leaves, the session keeps running.
+    keys.write_all(&[0x1d]).unwrap();
+    let status = within(PATIENCE, "attach to exit", async {
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                return status;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(status.success(), "{status:?}");
+    captured.wait_for("[termesh: detached]").await;
+    let info = node.info(&session).await.unwrap();
+    assert_eq!(info.status, termesh_transport::SessionStatus::Running);
+}

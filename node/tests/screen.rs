@@ -1,0 +1,223 @@
+//! Snapshot fidelity (a program drawing with cursor moves and the alternate
+//! screen: the snapshot in a fresh emulator shows what the live stream
+//! does), scrollback on attach, history, REST and the raw endpoint.
+
+mod common;
+
+use std::time::Duration;
+
+use avt::Terminal;
+use common::*;
+use termesh_transport::{ClientMsg, ServerMsg};
+
+const DRAW: &str = r#"printf 'primary one\r\nprimary two\r\n'
+printf '\033[?1049h\033[2J\033[H+------+\033[2;1H| box  |\033[3;1H+------+'
+printf '\033[5;10H\033[1;32mGREEN\033[0m \033[7mINVERSE\033[0m'
+printf '\033[10;20Hat 10,20'
+printf '\033[?2004h\033]2;the title\007'
+printf '\033[7;7H'
+echo
+printf '\033[8;3Hdone-drawing'
+exec sleep 1000"#;
+
+fn visible(t: &Terminal) -> Vec<Vec<(char, avt::Pen)>> {
+    t.screen()
+        .visible_lines()
+        .map(|l| l.cells().iter().map(|c| (c.char(), *c.pen())).collect())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn snapshot_reproduces_the_live_screen() {
+    let node = TestNode::start();
+    let session = node.create(&["sh", "-c", DRAW]).await.id;
+
+    // The live view: every byte from the start, through an emulator.
+    let mut live_client = node.client(VIEWER).await;
+    subscribe(&mut live_client, &session, Some(0), 1 << 20).await.unwrap();
+    let mut s = Stream::new(1 << 20);
+    within(PATIENCE, "the drawing", pump_until(&mut live_client, &session, &mut s, true, |s| {
+        String::from_utf8_lossy(&s.data).contains("done-drawing")
+    }))
+    .await
+    .unwrap();
+    let mut live = Terminal::new(120, 30).unwrap();
+    live.feed(String::from_utf8_lossy(&s.data).as_ref());
+
+    // The snapshot, as a `screen` reply and as a fresh attach.
+    let mut c = node.client(VIEWER).await;
+    let reply = c.request(|id| ClientMsg::Screen { id, session: session.clone(), scrollback: None }).await.unwrap();
+    let ServerMsg::Snapshot { seq, cols, rows, data, .. } = reply else { panic!("{reply:?}") };
+    assert_eq!((cols, rows), (120, 30));
+    assert_eq!(seq, s.last_seq);
+    let mut fresh = Terminal::new(cols.into(), rows.into()).unwrap();
+    fresh.feed(String::from_utf8_lossy(&data).as_ref());
+    assert_eq!(visible(&fresh), visible(&live), "same characters and attributes");
+    assert_eq!(fresh.cursor(), live.cursor(), "same cursor position and visibility");
+    assert_eq!(fresh.active_screen_kind(), avt::ScreenKind::Alternate);
+    let primary = |t: &Terminal| t.primary_screen().visible_lines().map(|l| l.text()).collect::<Vec<_>>();
+    assert_eq!(primary(&fresh), primary(&live), "the normal buffer beneath the alternate one");
+    let text = String::from_utf8_lossy(&data);
+    assert!(text.contains("\x1b[?2004h") && text.contains("\x1b]2;the title\x07"), "modes avt omits are appended");
+
+    let mut attach = node.client(VIEWER).await;
+    subscribe(&mut attach, &session, None, 1 << 20).await.unwrap();
+    let ServerMsg::Snapshot { data: attach_data, seq: attach_seq, .. } = next(&mut attach).await else { panic!() };
+    assert_eq!((attach_seq, &attach_data), (seq, &data));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fresh_attach_brings_requested_scrollback_and_history_renders_lines() {
+    let node = TestNode::start();
+    let session = node
+        .create(&["sh", "-c", "for i in $(seq 1 100); do echo \"line $i\"; done; printf '50%%\\r100%%\\n'; echo end; exec sleep 1000"])
+        .await
+        .id;
+    let mut c = node.client(VIEWER).await;
+    within(PATIENCE, "the output", async {
+        loop {
+            let r = c.request(|id| ClientMsg::History { id, session: session.clone(), limit: Some(100) }).await.unwrap();
+            if matches!(r, ServerMsg::History { data: Some(ref d), .. } if d.ends_with(b"end\r\n")) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    let reply = c
+        .request(|id| ClientMsg::Subscribe { id, session: session.clone(), from_seq: None, window: None, scrollback: Some(10) })
+        .await
+        .unwrap();
+    assert!(matches!(reply, ServerMsg::Subscribed { .. }));
+    let ServerMsg::Snapshot { data, .. } = next(&mut c).await else { panic!() };
+    let mut t = Terminal::with_scrollback(120, 30, None).unwrap();
+    t.feed(String::from_utf8_lossy(&data).as_ref());
+    let all: Vec<String> = t.screen().all_lines().map(|l| l.text().trim_end().to_string()).collect();
+    assert_eq!(all.len(), 40, "10 history lines above a 30-row screen");
+    assert_eq!(all[0], "line 64");
+
+    let ServerMsg::History { lines: Some(lines), .. } =
+        c.request(|id| ClientMsg::History { id, session: session.clone(), limit: None }).await.unwrap()
+    else {
+        panic!()
+    };
+    assert_eq!(lines.first().map(String::as_str), Some("line 1"));
+    assert!(lines.iter().any(|l| l == "100%"), "redraws collapse to what the screen showed");
+    assert!(!lines.iter().any(|l| l.contains("50%")));
+    assert_eq!(lines.last().map(String::as_str), Some("end"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rest_api() {
+    let node = TestNode::start();
+    let base = format!("{}/api/v1", node.url());
+    let root = node.url();
+    tokio::task::spawn_blocking(move || {
+        let auth = |r: ureq::Request, t: &str| r.set("Authorization", &format!("Bearer {t}"));
+        let status = |r: Result<ureq::Response, ureq::Error>| match r {
+            Ok(r) => r.status(),
+            Err(ureq::Error::Status(s, _)) => s,
+            Err(e) => panic!("{e}"),
+        };
+        let body = |r: Result<ureq::Response, ureq::Error>| match r {
+            Ok(r) => r.into_string().unwrap(),
+            Err(ureq::Error::Status(_, r)) => r.into_string().unwrap(),
+            Err(e) => panic!("{e}"),
+        };
+        assert_eq!(status(ureq::get(&format!("{root}/healthz")).call()), 200);
+        assert_eq!(status(ureq::get(&format!("{base}/sessions")).call()), 401);
+        let e = body(ureq::get(&format!("{base}/sessions")).call());
+        assert!(e.contains("\"code\":\"unauthorized\""), "{e}");
+        assert_eq!(status(auth(ureq::post(&format!("{base}/sessions")), VIEWER).send_string("{}")), 403);
+        assert_eq!(status(auth(ureq::post(&format!("{base}/sessions")), OPERATOR).send_string("{not json")), 400);
+        let e = body(auth(ureq::post(&format!("{base}/sessions")), OPERATOR).send_string(r#"{"cwd":"/nope"}"#));
+        assert!(e.contains("bad_request"), "{e}");
+
+        let created = auth(ureq::post(&format!("{base}/sessions")), OPERATOR)
+            .send_string(r#"{"command":["sh","-c","stty -echo; read l; echo \"got $l\"; read x; exec sleep 1000"],"name":"rest"}"#)
+            .unwrap();
+        assert_eq!(created.status(), 201);
+        let info: serde_json::Value = created.into_json().unwrap();
+        let id = info["id"].as_str().unwrap().to_string();
+        assert_eq!(info["name"], "rest");
+        let one: serde_json::Value = auth(ureq::get(&format!("{base}/sessions/{id}")), VIEWER).call().unwrap().into_json().unwrap();
+        assert_eq!(one["id"], id.as_str());
+        assert_eq!(status(auth(ureq::get(&format!("{base}/sessions/nope")), VIEWER).call()), 404);
+
+        assert_eq!(status(auth(ureq::post(&format!("{base}/sessions/{id}/input")), OPERATOR).send_bytes(b"hello\n")), 204);
+        assert_eq!(status(auth(ureq::post(&format!("{base}/sessions/{id}/input")), OPERATOR).send_bytes(&vec![b'x'; 65537])), 413);
+        let deadline = std::time::Instant::now() + PATIENCE;
+        loop {
+            let logs = body(auth(ureq::get(&format!("{base}/sessions/{id}/logs?tail=100")), VIEWER).call());
+            if logs.contains("got hello") {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "no echo in logs: {logs:?}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let text = body(auth(ureq::get(&format!("{base}/sessions/{id}/screen?format=text")), VIEWER).call());
+        assert!(text.starts_with("got hello"), "{text:?}");
+        let json: serde_json::Value = auth(ureq::get(&format!("{base}/sessions/{id}/screen")), VIEWER).call().unwrap().into_json().unwrap();
+        assert!(json["data"].as_str().unwrap().contains("got hello") && json["cols"] == 120);
+        let hist: serde_json::Value = auth(ureq::get(&format!("{base}/sessions/{id}/history")), VIEWER).call().unwrap().into_json().unwrap();
+        assert_eq!(hist["lines"][0], "got hello");
+        assert_eq!(status(auth(ureq::post(&format!("{base}/sessions/{id}/resize")), OPERATOR).send_string(r#"{"cols":0,"rows":5}"#)), 400);
+        assert_eq!(status(auth(ureq::post(&format!("{base}/sessions/{id}/resize")), OPERATOR).send_string(r#"{"cols":90,"rows":20}"#)), 204);
+        assert_eq!(status(auth(ureq::post(&format!("{base}/sessions/{id}/kill")), OPERATOR).send_string(r#"{"signal":"KILL"}"#)), 204);
+        loop {
+            let one: serde_json::Value = auth(ureq::get(&format!("{base}/sessions/{id}")), VIEWER).call().unwrap().into_json().unwrap();
+            if one["status"] == "exited" {
+                assert_eq!(one["exit_code"], 137);
+                assert_eq!((one["cols"].as_u64(), one["rows"].as_u64()), (Some(90), Some(20)));
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert_eq!(status(auth(ureq::post(&format!("{base}/sessions/{id}/input")), OPERATOR).send_bytes(b"x")), 409);
+        assert_eq!(status(auth(ureq::delete(&format!("{base}/sessions/{id}?purge=true")), OPERATOR).call()), 204);
+        assert_eq!(status(auth(ureq::get(&format!("{base}/sessions/{id}")), VIEWER).call()), 404);
+        let metrics = body(ureq::get(&format!("{root}/metrics")).call());
+        for name in ["termesh_sessions", "termesh_connections", "termesh_subscribers", "termesh_bytes_out_total", "termesh_resyncs_total"] {
+            assert!(metrics.contains(name), "{name} missing from /metrics");
+        }
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn raw_endpoint_streams_bytes_and_takes_input_and_resize() {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+    let node = TestNode::start();
+    let session = node.create(&["sh", "-c", "stty -echo; echo ready; while read l; do echo \"got $l\"; stty size; done"]).await.id;
+    let url = |t: &str| format!("ws://{}/sessions/{session}/raw?token={t}", node.node.addr());
+    assert!(tokio_tungstenite::connect_async(url("wrong")).await.is_err(), "wrong token refused");
+    let (mut ws, _) = tokio_tungstenite::connect_async(url(OPERATOR)).await.unwrap();
+    let mut seen = Vec::new();
+    let read_until = async |ws: &mut tokio_tungstenite::WebSocketStream<_>, needle: &str, seen: &mut Vec<u8>| {
+        within(PATIENCE, needle, async {
+            while !String::from_utf8_lossy(seen).contains(needle) {
+                match ws.next().await.unwrap().unwrap() {
+                    Message::Binary(b) => seen.extend_from_slice(&b),
+                    _ => {}
+                }
+            }
+        })
+        .await
+    };
+    read_until(&mut ws, "ready", &mut seen).await;
+    ws.send(Message::Text(r#"{"type":"resize","cols":77,"rows":22}"#.into())).await.unwrap();
+    ws.send(Message::Binary(b"one\n".to_vec())).await.unwrap();
+    read_until(&mut ws, "got one\r\n22 77", &mut seen).await;
+    ws.send(Message::Text("two\n".into())).await.unwrap();
+    read_until(&mut ws, "got two", &mut seen).await;
+
+    // A viewer's input is ignored.
+    let (mut viewer, _) = tokio_tungstenite::connect_async(url(VIEWER)).await.unwrap();
+    viewer.send(Message::Binary(b"from-viewer\n".to_vec())).await.unwrap();
+    ws.send(Message::Binary(b"three\n".to_vec())).await.unwrap();
+    read_until(&mut ws, "got three", &mut seen).await;
+    assert!(!String::from_utf8_lossy(&seen).contains("from-viewer"));
+}

@@ -35,12 +35,18 @@ pub struct CreateDefaults {
     pub rows: u16,
 }
 
-pub fn check_create(req: CreateRequest, node: &str, defaults: &CreateDefaults) -> Result<CreateSpec, ApiError> {
+pub fn check_create(
+    req: CreateRequest,
+    node: &str,
+    defaults: &CreateDefaults,
+) -> Result<CreateSpec, ApiError> {
     if let Some(target) = &req.node {
         if target != node {
             return Err(ApiError::new(
                 ErrorCode::Unavailable,
-                format!("node `{target}` cannot be reached from `{node}` (no cluster mesh configured)"),
+                format!(
+                    "node `{target}` cannot be reached from `{node}` (no cluster mesh configured)"
+                ),
             ));
         }
     }
@@ -48,7 +54,11 @@ pub fn check_create(req: CreateRequest, node: &str, defaults: &CreateDefaults) -
     if command.is_empty() || command[0].is_empty() {
         return Err(ApiError::bad_request("`command` must name a program"));
     }
-    if command.len() > MAX_ARGS || command.iter().any(|a| a.len() > MAX_ARG || a.contains('\0')) {
+    if command.len() > MAX_ARGS
+        || command
+            .iter()
+            .any(|a| a.len() > MAX_ARG || a.contains('\0'))
+    {
         return Err(ApiError::bad_request(format!(
             "`command`: at most {MAX_ARGS} arguments of at most {MAX_ARG} bytes, without NUL"
         )));
@@ -57,7 +67,9 @@ pub fn check_create(req: CreateRequest, node: &str, defaults: &CreateDefaults) -
         None => None,
         Some(dir) => {
             if !Path::new(&dir).is_dir() {
-                return Err(ApiError::bad_request(format!("`cwd` {dir:?} is not an existing directory")));
+                return Err(ApiError::bad_request(format!(
+                    "`cwd` {dir:?} is not an existing directory"
+                )));
             }
             Some(PathBuf::from(dir))
         }
@@ -65,7 +77,12 @@ pub fn check_create(req: CreateRequest, node: &str, defaults: &CreateDefaults) -
     let env = req.env.unwrap_or_default();
     if env.len() > MAX_ENV
         || env.iter().any(|(k, v)| {
-            k.is_empty() || k.contains('=') || k.contains('\0') || v.contains('\0') || k.len() > MAX_ARG || v.len() > MAX_ARG
+            k.is_empty()
+                || k.contains('=')
+                || k.contains('\0')
+                || v.contains('\0')
+                || k.len() > MAX_ARG
+                || v.len() > MAX_ARG
         })
     {
         return Err(ApiError::bad_request(format!(
@@ -94,7 +111,9 @@ pub fn size_field(key: &str, value: Option<u64>, default: u16, max: u16) -> Resu
     match value {
         None => Ok(default),
         Some(v) if v >= 1 && v <= max as u64 => Ok(v as u16),
-        Some(v) => Err(ApiError::bad_request(format!("`{key}` = {v}: must be 1 to {max}"))),
+        Some(v) => Err(ApiError::bad_request(format!(
+            "`{key}` = {v}: must be 1 to {max}"
+        ))),
     }
 }
 
@@ -142,22 +161,74 @@ mod tests {
     #[test]
     fn each_rule_has_a_clear_error() {
         let bad = |req: CreateRequest| check_create(req, "n1", &defaults()).unwrap_err();
-        let e = bad(CreateRequest { cwd: Some("/no/such/dir".into()), ..Default::default() });
+        let e = bad(CreateRequest {
+            cwd: Some("/no/such/dir".into()),
+            ..Default::default()
+        });
         assert!(e.code == ErrorCode::BadRequest && e.message.contains("/no/such/dir"));
-        let e = bad(CreateRequest { node: Some("n2".into()), ..Default::default() });
+        let e = bad(CreateRequest {
+            node: Some("n2".into()),
+            ..Default::default()
+        });
         assert_eq!(e.code, ErrorCode::Unavailable);
-        assert_eq!(bad(CreateRequest { cols: Some(0), ..Default::default() }).code, ErrorCode::BadRequest);
-        assert_eq!(bad(CreateRequest { rows: Some(501), ..Default::default() }).code, ErrorCode::BadRequest);
-        assert_eq!(bad(CreateRequest { command: Some(vec![]), ..Default::default() }).code, ErrorCode::BadRequest);
+        assert_eq!(
+            bad(CreateRequest {
+                cols: Some(0),
+                ..Default::default()
+            })
+            .code,
+            ErrorCode::BadRequest
+        );
+        assert_eq!(
+            bad(CreateRequest {
+                rows: Some(501),
+                ..Default::default()
+            })
+            .code,
+            ErrorCode::BadRequest
+        );
+        assert_eq!(
+            bad(CreateRequest {
+                command: Some(vec![]),
+                ..Default::default()
+            })
+            .code,
+            ErrorCode::BadRequest
+        );
         let env = BTreeMap::from([("A=B".to_string(), "x".to_string())]);
-        assert_eq!(bad(CreateRequest { env: Some(env), ..Default::default() }).code, ErrorCode::BadRequest);
-        assert_eq!(bad(CreateRequest { tags: Some(vec!["".into()]), ..Default::default() }).code, ErrorCode::BadRequest);
-        assert_eq!(bad(CreateRequest { name: Some("a\nb".into()), ..Default::default() }).code, ErrorCode::BadRequest);
+        assert_eq!(
+            bad(CreateRequest {
+                env: Some(env),
+                ..Default::default()
+            })
+            .code,
+            ErrorCode::BadRequest
+        );
+        assert_eq!(
+            bad(CreateRequest {
+                tags: Some(vec!["".into()]),
+                ..Default::default()
+            })
+            .code,
+            ErrorCode::BadRequest
+        );
+        assert_eq!(
+            bad(CreateRequest {
+                name: Some("a\nb".into()),
+                ..Default::default()
+            })
+            .code,
+            ErrorCode::BadRequest
+        );
     }
 
     #[test]
     fn own_node_name_is_fine() {
-        let req = CreateRequest { node: Some("n1".into()), cwd: Some("/".into()), ..Default::default() };
+        let req = CreateRequest {
+            node: Some("n1".into()),
+            cwd: Some("/".into()),
+            ..Default::default()
+        };
         assert!(check_create(req, "n1", &defaults()).is_ok());
     }
 }

@@ -29,15 +29,60 @@ impl Metrics {
         let g = |v: &AtomicI64| v.load(Ordering::Relaxed);
         let c = |v: &AtomicU64| v.load(Ordering::Relaxed);
         let rows: [(&str, &str, &str, String); 9] = [
-            ("termesh_sessions", "gauge", "Sessions on this node.", g(&self.sessions).to_string()),
-            ("termesh_connections", "gauge", "Open client connections.", g(&self.connections).to_string()),
-            ("termesh_subscribers", "gauge", "Live output subscriptions.", g(&self.subscribers).to_string()),
-            ("termesh_bytes_out_total", "counter", "Output bytes sent to subscribers.", c(&self.bytes_out).to_string()),
-            ("termesh_frames_out_total", "counter", "Output frames sent to subscribers.", c(&self.frames_out).to_string()),
-            ("termesh_resyncs_total", "counter", "resync_required sent.", c(&self.resyncs).to_string()),
-            ("termesh_snapshots_total", "counter", "Snapshots computed.", c(&self.snapshots).to_string()),
-            ("termesh_stale_episodes_total", "counter", "Connections marked stale (late pongs).", c(&self.stale_episodes).to_string()),
-            ("termesh_bad_frames_total", "counter", "Inbound frames refused.", c(&self.bad_frames).to_string()),
+            (
+                "termesh_sessions",
+                "gauge",
+                "Sessions on this node.",
+                g(&self.sessions).to_string(),
+            ),
+            (
+                "termesh_connections",
+                "gauge",
+                "Open client connections.",
+                g(&self.connections).to_string(),
+            ),
+            (
+                "termesh_subscribers",
+                "gauge",
+                "Live output subscriptions.",
+                g(&self.subscribers).to_string(),
+            ),
+            (
+                "termesh_bytes_out_total",
+                "counter",
+                "Output bytes sent to subscribers.",
+                c(&self.bytes_out).to_string(),
+            ),
+            (
+                "termesh_frames_out_total",
+                "counter",
+                "Output frames sent to subscribers.",
+                c(&self.frames_out).to_string(),
+            ),
+            (
+                "termesh_resyncs_total",
+                "counter",
+                "resync_required sent.",
+                c(&self.resyncs).to_string(),
+            ),
+            (
+                "termesh_snapshots_total",
+                "counter",
+                "Snapshots computed.",
+                c(&self.snapshots).to_string(),
+            ),
+            (
+                "termesh_stale_episodes_total",
+                "counter",
+                "Connections marked stale (late pongs).",
+                c(&self.stale_episodes).to_string(),
+            ),
+            (
+                "termesh_bad_frames_total",
+                "counter",
+                "Inbound frames refused.",
+                c(&self.bad_frames).to_string(),
+            ),
         ];
         let mut out = String::new();
         for (name, kind, help, value) in rows {

@@ -138,7 +138,9 @@ impl ModeTracker {
             return;
         };
         for param in params.split(|b| *b == b';') {
-            let Some(mode) = std::str::from_utf8(param).ok().and_then(|p| p.parse::<u16>().ok())
+            let Some(mode) = std::str::from_utf8(param)
+                .ok()
+                .and_then(|p| p.parse::<u16>().ok())
             else {
                 continue;
             };
@@ -196,7 +198,9 @@ impl ModeTracker {
             end -= 1;
         }
         let line = &self.tail[..end];
-        [b"$ ", b"# ", b"% ", b"> "].iter().any(|p| line.ends_with(*p))
+        [b"$ ", b"# ", b"% ", b"> "]
+            .iter()
+            .any(|p| line.ends_with(*p))
     }
 
     /// Escape sequences that set, on a fresh terminal, what avt's dump omits.

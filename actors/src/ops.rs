@@ -14,7 +14,10 @@ use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::pty::parse_signal;
 use crate::registry::{Create, Directory, Registry, Remove, SessionHandle};
-use crate::session::{GetScreen, Kill, RawTail, RawTailResult, Rename, Resize, ScreenResult, ScreenWant, SetPhase, Tag};
+use crate::session::{
+    GetScreen, Kill, RawTail, RawTailResult, Rename, Resize, ScreenResult, ScreenWant, SetPhase,
+    Tag,
+};
 
 /// What every front end needs to reach the node's sessions.
 #[derive(Clone)]
@@ -54,7 +57,10 @@ impl NodeCtx {
         if data.len() > MAX_INPUT {
             return Err(ApiError::new(
                 ErrorCode::TooLarge,
-                format!("input of {} bytes is over the {MAX_INPUT}-byte limit", data.len()),
+                format!(
+                    "input of {} bytes is over the {MAX_INPUT}-byte limit",
+                    data.len()
+                ),
             ));
         }
         let handle = self.running(id)?;
@@ -80,7 +86,9 @@ impl NodeCtx {
     pub fn kill(&self, id: &str, signal: Option<&str>) -> Result<(), ApiError> {
         let name = signal.unwrap_or("TERM");
         let signal = parse_signal(name).ok_or_else(|| {
-            ApiError::bad_request(format!("`signal` {name:?}: must be \"TERM\", \"KILL\", \"HUP\" or \"INT\""))
+            ApiError::bad_request(format!(
+                "`signal` {name:?}: must be \"TERM\", \"KILL\", \"HUP\" or \"INT\""
+            ))
         })?;
         self.session(id)?.addr.do_send(Kill { signal });
         Ok(())
@@ -99,7 +107,9 @@ impl NodeCtx {
     }
 
     pub fn set_phase(&self, id: &str, phase: &str) -> Result<(), ApiError> {
-        self.session(id)?.addr.do_send(SetPhase { phase: phase.into() });
+        self.session(id)?.addr.do_send(SetPhase {
+            phase: phase.into(),
+        });
         Ok(())
     }
 
@@ -126,7 +136,11 @@ impl NodeCtx {
     /// The newest `limit` bytes of output held.
     pub async fn raw_tail(&self, id: &str, limit: usize) -> Result<RawTailResult, ApiError> {
         let handle = self.session(id)?;
-        handle.addr.send(RawTail { limit }).await.map_err(|_| gone(id))
+        handle
+            .addr
+            .send(RawTail { limit })
+            .await
+            .map_err(|_| gone(id))
     }
 
     pub async fn create(&self, req: CreateRequest) -> Result<SessionInfo, ApiError> {

@@ -100,10 +100,13 @@ pub fn spawn(spec: &SpawnSpec, thread_name: &str) -> Result<Pty, SpawnError> {
     for (k, v) in &spec.env {
         cmd.env(k, v);
     }
-    let child = pair.slave.spawn_command(cmd).map_err(|e| SpawnError::Program {
-        program: spec.command[0].clone(),
-        reason: e.to_string(),
-    })?;
+    let child = pair
+        .slave
+        .spawn_command(cmd)
+        .map_err(|e| SpawnError::Program {
+            program: spec.command[0].clone(),
+            reason: e.to_string(),
+        })?;
     // The slave must go, or the reader never sees EOF.
     drop(pair.slave);
     let pid = child
@@ -114,9 +117,13 @@ pub fn spawn(spec: &SpawnSpec, thread_name: &str) -> Result<Pty, SpawnError> {
     drop(child);
 
     let master = pair.master;
-    let reader = master.try_clone_reader().map_err(|e| SpawnError::Pty(e.to_string()))?;
+    let reader = master
+        .try_clone_reader()
+        .map_err(|e| SpawnError::Pty(e.to_string()))?;
     // Keep the writer for the session's life: dropping it sends ^D.
-    let writer = master.take_writer().map_err(|e| SpawnError::Pty(e.to_string()))?;
+    let writer = master
+        .take_writer()
+        .map_err(|e| SpawnError::Pty(e.to_string()))?;
     let (event_tx, events) = mpsc::channel(OUTPUT_QUEUE);
     let (input, input_rx) = mpsc::channel(INPUT_QUEUE);
 
@@ -163,7 +170,11 @@ fn read_loop(mut reader: Box<dyn Read + Send>, tx: mpsc::Sender<PtyEvent>) {
 
 fn write_loop(mut writer: Box<dyn Write + Send>, mut rx: mpsc::Receiver<Bytes>) {
     while let Some(data) = rx.blocking_recv() {
-        if writer.write_all(&data).and_then(|_| writer.flush()).is_err() {
+        if writer
+            .write_all(&data)
+            .and_then(|_| writer.flush())
+            .is_err()
+        {
             break;
         }
     }
@@ -208,7 +219,11 @@ pub fn signal_groups(pid: i32, master: &Mutex<Box<dyn MasterPty + Send>>, signal
 
 /// The PTY's foreground process group, if any.
 pub fn foreground_group(master: &Mutex<Box<dyn MasterPty + Send>>) -> Option<i32> {
-    master.lock().ok()?.process_group_leader().filter(|p| *p > 0)
+    master
+        .lock()
+        .ok()?
+        .process_group_leader()
+        .filter(|p| *p > 0)
 }
 
 /// Parses a protocol signal name (`TERM`, `KILL`, `HUP`, `INT`).

@@ -107,7 +107,10 @@ impl Handler<Deliver> for RawActor {
         match msg.item {
             Delivery::Output(frame) => {
                 ctx.binary(frame.data);
-                self.handle.addr.do_send(Ack { sub: self.sub, seq: frame.seq });
+                self.handle.addr.do_send(Ack {
+                    sub: self.sub,
+                    seq: frame.seq,
+                });
             }
             Delivery::Snapshot { data, .. } => {
                 if std::mem::take(&mut self.repaint) {

@@ -32,7 +32,9 @@ pub struct SessionHandle {
 
 impl std::fmt::Debug for SessionHandle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SessionHandle").field("id", &self.id).finish()
+        f.debug_struct("SessionHandle")
+            .field("id", &self.id)
+            .finish()
     }
 }
 
@@ -131,11 +133,18 @@ impl Registry {
         }
     }
 
-    fn start_session(&mut self, spec: CreateSpec, ctx: &mut Context<Self>) -> Result<SessionInfo, ApiError> {
+    fn start_session(
+        &mut self,
+        spec: CreateSpec,
+        ctx: &mut Context<Self>,
+    ) -> Result<SessionInfo, ApiError> {
         if self.dir.len() >= self.config.max_sessions {
             return Err(ApiError::new(
                 ErrorCode::Unavailable,
-                format!("this node runs its limit of {} sessions", self.config.max_sessions),
+                format!(
+                    "this node runs its limit of {} sessions",
+                    self.config.max_sessions
+                ),
             ));
         }
         let id: Arc<str> = loop {
@@ -149,7 +158,10 @@ impl Registry {
         env.insert("TERMESH_SESSION_ID".into(), id.to_string());
         env.insert(
             "TERMESH_HOOK_URL".into(),
-            format!("{}/api/v1/sessions/{id}/hook?key={hook_key}", self.config.http_base),
+            format!(
+                "{}/api/v1/sessions/{id}/hook?key={hook_key}",
+                self.config.http_base
+            ),
         );
         let pty = pty::spawn(
             &SpawnSpec {
@@ -238,7 +250,10 @@ impl Handler<Remove> for Registry {
     type Result = Result<(), ApiError>;
 
     fn handle(&mut self, msg: Remove, _: &mut Context<Self>) -> Self::Result {
-        let handle = self.dir.remove(&msg.id).ok_or_else(|| ApiError::not_found(&msg.id))?;
+        let handle = self
+            .dir
+            .remove(&msg.id)
+            .ok_or_else(|| ApiError::not_found(&msg.id))?;
         handle.addr.do_send(Close);
         Metrics::gauge(&self.metrics.sessions, -1);
         tracing::info!(session = %msg.id, "session removed");

@@ -110,7 +110,8 @@ impl Ring {
 
     /// Whether the ring holds more than its bounds.
     pub fn over_bounds(&self) -> bool {
-        self.frames.len() > 1 && (self.bytes > self.max_bytes || self.frames.len() > self.max_frames)
+        self.frames.len() > 1
+            && (self.bytes > self.max_bytes || self.frames.len() > self.max_frames)
     }
 
     /// Keeps the frames after `seq` until unpinned (`None`), which evicts
@@ -212,7 +213,10 @@ mod tests {
         assert_eq!((r.oldest_seq(), r.last_seq(), r.bytes()), (2, 3, 8));
         r.push(b(50));
         assert_eq!((r.oldest_seq(), r.len()), (4, 1));
-        assert_eq!(r.replay_from(3).unwrap().map(|f| f.seq).collect::<Vec<_>>(), vec![4]);
+        assert_eq!(
+            r.replay_from(3).unwrap().map(|f| f.seq).collect::<Vec<_>>(),
+            vec![4]
+        );
         assert!(r.replay_from(2).is_err());
     }
 
@@ -231,7 +235,10 @@ mod tests {
         r.push(b(4));
         r.push(b(4));
         r.set_pin(Some(2));
-        assert!(!r.would_evict_pinned(4), "frames up to the pin can still go");
+        assert!(
+            !r.would_evict_pinned(4),
+            "frames up to the pin can still go"
+        );
         r.push(b(4));
         r.push(b(4));
         assert_eq!((r.oldest_seq(), r.last_seq()), (3, 4));

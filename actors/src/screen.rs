@@ -80,8 +80,9 @@ impl ScreenModel {
     /// A blank model that stands at `seq` (its next frame is `seq + 1`),
     /// with every resize up to `resize_id` already applied.
     pub fn new(cols: u16, rows: u16, seq: u64, resize_id: u64) -> Self {
-        let term = Terminal::with_scrollback(cols.max(1).into(), rows.max(1).into(), Some(HISTORY_ROWS))
-            .expect("sizes are at least 1");
+        let term =
+            Terminal::with_scrollback(cols.max(1).into(), rows.max(1).into(), Some(HISTORY_ROWS))
+                .expect("sizes are at least 1");
         ScreenModel {
             term,
             seq,
@@ -101,7 +102,11 @@ impl ScreenModel {
 
     /// Feeds `frames` (contiguous, starting at `seq + 1`; earlier ones are
     /// skipped) and applies the resizes that fall between them.
-    pub fn advance<'a>(&mut self, frames: impl IntoIterator<Item = &'a Frame>, marks: &[ResizeMark]) {
+    pub fn advance<'a>(
+        &mut self,
+        frames: impl IntoIterator<Item = &'a Frame>,
+        marks: &[ResizeMark],
+    ) {
         for frame in frames {
             if frame.seq <= self.seq {
                 continue;
@@ -239,7 +244,12 @@ fn sgr(pen: &Pen) -> String {
         (pen.is_inverse(), "7"),
         (pen.is_strikethrough(), "9"),
     ];
-    params.extend(flags.iter().filter(|(on, _)| *on).map(|(_, p)| p.to_string()));
+    params.extend(
+        flags
+            .iter()
+            .filter(|(on, _)| *on)
+            .map(|(_, p)| p.to_string()),
+    );
     if let Some(color) = pen.foreground() {
         params.push(color_param(color, 30, 90, 38));
     }
@@ -267,14 +277,18 @@ mod tests {
 
     fn model_after(chunks: &[&[u8]], cols: u16, rows: u16) -> ScreenModel {
         let mut ring = Ring::new(1 << 30, 1 << 20);
-        let frames: Vec<Frame> = chunks.iter().map(|c| ring.push(Bytes::copy_from_slice(c))).collect();
+        let frames: Vec<Frame> = chunks
+            .iter()
+            .map(|c| ring.push(Bytes::copy_from_slice(c)))
+            .collect();
         let mut m = ScreenModel::new(cols, rows, 0, 0);
         m.advance(&frames, &[]);
         m
     }
 
     fn replay(snapshot: &str, cols: u16, rows: u16) -> Terminal {
-        let mut t = Terminal::with_scrollback(cols.into(), rows.into(), Some(HISTORY_ROWS)).unwrap();
+        let mut t =
+            Terminal::with_scrollback(cols.into(), rows.into(), Some(HISTORY_ROWS)).unwrap();
         t.feed(snapshot);
         t
     }
@@ -293,7 +307,11 @@ mod tests {
     #[test]
     fn snapshot_restores_screen_cursor_and_alt_buffer() {
         let m = model_after(
-            &[b"primary line\r\n\x1b[1;31mred\x1b[0m", b"\x1b[?1049h\x1b[2J\x1b[5;10Halt here", b"\x1b[3;3H"],
+            &[
+                b"primary line\r\n\x1b[1;31mred\x1b[0m",
+                b"\x1b[?1049h\x1b[2J\x1b[5;10Halt here",
+                b"\x1b[3;3H",
+            ],
             40,
             10,
         );
@@ -313,7 +331,11 @@ mod tests {
         }
         let m = model_after(&[&out], 20, 5);
         let t = replay(&m.snapshot(10, ""), 20, 5);
-        let all: Vec<String> = t.screen().all_lines().map(|l| l.text().trim_end().to_string()).collect();
+        let all: Vec<String> = t
+            .screen()
+            .all_lines()
+            .map(|l| l.text().trim_end().to_string())
+            .collect();
         let visible: Vec<String> = m.text();
         assert_eq!(&all[all.len() - 5..], &visible[..]);
         assert_eq!(all[all.len() - 6], "line 45");
@@ -323,8 +345,15 @@ mod tests {
 
     #[test]
     fn lines_keep_colour_and_drop_redraws() {
-        let m = model_after(&[b"\x1b[32mok\x1b[0m done\r\n", b"50%\r75%\r100%\r\n"], 20, 5);
-        assert_eq!(m.lines(100), vec!["\x1b[0;32mok\x1b[0m done".to_string(), "100%".to_string()]);
+        let m = model_after(
+            &[b"\x1b[32mok\x1b[0m done\r\n", b"50%\r75%\r100%\r\n"],
+            20,
+            5,
+        );
+        assert_eq!(
+            m.lines(100),
+            vec!["\x1b[0;32mok\x1b[0m done".to_string(), "100%".to_string()]
+        );
         assert_eq!(m.lines(1), vec!["100%".to_string()]);
     }
 
@@ -333,7 +362,12 @@ mod tests {
         let mut ring = Ring::new(1 << 20, 1000);
         let f1 = ring.push(Bytes::from_static(b"abc"));
         let f2 = ring.push(Bytes::from_static(b"\r\ndef"));
-        let marks = [ResizeMark { id: 1, after_seq: 1, cols: 10, rows: 3 }];
+        let marks = [ResizeMark {
+            id: 1,
+            after_seq: 1,
+            cols: 10,
+            rows: 3,
+        }];
         let mut m = ScreenModel::new(80, 24, 0, 0);
         m.advance([&f1], &marks);
         assert_eq!(m.size(), (10, 3), "a mark after the last fed frame applies");

@@ -46,10 +46,11 @@ pub fn hash_token(token: &str) -> String {
 
 /// Parses the `sha256:<hex>` form.
 pub fn parse_token_hash(text: &str) -> Result<[u8; 32], String> {
-    let hex_part = text
-        .strip_prefix("sha256:")
-        .ok_or_else(|| format!("`{text}` must start with `sha256:` (make one with `termesh token`)"))?;
-    let bytes = hex::decode(hex_part).map_err(|_| format!("`{text}` is not hex after `sha256:`"))?;
+    let hex_part = text.strip_prefix("sha256:").ok_or_else(|| {
+        format!("`{text}` must start with `sha256:` (make one with `termesh token`)")
+    })?;
+    let bytes =
+        hex::decode(hex_part).map_err(|_| format!("`{text}` is not hex after `sha256:`"))?;
     bytes
         .try_into()
         .map_err(|_| format!("`{text}` must hold 64 hex digits after `sha256:`"))
@@ -80,7 +81,10 @@ mod tests {
             hash: parse_token_hash(&stored).unwrap(),
             role: Role::Operator,
         };
-        assert_eq!(verify(std::slice::from_ref(&entry), "s3cret"), Some(Role::Operator));
+        assert_eq!(
+            verify(std::slice::from_ref(&entry), "s3cret"),
+            Some(Role::Operator)
+        );
         assert_eq!(verify(&[entry], "s3cret!"), None);
     }
 

@@ -115,8 +115,7 @@ pub struct WsConfig {
 
 impl Default for Config {
     fn default() -> Self {
-        Self::from_raw(RawConfig::default(), "<defaults>")
-            .expect("the built-in defaults are valid")
+        Self::from_raw(RawConfig::default(), "<defaults>").expect("the built-in defaults are valid")
     }
 }
 
@@ -150,12 +149,13 @@ impl Config {
                 value: format!("{value:?}"),
                 reason,
             })?;
-            self.session.ring_bytes = check_ring_bytes(bytes).map_err(|reason| ConfigError::Value {
-                file: "<environment>".into(),
-                key: defaults::RING_BYTES_ENV.into(),
-                value: format!("{value:?}"),
-                reason,
-            })?;
+            self.session.ring_bytes =
+                check_ring_bytes(bytes).map_err(|reason| ConfigError::Value {
+                    file: "<environment>".into(),
+                    key: defaults::RING_BYTES_ENV.into(),
+                    value: format!("{value:?}"),
+                    reason,
+                })?;
         }
         Ok(())
     }
@@ -167,16 +167,26 @@ impl Config {
             value,
             reason,
         };
-        let name = raw.node.name.unwrap_or_else(|| defaults::NODE_NAME.to_string());
+        let name = raw
+            .node
+            .name
+            .unwrap_or_else(|| defaults::NODE_NAME.to_string());
         check_name(&name).map_err(|r| bad("node.name", format!("{name:?}"), r))?;
         let data_dir = match raw.node.data_dir {
             Some(dir) if dir.as_os_str().is_empty() => {
-                return Err(bad("node.data_dir", "\"\"".into(), "must not be empty".into()))
+                return Err(bad(
+                    "node.data_dir",
+                    "\"\"".into(),
+                    "must not be empty".into(),
+                ))
             }
             Some(dir) => dir,
             None => default_data_dir(),
         };
-        let listen_text = raw.http.listen.unwrap_or_else(|| defaults::HTTP_LISTEN.to_string());
+        let listen_text = raw
+            .http
+            .listen
+            .unwrap_or_else(|| defaults::HTTP_LISTEN.to_string());
         let listen: SocketAddr = listen_text.parse().map_err(|_| {
             bad(
                 "http.listen",
@@ -207,7 +217,11 @@ impl Config {
         let s = raw.session;
         let command = s.command.unwrap_or_else(default_shell);
         if command.is_empty() || command[0].is_empty() {
-            return Err(bad("session.command", format!("{command:?}"), "must name a program".into()));
+            return Err(bad(
+                "session.command",
+                format!("{command:?}"),
+                "must name a program".into(),
+            ));
         }
         let cols = s.cols.unwrap_or(defaults::COLS.into());
         let cols = u16::try_from(cols)
@@ -265,7 +279,11 @@ impl Config {
                 .map_err(|r| bad(key, format!("{value:?}"), r))
         };
         let ws = WsConfig {
-            ping_interval: dur("ws.ping_interval", &w.ping_interval, defaults::PING_INTERVAL)?,
+            ping_interval: dur(
+                "ws.ping_interval",
+                &w.ping_interval,
+                defaults::PING_INTERVAL,
+            )?,
             stale_after: dur("ws.stale_after", &w.stale_after, defaults::STALE_AFTER)?,
             reap_after: dur("ws.reap_after", &w.reap_after, defaults::REAP_AFTER)?,
             auth_timeout: dur("ws.auth_timeout", &w.auth_timeout, defaults::AUTH_TIMEOUT)?,
@@ -335,7 +353,9 @@ pub fn default_shell() -> Vec<String> {
 fn size_or(value: &Option<SizeValue>, default: u64) -> Result<u64, String> {
     match value {
         None => Ok(default),
-        Some(SizeValue::Int(n)) => u64::try_from(*n).map_err(|_| "must not be negative".to_string()),
+        Some(SizeValue::Int(n)) => {
+            u64::try_from(*n).map_err(|_| "must not be negative".to_string())
+        }
         Some(SizeValue::Text(t)) => parse_size(t),
     }
 }
@@ -456,26 +476,46 @@ mod tests {
     fn errors_name_file_key_and_value() {
         let e = Config::parse("[session]\nring_bytes = \"4 parsecs\"\n", "my.toml").unwrap_err();
         let text = e.to_string();
-        assert!(text.contains("my.toml") && text.contains("session.ring_bytes") && text.contains("4 parsecs"), "{text}");
+        assert!(
+            text.contains("my.toml")
+                && text.contains("session.ring_bytes")
+                && text.contains("4 parsecs"),
+            "{text}"
+        );
 
-        let e = Config::parse("[http]\nlisten = \"nowhere\"\n", "my.toml").unwrap_err().to_string();
+        let e = Config::parse("[http]\nlisten = \"nowhere\"\n", "my.toml")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("http.listen") && e.contains("nowhere"), "{e}");
 
-        let e = Config::parse("[[auth.tokens]]\nhash = \"sha256:00\"\nrole = \"root\"\n", "f").unwrap_err().to_string();
+        let e = Config::parse(
+            "[[auth.tokens]]\nhash = \"sha256:00\"\nrole = \"root\"\n",
+            "f",
+        )
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("auth.tokens[0].hash"), "{e}");
 
-        let e = Config::parse("[session]\ncols = 0\n", "f").unwrap_err().to_string();
+        let e = Config::parse("[session]\ncols = 0\n", "f")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("session.cols") && e.contains('0'), "{e}");
 
-        let e = Config::parse("[node]\nname = \"a b\"\n", "f").unwrap_err().to_string();
+        let e = Config::parse("[node]\nname = \"a b\"\n", "f")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("node.name"), "{e}");
     }
 
     #[test]
     fn unknown_keys_and_bad_syntax_are_rejected() {
-        let e = Config::parse("[session]\nring_byts = 5\n", "f.toml").unwrap_err().to_string();
+        let e = Config::parse("[session]\nring_byts = 5\n", "f.toml")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("f.toml") && e.contains("ring_byts"), "{e}");
-        let e = Config::parse("[session\n", "f.toml").unwrap_err().to_string();
+        let e = Config::parse("[session\n", "f.toml")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("f.toml"), "{e}");
     }
 
@@ -490,13 +530,33 @@ mod tests {
     }
 
     #[test]
+    fn ring_bytes_env_overrides_the_file() {
+        // The only test that touches this variable.
+        let mut c = Config::parse("[session]\nring_bytes = \"8MiB\"\n", "f").unwrap();
+        std::env::set_var(defaults::RING_BYTES_ENV, "64KiB");
+        let applied = c.apply_env();
+        std::env::set_var(defaults::RING_BYTES_ENV, "tiny");
+        let bad = c.clone().apply_env().unwrap_err().to_string();
+        std::env::remove_var(defaults::RING_BYTES_ENV);
+        applied.unwrap();
+        assert_eq!(c.session.ring_bytes, 64 << 10);
+        assert!(bad.contains("TERMESH_RING_BYTES") && bad.contains("tiny"), "{bad}");
+    }
+
+    #[test]
     fn example_file_is_valid_and_complete() {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/termesh.example.toml");
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../deploy/termesh.example.toml"
+        );
         let text = std::fs::read_to_string(path).expect("deploy/termesh.example.toml exists");
         let parsed = Config::parse(&text, path).expect("example parses");
         let defaults = Config::default();
         assert_eq!(parsed.session.ring_bytes, defaults.session.ring_bytes);
-        assert_eq!(parsed.session.default_window, defaults.session.default_window);
+        assert_eq!(
+            parsed.session.default_window,
+            defaults.session.default_window
+        );
         assert_eq!(parsed.ws.reap_after, defaults.ws.reap_after);
         assert_eq!(parsed.http.listen, defaults.http.listen);
     }

@@ -18,7 +18,11 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
         "k" | "kb" | "kib" => 1 << 10,
         "m" | "mb" | "mib" => 1 << 20,
         "g" | "gb" | "gib" => 1 << 30,
-        other => return Err(format!("unknown size unit `{other}` in `{text}` (use B, KiB, MiB, GiB)")),
+        other => {
+            return Err(format!(
+                "unknown size unit `{other}` in `{text}` (use B, KiB, MiB, GiB)"
+            ))
+        }
     };
     number
         .checked_mul(factor)
@@ -32,16 +36,20 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         .find(|c: char| !c.is_ascii_digit())
         .unwrap_or(text.len());
     let (digits, unit) = text.split_at(split);
-    let number: u64 = digits
-        .parse()
-        .map_err(|_| format!("`{text}` is not a duration (examples: \"500ms\", \"15s\", \"2m\")"))?;
+    let number: u64 = digits.parse().map_err(|_| {
+        format!("`{text}` is not a duration (examples: \"500ms\", \"15s\", \"2m\")")
+    })?;
     let millis: u64 = match unit.trim() {
         "ms" => 1,
         "s" => 1_000,
         "m" => 60_000,
         "h" => 3_600_000,
         "" => return Err(format!("`{text}` needs a unit (ms, s, m, h)")),
-        other => return Err(format!("unknown duration unit `{other}` in `{text}` (use ms, s, m, h)")),
+        other => {
+            return Err(format!(
+                "unknown duration unit `{other}` in `{text}` (use ms, s, m, h)"
+            ))
+        }
     };
     number
         .checked_mul(millis)

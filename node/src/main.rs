@@ -12,7 +12,11 @@ use termesh_node::server;
 use termesh_transport::CreateRequest;
 
 #[derive(Parser)]
-#[command(name = "termesh", version, about = "Terminal sessions that survive dropped links")]
+#[command(
+    name = "termesh",
+    version,
+    about = "Terminal sessions that survive dropped links"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -154,7 +158,12 @@ fn main() {
 
 fn run(cli: Cli) -> anyhow::Result<i32> {
     match cli.command {
-        Command::Node { config, listen, data_dir, name } => {
+        Command::Node {
+            config,
+            listen,
+            data_dir,
+            name,
+        } => {
             init_logging();
             let mut cfg = match &config {
                 Some(path) => Config::load(path)?,
@@ -170,21 +179,30 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                 cfg.node.data_dir = dir;
             }
             if let Some(name) = name {
-                termesh_config::check_name(&name).map_err(|e| anyhow::anyhow!("--name {name:?}: {e}"))?;
+                termesh_config::check_name(&name)
+                    .map_err(|e| anyhow::anyhow!("--name {name:?}: {e}"))?;
                 cfg.node.name = name;
             }
             let node_name = cfg.node.name.clone();
             server::run(cfg, true, None, move |ready| {
-                println!("termesh node `{node_name}` serving on http://{}", ready.addr);
+                println!(
+                    "termesh node `{node_name}` serving on http://{}",
+                    ready.addr
+                );
                 println!("  websocket: ws://{}/ws", ready.addr);
                 if let (Some(token), Some(file)) = (&ready.admin_token, &ready.token_file) {
                     println!("  admin token: {token}");
-                    println!("  (saved in {}; local clients read it from there)", file.display());
+                    println!(
+                        "  (saved in {}; local clients read it from there)",
+                        file.display()
+                    );
                 }
             })?;
             Ok(0)
         }
-        Command::Config { command: ConfigCommand::Check { file } } => {
+        Command::Config {
+            command: ConfigCommand::Check { file },
+        } => {
             let cfg = Config::load(&file)?;
             println!(
                 "{}: ok (node `{}`, listen {}, {} token(s))",
@@ -202,7 +220,10 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             if let Some(name) = name {
                 println!("name = {name:?}");
             }
-            println!("hash = \"{}\"\nrole = \"{role}\"", termesh_config::hash_token(&token));
+            println!(
+                "hash = \"{}\"\nrole = \"{role}\"",
+                termesh_config::hash_token(&token)
+            );
             Ok(0)
         }
         other => runtime()?.block_on(run_client(other)),
@@ -213,7 +234,15 @@ async fn run_client(command: Command) -> anyhow::Result<i32> {
     let target = |c: ClientArgs| Target::resolve(c.url, c.token, c.data_dir);
     match command {
         Command::Ls { client, json } => commands::ls(&target(client)?, json).await.map(|_| 0),
-        Command::New { client, name, cwd, cols, rows, attach: and_attach, command } => {
+        Command::New {
+            client,
+            name,
+            cwd,
+            cols,
+            rows,
+            attach: and_attach,
+            command,
+        } => {
             let target = target(client)?;
             let (cols, rows) = match (cols, rows) {
                 (None, None) if and_attach => crossterm::terminal::size()
@@ -231,21 +260,51 @@ async fn run_client(command: Command) -> anyhow::Result<i32> {
             };
             let info = commands::new(&target, req).await?;
             if and_attach {
-                let opts = AttachOptions { session: info.id, detach_key: 0x1d, scrollback: 1000 };
+                let opts = AttachOptions {
+                    session: info.id,
+                    detach_key: 0x1d,
+                    scrollback: 1000,
+                };
                 return attach(&target, opts).await.map(exit_code);
             }
             println!("{}", info.id);
             Ok(0)
         }
-        Command::Kill { client, session, signal } => commands::kill(&target(client)?, session, signal).await.map(|_| 0),
+        Command::Kill {
+            client,
+            session,
+            signal,
+        } => commands::kill(&target(client)?, session, signal)
+            .await
+            .map(|_| 0),
         Command::Rm { client, session } => commands::rm(&target(client)?, session).await.map(|_| 0),
-        Command::Logs { client, session, tail, lines } => {
-            commands::logs(&target(client)?, session, tail, lines).await.map(|_| 0)
-        }
-        Command::Screen { client, session, raw } => commands::screen(&target(client)?, session, raw).await.map(|_| 0),
-        Command::Attach { client, session, detach_key, scrollback } => {
+        Command::Logs {
+            client,
+            session,
+            tail,
+            lines,
+        } => commands::logs(&target(client)?, session, tail, lines)
+            .await
+            .map(|_| 0),
+        Command::Screen {
+            client,
+            session,
+            raw,
+        } => commands::screen(&target(client)?, session, raw)
+            .await
+            .map(|_| 0),
+        Command::Attach {
+            client,
+            session,
+            detach_key,
+            scrollback,
+        } => {
             let detach_key = parse_key(&detach_key)?;
-            let opts = AttachOptions { session, detach_key, scrollback };
+            let opts = AttachOptions {
+                session,
+                detach_key,
+                scrollback,
+            };
             attach(&target(client)?, opts).await.map(exit_code)
         }
         Command::Node { .. } | Command::Config { .. } | Command::Token { .. } => Ok(0),
@@ -262,7 +321,9 @@ fn exit_code(end: Ended) -> i32 {
 /// `^]` style: a control key.
 fn parse_key(text: &str) -> anyhow::Result<u8> {
     match text.as_bytes() {
-        [b'^', c] if (b'@'..=b'_').contains(&c.to_ascii_uppercase()) => Ok(c.to_ascii_uppercase() - b'@'),
+        [b'^', c] if (b'@'..=b'_').contains(&c.to_ascii_uppercase()) => {
+            Ok(c.to_ascii_uppercase() - b'@')
+        }
         _ => bail!("--detach-key {text:?}: use ^ and a letter or one of @[\\]^_, e.g. ^]"),
     }
 }
@@ -277,5 +338,8 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("TERMESH_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
 }

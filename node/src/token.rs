@@ -27,8 +27,12 @@ pub fn read(data_dir: &Path) -> anyhow::Result<Option<String>> {
     match std::fs::read_to_string(&path) {
         Ok(text) => {
             let token = text.trim().to_string();
-            if token.len() < 16 || token.len() > 256 || !token.chars().all(|c| c.is_ascii_graphic()) {
-                bail!("{}: not a token (delete it to have a new one generated)", path.display());
+            if token.len() < 16 || token.len() > 256 || !token.chars().all(|c| c.is_ascii_graphic())
+            {
+                bail!(
+                    "{}: not a token (delete it to have a new one generated)",
+                    path.display()
+                );
             }
             Ok(Some(token))
         }
@@ -71,7 +75,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (a, created) = load_or_create(dir.path()).unwrap();
         assert!(created && a.len() == 64);
-        let mode = std::fs::metadata(token_path(dir.path())).unwrap().permissions().mode();
+        let mode = std::fs::metadata(token_path(dir.path()))
+            .unwrap()
+            .permissions()
+            .mode();
         assert_eq!(mode & 0o777, 0o600);
         let (b, created) = load_or_create(dir.path()).unwrap();
         assert!(!created);
@@ -82,6 +89,9 @@ mod tests {
     fn garbage_token_file_is_an_error() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(token_path(dir.path()), "x\n").unwrap();
-        assert!(load_or_create(dir.path()).unwrap_err().to_string().contains("not a token"));
+        assert!(load_or_create(dir.path())
+            .unwrap_err()
+            .to_string()
+            .contains("not a token"));
     }
 }

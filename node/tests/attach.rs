@@ -35,7 +35,12 @@ async fn attach_shows_output_echoes_input_and_resumes_without_a_clear() {
     let node = TestNode::start();
     let session = node
         .create_with(CreateRequest {
-            command: Some(vec!["bash".into(), "--norc".into(), "--noprofile".into(), "-i".into()]),
+            command: Some(vec![
+                "bash".into(),
+                "--norc".into(),
+                "--noprofile".into(),
+                "-i".into(),
+            ]),
             env: Some([("PS1".to_string(), "$ ".to_string())].into()),
             cols: Some(80),
             rows: Some(24),
@@ -46,10 +51,22 @@ async fn attach_shows_output_echoes_input_and_resumes_without_a_clear() {
     let proxy = Proxy::start(node.node.addr()).await;
 
     let pair = native_pty_system()
-        .openpty(PtySize { rows: 24, cols: 80, pixel_width: 0, pixel_height: 0 })
+        .openpty(PtySize {
+            rows: 24,
+            cols: 80,
+            pixel_width: 0,
+            pixel_height: 0,
+        })
         .unwrap();
     let mut cmd = CommandBuilder::new(env!("CARGO_BIN_EXE_termesh"));
-    cmd.args(["attach", &session, "--url", &format!("http://{}", proxy.addr), "--token", OPERATOR]);
+    cmd.args([
+        "attach",
+        &session,
+        "--url",
+        &format!("http://{}", proxy.addr),
+        "--token",
+        OPERATOR,
+    ]);
     cmd.env("TERM", "xterm");
     let mut child = pair.slave.spawn_command(cmd).unwrap();
     drop(pair.slave);
@@ -72,24 +89,50 @@ async fn attach_shows_output_echoes_input_and_resumes_without_a_clear() {
     captured.wait_for("hi-3").await;
 
     // Cut the link; meanwhile the session prints, and the user types.
-    assert!(proxy.cut() >= 1, "the attach connection went through the proxy");
+    assert!(
+        proxy.cut() >= 1,
+        "the attach connection went through the proxy"
+    );
     let mut op = node.client(OPERATOR).await;
-    op.send(&ClientMsg::Input { session: session.clone(), data: b"echo missed-$((3+4))\r".to_vec() }).await.unwrap();
+    op.send(&ClientMsg::Input {
+        session: session.clone(),
+        data: b"echo missed-$((3+4))\r".to_vec(),
+    })
+    .await
+    .unwrap();
     op.close().await;
     keys.write_all(b"echo after-$((2+3))\r").unwrap();
     captured.wait_for("missed-7").await;
     captured.wait_for("after-5").await;
 
     let text = captured.text();
-    assert_eq!(text.matches("\x1bc").count(), 1, "only the first attach resets the terminal");
+    assert_eq!(
+        text.matches("\x1bc").count(),
+        1,
+        "only the first attach resets the terminal"
+    );
     assert!(!text.contains("\x1b[2J"), "no screen clear");
-    let (missed, after) = (text.find("missed-7").unwrap(), text.find("after-5").unwrap());
-    assert!(missed < after, "output missed while away comes first, in order");
+    let (missed, after) = (
+        text.find("missed-7").unwrap(),
+        text.find("after-5").unwrap(),
+    );
+    assert!(
+        missed < after,
+        "output missed while away comes first, in order"
+    );
     let mut screen = avt::Terminal::new(80, 24).unwrap();
     screen.feed(text.as_str());
-    let rows: Vec<String> = screen.screen().visible_lines().map(|l| l.text().trim_end().to_string()).collect();
+    let rows: Vec<String> = screen
+        .screen()
+        .visible_lines()
+        .map(|l| l.text().trim_end().to_string())
+        .collect();
     for want in ["hi-3", "missed-7", "after-5"] {
-        assert_eq!(rows.iter().filter(|r| r.as_str() == want).count(), 1, "{want} once on screen: {rows:?}");
+        assert_eq!(
+            rows.iter().filter(|r| r.as_str() == want).count(),
+            1,
+            "{want} once on screen: {rows:?}"
+        );
     }
 
     // Detach: the client leaves, the session keeps running.

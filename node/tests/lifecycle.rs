@@ -14,10 +14,17 @@ async fn wait_output(node: &TestNode, session: &str, needle: &str) -> String {
     let text = within(PATIENCE, needle, async {
         loop {
             let reply = c
-                .request(|id| ClientMsg::History { id, session: session.into(), limit: Some(1 << 20) })
+                .request(|id| ClientMsg::History {
+                    id,
+                    session: session.into(),
+                    limit: Some(1 << 20),
+                })
                 .await
                 .unwrap();
-            if let ServerMsg::History { data: Some(data), .. } = reply {
+            if let ServerMsg::History {
+                data: Some(data), ..
+            } = reply
+            {
                 let text = String::from_utf8_lossy(&data).into_owned();
                 if text.contains(needle) {
                     return text;
@@ -45,8 +52,21 @@ async fn environment_and_cwd() {
         .await;
     let text = wait_output(&node, &info.id, "x=42").await;
     assert!(text.contains(&format!("id={}", info.id)), "{text}");
-    assert!(text.contains(&format!("hook={}/api/v1/sessions/{}/hook?key=", node.url(), info.id)), "{text}");
-    assert!(text.contains(&format!("cwd={}", dir.path().canonicalize().unwrap().display())), "{text}");
+    assert!(
+        text.contains(&format!(
+            "hook={}/api/v1/sessions/{}/hook?key=",
+            node.url(),
+            info.id
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!(
+            "cwd={}",
+            dir.path().canonicalize().unwrap().display()
+        )),
+        "{text}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -55,19 +75,44 @@ async fn exit_code_and_signal_are_reported() {
     let session = node.create(&["sh", "-c", "read x; exit 7"]).await.id;
     let mut c = node.client(OPERATOR).await;
     subscribe(&mut c, &session, None, 1 << 20).await.unwrap();
-    c.send(&ClientMsg::Input { session: session.clone(), data: b"\n".to_vec() }).await.unwrap();
+    c.send(&ClientMsg::Input {
+        session: session.clone(),
+        data: b"\n".to_vec(),
+    })
+    .await
+    .unwrap();
     let mut s = Stream::new(1 << 20);
-    within(PATIENCE, "exit event", pump_until(&mut c, &session, &mut s, true, |s| s.exited.is_some())).await.unwrap();
+    within(
+        PATIENCE,
+        "exit event",
+        pump_until(&mut c, &session, &mut s, true, |s| s.exited.is_some()),
+    )
+    .await
+    .unwrap();
     assert_eq!(s.exited, Some(7));
-    let info = node.wait_info(&session, "exited status", |i| i.status == SessionStatus::Exited).await;
+    let info = node
+        .wait_info(&session, "exited status", |i| {
+            i.status == SessionStatus::Exited
+        })
+        .await;
     assert_eq!(info.exit_code, Some(7));
 
     let sleeper = node.create(&["sleep", "1000"]).await.id;
     subscribe(&mut c, &sleeper, None, 1 << 20).await.unwrap();
-    c.request(|id| ClientMsg::Kill { id, session: sleeper.clone(), signal: None }).await.unwrap();
+    c.request(|id| ClientMsg::Kill {
+        id,
+        session: sleeper.clone(),
+        signal: None,
+    })
+    .await
+    .unwrap();
     let event = within(PATIENCE, "the exited event", async {
         loop {
-            if let ServerMsg::Event { session, event: e @ EventKind::Exited { .. } } = c.recv().await.unwrap() {
+            if let ServerMsg::Event {
+                session,
+                event: e @ EventKind::Exited { .. },
+            } = c.recv().await.unwrap()
+            {
                 if session == sleeper {
                     return e;
                 }
@@ -75,7 +120,13 @@ async fn exit_code_and_signal_are_reported() {
         }
     })
     .await;
-    assert_eq!(event, EventKind::Exited { exit_code: 143, signal: Some("TERM".into()) });
+    assert_eq!(
+        event,
+        EventKind::Exited {
+            exit_code: 143,
+            signal: Some("TERM".into())
+        }
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -84,7 +135,11 @@ async fn kill_leaves_no_process_of_the_session_alive() {
     // Children that ignore TERM (an ignored signal survives exec), in the
     // background and foreground: only the KILL after the grace time ends them.
     let session = node
-        .create(&["sh", "-c", "trap '' TERM; sleep 1000 & sleep 1001 & sh -c 'sleep 1002' ; wait"])
+        .create(&[
+            "sh",
+            "-c",
+            "trap '' TERM; sleep 1000 & sleep 1001 & sh -c 'sleep 1002' ; wait",
+        ])
         .await
         .id;
     within(PATIENCE, "the session's processes", async {
@@ -94,29 +149,63 @@ async fn kill_leaves_no_process_of_the_session_alive() {
     })
     .await;
     let mut c = node.client(OPERATOR).await;
-    c.request(|id| ClientMsg::Kill { id, session: session.clone(), signal: Some("TERM".into()) }).await.unwrap();
+    c.request(|id| ClientMsg::Kill {
+        id,
+        session: session.clone(),
+        signal: Some("TERM".into()),
+    })
+    .await
+    .unwrap();
     within(PATIENCE, "every process of the session to end", async {
         while !session_pids(&session).is_empty() {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     })
     .await;
-    let info = node.wait_info(&session, "exited", |i| i.status == SessionStatus::Exited).await;
+    let info = node
+        .wait_info(&session, "exited", |i| i.status == SessionStatus::Exited)
+        .await;
     assert!(info.exit_code.is_some());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resize_rename_tag_reach_subscribers_and_watchers() {
     let node = TestNode::start();
-    let session = node.create(&["sh", "-c", "stty -echo; read x; stty size; exec sleep 1000"]).await.id;
+    let session = node
+        .create(&["sh", "-c", "stty -echo; read x; stty size; exec sleep 1000"])
+        .await
+        .id;
     let mut watcher = node.client(VIEWER).await;
     watcher.request(|id| ClientMsg::Watch { id }).await.unwrap();
     let mut c = node.client(OPERATOR).await;
     subscribe(&mut c, &session, None, 1 << 20).await.unwrap();
-    c.send(&ClientMsg::Resize { session: session.clone(), cols: 100, rows: 40 }).await.unwrap();
-    c.request(|id| ClientMsg::Rename { id, session: session.clone(), name: "builder".into() }).await.unwrap();
-    c.request(|id| ClientMsg::Tag { id, session: session.clone(), tags: vec!["ci".into(), "x".into()] }).await.unwrap();
-    c.send(&ClientMsg::Input { session: session.clone(), data: b"\n".to_vec() }).await.unwrap();
+    c.send(&ClientMsg::Resize {
+        session: session.clone(),
+        cols: 100,
+        rows: 40,
+    })
+    .await
+    .unwrap();
+    c.request(|id| ClientMsg::Rename {
+        id,
+        session: session.clone(),
+        name: "builder".into(),
+    })
+    .await
+    .unwrap();
+    c.request(|id| ClientMsg::Tag {
+        id,
+        session: session.clone(),
+        tags: vec!["ci".into(), "x".into()],
+    })
+    .await
+    .unwrap();
+    c.send(&ClientMsg::Input {
+        session: session.clone(),
+        data: b"\n".to_vec(),
+    })
+    .await
+    .unwrap();
     let mut events = Vec::new();
     let mut s = Stream::new(1 << 20);
     within(PATIENCE, "events and the new size", async {
@@ -132,15 +221,25 @@ async fn resize_rename_tag_reach_subscribers_and_watchers() {
     assert_eq!(
         events[..3],
         [
-            EventKind::Resized { cols: 100, rows: 40 },
-            EventKind::Renamed { name: "builder".into() },
-            EventKind::Tagged { tags: vec!["ci".into(), "x".into()] }
+            EventKind::Resized {
+                cols: 100,
+                rows: 40
+            },
+            EventKind::Renamed {
+                name: "builder".into()
+            },
+            EventKind::Tagged {
+                tags: vec!["ci".into(), "x".into()]
+            }
         ]
     );
     let info = within(PATIENCE, "a session_changed with all three", async {
         loop {
             if let ServerMsg::SessionChanged { session: info } = watcher.recv().await.unwrap() {
-                if info.name.as_deref() == Some("builder") && info.tags.len() == 2 && info.cols == 100 {
+                if info.name.as_deref() == Some("builder")
+                    && info.tags.len() == 2
+                    && info.cols == 100
+                {
                     return info;
                 }
             }
@@ -150,7 +249,13 @@ async fn resize_rename_tag_reach_subscribers_and_watchers() {
     assert_eq!((info.cols, info.rows, info.viewers), (100, 40, 1));
 
     // Remove kills and forgets it; watchers hear of it.
-    c.request(|id| ClientMsg::Remove { id, session: session.clone(), purge: None }).await.unwrap();
+    c.request(|id| ClientMsg::Remove {
+        id,
+        session: session.clone(),
+        purge: None,
+    })
+    .await
+    .unwrap();
     within(PATIENCE, "session_removed", async {
         loop {
             if let ServerMsg::SessionRemoved { session: id } = watcher.recv().await.unwrap() {
@@ -161,7 +266,10 @@ async fn resize_rename_tag_reach_subscribers_and_watchers() {
         }
     })
     .await;
-    assert!(node.info(&session).await.is_none(), "a removed session leaves list");
+    assert!(
+        node.info(&session).await.is_none(),
+        "a removed session leaves list"
+    );
     within(PATIENCE, "its processes to end", async {
         while !session_pids(&session).is_empty() {
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -174,16 +282,26 @@ async fn resize_rename_tag_reach_subscribers_and_watchers() {
 async fn resume_sends_sigwinch_so_tuis_repaint() {
     let node = TestNode::start();
     let session = node
-        .create(&["bash", "--norc", "--noprofile", "-c", "trap 'echo got-winch' WINCH; echo ready; while true; do sleep 0.05; done"])
+        .create(&[
+            "bash",
+            "--norc",
+            "--noprofile",
+            "-c",
+            "trap 'echo got-winch' WINCH; echo ready; while true; do sleep 0.05; done",
+        ])
         .await
         .id;
     wait_output(&node, &session, "ready").await;
     let mut c = node.client(VIEWER).await;
     subscribe(&mut c, &session, Some(0), 1 << 20).await.unwrap();
     let mut s = Stream::new(1 << 20);
-    within(PATIENCE, "the repaint signal", pump_until(&mut c, &session, &mut s, true, |s| {
-        String::from_utf8_lossy(&s.data).contains("got-winch")
-    }))
+    within(
+        PATIENCE,
+        "the repaint signal",
+        pump_until(&mut c, &session, &mut s, true, |s| {
+            String::from_utf8_lossy(&s.data).contains("got-winch")
+        }),
+    )
     .await
     .unwrap();
 }
@@ -191,17 +309,30 @@ async fn resume_sends_sigwinch_so_tuis_repaint() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agent_hook_sets_phase_with_the_session_key() {
     let node = TestNode::start();
-    let session = node.create(&["sh", "-c", "echo \"$TERMESH_HOOK_URL\"; exec sleep 1000"]).await.id;
+    let session = node
+        .create(&["sh", "-c", "echo \"$TERMESH_HOOK_URL\"; exec sleep 1000"])
+        .await
+        .id;
     let text = wait_output(&node, &session, "hook?key=").await;
-    let url = text.lines().find(|l| l.contains("hook?key=")).unwrap().trim().to_string();
+    let url = text
+        .lines()
+        .find(|l| l.contains("hook?key="))
+        .unwrap()
+        .trim()
+        .to_string();
     let status = tokio::task::spawn_blocking(move || {
-        let ok = ureq::post(&url).send_string(r#"{"hook_event_name":"Stop"}"#).map(|r| r.status());
-        let bad = ureq::post(&url.replace("key=", "key=x")).send_string(r#"{"hook_event_name":"Stop"}"#);
+        let ok = ureq::post(&url)
+            .send_string(r#"{"hook_event_name":"Stop"}"#)
+            .map(|r| r.status());
+        let bad =
+            ureq::post(&url.replace("key=", "key=x")).send_string(r#"{"hook_event_name":"Stop"}"#);
         (ok.unwrap(), matches!(bad, Err(ureq::Error::Status(401, _))))
     })
     .await
     .unwrap();
     assert_eq!(status, (204, true));
-    let info = node.wait_info(&session, "phase", |i| i.phase.is_some()).await;
+    let info = node
+        .wait_info(&session, "phase", |i| i.phase.is_some())
+        .await;
     assert_eq!(info.phase.as_deref(), Some("waiting"));
 }

@@ -30,7 +30,12 @@ fn encode(v: &rmpv::Value) -> Vec<u8> {
 }
 
 fn map(pairs: &[(&str, rmpv::Value)]) -> Vec<u8> {
-    encode(&rmpv::Value::Map(pairs.iter().map(|(k, v)| (rmpv::Value::from(*k), v.clone())).collect()))
+    encode(&rmpv::Value::Map(
+        pairs
+            .iter()
+            .map(|(k, v)| (rmpv::Value::from(*k), v.clone()))
+            .collect(),
+    ))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -38,127 +43,263 @@ async fn welcome_then_auth_by_message() {
     let node = TestNode::start();
     let mut c = Client::connect(&node.target(None)).await.unwrap();
     match &c.welcome {
-        ServerMsg::Welcome { proto, node: name, ping_interval_ms, auth_required, .. } => {
-            assert_eq!((*proto, name.as_str(), *ping_interval_ms, *auth_required), (1, "t1", 15_000, true));
+        ServerMsg::Welcome {
+            proto,
+            node: name,
+            ping_interval_ms,
+            auth_required,
+            ..
+        } => {
+            assert_eq!(
+                (*proto, name.as_str(), *ping_interval_ms, *auth_required),
+                (1, "t1", 15_000, true)
+            );
         }
         other => panic!("{other:?}"),
     }
     c.send(&ClientMsg::List { id: 1 }).await.unwrap();
     let msg = expect_error(&mut c, ErrorCode::Unauthorized).await;
     assert!(matches!(msg, ServerMsg::Error { id: Some(1), .. }));
-    c.send(&ClientMsg::Auth { id: 2, token: "wrong".into() }).await.unwrap();
+    c.send(&ClientMsg::Auth {
+        id: 2,
+        token: "wrong".into(),
+    })
+    .await
+    .unwrap();
     expect_error(&mut c, ErrorCode::Unauthorized).await;
     c.send(&ClientMsg::Ping { nonce: None }).await.unwrap();
     expect_error(&mut c, ErrorCode::Unauthorized).await;
-    c.send(&ClientMsg::Auth { id: 3, token: VIEWER.into() }).await.unwrap();
+    c.send(&ClientMsg::Auth {
+        id: 3,
+        token: VIEWER.into(),
+    })
+    .await
+    .unwrap();
     assert_eq!(next(&mut c).await, ServerMsg::Ok { id: 3 });
-    assert!(matches!(c.request(|id| ClientMsg::List { id }).await.unwrap(), ServerMsg::Sessions { .. }));
+    assert!(matches!(
+        c.request(|id| ClientMsg::List { id }).await.unwrap(),
+        ServerMsg::Sessions { .. }
+    ));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wrong_token_on_upgrade_is_401_and_url_token_works() {
     let node = TestNode::start();
-    let err = Client::connect(&node.target(Some("nope"))).await.err().expect("refused");
+    let err = Client::connect(&node.target(Some("nope")))
+        .await
+        .err()
+        .expect("refused");
     assert!(format!("{err:#}").contains("401"), "{err:#}");
     let ws_url = format!("ws://{}/ws?token={VIEWER}", node.node.addr());
-    let (mut ws, _) = tokio_tungstenite::connect_async(ws_url).await.expect("token in the URL");
+    let (mut ws, _) = tokio_tungstenite::connect_async(ws_url)
+        .await
+        .expect("token in the URL");
     use futures_util::{SinkExt, StreamExt};
     let _welcome = ws.next().await.unwrap().unwrap();
-    ws.send(Message::Binary(rmp_serde::to_vec_named(&ClientMsg::List { id: 1 }).unwrap())).await.unwrap();
+    ws.send(Message::Binary(
+        rmp_serde::to_vec_named(&ClientMsg::List { id: 1 }).unwrap(),
+    ))
+    .await
+    .unwrap();
     let reply = ws.next().await.unwrap().unwrap().into_data();
     let reply: ServerMsg = rmp_serde::from_slice(&reply).unwrap();
-    assert!(matches!(reply, ServerMsg::Sessions { id: 1, .. }), "{reply:?}");
+    assert!(
+        matches!(reply, ServerMsg::Sessions { id: 1, .. }),
+        "{reply:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn roles_are_enforced() {
     let node = TestNode::start();
     let mut viewer = node.client(VIEWER).await;
-    let err = viewer.request(|id| ClientMsg::Create { id, req: Default::default() }).await.unwrap_err();
+    let err = viewer
+        .request(|id| ClientMsg::Create {
+            id,
+            req: Default::default(),
+        })
+        .await
+        .unwrap_err();
     assert!(err.to_string().starts_with("forbidden"), "{err}");
     let session = node.create(&["sleep", "1000"]).await.id;
-    viewer.send(&ClientMsg::Input { session: session.clone(), data: b"x".to_vec() }).await.unwrap();
+    viewer
+        .send(&ClientMsg::Input {
+            session: session.clone(),
+            data: b"x".to_vec(),
+        })
+        .await
+        .unwrap();
     let msg = expect_error(&mut viewer, ErrorCode::Forbidden).await;
     assert!(matches!(msg, ServerMsg::Error { session: Some(s), .. } if s == session));
     // A viewer may watch.
-    subscribe(&mut viewer, &session, None, 1 << 20).await.unwrap();
+    subscribe(&mut viewer, &session, None, 1 << 20)
+        .await
+        .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_gets_documented_errors_and_hurts_nobody() {
     let node = TestNode::start();
-    let session = node.create(&["sh", "-c", "while true; do echo alive; sleep 0.05; done"]).await.id;
+    let session = node
+        .create(&["sh", "-c", "while true; do echo alive; sleep 0.05; done"])
+        .await
+        .id;
     // A bystander watching the session throughout.
     let mut bystander = node.client(VIEWER).await;
-    subscribe(&mut bystander, &session, None, 1 << 20).await.unwrap();
+    subscribe(&mut bystander, &session, None, 1 << 20)
+        .await
+        .unwrap();
 
     let mut c = node.client(OPERATOR).await;
-    c.send_raw(Message::Binary(vec![0xc1, 0x00, 0xff])).await.unwrap();
+    c.send_raw(Message::Binary(vec![0xc1, 0x00, 0xff]))
+        .await
+        .unwrap();
     expect_error(&mut c, ErrorCode::BadFrame).await;
-    c.send_raw(Message::Text("{\"t\":\"list\"}".into())).await.unwrap();
+    c.send_raw(Message::Text("{\"t\":\"list\"}".into()))
+        .await
+        .unwrap();
     expect_error(&mut c, ErrorCode::BadFrame).await;
-    c.send_raw(Message::Binary(encode(&rmpv::Value::from(vec![rmpv::Value::from(1)])))).await.unwrap();
+    c.send_raw(Message::Binary(encode(&rmpv::Value::from(vec![
+        rmpv::Value::from(1),
+    ]))))
+    .await
+    .unwrap();
     expect_error(&mut c, ErrorCode::BadFrame).await;
-    c.send_raw(Message::Binary(map(&[("id", 1.into())]))).await.unwrap();
+    c.send_raw(Message::Binary(map(&[("id", 1.into())])))
+        .await
+        .unwrap();
     expect_error(&mut c, ErrorCode::BadFrame).await;
-    c.send_raw(Message::Binary(map(&[("t", "teleport".into()), ("id", 5.into())]))).await.unwrap();
+    c.send_raw(Message::Binary(map(&[
+        ("t", "teleport".into()),
+        ("id", 5.into()),
+    ])))
+    .await
+    .unwrap();
     let msg = expect_error(&mut c, ErrorCode::UnknownType).await;
     assert!(matches!(msg, ServerMsg::Error { id: Some(5), .. }));
-    c.send_raw(Message::Binary(map(&[("t", "subscribe".into()), ("id", 6.into())]))).await.unwrap();
+    c.send_raw(Message::Binary(map(&[
+        ("t", "subscribe".into()),
+        ("id", 6.into()),
+    ])))
+    .await
+    .unwrap();
     let msg = expect_error(&mut c, ErrorCode::BadRequest).await;
     assert!(matches!(msg, ServerMsg::Error { id: Some(6), .. }));
-    c.send_raw(Message::Binary(map(&[("t", "resize".into()), ("session", session.as_str().into()), ("cols", "wide".into()), ("rows", 5.into())])))
-        .await
-        .unwrap();
+    c.send_raw(Message::Binary(map(&[
+        ("t", "resize".into()),
+        ("session", session.as_str().into()),
+        ("cols", "wide".into()),
+        ("rows", 5.into()),
+    ])))
+    .await
+    .unwrap();
     expect_error(&mut c, ErrorCode::BadRequest).await;
-    c.send(&ClientMsg::Resize { session: session.clone(), cols: 0, rows: 10 }).await.unwrap();
+    c.send(&ClientMsg::Resize {
+        session: session.clone(),
+        cols: 0,
+        rows: 10,
+    })
+    .await
+    .unwrap();
     expect_error(&mut c, ErrorCode::BadRequest).await;
-    c.send(&ClientMsg::Resize { session: session.clone(), cols: 80, rows: 501 }).await.unwrap();
+    c.send(&ClientMsg::Resize {
+        session: session.clone(),
+        cols: 80,
+        rows: 501,
+    })
+    .await
+    .unwrap();
     expect_error(&mut c, ErrorCode::BadRequest).await;
-    c.send(&ClientMsg::Subscribe { id: 7, session: "no-such-session".into(), from_seq: None, window: None, scrollback: None })
-        .await
-        .unwrap();
+    c.send(&ClientMsg::Subscribe {
+        id: 7,
+        session: "no-such-session".into(),
+        from_seq: None,
+        window: None,
+        scrollback: None,
+    })
+    .await
+    .unwrap();
     let msg = expect_error(&mut c, ErrorCode::NotFound).await;
     assert!(matches!(msg, ServerMsg::Error { id: Some(7), .. }));
-    c.send(&ClientMsg::Input { session: session.clone(), data: vec![b'x'; 64 * 1024 + 1] }).await.unwrap();
+    c.send(&ClientMsg::Input {
+        session: session.clone(),
+        data: vec![b'x'; 64 * 1024 + 1],
+    })
+    .await
+    .unwrap();
     expect_error(&mut c, ErrorCode::TooLarge).await;
-    c.send(&ClientMsg::Kill { id: 8, session: session.clone(), signal: Some("STOP".into()) }).await.unwrap();
+    c.send(&ClientMsg::Kill {
+        id: 8,
+        session: session.clone(),
+        signal: Some("STOP".into()),
+    })
+    .await
+    .unwrap();
     expect_error(&mut c, ErrorCode::BadRequest).await;
     let err = c
         .request(|id| ClientMsg::Create {
             id,
-            req: termesh_transport::CreateRequest { cwd: Some("/no/such/dir".into()), ..Default::default() },
+            req: termesh_transport::CreateRequest {
+                cwd: Some("/no/such/dir".into()),
+                ..Default::default()
+            },
         })
         .await
         .unwrap_err();
-    assert!(err.to_string().starts_with("bad_request") && err.to_string().contains("/no/such/dir"), "{err}");
+    assert!(
+        err.to_string().starts_with("bad_request") && err.to_string().contains("/no/such/dir"),
+        "{err}"
+    );
     let err = c
         .request(|id| ClientMsg::Create {
             id,
-            req: termesh_transport::CreateRequest { node: Some("elsewhere".into()), ..Default::default() },
+            req: termesh_transport::CreateRequest {
+                node: Some("elsewhere".into()),
+                ..Default::default()
+            },
         })
         .await
         .unwrap_err();
     assert!(err.to_string().starts_with("unavailable"), "{err}");
-    c.send(&ClientMsg::Ping { nonce: Some(rmpv::Value::from("n-1")) }).await.unwrap();
-    assert_eq!(next(&mut c).await, ServerMsg::Pong { nonce: Some(rmpv::Value::from("n-1")) });
+    c.send(&ClientMsg::Ping {
+        nonce: Some(rmpv::Value::from("n-1")),
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        next(&mut c).await,
+        ServerMsg::Pong {
+            nonce: Some(rmpv::Value::from("n-1"))
+        }
+    );
 
     // Over 1 MiB closes this connection with 1009, and only this one.
-    c.send_raw(Message::Binary(vec![0x90; (1 << 20) + 1])).await.unwrap();
-    let err = within(PATIENCE, "the 1009 close", c.recv()).await.unwrap_err();
+    c.send_raw(Message::Binary(vec![0x90; (1 << 20) + 1]))
+        .await
+        .unwrap();
+    let err = within(PATIENCE, "the 1009 close", c.recv())
+        .await
+        .unwrap_err();
     assert!(format!("{err:#}").contains("Size"), "{err:#}");
 
     let mut s = Stream::new(1 << 20);
     let before = bystander_lines(&mut bystander, &session, &mut s, 0).await;
     bystander_lines(&mut bystander, &session, &mut s, before + 3).await;
     let mut fresh = node.client(VIEWER).await;
-    assert!(matches!(fresh.request(|id| ClientMsg::List { id }).await.unwrap(), ServerMsg::Sessions { .. }));
+    assert!(matches!(
+        fresh.request(|id| ClientMsg::List { id }).await.unwrap(),
+        ServerMsg::Sessions { .. }
+    ));
 }
 
 async fn bystander_lines(c: &mut Client, session: &str, s: &mut Stream, at_least: usize) -> usize {
-    within(PATIENCE, "the bystander's output", pump_until(c, session, s, true, |s| {
-        s.data.windows(5).filter(|w| w == b"alive").count() >= at_least.max(1)
-    }))
+    within(
+        PATIENCE,
+        "the bystander's output",
+        pump_until(c, session, s, true, |s| {
+            s.data.windows(5).filter(|w| w == b"alive").count() >= at_least.max(1)
+        }),
+    )
     .await
     .unwrap();
     s.data.windows(5).filter(|w| w == b"alive").count()
@@ -168,22 +309,39 @@ async fn bystander_lines(c: &mut Client, session: &str, s: &mut Stream, at_least
 async fn unauthenticated_connection_is_closed_with_4401() {
     let node = TestNode::start_with(|c| c.ws.auth_timeout = Duration::from_millis(300));
     let mut c = Client::connect(&node.target(None)).await.unwrap();
-    let err = within(PATIENCE, "the 4401 close", c.recv()).await.unwrap_err();
+    let err = within(PATIENCE, "the 4401 close", c.recv())
+        .await
+        .unwrap_err();
     assert!(format!("{err:#}").contains("4401"), "{err:#}");
     // An authenticated one stays.
     let mut ok = node.client(VIEWER).await;
-    assert!(matches!(ok.request(|id| ClientMsg::List { id }).await.unwrap(), ServerMsg::Sessions { .. }));
+    assert!(matches!(
+        ok.request(|id| ClientMsg::List { id }).await.unwrap(),
+        ServerMsg::Sessions { .. }
+    ));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn input_and_resize_to_an_exited_session_get_exited() {
     let node = TestNode::start();
     let session = node.create(&["sh", "-c", "exit 0"]).await.id;
-    node.wait_info(&session, "exit", |i| i.exit_code.is_some()).await;
+    node.wait_info(&session, "exit", |i| i.exit_code.is_some())
+        .await;
     let mut c = node.client(OPERATOR).await;
-    c.send(&ClientMsg::Input { session: session.clone(), data: b"x".to_vec() }).await.unwrap();
+    c.send(&ClientMsg::Input {
+        session: session.clone(),
+        data: b"x".to_vec(),
+    })
+    .await
+    .unwrap();
     expect_error(&mut c, ErrorCode::Exited).await;
-    c.send(&ClientMsg::Resize { session: session.clone(), cols: 80, rows: 24 }).await.unwrap();
+    c.send(&ClientMsg::Resize {
+        session: session.clone(),
+        cols: 80,
+        rows: 24,
+    })
+    .await
+    .unwrap();
     expect_error(&mut c, ErrorCode::Exited).await;
 }
 
@@ -191,11 +349,19 @@ async fn input_and_resize_to_an_exited_session_get_exited() {
 async fn node_shutdown_closes_connections_with_1001_and_stops_sessions() {
     let node = TestNode::start();
     let session = node.create(&["sleep", "1000"]).await.id;
-    node.wait_info(&session, "the session running", |_| !session_pids(&session).is_empty()).await;
+    node.wait_info(&session, "the session running", |_| {
+        !session_pids(&session).is_empty()
+    })
+    .await;
     let mut c = node.client(VIEWER).await;
-    let TestNode { node: running, data_dir } = node;
+    let TestNode {
+        node: running,
+        data_dir,
+    } = node;
     let stopper = std::thread::spawn(move || running.stop());
-    let err = within(PATIENCE, "the 1001 close", c.recv()).await.unwrap_err();
+    let err = within(PATIENCE, "the 1001 close", c.recv())
+        .await
+        .unwrap_err();
     assert!(format!("{err:#}").contains("Away"), "{err:#}");
     stopper.join().unwrap().unwrap();
     within(PATIENCE, "the session's processes to end", async {
@@ -205,4 +371,42 @@ async fn node_shutdown_closes_connections_with_1001_and_stops_sessions() {
     })
     .await;
     drop(data_dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_connection_without_subscription_is_reaped_but_a_subscribed_one_is_not() {
+    let node = TestNode::start_with(|c| {
+        c.ws.ping_interval = Duration::from_millis(100);
+        c.ws.stale_after = Duration::from_millis(200);
+        c.ws.reap_after = Duration::from_millis(400);
+    });
+    let session = node.create(&["sleep", "1000"]).await.id;
+    let mut idle = node.client(VIEWER).await;
+    let mut watching = node.client(VIEWER).await;
+    subscribe(&mut watching, &session, None, 1 << 20).await.unwrap();
+    let _snapshot = next(&mut watching).await;
+    // Neither client reads (so neither answers pings) for a while: this
+    // silence is the event under test.
+    std::thread::sleep(Duration::from_millis(1500));
+    let err = within(PATIENCE, "the idle connection's close", async {
+        loop {
+            if let Err(e) = idle.recv().await {
+                return e;
+            }
+        }
+    })
+    .await;
+    // Ended by the server: a close frame, or a broken pipe when the client
+    // answers a queued ping on the closed socket.
+    let err = format!("{err:#}");
+    assert!(err.contains("closed") || err.contains("Broken pipe") || err.contains("reset"), "{err}");
+    assert!(matches!(watching.request(|id| ClientMsg::List { id }).await.unwrap(), ServerMsg::Sessions { .. }));
+    let metrics = tokio::task::spawn_blocking({
+        let url = format!("{}/metrics", node.url());
+        move || ureq::get(&url).call().unwrap().into_string().unwrap()
+    })
+    .await
+    .unwrap();
+    let stale = metrics.lines().find(|l| l.starts_with("termesh_stale_episodes_total")).unwrap();
+    assert!(!stale.ends_with(" 0"), "silence was counted as stale: {stale}");
 }

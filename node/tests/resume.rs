@@ -46,21 +46,36 @@ async fn lossless_resume_across_random_drops() {
     within(PATIENCE * 3, "the whole generator output", async {
         loop {
             let mut c = node.client(VIEWER).await;
-            subscribe(&mut c, &session, Some(stream.last_seq), window).await.expect("subscribe");
+            subscribe(&mut c, &session, Some(stream.last_seq), window)
+                .await
+                .expect("subscribe");
             if !started {
                 started = true;
                 let mut op = node.client(OPERATOR).await;
-                op.send(&ClientMsg::Input { session: session.clone(), data: b"\n".to_vec() }).await.unwrap();
+                op.send(&ClientMsg::Input {
+                    session: session.clone(),
+                    data: b"\n".to_vec(),
+                })
+                .await
+                .unwrap();
                 op.close().await;
             }
             let next_drop = drops.iter().copied().find(|d| *d > stream.data.len());
-            let done = |s: &Stream| s.data.len() >= expected.len() || next_drop.is_some_and(|d| s.data.len() >= d);
-            pump_until(&mut c, &session, &mut stream, true, done).await.expect("pump");
+            let done = |s: &Stream| {
+                s.data.len() >= expected.len() || next_drop.is_some_and(|d| s.data.len() >= d)
+            };
+            pump_until(&mut c, &session, &mut stream, true, done)
+                .await
+                .expect("pump");
             if stream.data.len() >= expected.len() {
                 break;
             }
             // Drop without a close handshake, as a lost link does.
-            println!("dropping at {} bytes, seq {}", stream.data.len(), stream.last_seq);
+            println!(
+                "dropping at {} bytes, seq {}",
+                stream.data.len(),
+                stream.last_seq
+            );
             drop(c);
             reconnects += 1;
         }
@@ -69,9 +84,16 @@ async fn lossless_resume_across_random_drops() {
     assert_eq!(stream.resyncs, 0, "the ring held the whole gap every time");
     assert!(stream.snapshots.is_empty());
     assert_eq!(stream.data.len(), expected.len());
-    assert!(stream.data == expected, "assembled output differs from the generator's");
+    assert!(
+        stream.data == expected,
+        "assembled output differs from the generator's"
+    );
     assert!(reconnects >= 1, "the test dropped the connection");
-    println!("{} bytes in {} frames across {reconnects} reconnects", stream.data.len(), stream.last_seq);
+    println!(
+        "{} bytes in {} frames across {reconnects} reconnects",
+        stream.data.len(),
+        stream.last_seq
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -85,22 +107,40 @@ async fn too_old_gap_gets_one_resync_then_snapshot_then_contiguous_output() {
     let mut stream = Stream::new(window);
     let mut c = node.client(VIEWER).await;
     subscribe(&mut c, &session, Some(0), window).await.unwrap();
-    within(PATIENCE, "the first lines", pump_until(&mut c, &session, &mut stream, true, |s| s.data.ends_with(b"100\n")))
-        .await
-        .unwrap();
+    within(
+        PATIENCE,
+        "the first lines",
+        pump_until(&mut c, &session, &mut stream, true, |s| {
+            s.data.ends_with(b"100\n")
+        }),
+    )
+    .await
+    .unwrap();
     let resume_from = stream.last_seq;
     drop(c);
 
     // Phase 2: 1.3 MB more output while away: far past a 64 KiB ring.
     let mut op = node.client(OPERATOR).await;
-    op.send(&ClientMsg::Input { session: session.clone(), data: b"\n".to_vec() }).await.unwrap();
+    op.send(&ClientMsg::Input {
+        session: session.clone(),
+        data: b"\n".to_vec(),
+    })
+    .await
+    .unwrap();
     within(PATIENCE, "the gap to be written", async {
         loop {
             let reply = op
-                .request(|id| ClientMsg::History { id, session: session.clone(), limit: Some(64) })
+                .request(|id| ClientMsg::History {
+                    id,
+                    session: session.clone(),
+                    limit: Some(64),
+                })
                 .await
                 .unwrap();
-            if let ServerMsg::History { data: Some(data), .. } = reply {
+            if let ServerMsg::History {
+                data: Some(data), ..
+            } = reply
+            {
                 if data.ends_with(b"gap-done\n") {
                     break;
                 }
@@ -112,12 +152,22 @@ async fn too_old_gap_gets_one_resync_then_snapshot_then_contiguous_output() {
 
     // Phase 3: resume from the old seq.
     let mut c = node.client(VIEWER).await;
-    let ServerMsg::Subscribed { oldest_seq, last_seq, .. } = subscribe(&mut c, &session, Some(resume_from), window).await.unwrap() else {
+    let ServerMsg::Subscribed {
+        oldest_seq,
+        last_seq,
+        ..
+    } = subscribe(&mut c, &session, Some(resume_from), window)
+        .await
+        .unwrap()
+    else {
         unreachable!()
     };
     assert!(oldest_seq > resume_from + 1, "the gap left the ring");
     let first = next(&mut c).await;
-    assert!(matches!(first, ServerMsg::ResyncRequired { last_seq: l, .. } if l == last_seq), "got {first:?}");
+    assert!(
+        matches!(first, ServerMsg::ResyncRequired { last_seq: l, .. } if l == last_seq),
+        "got {first:?}"
+    );
     stream.apply(&session, &first);
     let snap = next(&mut c).await;
     assert!(matches!(snap, ServerMsg::Snapshot { .. }), "got {snap:?}");
@@ -125,15 +175,31 @@ async fn too_old_gap_gets_one_resync_then_snapshot_then_contiguous_output() {
     let snapshot_seq = stream.last_seq;
     assert!(snapshot_seq >= last_seq);
     let before = stream.data.len();
-    op.send(&ClientMsg::Input { session: session.clone(), data: b"\n".to_vec() }).await.unwrap();
-    within(PATIENCE, "output after the snapshot", pump_until(&mut c, &session, &mut stream, true, |s| {
-        s.data.ends_with(b"after-marker\n")
-    }))
+    op.send(&ClientMsg::Input {
+        session: session.clone(),
+        data: b"\n".to_vec(),
+    })
+    .await
+    .unwrap();
+    within(
+        PATIENCE,
+        "output after the snapshot",
+        pump_until(&mut c, &session, &mut stream, true, |s| {
+            s.data.ends_with(b"after-marker\n")
+        }),
+    )
     .await
     .unwrap();
     assert_eq!(stream.resyncs, 1, "exactly one resync_required");
     assert_eq!(stream.snapshots.len(), 1);
-    assert_eq!(&stream.data[before..], b"after-marker\n", "contiguous output right after the snapshot");
+    assert_eq!(
+        &stream.data[before..],
+        b"after-marker\n",
+        "contiguous output right after the snapshot"
+    );
     let screen = String::from_utf8_lossy(&stream.snapshots[0].1);
-    assert!(screen.contains("gap-done"), "the snapshot shows the screen at its seq");
+    assert!(
+        screen.contains("gap-done"),
+        "the snapshot shows the screen at its seq"
+    );
 }

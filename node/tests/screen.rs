@@ -34,11 +34,17 @@ async fn snapshot_reproduces_the_live_screen() {
 
     // The live view: every byte from the start, through an emulator.
     let mut live_client = node.client(VIEWER).await;
-    subscribe(&mut live_client, &session, Some(0), 1 << 20).await.unwrap();
+    subscribe(&mut live_client, &session, Some(0), 1 << 20)
+        .await
+        .unwrap();
     let mut s = Stream::new(1 << 20);
-    within(PATIENCE, "the drawing", pump_until(&mut live_client, &session, &mut s, true, |s| {
-        String::from_utf8_lossy(&s.data).contains("done-drawing")
-    }))
+    within(
+        PATIENCE,
+        "the drawing",
+        pump_until(&mut live_client, &session, &mut s, true, |s| {
+            String::from_utf8_lossy(&s.data).contains("done-drawing")
+        }),
+    )
     .await
     .unwrap();
     let mut live = Terminal::new(120, 30).unwrap();
@@ -46,23 +52,68 @@ async fn snapshot_reproduces_the_live_screen() {
 
     // The snapshot, as a `screen` reply and as a fresh attach.
     let mut c = node.client(VIEWER).await;
-    let reply = c.request(|id| ClientMsg::Screen { id, session: session.clone(), scrollback: None }).await.unwrap();
-    let ServerMsg::Snapshot { seq, cols, rows, data, .. } = reply else { panic!("{reply:?}") };
+    let reply = c
+        .request(|id| ClientMsg::Screen {
+            id,
+            session: session.clone(),
+            scrollback: None,
+        })
+        .await
+        .unwrap();
+    let ServerMsg::Snapshot {
+        seq,
+        cols,
+        rows,
+        data,
+        ..
+    } = reply
+    else {
+        panic!("{reply:?}")
+    };
     assert_eq!((cols, rows), (120, 30));
     assert_eq!(seq, s.last_seq);
     let mut fresh = Terminal::new(cols.into(), rows.into()).unwrap();
     fresh.feed(String::from_utf8_lossy(&data).as_ref());
-    assert_eq!(visible(&fresh), visible(&live), "same characters and attributes");
-    assert_eq!(fresh.cursor(), live.cursor(), "same cursor position and visibility");
+    assert_eq!(
+        visible(&fresh),
+        visible(&live),
+        "same characters and attributes"
+    );
+    assert_eq!(
+        fresh.cursor(),
+        live.cursor(),
+        "same cursor position and visibility"
+    );
     assert_eq!(fresh.active_screen_kind(), avt::ScreenKind::Alternate);
-    let primary = |t: &Terminal| t.primary_screen().visible_lines().map(|l| l.text()).collect::<Vec<_>>();
-    assert_eq!(primary(&fresh), primary(&live), "the normal buffer beneath the alternate one");
+    let primary = |t: &Terminal| {
+        t.primary_screen()
+            .visible_lines()
+            .map(|l| l.text())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        primary(&fresh),
+        primary(&live),
+        "the normal buffer beneath the alternate one"
+    );
     let text = String::from_utf8_lossy(&data);
-    assert!(text.contains("\x1b[?2004h") && text.contains("\x1b]2;the title\x07"), "modes avt omits are appended");
+    assert!(
+        text.contains("\x1b[?2004h") && text.contains("\x1b]2;the title\x07"),
+        "modes avt omits are appended"
+    );
 
     let mut attach = node.client(VIEWER).await;
-    subscribe(&mut attach, &session, None, 1 << 20).await.unwrap();
-    let ServerMsg::Snapshot { data: attach_data, seq: attach_seq, .. } = next(&mut attach).await else { panic!() };
+    subscribe(&mut attach, &session, None, 1 << 20)
+        .await
+        .unwrap();
+    let ServerMsg::Snapshot {
+        data: attach_data,
+        seq: attach_seq,
+        ..
+    } = next(&mut attach).await
+    else {
+        panic!()
+    };
     assert_eq!((attach_seq, &attach_data), (seq, &data));
 }
 
@@ -76,8 +127,16 @@ async fn fresh_attach_brings_requested_scrollback_and_history_renders_lines() {
     let mut c = node.client(VIEWER).await;
     within(PATIENCE, "the output", async {
         loop {
-            let r = c.request(|id| ClientMsg::History { id, session: session.clone(), limit: Some(100) }).await.unwrap();
-            if matches!(r, ServerMsg::History { data: Some(ref d), .. } if d.ends_with(b"end\r\n")) {
+            let r = c
+                .request(|id| ClientMsg::History {
+                    id,
+                    session: session.clone(),
+                    limit: Some(100),
+                })
+                .await
+                .unwrap();
+            if matches!(r, ServerMsg::History { data: Some(ref d), .. } if d.ends_with(b"end\r\n"))
+            {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -85,24 +144,47 @@ async fn fresh_attach_brings_requested_scrollback_and_history_renders_lines() {
     })
     .await;
     let reply = c
-        .request(|id| ClientMsg::Subscribe { id, session: session.clone(), from_seq: None, window: None, scrollback: Some(10) })
+        .request(|id| ClientMsg::Subscribe {
+            id,
+            session: session.clone(),
+            from_seq: None,
+            window: None,
+            scrollback: Some(10),
+        })
         .await
         .unwrap();
     assert!(matches!(reply, ServerMsg::Subscribed { .. }));
-    let ServerMsg::Snapshot { data, .. } = next(&mut c).await else { panic!() };
+    let ServerMsg::Snapshot { data, .. } = next(&mut c).await else {
+        panic!()
+    };
     let mut t = Terminal::with_scrollback(120, 30, None).unwrap();
     t.feed(String::from_utf8_lossy(&data).as_ref());
-    let all: Vec<String> = t.screen().all_lines().map(|l| l.text().trim_end().to_string()).collect();
+    let all: Vec<String> = t
+        .screen()
+        .all_lines()
+        .map(|l| l.text().trim_end().to_string())
+        .collect();
     assert_eq!(all.len(), 40, "10 history lines above a 30-row screen");
     assert_eq!(all[0], "line 64");
 
-    let ServerMsg::History { lines: Some(lines), .. } =
-        c.request(|id| ClientMsg::History { id, session: session.clone(), limit: None }).await.unwrap()
+    let ServerMsg::History {
+        lines: Some(lines), ..
+    } = c
+        .request(|id| ClientMsg::History {
+            id,
+            session: session.clone(),
+            limit: None,
+        })
+        .await
+        .unwrap()
     else {
         panic!()
     };
     assert_eq!(lines.first().map(String::as_str), Some("line 1"));
-    assert!(lines.iter().any(|l| l == "100%"), "redraws collapse to what the screen showed");
+    assert!(
+        lines.iter().any(|l| l == "100%"),
+        "redraws collapse to what the screen showed"
+    );
     assert!(!lines.iter().any(|l| l.contains("50%")));
     assert_eq!(lines.last().map(String::as_str), Some("end"));
 }
@@ -191,24 +273,42 @@ async fn raw_endpoint_streams_bytes_and_takes_input_and_resize() {
     use futures_util::{SinkExt, StreamExt};
     use tokio_tungstenite::tungstenite::Message;
     let node = TestNode::start();
-    let session = node.create(&["sh", "-c", "stty -echo; echo ready; while read l; do echo \"got $l\"; stty size; done"]).await.id;
-    let url = |t: &str| format!("ws://{}/sessions/{session}/raw?token={t}", node.node.addr());
-    assert!(tokio_tungstenite::connect_async(url("wrong")).await.is_err(), "wrong token refused");
-    let (mut ws, _) = tokio_tungstenite::connect_async(url(OPERATOR)).await.unwrap();
-    let mut seen = Vec::new();
-    let read_until = async |ws: &mut tokio_tungstenite::WebSocketStream<_>, needle: &str, seen: &mut Vec<u8>| {
-        within(PATIENCE, needle, async {
-            while !String::from_utf8_lossy(seen).contains(needle) {
-                match ws.next().await.unwrap().unwrap() {
-                    Message::Binary(b) => seen.extend_from_slice(&b),
-                    _ => {}
-                }
-            }
-        })
+    let session = node
+        .create(&[
+            "sh",
+            "-c",
+            "stty -echo; echo ready; while read l; do echo \"got $l\"; stty size; done",
+        ])
         .await
-    };
+        .id;
+    let url = |t: &str| format!("ws://{}/sessions/{session}/raw?token={t}", node.node.addr());
+    assert!(
+        tokio_tungstenite::connect_async(url("wrong"))
+            .await
+            .is_err(),
+        "wrong token refused"
+    );
+    let (mut ws, _) = tokio_tungstenite::connect_async(url(OPERATOR))
+        .await
+        .unwrap();
+    let mut seen = Vec::new();
+    let read_until =
+        async |ws: &mut tokio_tungstenite::WebSocketStream<_>, needle: &str, seen: &mut Vec<u8>| {
+            within(PATIENCE, needle, async {
+                while !String::from_utf8_lossy(seen).contains(needle) {
+                    if let Message::Binary(b) = ws.next().await.unwrap().unwrap() {
+                        seen.extend_from_slice(&b);
+                    }
+                }
+            })
+            .await
+        };
     read_until(&mut ws, "ready", &mut seen).await;
-    ws.send(Message::Text(r#"{"type":"resize","cols":77,"rows":22}"#.into())).await.unwrap();
+    ws.send(Message::Text(
+        r#"{"type":"resize","cols":77,"rows":22}"#.into(),
+    ))
+    .await
+    .unwrap();
     ws.send(Message::Binary(b"one\n".to_vec())).await.unwrap();
     read_until(&mut ws, "got one\r\n22 77", &mut seen).await;
     ws.send(Message::Text("two\n".into())).await.unwrap();
@@ -216,7 +316,10 @@ async fn raw_endpoint_streams_bytes_and_takes_input_and_resize() {
 
     // A viewer's input is ignored.
     let (mut viewer, _) = tokio_tungstenite::connect_async(url(VIEWER)).await.unwrap();
-    viewer.send(Message::Binary(b"from-viewer\n".to_vec())).await.unwrap();
+    viewer
+        .send(Message::Binary(b"from-viewer\n".to_vec()))
+        .await
+        .unwrap();
     ws.send(Message::Binary(b"three\n".to_vec())).await.unwrap();
     read_until(&mut ws, "got three", &mut seen).await;
     assert!(!String::from_utf8_lossy(&seen).contains("from-viewer"));

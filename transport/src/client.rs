@@ -105,7 +105,11 @@ pub enum ClientMsg {
         data: Vec<u8>,
     },
     /// Change the terminal size; no reply.
-    Resize { session: String, cols: u64, rows: u64 },
+    Resize {
+        session: String,
+        cols: u64,
+        rows: u64,
+    },
     /// Reply `snapshot` with the screen now.
     Screen {
         id: u64,
@@ -128,9 +132,17 @@ pub enum ClientMsg {
         signal: Option<String>,
     },
     /// Reply `ok`.
-    Rename { id: u64, session: String, name: String },
+    Rename {
+        id: u64,
+        session: String,
+        name: String,
+    },
     /// Replace the tags; reply `ok`.
-    Tag { id: u64, session: String, tags: Vec<String> },
+    Tag {
+        id: u64,
+        session: String,
+        tags: Vec<String>,
+    },
     /// Kill if running and forget the session; reply `ok`.
     Remove {
         id: u64,
@@ -171,8 +183,22 @@ impl ClientMsg {
 
 /// Known client message types, for telling `unknown_type` from `bad_request`.
 pub const CLIENT_TYPES: &[&str] = &[
-    "auth", "list", "watch", "create", "subscribe", "unsubscribe", "ack", "input", "resize",
-    "screen", "history", "kill", "rename", "tag", "remove", "ping",
+    "auth",
+    "list",
+    "watch",
+    "create",
+    "subscribe",
+    "unsubscribe",
+    "ack",
+    "input",
+    "resize",
+    "screen",
+    "history",
+    "kill",
+    "rename",
+    "tag",
+    "remove",
+    "ping",
 ];
 
 /// Status of a session in `SessionInfo.status`.

@@ -41,7 +41,9 @@ pub fn decode_client(bytes: &[u8]) -> Result<ClientMsg, DecodeError> {
     let value = rmpv::decode::read_value_with_max_depth(&mut reader, MAX_DEPTH)
         .map_err(|e| DecodeError::frame(format!("not a MessagePack value: {e}")))?;
     if !reader.is_empty() {
-        return Err(DecodeError::frame("trailing bytes after the MessagePack value"));
+        return Err(DecodeError::frame(
+            "trailing bytes after the MessagePack value",
+        ));
     }
     let Value::Map(entries) = &value else {
         return Err(DecodeError::frame("the frame is not a MessagePack map"));
@@ -123,7 +125,10 @@ mod tests {
         ];
         assert_eq!(
             decode_client(&bytes).unwrap(),
-            ClientMsg::Ack { session: "s1".into(), seq: 7 }
+            ClientMsg::Ack {
+                session: "s1".into(),
+                seq: 7
+            }
         );
     }
 
@@ -156,7 +161,10 @@ mod tests {
     #[test]
     fn every_client_message_round_trips() {
         let msgs = vec![
-            ClientMsg::Auth { id: 1, token: "x".into() },
+            ClientMsg::Auth {
+                id: 1,
+                token: "x".into(),
+            },
             ClientMsg::List { id: 2 },
             ClientMsg::Watch { id: 3 },
             ClientMsg::Create {
@@ -168,17 +176,58 @@ mod tests {
                     ..Default::default()
                 },
             },
-            ClientMsg::Subscribe { id: 5, session: "s".into(), from_seq: Some(0), window: None, scrollback: Some(10) },
-            ClientMsg::Unsubscribe { session: "s".into() },
-            ClientMsg::Input { session: "s".into(), data: vec![0, 255] },
-            ClientMsg::Resize { session: "s".into(), cols: 80, rows: 24 },
-            ClientMsg::Screen { id: 6, session: "s".into(), scrollback: None },
-            ClientMsg::History { id: 7, session: "s".into(), limit: Some(10) },
-            ClientMsg::Kill { id: 8, session: "s".into(), signal: Some("KILL".into()) },
-            ClientMsg::Rename { id: 9, session: "s".into(), name: "m".into() },
-            ClientMsg::Tag { id: 10, session: "s".into(), tags: vec!["a".into()] },
-            ClientMsg::Remove { id: 11, session: "s".into(), purge: Some(true) },
-            ClientMsg::Ping { nonce: Some(rmpv::Value::from(42)) },
+            ClientMsg::Subscribe {
+                id: 5,
+                session: "s".into(),
+                from_seq: Some(0),
+                window: None,
+                scrollback: Some(10),
+            },
+            ClientMsg::Unsubscribe {
+                session: "s".into(),
+            },
+            ClientMsg::Input {
+                session: "s".into(),
+                data: vec![0, 255],
+            },
+            ClientMsg::Resize {
+                session: "s".into(),
+                cols: 80,
+                rows: 24,
+            },
+            ClientMsg::Screen {
+                id: 6,
+                session: "s".into(),
+                scrollback: None,
+            },
+            ClientMsg::History {
+                id: 7,
+                session: "s".into(),
+                limit: Some(10),
+            },
+            ClientMsg::Kill {
+                id: 8,
+                session: "s".into(),
+                signal: Some("KILL".into()),
+            },
+            ClientMsg::Rename {
+                id: 9,
+                session: "s".into(),
+                name: "m".into(),
+            },
+            ClientMsg::Tag {
+                id: 10,
+                session: "s".into(),
+                tags: vec!["a".into()],
+            },
+            ClientMsg::Remove {
+                id: 11,
+                session: "s".into(),
+                purge: Some(true),
+            },
+            ClientMsg::Ping {
+                nonce: Some(rmpv::Value::from(42)),
+            },
         ];
         for msg in msgs {
             assert_eq!(decode_client(&enc(&msg)).unwrap(), msg);
@@ -198,17 +247,32 @@ mod tests {
         rmpv::encode::write_value(&mut bytes, &v).unwrap();
         assert_eq!(
             decode_client(&bytes).unwrap(),
-            ClientMsg::Subscribe { id: 3, session: "s".into(), from_seq: None, window: None, scrollback: None }
+            ClientMsg::Subscribe {
+                id: 3,
+                session: "s".into(),
+                from_seq: None,
+                window: None,
+                scrollback: None
+            }
         );
     }
 
     #[test]
     fn errors_are_classified() {
-        assert_eq!(decode_client(b"\xc1").unwrap_err().code, ErrorCode::BadFrame);
-        assert_eq!(decode_client(&enc(&vec![1, 2])).unwrap_err().code, ErrorCode::BadFrame);
+        assert_eq!(
+            decode_client(b"\xc1").unwrap_err().code,
+            ErrorCode::BadFrame
+        );
+        assert_eq!(
+            decode_client(&enc(&vec![1, 2])).unwrap_err().code,
+            ErrorCode::BadFrame
+        );
         let mut no_t = std::collections::BTreeMap::new();
         no_t.insert("id", 1);
-        assert_eq!(decode_client(&enc(&no_t)).unwrap_err().code, ErrorCode::BadFrame);
+        assert_eq!(
+            decode_client(&enc(&no_t)).unwrap_err().code,
+            ErrorCode::BadFrame
+        );
 
         let unknown = Value::Map(vec![
             (Value::from("t"), Value::from("fly")),
@@ -236,7 +300,10 @@ mod tests {
         let mut bytes = Vec::new();
         rmpv::encode::write_value(&mut bytes, &ill_typed).unwrap();
         let e = decode_client(&bytes).unwrap_err();
-        assert_eq!((e.code, e.session.as_deref()), (ErrorCode::BadRequest, Some("s")));
+        assert_eq!(
+            (e.code, e.session.as_deref()),
+            (ErrorCode::BadRequest, Some("s"))
+        );
     }
 
     #[test]
@@ -249,19 +316,51 @@ mod tests {
     #[test]
     fn server_messages_round_trip() {
         let msgs = vec![
-            ServerMsg::Error { id: Some(1), session: None, code: ErrorCode::NotFound, message: "m".into() },
-            ServerMsg::Snapshot { id: None, session: "s".into(), seq: 3, cols: 80, rows: 24, data: b"x".to_vec() },
-            ServerMsg::History { id: 2, session: "s".into(), seq: 3, lines: None, data: Some(vec![1, 2]) },
-            ServerMsg::Event { session: "s".into(), event: EventKind::Exited { exit_code: 143, signal: Some("TERM".into()) } },
+            ServerMsg::Error {
+                id: Some(1),
+                session: None,
+                code: ErrorCode::NotFound,
+                message: "m".into(),
+            },
+            ServerMsg::Snapshot {
+                id: None,
+                session: "s".into(),
+                seq: 3,
+                cols: 80,
+                rows: 24,
+                data: b"x".to_vec(),
+            },
+            ServerMsg::History {
+                id: 2,
+                session: "s".into(),
+                seq: 3,
+                lines: None,
+                data: Some(vec![1, 2]),
+            },
+            ServerMsg::Event {
+                session: "s".into(),
+                event: EventKind::Exited {
+                    exit_code: 143,
+                    signal: Some("TERM".into()),
+                },
+            },
             ServerMsg::Pong { nonce: None },
         ];
         for msg in msgs {
             let back: ServerMsg = rmp_serde::from_slice(&encode_server(&msg)).unwrap();
             assert_eq!(back, msg);
         }
-        let ev = encode_server(&ServerMsg::Event { session: "s".into(), event: EventKind::Resized { cols: 1, rows: 2 } });
+        let ev = encode_server(&ServerMsg::Event {
+            session: "s".into(),
+            event: EventKind::Resized { cols: 1, rows: 2 },
+        });
         let v = rmpv::decode::read_value(&mut &ev[..]).unwrap();
-        let keys: Vec<_> = v.as_map().unwrap().iter().map(|(k, _)| k.as_str().unwrap().to_string()).collect();
+        let keys: Vec<_> = v
+            .as_map()
+            .unwrap()
+            .iter()
+            .map(|(k, _)| k.as_str().unwrap().to_string())
+            .collect();
         assert_eq!(keys, ["t", "session", "kind", "cols", "rows"]);
     }
 }

@@ -27,17 +27,39 @@ impl Handler<Deliver> for ConnectionActor {
         }
         let session = msg.session.to_string();
         let out = match msg.item {
-            Delivery::Subscribed { id, last_seq, oldest_seq, cols, rows } => {
+            Delivery::Subscribed {
+                id,
+                last_seq,
+                oldest_seq,
+                cols,
+                rows,
+            } => {
                 sub.awaiting = false;
-                ServerMsg::Subscribed { id, session, last_seq, oldest_seq, cols, rows }
+                ServerMsg::Subscribed {
+                    id,
+                    session,
+                    last_seq,
+                    oldest_seq,
+                    cols,
+                    rows,
+                }
             }
             // Left over from a subscription that a re-subscribe replaced.
-            Delivery::Output(_) | Delivery::Snapshot { .. } | Delivery::ResyncRequired { .. } if sub.awaiting => return,
+            Delivery::Output(_) | Delivery::Snapshot { .. } | Delivery::ResyncRequired { .. }
+                if sub.awaiting =>
+            {
+                return
+            }
             Delivery::Output(frame) => {
                 ctx.binary(encode_output(&session, frame.seq, &frame.data));
                 return;
             }
-            Delivery::Snapshot { seq, cols, rows, data } => ServerMsg::Snapshot {
+            Delivery::Snapshot {
+                seq,
+                cols,
+                rows,
+                data,
+            } => ServerMsg::Snapshot {
                 id: None,
                 session,
                 seq,
@@ -45,7 +67,9 @@ impl Handler<Deliver> for ConnectionActor {
                 rows,
                 data: data.to_vec(),
             },
-            Delivery::ResyncRequired { last_seq } => ServerMsg::ResyncRequired { session, last_seq },
+            Delivery::ResyncRequired { last_seq } => {
+                ServerMsg::ResyncRequired { session, last_seq }
+            }
             Delivery::Event(event) => ServerMsg::Event { session, event },
             Delivery::Closed => {
                 self.subs.remove(&*msg.session);

@@ -59,7 +59,11 @@ impl Connections {
 
     /// Asks every open connection to close with `code`; returns how many.
     pub fn close_all(&self, code: u16) -> usize {
-        let sinks: Vec<_> = self.0.lock().map(|m| m.values().cloned().collect()).unwrap_or_default();
+        let sinks: Vec<_> = self
+            .0
+            .lock()
+            .map(|m| m.values().cloned().collect())
+            .unwrap_or_default();
         for sink in &sinks {
             sink.do_send(CloseConnection { code });
         }
@@ -98,7 +102,11 @@ pub struct ConnectionActor {
 impl ConnectionActor {
     /// `role` is what the upgrade request's token granted, if any.
     pub fn new(node: NodeCtx, connections: Connections, role: Option<Role>) -> Self {
-        let role = if node.tokens.is_empty() { Some(Role::Admin) } else { role };
+        let role = if node.tokens.is_empty() {
+            Some(Role::Admin)
+        } else {
+            role
+        };
         ConnectionActor {
             id: Connections::next_id(),
             node,
@@ -152,10 +160,17 @@ impl ConnectionActor {
             if silent > ws.stale_after && !act.stale {
                 act.stale = true;
                 Metrics::add(&act.node.metrics.stale_episodes, 1);
-                tracing::warn!(conn = act.id, silent_ms = silent.as_millis() as u64, "connection stale (late pongs)");
+                tracing::warn!(
+                    conn = act.id,
+                    silent_ms = silent.as_millis() as u64,
+                    "connection stale (late pongs)"
+                );
             }
             if act.subs.is_empty() && silent > ws.reap_after {
-                tracing::info!(conn = act.id, "closing idle connection with no subscription");
+                tracing::info!(
+                    conn = act.id,
+                    "closing idle connection with no subscription"
+                );
                 ctx.close(Some(CloseReason {
                     code: CloseCode::Normal,
                     description: Some("idle".into()),
@@ -245,7 +260,10 @@ impl StreamHandler<Result<ws::Message, ws::ProtocolError>> for ConnectionActor {
         self.heard();
         match msg {
             ws::Message::Binary(data) => self.on_message(&data, ctx),
-            ws::Message::Text(_) => self.bad_frame(ctx, "text frames are not part of the protocol; send binary MessagePack"),
+            ws::Message::Text(_) => self.bad_frame(
+                ctx,
+                "text frames are not part of the protocol; send binary MessagePack",
+            ),
             ws::Message::Ping(p) => ctx.pong(&p),
             ws::Message::Pong(_) | ws::Message::Nop => {}
             ws::Message::Close(reason) => {
@@ -281,7 +299,10 @@ impl ConnectionActor {
             if binary {
                 self.on_message(&data, ctx);
             } else {
-                self.bad_frame(ctx, "text frames are not part of the protocol; send binary MessagePack");
+                self.bad_frame(
+                    ctx,
+                    "text frames are not part of the protocol; send binary MessagePack",
+                );
             }
         }
     }

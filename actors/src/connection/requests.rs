@@ -39,9 +39,10 @@ pub fn required_role(msg: &ClientMsg) -> Role {
 /// The request id and session a message names, for its error reply.
 fn ids(msg: &ClientMsg) -> (Option<u64>, Option<String>) {
     match msg {
-        ClientMsg::Auth { id, .. } | ClientMsg::List { id } | ClientMsg::Watch { id } | ClientMsg::Create { id, .. } => {
-            (Some(*id), None)
-        }
+        ClientMsg::Auth { id, .. }
+        | ClientMsg::List { id }
+        | ClientMsg::Watch { id }
+        | ClientMsg::Create { id, .. } => (Some(*id), None),
         ClientMsg::Subscribe { id, session, .. }
         | ClientMsg::Screen { id, session, .. }
         | ClientMsg::History { id, session, .. }
@@ -68,19 +69,32 @@ impl ConnectionActor {
                     self.role = Some(role);
                     self.send(ctx, &ServerMsg::Ok { id: *id });
                 }
-                None => self.send_error(ctx, Some(*id), None, ApiError::new(ErrorCode::Unauthorized, "unknown token")),
+                None => self.send_error(
+                    ctx,
+                    Some(*id),
+                    None,
+                    ApiError::new(ErrorCode::Unauthorized, "unknown token"),
+                ),
             }
             return;
         }
         let Some(role) = self.role else {
-            let err = ApiError::new(ErrorCode::Unauthorized, "authenticate first (auth message, bearer header or ?token=)");
+            let err = ApiError::new(
+                ErrorCode::Unauthorized,
+                "authenticate first (auth message, bearer header or ?token=)",
+            );
             return self.send_error(ctx, id, session, err);
         };
         let needed = required_role(&msg);
         if role < needed {
             let err = ApiError::new(
                 ErrorCode::Forbidden,
-                format!("`{}` needs the {} role; this token is {}", msg.kind(), needed.as_str(), role.as_str()),
+                format!(
+                    "`{}` needs the {} role; this token is {}",
+                    msg.kind(),
+                    needed.as_str(),
+                    role.as_str()
+                ),
             );
             return self.send_error(ctx, id, session, err);
         }
@@ -102,7 +116,10 @@ impl ConnectionActor {
                 if !self.watching {
                     self.watching = true;
                     let sink = ctx.address().recipient();
-                    self.node.registry.do_send(Watch { conn: self.id, sink });
+                    self.node.registry.do_send(Watch {
+                        conn: self.id,
+                        sink,
+                    });
                 }
                 self.send(ctx, &ServerMsg::Ok { id });
             }
@@ -110,14 +127,23 @@ impl ConnectionActor {
                 let node = self.node.clone();
                 let session = None;
                 self.reply_async(ctx, id, session, async move {
-                    node.create(req).await.map(|session| ServerMsg::Created { id, session })
+                    node.create(req)
+                        .await
+                        .map(|session| ServerMsg::Created { id, session })
                 });
             }
-            ClientMsg::Subscribe { id, session, from_seq, window, scrollback } => {
+            ClientMsg::Subscribe {
+                id,
+                session,
+                from_seq,
+                window,
+                scrollback,
+            } => {
                 let handle = self.node.session(&session)?;
                 let key: Arc<str> = handle.id.clone();
                 let existing = self.subs.get(&key).map(|s| s.id);
-                let sub_id = existing.unwrap_or_else(|| NEXT_SUB_ID.fetch_add(1, Ordering::Relaxed));
+                let sub_id =
+                    existing.unwrap_or_else(|| NEXT_SUB_ID.fetch_add(1, Ordering::Relaxed));
                 // A replacement discards what the old subscription still had
                 // in flight: nothing of it may follow the new `subscribed`.
                 let awaiting = existing.is_none() || from_seq.is_some();
@@ -140,22 +166,49 @@ impl ConnectionActor {
                 });
             }
             ClientMsg::Unsubscribe { session } => {
-                let sub = self.subs.remove(session.as_str()).ok_or_else(|| not_subscribed(&session))?;
+                let sub = self
+                    .subs
+                    .remove(session.as_str())
+                    .ok_or_else(|| not_subscribed(&session))?;
                 sub.handle.addr.do_send(Unsubscribe { sub: sub.id });
             }
             ClientMsg::Ack { session, seq } => {
-                let sub = self.subs.get(session.as_str()).ok_or_else(|| not_subscribed(&session))?;
+                let sub = self
+                    .subs
+                    .get(session.as_str())
+                    .ok_or_else(|| not_subscribed(&session))?;
                 sub.handle.addr.do_send(Ack { sub: sub.id, seq });
             }
             ClientMsg::Input { session, data } => self.node.input(&session, Bytes::from(data))?,
-            ClientMsg::Resize { session, cols, rows } => self.node.resize(&session, cols, rows)?,
-            ClientMsg::Screen { id, session, scrollback } => {
+            ClientMsg::Resize {
+                session,
+                cols,
+                rows,
+            } => self.node.resize(&session, cols, rows)?,
+            ClientMsg::Screen {
+                id,
+                session,
+                scrollback,
+            } => {
                 let node = self.node.clone();
                 let scrollback = scrollback.unwrap_or(0) as usize;
                 self.reply_async(ctx, id, Some(session.clone()), async move {
-                    let r = node.screen(&session, ScreenWant::Snapshot { scrollback }).await?;
-                    let data = r.out.into_snapshot().map(|d| d.to_vec()).unwrap_or_default();
-                    Ok(ServerMsg::Snapshot { id: Some(id), session, seq: r.seq, cols: r.cols, rows: r.rows, data })
+                    let r = node
+                        .screen(&session, ScreenWant::Snapshot { scrollback })
+                        .await?;
+                    let data = r
+                        .out
+                        .into_snapshot()
+                        .map(|d| d.to_vec())
+                        .unwrap_or_default();
+                    Ok(ServerMsg::Snapshot {
+                        id: Some(id),
+                        session,
+                        seq: r.seq,
+                        cols: r.cols,
+                        rows: r.rows,
+                        data,
+                    })
                 });
             }
             ClientMsg::History { id, session, limit } => {
@@ -163,18 +216,43 @@ impl ConnectionActor {
                 self.reply_async(ctx, id, Some(session.clone()), async move {
                     match limit {
                         Some(limit) => {
-                            let tail = node.raw_tail(&session, limit.min(usize::MAX as u64) as usize).await?;
-                            Ok(ServerMsg::History { id, session, seq: tail.last_seq, lines: None, data: Some(tail.data.to_vec()) })
+                            let tail = node
+                                .raw_tail(&session, limit.min(usize::MAX as u64) as usize)
+                                .await?;
+                            Ok(ServerMsg::History {
+                                id,
+                                session,
+                                seq: tail.last_seq,
+                                lines: None,
+                                data: Some(tail.data.to_vec()),
+                            })
                         }
                         None => {
-                            let r = node.screen(&session, ScreenWant::Lines { max: MAX_SCROLLBACK as usize }).await?;
+                            let r = node
+                                .screen(
+                                    &session,
+                                    ScreenWant::Lines {
+                                        max: MAX_SCROLLBACK as usize,
+                                    },
+                                )
+                                .await?;
                             let lines = r.out.into_lines().unwrap_or_default();
-                            Ok(ServerMsg::History { id, session, seq: r.seq, lines: Some(lines), data: None })
+                            Ok(ServerMsg::History {
+                                id,
+                                session,
+                                seq: r.seq,
+                                lines: Some(lines),
+                                data: None,
+                            })
                         }
                     }
                 });
             }
-            ClientMsg::Kill { id, session, signal } => {
+            ClientMsg::Kill {
+                id,
+                session,
+                signal,
+            } => {
                 self.node.kill(&session, signal.as_deref())?;
                 self.send(ctx, &ServerMsg::Ok { id });
             }
@@ -186,7 +264,11 @@ impl ConnectionActor {
                 self.node.tag(&session, tags)?;
                 self.send(ctx, &ServerMsg::Ok { id });
             }
-            ClientMsg::Remove { id, session, purge: _ } => {
+            ClientMsg::Remove {
+                id,
+                session,
+                purge: _,
+            } => {
                 // Nothing is persisted yet, so purge has nothing more to wipe.
                 let node = self.node.clone();
                 self.reply_async(ctx, id, Some(session.clone()), async move {
@@ -202,13 +284,19 @@ impl ConnectionActor {
     where
         F: std::future::Future<Output = Result<ServerMsg, ApiError>> + 'static,
     {
-        ctx.spawn(work.into_actor(self).map(move |result, act, ctx| match result {
-            Ok(msg) => act.send(ctx, &msg),
-            Err(err) => act.send_error(ctx, Some(id), session, err),
-        }));
+        ctx.spawn(
+            work.into_actor(self)
+                .map(move |result, act, ctx| match result {
+                    Ok(msg) => act.send(ctx, &msg),
+                    Err(err) => act.send_error(ctx, Some(id), session, err),
+                }),
+        );
     }
 }
 
 fn not_subscribed(session: &str) -> ApiError {
-    ApiError::new(ErrorCode::NotFound, format!("this connection is not subscribed to `{session}`"))
+    ApiError::new(
+        ErrorCode::NotFound,
+        format!("this connection is not subscribed to `{session}`"),
+    )
 }

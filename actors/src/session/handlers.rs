@@ -56,7 +56,14 @@ impl Handler<Subscribe> for SessionActor {
         match msg.from_seq {
             None => {
                 self.subs.insert(msg.sub, sub);
-                self.request_screen(snapshot, ScreenTo::Sub { sub: msg.sub, generation }, ctx);
+                self.request_screen(
+                    snapshot,
+                    ScreenTo::Sub {
+                        sub: msg.sub,
+                        generation,
+                    },
+                    ctx,
+                );
             }
             Some(n) => {
                 if self.ring.replay_from(n).is_ok() {
@@ -70,7 +77,14 @@ impl Handler<Subscribe> for SessionActor {
                     self.deliver(msg.sub, &msg.sink, Delivery::ResyncRequired { last_seq });
                     Metrics::add(&self.metrics.resyncs, 1);
                     self.subs.insert(msg.sub, sub);
-                    self.request_screen(snapshot, ScreenTo::Sub { sub: msg.sub, generation }, ctx);
+                    self.request_screen(
+                        snapshot,
+                        ScreenTo::Sub {
+                            sub: msg.sub,
+                            generation,
+                        },
+                        ctx,
+                    );
                 }
                 self.repaint();
             }

@@ -151,7 +151,9 @@ impl SessionActor {
     }
 
     fn notify_changed(&self) {
-        self.changed.do_send(SessionChanged { id: self.id.clone() });
+        self.changed.do_send(SessionChanged {
+            id: self.id.clone(),
+        });
     }
 
     /// Takes the next batch of PTY events (instead of `add_stream`, so
@@ -210,8 +212,12 @@ impl SessionActor {
         self.modes.feed(&data);
         let frame = self.ring.push(data);
         self.shared.last_seq.store(frame.seq, Ordering::Relaxed);
-        self.shared.last_output_ms.store(now_ms(), Ordering::Relaxed);
-        self.shared.at_prompt.store(self.modes.at_prompt(), Ordering::Relaxed);
+        self.shared
+            .last_output_ms
+            .store(now_ms(), Ordering::Relaxed);
+        self.shared
+            .at_prompt
+            .store(self.modes.at_prompt(), Ordering::Relaxed);
         let ids: Vec<SubId> = self.subs.keys().copied().collect();
         for id in ids {
             self.pump(id, ctx);
@@ -246,7 +252,10 @@ impl SessionActor {
                     self.deliver(id, &sink, Delivery::ResyncRequired { last_seq });
                     self.request_screen(
                         ScreenWant::Snapshot { scrollback: 0 },
-                        ScreenTo::Sub { sub: id, generation },
+                        ScreenTo::Sub {
+                            sub: id,
+                            generation,
+                        },
                         ctx,
                     );
                 }
@@ -299,7 +308,7 @@ impl SessionActor {
         let work = actix_rt::task::spawn_blocking(move || job.run());
         // Not `ctx.wait`: the actor keeps serving output and acks while the
         // screen is computed.
-        let fut = async move { work.await }.into_actor(self).map(move |done, act, ctx| {
+        let fut = work.into_actor(self).map(move |done, act, ctx| {
             act.job_running = false;
             let pinned = act.ring.pin().is_some();
             match done {
@@ -333,7 +342,10 @@ impl SessionActor {
             ScreenTo::Reply(reply) => {
                 let _ = reply.send(result);
             }
-            ScreenTo::Sub { sub: id, generation } => {
+            ScreenTo::Sub {
+                sub: id,
+                generation,
+            } => {
                 let Some(sub) = self.subs.get_mut(&id) else {
                     return;
                 };
@@ -344,7 +356,14 @@ impl SessionActor {
                 // while the snapshot was computed, compute a newer one.
                 let Some(offset) = self.ring.offset_after(result.seq) else {
                     let want = ScreenWant::Snapshot { scrollback: 0 };
-                    self.request_screen(want, ScreenTo::Sub { sub: id, generation }, ctx);
+                    self.request_screen(
+                        want,
+                        ScreenTo::Sub {
+                            sub: id,
+                            generation,
+                        },
+                        ctx,
+                    );
                     return;
                 };
                 let ScreenOut::Snapshot(data) = result.out else {
@@ -393,7 +412,10 @@ impl SessionActor {
         if self.finished {
             return;
         }
-        let exit = self.exit.unwrap_or(ExitInfo { code: 1, signal: None });
+        let exit = self.exit.unwrap_or(ExitInfo {
+            code: 1,
+            signal: None,
+        });
         self.finished = true;
         self.shared.exited.store(true, Ordering::Release);
         self.shared.update(|m| {

@@ -40,10 +40,14 @@ impl Job {
         let model = match cached {
             Some(model) if model.seq() >= start => model,
             _ => {
-                let before: Option<&ResizeMark> =
-                    marks.iter().filter(|m| m.after_seq <= start).next_back();
+                let before: Option<&ResizeMark> = marks.iter().rfind(|m| m.after_seq <= start);
                 let (cols, rows) = before.map_or(initial_size, |m| (m.cols, m.rows));
-                Box::new(ScreenModel::new(cols, rows, start, before.map_or(0, |m| m.id)))
+                Box::new(ScreenModel::new(
+                    cols,
+                    rows,
+                    start,
+                    before.map_or(0, |m| m.id),
+                ))
             }
         };
         let frames = ring
@@ -74,7 +78,12 @@ impl Job {
                     ScreenWant::Lines { max } => ScreenOut::Lines(self.model.lines(max)),
                     ScreenWant::Text => ScreenOut::Text(self.model.text()),
                 };
-                ScreenResult { seq, cols, rows, out }
+                ScreenResult {
+                    seq,
+                    cols,
+                    rows,
+                    out,
+                }
             })
             .collect();
         Done {

@@ -41,7 +41,11 @@ pub struct Meta {
 
 impl SessionShared {
     pub fn info(&self) -> SessionInfo {
-        let meta = self.meta.lock().map(|m| m.clone()).unwrap_or_else(|p| p.into_inner().clone());
+        let meta = self
+            .meta
+            .lock()
+            .map(|m| m.clone())
+            .unwrap_or_else(|p| p.into_inner().clone());
         let now = now_ms();
         SessionInfo {
             id: self.id.to_string(),

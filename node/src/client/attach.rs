@@ -183,10 +183,17 @@ impl State {
                     conn.send(&ClientMsg::Ack { session, seq }).await?;
                 }
             }
-            ServerMsg::Event { event: EventKind::Exited { exit_code, .. }, .. } => {
+            ServerMsg::Event {
+                event: EventKind::Exited { exit_code, .. },
+                ..
+            } => {
                 return Ok(Step::End(Ended::Exited(exit_code)));
             }
-            ServerMsg::Error { code: ErrorCode::NotFound, message, .. } => {
+            ServerMsg::Error {
+                code: ErrorCode::NotFound,
+                message,
+                ..
+            } => {
                 bail!("{message}");
             }
             _ => {}
@@ -205,7 +212,8 @@ impl State {
             None => (&chunk[..], false),
         };
         let room = MAX_PENDING_INPUT.saturating_sub(self.pending_input.len());
-        self.pending_input.extend_from_slice(&before[..before.len().min(room)]);
+        self.pending_input
+            .extend_from_slice(&before[..before.len().min(room)]);
         detach.then_some(Ended::Detached)
     }
 
@@ -221,8 +229,12 @@ impl State {
     async fn send_size(&mut self, conn: &mut Client) -> anyhow::Result<()> {
         if let Ok((cols, rows)) = crossterm::terminal::size() {
             let session = self.opts.session.clone();
-            conn.send(&ClientMsg::Resize { session, cols: cols.into(), rows: rows.into() })
-                .await?;
+            conn.send(&ClientMsg::Resize {
+                session,
+                cols: cols.into(),
+                rows: rows.into(),
+            })
+            .await?;
         }
         Ok(())
     }

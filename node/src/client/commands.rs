@@ -9,7 +9,8 @@ use super::{Client, Target};
 
 pub async fn ls(target: &Target, json: bool) -> anyhow::Result<()> {
     let mut client = Client::connect(target).await?;
-    let ServerMsg::Sessions { sessions, .. } = client.request(|id| ClientMsg::List { id }).await? else {
+    let ServerMsg::Sessions { sessions, .. } = client.request(|id| ClientMsg::List { id }).await?
+    else {
         bail!("unexpected reply to list");
     };
     if json {
@@ -48,7 +49,9 @@ pub fn table(sessions: &[SessionInfo]) -> String {
 
 pub async fn new(target: &Target, req: CreateRequest) -> anyhow::Result<SessionInfo> {
     let mut client = Client::connect(target).await?;
-    let ServerMsg::Created { session, .. } = client.request(|id| ClientMsg::Create { id, req }).await? else {
+    let ServerMsg::Created { session, .. } =
+        client.request(|id| ClientMsg::Create { id, req }).await?
+    else {
         bail!("unexpected reply to create");
     };
     client.close().await;
@@ -58,7 +61,11 @@ pub async fn new(target: &Target, req: CreateRequest) -> anyhow::Result<SessionI
 pub async fn kill(target: &Target, session: String, signal: Option<String>) -> anyhow::Result<()> {
     let mut client = Client::connect(target).await?;
     client
-        .request(|id| ClientMsg::Kill { id, session, signal })
+        .request(|id| ClientMsg::Kill {
+            id,
+            session,
+            signal,
+        })
         .await
         .context("kill failed")?;
     client.close().await;
@@ -68,7 +75,11 @@ pub async fn kill(target: &Target, session: String, signal: Option<String>) -> a
 pub async fn rm(target: &Target, session: String) -> anyhow::Result<()> {
     let mut client = Client::connect(target).await?;
     client
-        .request(|id| ClientMsg::Remove { id, session, purge: None })
+        .request(|id| ClientMsg::Remove {
+            id,
+            session,
+            purge: None,
+        })
         .await
         .context("remove failed")?;
     client.close().await;
@@ -79,7 +90,9 @@ pub async fn rm(target: &Target, session: String) -> anyhow::Result<()> {
 pub async fn logs(target: &Target, session: String, tail: u64, lines: bool) -> anyhow::Result<()> {
     let mut client = Client::connect(target).await?;
     let limit = (!lines).then_some(tail);
-    let reply = client.request(|id| ClientMsg::History { id, session, limit }).await?;
+    let reply = client
+        .request(|id| ClientMsg::History { id, session, limit })
+        .await?;
     let ServerMsg::History { lines, data, .. } = reply else {
         bail!("unexpected reply to history");
     };
@@ -100,9 +113,16 @@ pub async fn logs(target: &Target, session: String, tail: u64, lines: bool) -> a
 pub async fn screen(target: &Target, session: String, raw: bool) -> anyhow::Result<()> {
     let mut client = Client::connect(target).await?;
     let reply = client
-        .request(|id| ClientMsg::Screen { id, session, scrollback: None })
+        .request(|id| ClientMsg::Screen {
+            id,
+            session,
+            scrollback: None,
+        })
         .await?;
-    let ServerMsg::Snapshot { cols, rows, data, .. } = reply else {
+    let ServerMsg::Snapshot {
+        cols, rows, data, ..
+    } = reply
+    else {
         bail!("unexpected reply to screen");
     };
     let mut stdout = std::io::stdout().lock();

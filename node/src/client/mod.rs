@@ -27,8 +27,13 @@ pub struct Target {
 impl Target {
     /// `--url`/`TERMESH_URL` (default the local node), `--token`/`TERMESH_TOKEN`
     /// (default the local node's `admin.token`).
-    pub fn resolve(url: Option<String>, token: Option<String>, data_dir: Option<PathBuf>) -> anyhow::Result<Target> {
-        let url = url.unwrap_or_else(|| format!("http://{}", termesh_config::defaults::HTTP_LISTEN));
+    pub fn resolve(
+        url: Option<String>,
+        token: Option<String>,
+        data_dir: Option<PathBuf>,
+    ) -> anyhow::Result<Target> {
+        let url =
+            url.unwrap_or_else(|| format!("http://{}", termesh_config::defaults::HTTP_LISTEN));
         let url = url.trim_end_matches('/').to_string();
         if !(url.starts_with("http://") || url.starts_with("ws://")) {
             bail!("--url {url:?}: use http://HOST:PORT (TLS is not supported by this client yet)");
@@ -67,7 +72,8 @@ impl Client {
         if let Some(token) = &target.token {
             request.headers_mut().insert(
                 "authorization",
-                HeaderValue::from_str(&format!("Bearer {token}")).context("the token is not a valid header")?,
+                HeaderValue::from_str(&format!("Bearer {token}"))
+                    .context("the token is not a valid header")?,
             );
         }
         let (ws, _) = tokio_tungstenite::connect_async(request)
@@ -81,7 +87,10 @@ impl Client {
         };
         client.welcome = client.recv().await?;
         if !matches!(client.welcome, ServerMsg::Welcome { .. }) {
-            bail!("the server did not start with welcome: {:?}", client.welcome);
+            bail!(
+                "the server did not start with welcome: {:?}",
+                client.welcome
+            );
         }
         Ok(client)
     }
@@ -131,14 +140,19 @@ impl Client {
 
     /// Sends a request and waits for the reply carrying its id; other
     /// messages that arrive meanwhile stay queued for `recv`.
-    pub async fn request(&mut self, make: impl FnOnce(u64) -> ClientMsg) -> anyhow::Result<ServerMsg> {
+    pub async fn request(
+        &mut self,
+        make: impl FnOnce(u64) -> ClientMsg,
+    ) -> anyhow::Result<ServerMsg> {
         let id = self.next_id();
         self.send(&make(id)).await?;
         loop {
             let msg = self.recv_wire().await?;
             if reply_id(&msg) == Some(id) {
                 return match msg {
-                    ServerMsg::Error { code, message, .. } => Err(anyhow!("{}: {message}", code.as_str())),
+                    ServerMsg::Error { code, message, .. } => {
+                        Err(anyhow!("{}: {message}", code.as_str()))
+                    }
                     other => Ok(other),
                 };
             }

@@ -9,8 +9,15 @@ use termesh_transport::ErrorCode;
 
 /// The token a request presents, from `Authorization: Bearer` or `?token=`.
 pub fn presented_token(req: &HttpRequest) -> Option<String> {
-    if let Some(value) = req.headers().get("authorization").and_then(|v| v.to_str().ok()) {
-        if let Some(token) = value.strip_prefix("Bearer ").or_else(|| value.strip_prefix("bearer ")) {
+    if let Some(value) = req
+        .headers()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+    {
+        if let Some(token) = value
+            .strip_prefix("Bearer ")
+            .or_else(|| value.strip_prefix("bearer "))
+        {
             return Some(token.trim().to_string());
         }
     }
@@ -63,12 +70,19 @@ pub fn role_of(req: &HttpRequest, tokens: &[TokenEntry]) -> Result<Option<Role>,
 /// Requires at least `needed`.
 pub fn require(req: &HttpRequest, tokens: &[TokenEntry], needed: Role) -> Result<Role, ApiError> {
     let role = role_of(req, tokens)?.ok_or_else(|| {
-        ApiError::new(ErrorCode::Unauthorized, "send a token: Authorization: Bearer <token>, or ?token=")
+        ApiError::new(
+            ErrorCode::Unauthorized,
+            "send a token: Authorization: Bearer <token>, or ?token=",
+        )
     })?;
     if role < needed {
         return Err(ApiError::new(
             ErrorCode::Forbidden,
-            format!("needs the {} role; this token is {}", needed.as_str(), role.as_str()),
+            format!(
+                "needs the {} role; this token is {}",
+                needed.as_str(),
+                role.as_str()
+            ),
         ));
     }
     Ok(role)
@@ -76,7 +90,9 @@ pub fn require(req: &HttpRequest, tokens: &[TokenEntry], needed: Role) -> Result
 
 pub fn status(code: ErrorCode) -> StatusCode {
     match code {
-        ErrorCode::BadFrame | ErrorCode::UnknownType | ErrorCode::BadRequest => StatusCode::BAD_REQUEST,
+        ErrorCode::BadFrame | ErrorCode::UnknownType | ErrorCode::BadRequest => {
+            StatusCode::BAD_REQUEST
+        }
         ErrorCode::Unauthorized => StatusCode::UNAUTHORIZED,
         ErrorCode::Forbidden => StatusCode::FORBIDDEN,
         ErrorCode::NotFound => StatusCode::NOT_FOUND,

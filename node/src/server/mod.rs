@@ -57,7 +57,11 @@ pub fn ensure_admin_token(config: &mut Config) -> anyhow::Result<Option<(String,
             .map_err(anyhow::Error::msg)?,
         role: Role::Admin,
     });
-    Ok(Some((token, crate::token::token_path(&config.node.data_dir), created)))
+    Ok(Some((
+        token,
+        crate::token::token_path(&config.node.data_dir),
+        created,
+    )))
 }
 
 /// Runs a node until `stop` fires (or SIGINT/SIGTERM when `signals`).
@@ -68,6 +72,7 @@ pub fn run(
     stop: Option<oneshot::Receiver<()>>,
     ready: impl FnOnce(Ready) + Send + 'static,
 ) -> anyhow::Result<()> {
+    raise_fd_limit();
     let generated = ensure_admin_token(&mut config)?;
     let listener = listener::bind(config.http.listen)?;
     let addr = listener.local_addr()?;
@@ -136,7 +141,11 @@ pub fn run(
         // One place for shutdown: stop accepting, tell clients, stop sessions.
         let closing = state.connections.close_all(1001);
         let stopped = registry.send(Shutdown).await.unwrap_or(0);
-        tracing::info!(connections = closing, sessions = stopped, "closed connections and sessions");
+        tracing::info!(
+            connections = closing,
+            sessions = stopped,
+            "closed connections and sessions"
+        );
         // Give close frames a moment to flush before the workers stop.
         actix_rt::time::sleep(Duration::from_millis(200)).await;
         server_handle.stop(true).await;
@@ -144,6 +153,20 @@ pub fn run(
         anyhow::Ok(())
     })?;
     Ok(())
+}
+
+/// Each session holds three descriptors (PTY reader, writer, master) and
+/// each client one: lift the soft limit to the hard one so a node of this
+/// size can hold thousands.
+fn raise_fd_limit() {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
+        if soft < hard {
+            if let Err(e) = setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
+                tracing::warn!("cannot raise the open-file limit from {soft} to {hard}: {e}");
+            }
+        }
+    }
 }
 
 async fn wait_for_stop(signals: bool, stop: Option<oneshot::Receiver<()>>) {
@@ -194,7 +217,9 @@ impl NodeThread {
                 thread: Some(thread),
             }),
             Err(_) => {
-                let result = thread.join().map_err(|_| anyhow::anyhow!("node thread panicked"))?;
+                let result = thread
+                    .join()
+                    .map_err(|_| anyhow::anyhow!("node thread panicked"))?;
                 result.and(Err(anyhow::anyhow!("node did not start")))
             }
         }
@@ -214,7 +239,9 @@ impl NodeThread {
             let _ = stop.send(());
         }
         match self.thread.take() {
-            Some(thread) => thread.join().map_err(|_| anyhow::anyhow!("node thread panicked"))?,
+            Some(thread) => thread
+                .join()
+                .map_err(|_| anyhow::anyhow!("node thread panicked"))?,
             None => Ok(()),
         }
     }

@@ -51,7 +51,8 @@ fn respond(result: Result<HttpResponse>) -> HttpResponse {
 async fn read_body(mut payload: web::Payload, limit: usize) -> Result<Bytes> {
     let mut body = BytesMut::new();
     while let Some(chunk) = payload.next().await {
-        let chunk = chunk.map_err(|e| ApiError::bad_request(format!("cannot read the body: {e}")))?;
+        let chunk =
+            chunk.map_err(|e| ApiError::bad_request(format!("cannot read the body: {e}")))?;
         if body.len() + chunk.len() > limit {
             return Err(ApiError::new(
                 ErrorCode::TooLarge,
@@ -103,7 +104,11 @@ async fn list(req: HttpRequest, state: web::Data<AppState>) -> HttpResponse {
     })())
 }
 
-async fn create(req: HttpRequest, payload: web::Payload, state: web::Data<AppState>) -> HttpResponse {
+async fn create(
+    req: HttpRequest,
+    payload: web::Payload,
+    state: web::Data<AppState>,
+) -> HttpResponse {
     respond(
         async {
             require(&req, &state.node.tokens, Role::Operator)?;
@@ -115,7 +120,11 @@ async fn create(req: HttpRequest, payload: web::Payload, state: web::Data<AppSta
     )
 }
 
-async fn get_one(req: HttpRequest, path: web::Path<String>, state: web::Data<AppState>) -> HttpResponse {
+async fn get_one(
+    req: HttpRequest,
+    path: web::Path<String>,
+    state: web::Data<AppState>,
+) -> HttpResponse {
     respond((|| {
         require(&req, &state.node.tokens, Role::Viewer)?;
         Ok(HttpResponse::Ok().json(state.node.session(&path)?.shared.info()))
@@ -128,7 +137,11 @@ struct RemoveQuery {
     purge: bool,
 }
 
-async fn remove(req: HttpRequest, path: web::Path<String>, state: web::Data<AppState>) -> HttpResponse {
+async fn remove(
+    req: HttpRequest,
+    path: web::Path<String>,
+    state: web::Data<AppState>,
+) -> HttpResponse {
     respond(
         async {
             require(&req, &state.node.tokens, Role::Operator)?;
@@ -141,7 +154,12 @@ async fn remove(req: HttpRequest, path: web::Path<String>, state: web::Data<AppS
     )
 }
 
-async fn input(req: HttpRequest, path: web::Path<String>, payload: web::Payload, state: web::Data<AppState>) -> HttpResponse {
+async fn input(
+    req: HttpRequest,
+    path: web::Path<String>,
+    payload: web::Payload,
+    state: web::Data<AppState>,
+) -> HttpResponse {
     respond(
         async {
             require(&req, &state.node.tokens, Role::Operator)?;
@@ -160,7 +178,12 @@ struct ResizeBody {
     rows: u64,
 }
 
-async fn resize(req: HttpRequest, path: web::Path<String>, payload: web::Payload, state: web::Data<AppState>) -> HttpResponse {
+async fn resize(
+    req: HttpRequest,
+    path: web::Path<String>,
+    payload: web::Payload,
+    state: web::Data<AppState>,
+) -> HttpResponse {
     respond(
         async {
             require(&req, &state.node.tokens, Role::Operator)?;
@@ -177,7 +200,12 @@ struct KillBody {
     signal: Option<String>,
 }
 
-async fn kill(req: HttpRequest, path: web::Path<String>, payload: web::Payload, state: web::Data<AppState>) -> HttpResponse {
+async fn kill(
+    req: HttpRequest,
+    path: web::Path<String>,
+    payload: web::Payload,
+    state: web::Data<AppState>,
+) -> HttpResponse {
     respond(
         async {
             require(&req, &state.node.tokens, Role::Operator)?;
@@ -194,11 +222,18 @@ struct LogsQuery {
     tail: Option<usize>,
 }
 
-async fn logs(req: HttpRequest, path: web::Path<String>, state: web::Data<AppState>) -> HttpResponse {
+async fn logs(
+    req: HttpRequest,
+    path: web::Path<String>,
+    state: web::Data<AppState>,
+) -> HttpResponse {
     respond(
         async {
             require(&req, &state.node.tokens, Role::Viewer)?;
-            let tail = query::<LogsQuery>(&req)?.tail.unwrap_or(DEFAULT_TAIL).min(MAX_TAIL);
+            let tail = query::<LogsQuery>(&req)?
+                .tail
+                .unwrap_or(DEFAULT_TAIL)
+                .min(MAX_TAIL);
             let result = state.node.raw_tail(&path, tail).await?;
             Ok(HttpResponse::Ok()
                 .content_type("text/plain; charset=utf-8")
@@ -215,7 +250,11 @@ struct ScreenQuery {
     scrollback: Option<usize>,
 }
 
-async fn screen(req: HttpRequest, path: web::Path<String>, state: web::Data<AppState>) -> HttpResponse {
+async fn screen(
+    req: HttpRequest,
+    path: web::Path<String>,
+    state: web::Data<AppState>,
+) -> HttpResponse {
     respond(
         async {
             require(&req, &state.node.tokens, Role::Viewer)?;
@@ -224,11 +263,16 @@ async fn screen(req: HttpRequest, path: web::Path<String>, state: web::Data<AppS
                 Some("text") => {
                     let r = state.node.screen(&path, ScreenWant::Text).await?;
                     let rows = r.out.into_lines().ok_or_else(mismatch)?;
-                    Ok(HttpResponse::Ok().content_type("text/plain; charset=utf-8").body(rows.join("\n") + "\n"))
+                    Ok(HttpResponse::Ok()
+                        .content_type("text/plain; charset=utf-8")
+                        .body(rows.join("\n") + "\n"))
                 }
                 None | Some("json") => {
                     let scrollback = q.scrollback.unwrap_or(0);
-                    let r = state.node.screen(&path, ScreenWant::Snapshot { scrollback }).await?;
+                    let r = state
+                        .node
+                        .screen(&path, ScreenWant::Snapshot { scrollback })
+                        .await?;
                     let data = r.out.into_snapshot().ok_or_else(mismatch)?;
                     Ok(HttpResponse::Ok().json(serde_json::json!({
                         "seq": r.seq,
@@ -237,20 +281,31 @@ async fn screen(req: HttpRequest, path: web::Path<String>, state: web::Data<AppS
                         "data": String::from_utf8_lossy(&data),
                     })))
                 }
-                Some(other) => Err(ApiError::bad_request(format!("`format` {other:?}: use \"text\" or \"json\""))),
+                Some(other) => Err(ApiError::bad_request(format!(
+                    "`format` {other:?}: use \"text\" or \"json\""
+                ))),
             }
         }
         .await,
     )
 }
 
-async fn history(req: HttpRequest, path: web::Path<String>, state: web::Data<AppState>) -> HttpResponse {
+async fn history(
+    req: HttpRequest,
+    path: web::Path<String>,
+    state: web::Data<AppState>,
+) -> HttpResponse {
     respond(
         async {
             require(&req, &state.node.tokens, Role::Viewer)?;
             let r = state
                 .node
-                .screen(&path, ScreenWant::Lines { max: MAX_SCROLLBACK as usize })
+                .screen(
+                    &path,
+                    ScreenWant::Lines {
+                        max: MAX_SCROLLBACK as usize,
+                    },
+                )
                 .await?;
             let lines = r.out.into_lines().ok_or_else(mismatch)?;
             Ok(HttpResponse::Ok().json(serde_json::json!({ "seq": r.seq, "lines": lines })))
@@ -271,7 +326,12 @@ struct HookBody {
 
 /// Agent CLI lifecycle hooks set the session's phase. The program inside
 /// the session authenticates with the key in its `TERMESH_HOOK_URL`.
-async fn hook(req: HttpRequest, path: web::Path<String>, payload: web::Payload, state: web::Data<AppState>) -> HttpResponse {
+async fn hook(
+    req: HttpRequest,
+    path: web::Path<String>,
+    payload: web::Payload,
+    state: web::Data<AppState>,
+) -> HttpResponse {
     respond(
         async {
             let handle = state.node.session(&path)?;
@@ -298,5 +358,8 @@ async fn hook(req: HttpRequest, path: web::Path<String>, payload: web::Payload, 
 
 /// Each screen request kind is answered with its own output kind.
 fn mismatch() -> ApiError {
-    ApiError::new(ErrorCode::Internal, "the screen model answered the wrong kind")
+    ApiError::new(
+        ErrorCode::Internal,
+        "the screen model answered the wrong kind",
+    )
 }

@@ -38,14 +38,18 @@ impl TestNode {
         config.http.listen = "127.0.0.1:0".parse().unwrap();
         config.session.command = vec!["/bin/sh".into()];
         config.session.kill_grace = Duration::from_millis(500);
-        config.auth.tokens = [(ADMIN, Role::Admin), (OPERATOR, Role::Operator), (VIEWER, Role::Viewer)]
-            .iter()
-            .map(|(t, role)| TokenEntry {
-                name: None,
-                hash: parse_token_hash(&hash_token(t)).unwrap(),
-                role: *role,
-            })
-            .collect();
+        config.auth.tokens = [
+            (ADMIN, Role::Admin),
+            (OPERATOR, Role::Operator),
+            (VIEWER, Role::Viewer),
+        ]
+        .iter()
+        .map(|(t, role)| TokenEntry {
+            name: None,
+            hash: parse_token_hash(&hash_token(t)).unwrap(),
+            role: *role,
+        })
+        .collect();
         tweak(&mut config);
         let node = NodeThread::start(config).expect("node starts");
         TestNode { node, data_dir }
@@ -63,7 +67,9 @@ impl TestNode {
     }
 
     pub async fn client(&self, token: &str) -> Client {
-        Client::connect(&self.target(Some(token))).await.expect("client connects")
+        Client::connect(&self.target(Some(token)))
+            .await
+            .expect("client connects")
     }
 
     /// Creates a session running `command` (via the operator token).
@@ -77,7 +83,10 @@ impl TestNode {
 
     pub async fn create_with(&self, req: CreateRequest) -> SessionInfo {
         let mut c = self.client(OPERATOR).await;
-        let reply = c.request(|id| ClientMsg::Create { id, req }).await.expect("create");
+        let reply = c
+            .request(|id| ClientMsg::Create { id, req })
+            .await
+            .expect("create");
         c.close().await;
         match reply {
             ServerMsg::Created { session, .. } => session,
@@ -96,7 +105,12 @@ impl TestNode {
     }
 
     /// Waits until the session's info satisfies `cond`.
-    pub async fn wait_info(&self, session: &str, what: &str, cond: impl Fn(&SessionInfo) -> bool) -> SessionInfo {
+    pub async fn wait_info(
+        &self,
+        session: &str,
+        what: &str,
+        cond: impl Fn(&SessionInfo) -> bool,
+    ) -> SessionInfo {
         within(PATIENCE, what, async {
             loop {
                 if let Some(info) = self.info(session).await {
@@ -112,7 +126,11 @@ impl TestNode {
 }
 
 /// Runs `fut`, failing the test with `what` if it takes longer than `limit`.
-pub async fn within<T>(limit: Duration, what: &str, fut: impl std::future::Future<Output = T>) -> T {
+pub async fn within<T>(
+    limit: Duration,
+    what: &str,
+    fut: impl std::future::Future<Output = T>,
+) -> T {
     match tokio::time::timeout(limit, fut).await {
         Ok(v) => v,
         Err(_) => panic!("timed out after {limit:?} waiting for: {what}"),
@@ -144,13 +162,29 @@ impl Stream {
     /// Applies one message for `session`; panics on a hole.
     pub fn apply(&mut self, session: &str, msg: &ServerMsg) {
         match msg {
-            ServerMsg::Output { session: s, seq, data } if s == session => {
-                assert_eq!(*seq, self.last_seq + 1, "hole in output: after {} came {}", self.last_seq, seq);
+            ServerMsg::Output {
+                session: s,
+                seq,
+                data,
+            } if s == session => {
+                assert_eq!(
+                    *seq,
+                    self.last_seq + 1,
+                    "hole in output: after {} came {}",
+                    self.last_seq,
+                    seq
+                );
                 self.last_seq = *seq;
                 self.data.extend_from_slice(data);
                 self.unacked += data.len() as u64;
             }
-            ServerMsg::Snapshot { session: s, seq, data, id: None, .. } if s == session => {
+            ServerMsg::Snapshot {
+                session: s,
+                seq,
+                data,
+                id: None,
+                ..
+            } if s == session => {
                 self.last_seq = *seq;
                 self.snapshots.push((*seq, data.clone()));
             }
@@ -170,7 +204,12 @@ impl Stream {
 }
 
 /// Subscribes and returns once `subscribed` arrives.
-pub async fn subscribe(c: &mut Client, session: &str, from_seq: Option<u64>, window: u64) -> anyhow::Result<ServerMsg> {
+pub async fn subscribe(
+    c: &mut Client,
+    session: &str,
+    from_seq: Option<u64>,
+    window: u64,
+) -> anyhow::Result<ServerMsg> {
     let reply = c
         .request(|id| ClientMsg::Subscribe {
             id,
@@ -194,14 +233,24 @@ pub async fn next(c: &mut Client) -> ServerMsg {
 }
 
 /// Reads and applies messages (acking per protocol when `ack`) until `done`.
-pub async fn pump_until(c: &mut Client, session: &str, stream: &mut Stream, ack: bool, done: impl Fn(&Stream) -> bool) -> anyhow::Result<()> {
+pub async fn pump_until(
+    c: &mut Client,
+    session: &str,
+    stream: &mut Stream,
+    ack: bool,
+    done: impl Fn(&Stream) -> bool,
+) -> anyhow::Result<()> {
     while !done(stream) {
         let msg = c.recv().await.context("connection lost")?;
         stream.apply(session, &msg);
         if ack && stream.should_ack() {
             stream.unacked = 0;
             let seq = stream.last_seq;
-            c.send(&ClientMsg::Ack { session: session.to_string(), seq }).await?;
+            c.send(&ClientMsg::Ack {
+                session: session.to_string(),
+                seq,
+            })
+            .await?;
         }
     }
     Ok(())
@@ -215,14 +264,22 @@ pub fn session_pids(session: &str) -> Vec<i32> {
         return pids;
     };
     for entry in entries.flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
             continue;
         };
         if let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) {
             if env.split(|b| *b == 0).any(|kv| kv == needle.as_bytes()) {
                 // A zombie still listed is dead for our purposes.
-                let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-                let zombie = state.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z'));
+                let state =
+                    std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+                let zombie = state
+                    .rsplit(')')
+                    .next()
+                    .is_some_and(|rest| rest.trim_start().starts_with('Z'));
                 if !zombie {
                     pids.push(pid);
                 }

@@ -30,7 +30,11 @@ impl Proxy {
                 tracked.lock().unwrap().push(task);
             }
         });
-        Proxy { addr, conns, accept }
+        Proxy {
+            addr,
+            conns,
+            accept,
+        }
     }
 
     /// Drops every live connection (both sockets close).

@@ -1,8 +1,11 @@
 //! Per-subscriber flow-control accounting (PROTOCOL.md section 8).
 //!
 //! The session pushes frames while the bytes sent after the last ack are
-//! fewer than the window; a frame larger than the window goes out only when
-//! nothing is unacknowledged. Acks are cumulative. Bytes in flight are the
+//! fewer than the window, so in flight there is at most the window plus one
+//! frame. (Requiring each frame to fit would deadlock: a client holding less
+//! than the quarter window it acks at, facing a frame that does not fit,
+//! would wait for data while the server waits for an ack.) Acks are
+//! cumulative. Bytes in flight are the
 //! difference of two output offsets; the offset of an acked seq comes from
 //! the ring, or, when that frame has left the ring, from a small list of
 //! checkpoints kept here (bounded; a lower bound, so the count errs towards
@@ -61,13 +64,7 @@ impl Credit {
         self.sent_offset - self.acked_offset
     }
 
-    /// Whether a frame of `len` bytes may be sent now.
-    pub fn allows(&self, len: usize) -> bool {
-        let in_flight = self.in_flight();
-        in_flight == 0 || in_flight + len as u64 <= self.window
-    }
-
-    /// Whether anything at all may be sent now (the window is not full).
+    /// Whether another frame may be sent now (the window is not full).
     pub fn is_open(&self) -> bool {
         self.in_flight() < self.window
     }
@@ -130,13 +127,15 @@ mod tests {
     fn window_bounds_sending() {
         let (ring, frames) = ring_with(&[40, 40, 40]);
         let mut c = Credit::new(100, 0, 0);
-        assert!(c.allows(40));
+        assert!(c.is_open());
         c.on_sent(&frames[0]);
         c.on_sent(&frames[1]);
-        assert!(!c.allows(40), "80 + 40 > 100");
+        assert!(c.is_open(), "80 < 100: one more frame may go");
+        c.on_sent(&frames[2]);
+        assert!(!c.is_open(), "120 >= 100");
         assert!(c.on_ack(1, &ring));
-        assert_eq!(c.in_flight(), 40);
-        assert!(c.allows(40));
+        assert_eq!(c.in_flight(), 80);
+        assert!(c.is_open());
         assert!(!c.on_ack(1, &ring), "a repeated ack changes nothing");
     }
 
@@ -144,9 +143,9 @@ mod tests {
     fn oversized_frame_goes_when_idle() {
         let (ring, frames) = ring_with(&[500]);
         let mut c = Credit::new(100, 0, 0);
-        assert!(c.allows(500));
+        assert!(c.is_open());
         c.on_sent(&frames[0]);
-        assert!(!c.allows(1));
+        assert!(!c.is_open());
         c.on_ack(1, &ring);
         assert_eq!(c.in_flight(), 0);
     }
@@ -175,8 +174,8 @@ mod tests {
 
     proptest! {
         /// Whatever the acks and evictions: in-flight never exceeds the window
-        /// except for a single oversized frame, never under-counts the true
-        /// unacknowledged bytes, and acking everything empties it.
+        /// plus one frame, never under-counts the true unacknowledged bytes,
+        /// and acking everything empties it.
         #[test]
         fn accounting_is_safe(sizes in proptest::collection::vec(1usize..400, 1..600), window in 1u64..2000, ring_bytes in 1usize..3000, acks in proptest::collection::vec(0u64..700, 0..300)) {
             let mut ring = Ring::new(ring_bytes, 1 << 20);
@@ -186,9 +185,9 @@ mod tests {
             for n in sizes {
                 let f = ring.push(Bytes::from(vec![0; n]));
                 end_offsets.push(f.end_offset);
-                if c.sent_seq() + 1 == f.seq && c.allows(n) {
+                if c.sent_seq() + 1 == f.seq && c.is_open() {
                     c.on_sent(&f);
-                    prop_assert!(c.in_flight() <= window.max(n as u64));
+                    prop_assert!(c.in_flight() < window + n as u64);
                 }
                 if let Some(a) = acks.next() {
                     c.on_ack(a, &ring);

@@ -9,7 +9,7 @@ use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use nix::sys::signal::{killpg, Signal};
 use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::Pid;
@@ -18,6 +18,8 @@ use tokio::sync::mpsc;
 
 /// Largest read from the PTY, and so the largest frame.
 pub const READ_CHUNK: usize = 64 * 1024;
+/// First read size: an idle session touches no more memory than this.
+const MIN_CHUNK: usize = 4 * 1024;
 /// Frames queued between the reader thread and the session actor.
 const OUTPUT_QUEUE: usize = 32;
 /// Input messages queued for the writer thread (each at most 64 KiB).
@@ -150,16 +152,28 @@ pub fn spawn(spec: &SpawnSpec, thread_name: &str) -> Result<Pty, SpawnError> {
 }
 
 fn read_loop(mut reader: Box<dyn Read + Send>, tx: mpsc::Sender<PtyEvent>) {
-    let mut buf = vec![0u8; READ_CHUNK];
+    // Reads land in a buffer whose filled part is split off as the frame:
+    // no copy between the read and every subscriber. The read size adapts:
+    // it doubles while reads fill it (a flood) and halves when they stay
+    // small, so an idle session keeps only a few KiB.
+    let mut buf = BytesMut::new();
+    let mut want = MIN_CHUNK;
     loop {
+        buf.clear();
+        buf.resize(want, 0);
         match reader.read(&mut buf) {
             // Linux reports EIO once the last slave fd closes: that is EOF.
             Ok(0) | Err(_) => break,
             Ok(n) => {
-                if tx
-                    .blocking_send(PtyEvent::Output(Bytes::copy_from_slice(&buf[..n])))
-                    .is_err()
-                {
+                let frame = buf.split_to(n).freeze();
+                want = if n == want {
+                    (want * 2).min(READ_CHUNK)
+                } else if n < want / 4 {
+                    (want / 2).max(MIN_CHUNK)
+                } else {
+                    want
+                };
+                if tx.blocking_send(PtyEvent::Output(frame)).is_err() {
                     return;
                 }
             }

@@ -28,7 +28,18 @@ pub struct Utf8Decoder {
 }
 
 impl Utf8Decoder {
-    pub fn decode(&mut self, data: &[u8]) -> String {
+    /// Decodes a frame; borrows it when it is complete, valid UTF-8 (the
+    /// usual case), so feeding the emulator costs no copy.
+    pub fn decode<'a>(&mut self, data: &'a [u8]) -> std::borrow::Cow<'a, str> {
+        if self.pending.is_empty() {
+            if let Ok(text) = std::str::from_utf8(data) {
+                return std::borrow::Cow::Borrowed(text);
+            }
+        }
+        std::borrow::Cow::Owned(self.decode_slow(data))
+    }
+
+    fn decode_slow(&mut self, data: &[u8]) -> String {
         let mut buf = std::mem::take(&mut self.pending);
         buf.extend_from_slice(data);
         let mut out = String::with_capacity(buf.len());
@@ -114,7 +125,7 @@ impl ScreenModel {
             debug_assert_eq!(frame.seq, self.seq + 1, "frames are contiguous");
             self.apply_marks(marks, frame.seq - 1);
             let text = self.decoder.decode(&frame.data);
-            self.term.feed(text.as_str());
+            self.term.feed(text.as_ref());
             self.seq = frame.seq;
         }
         self.apply_marks(marks, self.seq);
@@ -299,8 +310,12 @@ mod tests {
         let bytes = "héllo €".as_bytes();
         let (a, b) = bytes.split_at(2);
         let (b, c) = b.split_at(b.len() - 1);
-        let text = d.decode(a) + &d.decode(b) + &d.decode(c);
+        let text = d.decode(a).into_owned() + &d.decode(b) + &d.decode(c);
         assert_eq!(text, "héllo €");
+        assert!(matches!(
+            d.decode(b"plain"),
+            std::borrow::Cow::Borrowed("plain")
+        ));
         assert_eq!(d.decode(b"a\xffb"), "a\u{fffd}b");
     }
 

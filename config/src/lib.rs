@@ -540,7 +540,10 @@ mod tests {
         std::env::remove_var(defaults::RING_BYTES_ENV);
         applied.unwrap();
         assert_eq!(c.session.ring_bytes, 64 << 10);
-        assert!(bad.contains("TERMESH_RING_BYTES") && bad.contains("tiny"), "{bad}");
+        assert!(
+            bad.contains("TERMESH_RING_BYTES") && bad.contains("tiny"),
+            "{bad}"
+        );
     }
 
     #[test]

@@ -141,7 +141,7 @@ async fn viewers_see_identical_streams() {
         .create(&[
             "sh",
             "-c",
-            "stty -onlcr -echo; read go; seq 1 200000; echo end-of-stream; exec sleep 1000",
+            "stty -onlcr -echo; echo ready; read go; seq 1 200000; echo end-of-stream; exec sleep 1000",
         ])
         .await
         .id;
@@ -151,6 +151,7 @@ async fn viewers_see_identical_streams() {
         subscribe(&mut c, &session, Some(0), 1 << 20).await.unwrap();
         viewers.push(c);
     }
+    wait_output(&node, &session, "ready").await;
     input(&node, &session, b"\n").await;
     let mut streams = Vec::new();
     for mut c in viewers {
@@ -169,6 +170,7 @@ async fn viewers_see_identical_streams() {
     let mut expected: Vec<u8> = (1..=200000)
         .flat_map(|i| format!("{i}\n").into_bytes())
         .collect();
+    expected.splice(0..0, b"ready\n".iter().copied());
     expected.extend_from_slice(b"end-of-stream\n");
     for s in &streams {
         assert_eq!(s.data.len(), expected.len());
@@ -184,7 +186,7 @@ async fn from_seq_resubscribe_replaces_a_stuck_subscription() {
         .create(&[
             "sh",
             "-c",
-            "stty -onlcr -echo; read go; seq 1 100000; echo end-of-stream; exec sleep 1000",
+            "stty -onlcr -echo; echo ready; read go; seq 1 100000; echo end-of-stream; exec sleep 1000",
         ])
         .await
         .id;
@@ -236,6 +238,7 @@ async fn from_seq_resubscribe_replaces_a_stuck_subscription() {
     let mut expected: Vec<u8> = (1..=100000)
         .flat_map(|i| format!("{i}\n").into_bytes())
         .collect();
+    expected.splice(0..0, b"ready\n".iter().copied());
     expected.extend_from_slice(b"end-of-stream\n");
     assert!(
         s.data == expected,

@@ -9,35 +9,6 @@ use std::time::Duration;
 use common::*;
 use termesh_transport::{ClientMsg, CreateRequest, EventKind, ServerMsg, SessionStatus};
 
-async fn wait_output(node: &TestNode, session: &str, needle: &str) -> String {
-    let mut c = node.client(VIEWER).await;
-    let text = within(PATIENCE, needle, async {
-        loop {
-            let reply = c
-                .request(|id| ClientMsg::History {
-                    id,
-                    session: session.into(),
-                    limit: Some(1 << 20),
-                })
-                .await
-                .unwrap();
-            if let ServerMsg::History {
-                data: Some(data), ..
-            } = reply
-            {
-                let text = String::from_utf8_lossy(&data).into_owned();
-                if text.contains(needle) {
-                    return text;
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await;
-    c.close().await;
-    text
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn environment_and_cwd() {
     let node = TestNode::start();

@@ -383,7 +383,9 @@ async fn silent_connection_without_subscription_is_reaped_but_a_subscribed_one_i
     let session = node.create(&["sleep", "1000"]).await.id;
     let mut idle = node.client(VIEWER).await;
     let mut watching = node.client(VIEWER).await;
-    subscribe(&mut watching, &session, None, 1 << 20).await.unwrap();
+    subscribe(&mut watching, &session, None, 1 << 20)
+        .await
+        .unwrap();
     let _snapshot = next(&mut watching).await;
     // Neither client reads (so neither answers pings) for a while: this
     // silence is the event under test.
@@ -399,14 +401,26 @@ async fn silent_connection_without_subscription_is_reaped_but_a_subscribed_one_i
     // Ended by the server: a close frame, or a broken pipe when the client
     // answers a queued ping on the closed socket.
     let err = format!("{err:#}");
-    assert!(err.contains("closed") || err.contains("Broken pipe") || err.contains("reset"), "{err}");
-    assert!(matches!(watching.request(|id| ClientMsg::List { id }).await.unwrap(), ServerMsg::Sessions { .. }));
+    assert!(
+        err.contains("closed") || err.contains("Broken pipe") || err.contains("reset"),
+        "{err}"
+    );
+    assert!(matches!(
+        watching.request(|id| ClientMsg::List { id }).await.unwrap(),
+        ServerMsg::Sessions { .. }
+    ));
     let metrics = tokio::task::spawn_blocking({
         let url = format!("{}/metrics", node.url());
         move || ureq::get(&url).call().unwrap().into_string().unwrap()
     })
     .await
     .unwrap();
-    let stale = metrics.lines().find(|l| l.starts_with("termesh_stale_episodes_total")).unwrap();
-    assert!(!stale.ends_with(" 0"), "silence was counted as stale: {stale}");
+    let stale = metrics
+        .lines()
+        .find(|l| l.starts_with("termesh_stale_episodes_total"))
+        .unwrap();
+    assert!(
+        !stale.ends_with(" 0"),
+        "silence was counted as stale: {stale}"
+    );
 }

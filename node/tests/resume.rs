@@ -37,7 +37,11 @@ async fn lossless_resume_across_random_drops() {
     println!("drop points: {drops:?}");
 
     // -onlcr: the terminal passes the generator's bytes through unchanged.
-    let script = format!("stty -onlcr -echo; read go; exec seq 1 {LINES}");
+    // "ready" once echo is off: the go keystroke must not be echoed.
+    let script = format!("stty -onlcr -echo; echo ready; read go; exec seq 1 {LINES}");
+    let mut ready_then_lines = b"ready\n".to_vec();
+    ready_then_lines.extend_from_slice(&expected);
+    let expected = ready_then_lines;
     let session = node.create(&["sh", "-c", &script]).await.id;
     let window = 1 << 20;
     let mut stream = Stream::new(window);
@@ -51,6 +55,7 @@ async fn lossless_resume_across_random_drops() {
                 .expect("subscribe");
             if !started {
                 started = true;
+                wait_output(&node, &session, "ready").await;
                 let mut op = node.client(OPERATOR).await;
                 op.send(&ClientMsg::Input {
                     session: session.clone(),

@@ -216,7 +216,7 @@ async fn rest_api() {
         assert!(e.contains("bad_request"), "{e}");
 
         let created = auth(ureq::post(&format!("{base}/sessions")), OPERATOR)
-            .send_string(r#"{"command":["sh","-c","stty -echo; read l; echo \"got $l\"; read x; exec sleep 1000"],"name":"rest"}"#)
+            .send_string(r#"{"command":["sh","-c","stty -echo; echo ready; read l; echo \"got $l\"; read x; exec sleep 1000"],"name":"rest"}"#)
             .unwrap();
         assert_eq!(created.status(), 201);
         let info: serde_json::Value = created.into_json().unwrap();
@@ -226,9 +226,14 @@ async fn rest_api() {
         assert_eq!(one["id"], id.as_str());
         assert_eq!(status(auth(ureq::get(&format!("{base}/sessions/nope")), VIEWER).call()), 404);
 
+        let deadline = std::time::Instant::now() + PATIENCE;
+        // Input only once the program has turned echo off.
+        while !body(auth(ureq::get(&format!("{base}/sessions/{id}/logs")), VIEWER).call()).contains("ready") {
+            assert!(std::time::Instant::now() < deadline, "the program never got ready");
+            std::thread::sleep(Duration::from_millis(20));
+        }
         assert_eq!(status(auth(ureq::post(&format!("{base}/sessions/{id}/input")), OPERATOR).send_bytes(b"hello\n")), 204);
         assert_eq!(status(auth(ureq::post(&format!("{base}/sessions/{id}/input")), OPERATOR).send_bytes(&vec![b'x'; 65537])), 413);
-        let deadline = std::time::Instant::now() + PATIENCE;
         loop {
             let logs = body(auth(ureq::get(&format!("{base}/sessions/{id}/logs?tail=100")), VIEWER).call());
             if logs.contains("got hello") {
@@ -238,11 +243,11 @@ async fn rest_api() {
             std::thread::sleep(Duration::from_millis(20));
         }
         let text = body(auth(ureq::get(&format!("{base}/sessions/{id}/screen?format=text")), VIEWER).call());
-        assert!(text.starts_with("got hello"), "{text:?}");
+        assert!(text.starts_with("ready\ngot hello\n"), "{text:?}");
         let json: serde_json::Value = auth(ureq::get(&format!("{base}/sessions/{id}/screen")), VIEWER).call().unwrap().into_json().unwrap();
         assert!(json["data"].as_str().unwrap().contains("got hello") && json["cols"] == 120);
         let hist: serde_json::Value = auth(ureq::get(&format!("{base}/sessions/{id}/history")), VIEWER).call().unwrap().into_json().unwrap();
-        assert_eq!(hist["lines"][0], "got hello");
+        assert_eq!(hist["lines"][1], "got hello");
         assert_eq!(status(auth(ureq::post(&format!("{base}/sessions/{id}/resize")), OPERATOR).send_string(r#"{"cols":0,"rows":5}"#)), 400);
         assert_eq!(status(auth(ureq::post(&format!("{base}/sessions/{id}/resize")), OPERATOR).send_string(r#"{"cols":90,"rows":20}"#)), 204);
         assert_eq!(status(auth(ureq::post(&format!("{base}/sessions/{id}/kill")), OPERATOR).send_string(r#"{"signal":"KILL"}"#)), 204);

@@ -34,6 +34,12 @@ use screen_job::Job;
 /// How long a session waits for reader EOF after the program exited
 /// (a background process may hold the terminal open forever).
 const EOF_GRACE: Duration = Duration::from_secs(2);
+/// Output quiet for this long lets a cached screen model catch up in the
+/// background, so the next snapshot (a reconnect) is warm.
+const IDLE_CATCHUP: Duration = Duration::from_millis(100);
+/// A cached screen model unused for this long is dropped: with full history
+/// it can hold megabytes, and most sessions are not looked at most of the time.
+const MODEL_TTL: Duration = Duration::from_secs(600);
 
 /// Told to the registry whenever what `list` shows changes (not per frame).
 #[derive(Message, Debug, Clone)]
@@ -76,6 +82,11 @@ pub struct SessionActor {
     /// The cached model; `None` while a job has it.
     model: Option<Box<ScreenModel>>,
     job_running: bool,
+    /// When a screen request last used the model.
+    model_used: std::time::Instant,
+    /// When output last arrived, and whether an idle check is scheduled.
+    last_output: std::time::Instant,
+    catchup_scheduled: bool,
     waiting: Vec<(ScreenWant, ScreenTo)>,
     exit: Option<ExitInfo>,
     eof: bool,
@@ -129,6 +140,9 @@ impl SessionActor {
             next_mark: 1,
             model: None,
             job_running: false,
+            model_used: std::time::Instant::now(),
+            last_output: std::time::Instant::now(),
+            catchup_scheduled: false,
             waiting: Vec::new(),
             exit: None,
             eof: false,
@@ -181,7 +195,15 @@ impl SessionActor {
     /// Applies read events until one would evict frames a pending snapshot
     /// needs; then intake pauses until the snapshot is delivered.
     fn apply_held(&mut self, ctx: &mut Context<Self>) {
-        while let Some(event) = self.held.pop_front() {
+        while let Some(mut event) = self.held.pop_front() {
+            // Reads that queued up while the session was busy become one
+            // frame (up to a read's maximum): under a flood that means fewer,
+            // larger frames for every subscriber; an idle session is unaffected.
+            if let PtyEvent::Output(data) = &event {
+                if matches!(self.held.front(), Some(PtyEvent::Output(_))) {
+                    event = PtyEvent::Output(self.merge_outputs(data.clone()));
+                }
+            }
             if let PtyEvent::Output(data) = &event {
                 if self.ring.would_evict_pinned(data.len()) {
                     self.held.push_front(event);
@@ -192,6 +214,18 @@ impl SessionActor {
             self.on_event(event, ctx);
         }
         self.pull(ctx);
+    }
+
+    fn merge_outputs(&mut self, first: Bytes) -> Bytes {
+        let mut merged = bytes::BytesMut::from(&first[..]);
+        while let Some(PtyEvent::Output(next)) = self.held.front() {
+            if merged.len() + next.len() > crate::pty::READ_CHUNK {
+                break;
+            }
+            merged.extend_from_slice(next);
+            self.held.pop_front();
+        }
+        merged.freeze()
     }
 
     fn on_event(&mut self, event: PtyEvent, ctx: &mut Context<Self>) {
@@ -218,6 +252,11 @@ impl SessionActor {
         self.shared
             .at_prompt
             .store(self.modes.at_prompt(), Ordering::Relaxed);
+        self.last_output = std::time::Instant::now();
+        if !self.catchup_scheduled && (self.model.is_some() || self.job_running) {
+            self.catchup_scheduled = true;
+            ctx.run_later(IDLE_CATCHUP, Self::idle_check);
+        }
         let ids: Vec<SubId> = self.subs.keys().copied().collect();
         for id in ids {
             self.pump(id, ctx);
@@ -261,9 +300,8 @@ impl SessionActor {
                 }
                 break;
             };
-            let in_flight = sub.credit.in_flight() + prior;
             let len = frame.data.len() as u64;
-            if !(in_flight == 0 || in_flight + len <= sub.credit.window()) {
+            if sub.credit.in_flight() + prior >= sub.credit.window() {
                 break;
             }
             sub.credit.on_sent(frame);
@@ -281,11 +319,37 @@ impl SessionActor {
 
     fn request_screen(&mut self, want: ScreenWant, to: ScreenTo, ctx: &mut Context<Self>) {
         self.waiting.push((want, to));
-        self.start_job(ctx);
+        self.model_used = std::time::Instant::now();
+        self.start_job(ctx, false);
     }
 
-    fn start_job(&mut self, ctx: &mut Context<Self>) {
-        if self.job_running || self.waiting.is_empty() {
+    /// After output goes quiet: bring a cached model up to date off-thread,
+    /// or drop it when nobody has used it for `MODEL_TTL`.
+    fn idle_check(&mut self, ctx: &mut Context<Self>) {
+        self.catchup_scheduled = false;
+        let quiet = self.last_output.elapsed();
+        if quiet < IDLE_CATCHUP {
+            self.catchup_scheduled = true;
+            ctx.run_later(IDLE_CATCHUP - quiet, Self::idle_check);
+            return;
+        }
+        if self.model_used.elapsed() > MODEL_TTL {
+            self.model = None;
+            return;
+        }
+        let behind = self
+            .model
+            .as_ref()
+            .is_some_and(|m| m.seq() < self.ring.last_seq());
+        if behind {
+            self.start_job(ctx, true);
+        }
+    }
+
+    /// Runs the waiting screen requests in one pass off the actor thread;
+    /// `catch_up` runs a pass even with none waiting.
+    fn start_job(&mut self, ctx: &mut Context<Self>, catch_up: bool) {
+        if self.job_running || (self.waiting.is_empty() && !catch_up) {
             return;
         }
         let wants: Vec<ScreenWant> = self.waiting.iter().map(|(w, _)| *w).collect();
@@ -328,7 +392,7 @@ impl SessionActor {
                     act.pump(id, ctx);
                 }
             }
-            act.start_job(ctx);
+            act.start_job(ctx, false);
             if act.intake_paused && act.ring.pin().is_none() {
                 act.intake_paused = false;
                 act.apply_held(ctx);

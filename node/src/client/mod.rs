@@ -76,7 +76,9 @@ impl Client {
                     .context("the token is not a valid header")?,
             );
         }
-        let (ws, _) = tokio_tungstenite::connect_async(request)
+        // Keystrokes are small writes: without TCP_NODELAY an input behind an
+        // unacknowledged ack waits for the peer's delayed ACK (about 40 ms).
+        let (ws, _) = tokio_tungstenite::connect_async_with_config(request, None, true)
             .await
             .with_context(|| format!("cannot connect to {}", target.url))?;
         let mut client = Client {

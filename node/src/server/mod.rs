@@ -121,6 +121,12 @@ pub fn run(
                 .configure(ws::routes)
                 .configure(rest::routes)
         })
+        .on_connect(|conn, _| {
+            // Small frames (keystrokes, echoes, acks) must not wait for Nagle.
+            if let Some(tcp) = conn.downcast_ref::<actix_web::rt::net::TcpStream>() {
+                let _ = tcp.set_nodelay(true);
+            }
+        })
         .workers(2)
         .disable_signals()
         .shutdown_timeout(2)

@@ -125,6 +125,36 @@ impl TestNode {
     }
 }
 
+/// Waits until the session's recent raw output contains `needle`; returns it.
+pub async fn wait_output(node: &TestNode, session: &str, needle: &str) -> String {
+    let mut c = node.client(VIEWER).await;
+    let text = within(PATIENCE, needle, async {
+        loop {
+            let reply = c
+                .request(|id| ClientMsg::History {
+                    id,
+                    session: session.into(),
+                    limit: Some(1 << 20),
+                })
+                .await
+                .unwrap();
+            if let ServerMsg::History {
+                data: Some(data), ..
+            } = reply
+            {
+                let text = String::from_utf8_lossy(&data).into_owned();
+                if text.contains(needle) {
+                    return text;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    c.close().await;
+    text
+}
+
 /// Runs `fut`, failing the test with `what` if it takes longer than `limit`.
 pub async fn within<T>(
     limit: Duration,

@@ -1,0 +1,483 @@
+//! termesh benchmarks (a program, not assertions): each figure is printed
+//! beside the limit this machine shows in the same run. The node is the real
+//! `termesh` binary in its own process; the client is this process.
+//!
+//!     cargo bench -p termesh-node --bench bench
+//!
+//! `TERMESH_BENCH_MB` changes the 64 MiB throughput payload;
+//! `TERMESH_BENCH_SESSIONS` the 1,000 idle sessions and clients.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use portable_pty::{native_pty_system, CommandBuilder, PtySize};
+use termesh_node::client::{Client, Target};
+use termesh_transport::{ClientMsg, CreateRequest, ServerMsg};
+
+const WINDOW: u64 = 1 << 20;
+
+struct Node {
+    child: Child,
+    target: Target,
+    _dir: tempfile::TempDir,
+}
+
+impl Node {
+    fn start() -> Node {
+        let dir = tempfile::tempdir().unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_termesh"))
+            .args(["node", "--listen", "127.0.0.1:0"])
+            .arg("--data-dir")
+            .arg(dir.path())
+            .env("TERMESH_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start the termesh binary");
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let first = lines.next().unwrap().unwrap();
+        let url = first
+            .split_whitespace()
+            .find(|w| w.starts_with("http://"))
+            .unwrap()
+            .to_string();
+        std::thread::spawn(move || for _ in lines {});
+        let token = std::fs::read_to_string(dir.path().join("admin.token"))
+            .unwrap()
+            .trim()
+            .to_string();
+        Node {
+            child,
+            target: Target {
+                url,
+                token: Some(token),
+            },
+            _dir: dir,
+        }
+    }
+
+    fn rss_kib(&self) -> u64 {
+        rss_kib(self.child.id())
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+        let _ = self.child.wait();
+    }
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        .unwrap_or(0)
+}
+
+fn payload(path: &Path, mib: usize) {
+    let line =
+        b"termesh benchmark payload: the quick brown fox jumps over the lazy dog 0123456789\n";
+    let mut f = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
+    let mut written = 0;
+    while written < mib << 20 {
+        f.write_all(line).unwrap();
+        written += line.len();
+    }
+}
+
+/// The machine's own limit: a local reader draining `cat` through a PTY.
+fn raw_pty(path: &Path) -> (usize, Duration) {
+    let pair = native_pty_system()
+        .openpty(PtySize {
+            rows: 30,
+            cols: 120,
+            pixel_width: 0,
+            pixel_height: 0,
+        })
+        .unwrap();
+    let mut cmd = CommandBuilder::new("sh");
+    cmd.args([
+        "-c",
+        &format!("stty raw -echo; exec cat {}", path.display()),
+    ]);
+    let start = Instant::now();
+    let mut child = pair.slave.spawn_command(cmd).unwrap();
+    drop(pair.slave);
+    let mut reader = pair.master.try_clone_reader().unwrap();
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut total = 0;
+    while let Ok(n) = reader.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        total += n;
+    }
+    let elapsed = start.elapsed();
+    let _ = child.wait();
+    (total, elapsed)
+}
+
+async fn create(c: &mut Client, command: &str) -> String {
+    let req = CreateRequest {
+        command: Some(vec!["sh".into(), "-c".into(), command.into()]),
+        ..Default::default()
+    };
+    match c.request(|id| ClientMsg::Create { id, req }).await.unwrap() {
+        ServerMsg::Created { session, .. } => session.id,
+        other => panic!("{other:?}"),
+    }
+}
+
+async fn subscribe(c: &mut Client, session: &str, from_seq: Option<u64>) {
+    let reply = c
+        .request(|id| ClientMsg::Subscribe {
+            id,
+            session: session.into(),
+            from_seq,
+            window: Some(WINDOW),
+            scrollback: None,
+        })
+        .await
+        .unwrap();
+    assert!(matches!(reply, ServerMsg::Subscribed { .. }));
+}
+
+/// Same payload through a node to a WebSocket client that acks per protocol.
+async fn through_termesh(node: &Node, path: &Path, expected: usize) -> Duration {
+    let mut c = Client::connect(&node.target).await.unwrap();
+    let session = create(
+        &mut c,
+        &format!("stty raw -echo; read go; exec cat {}", path.display()),
+    )
+    .await;
+    subscribe(&mut c, &session, Some(0)).await;
+    let start = Instant::now();
+    c.send(&ClientMsg::Input {
+        session: session.clone(),
+        data: b"\n".to_vec(),
+    })
+    .await
+    .unwrap();
+    let (mut got, mut unacked) = (0usize, 0u64);
+    while got < expected {
+        if let ServerMsg::Output { seq, data, .. } = c.recv().await.unwrap() {
+            got += data.len();
+            unacked += data.len() as u64;
+            if unacked >= WINDOW / 4 {
+                unacked = 0;
+                c.send(&ClientMsg::Ack {
+                    session: session.clone(),
+                    seq,
+                })
+                .await
+                .unwrap();
+            }
+        }
+    }
+    start.elapsed()
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+/// Keystroke to echo through the node; optionally with a flood on the same
+/// connection (subscribed and acked by the same client).
+async fn echo(node: &Node, samples: usize, flood: bool) -> (Duration, Duration) {
+    let mut c = Client::connect(&node.target).await.unwrap();
+    let session = create(&mut c, "stty raw -echo; exec cat").await;
+    subscribe(&mut c, &session, Some(0)).await;
+    let flood_id = if flood {
+        let id = create(
+            &mut c,
+            "exec yes 'flood flood flood flood flood flood flood flood flood flood'",
+        )
+        .await;
+        subscribe(&mut c, &id, None).await;
+        Some(id)
+    } else {
+        None
+    };
+    let mut flood_unacked = 0u64;
+    let mut times = Vec::with_capacity(samples);
+    for i in 0..samples + 20 {
+        let key = format!("<{i}>");
+        let sent = Instant::now();
+        c.send(&ClientMsg::Input {
+            session: session.clone(),
+            data: key.clone().into_bytes(),
+        })
+        .await
+        .unwrap();
+        let mut seen = String::new();
+        loop {
+            match c.recv().await.unwrap() {
+                ServerMsg::Output {
+                    session: s, data, ..
+                } if s == session => {
+                    seen.push_str(&String::from_utf8_lossy(&data));
+                    if seen.contains(&key) {
+                        break;
+                    }
+                }
+                ServerMsg::Output {
+                    session: s,
+                    seq,
+                    data,
+                } if Some(&s) == flood_id.as_ref() => {
+                    flood_unacked += data.len() as u64;
+                    if flood_unacked >= WINDOW / 4 {
+                        flood_unacked = 0;
+                        c.send(&ClientMsg::Ack { session: s, seq }).await.unwrap();
+                    }
+                }
+                _ => {}
+            }
+        }
+        if i >= 20 {
+            times.push(sent.elapsed());
+        }
+        // The echo session's window: ack what was echoed.
+        c.send(&ClientMsg::Ack {
+            session: session.clone(),
+            seq: u64::MAX,
+        })
+        .await
+        .unwrap();
+    }
+    if let Some(id) = flood_id {
+        let _ = c
+            .request(|rid| ClientMsg::Remove {
+                id: rid,
+                session: id,
+                purge: None,
+            })
+            .await;
+    }
+    times.sort();
+    (percentile(&times, 0.5), percentile(&times, 0.99))
+}
+
+/// A full 4 MiB ring of coloured text, then `screen`: cold (first ever),
+/// warm (nothing new), and after 1 MiB more output and a quiet moment (the
+/// reconnect case, served by the idle catch-up).
+async fn snapshot(node: &Node) -> (Duration, Duration, Duration, usize) {
+    let mut c = Client::connect(&node.target).await.unwrap();
+    let fill = |n: u32| {
+        format!(
+            r#"i=0; while [ $i -lt {n} ]; do printf '\033[3%dm%06d\033[0m some text to fill the ring with, line after line after line\n' $((i % 8)) $i; i=$((i+1)); done"#
+        )
+    };
+    let script = format!(
+        "stty -echo; {}; echo ring-full; read x; {}; echo more-done; exec sleep 100000",
+        fill(60000),
+        fill(15000)
+    );
+    let session = create(&mut c, &script).await;
+    wait_tail(&mut c, &session, b"ring-full\r\n").await;
+    let (cold, len) = timed_screen(&mut c, &session).await;
+    let (warm, _) = timed_screen(&mut c, &session).await;
+    c.send(&ClientMsg::Input {
+        session: session.clone(),
+        data: b"\n".to_vec(),
+    })
+    .await
+    .unwrap();
+    wait_tail(&mut c, &session, b"more-done\r\n").await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (after_idle, _) = timed_screen(&mut c, &session).await;
+    (cold, warm, after_idle, len)
+}
+
+async fn wait_tail(c: &mut Client, session: &str, tail: &[u8]) {
+    loop {
+        let reply = c
+            .request(|id| ClientMsg::History {
+                id,
+                session: session.into(),
+                limit: Some(16),
+            })
+            .await
+            .unwrap();
+        if matches!(reply, ServerMsg::History { data: Some(ref d), .. } if d.ends_with(tail)) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn timed_screen(c: &mut Client, session: &str) -> (Duration, usize) {
+    let start = Instant::now();
+    let reply = c
+        .request(|id| ClientMsg::Screen {
+            id,
+            session: session.into(),
+            scrollback: None,
+        })
+        .await
+        .unwrap();
+    let len = match reply {
+        ServerMsg::Snapshot { data, .. } => data.len(),
+        other => panic!("{other:?}"),
+    };
+    (start.elapsed(), len)
+}
+
+/// The same work avt does for a cold snapshot, without the node: the
+/// machine's own parsing limit for the ring's bytes.
+fn avt_feed_rate(coloured: bool) -> f64 {
+    let mut text = String::new();
+    let mut i = 0;
+    while text.len() < 4 << 20 {
+        if coloured {
+            text.push_str(&format!("\x1b[3{}m{i:06}\x1b[0m some text to fill the ring with, line after line after line\r\n", i % 8));
+        } else {
+            text.push_str(&format!(
+                "{i:06} some text to fill the ring with, line after line after line\r\n"
+            ));
+        }
+        i += 1;
+    }
+    let mut t = avt::Terminal::with_scrollback(120, 30, Some(10_000)).unwrap();
+    let start = Instant::now();
+    t.feed(text.as_str());
+    text.len() as f64 / start.elapsed().as_secs_f64() / 1e6
+}
+
+async fn idle_memory(node: &Node, n: usize) -> (u64, u64, u64) {
+    let before = node.rss_kib();
+    let mut c = Client::connect(&node.target).await.unwrap();
+    let mut ids = Vec::with_capacity(n);
+    for _ in 0..n {
+        ids.push(create(&mut c, "exec sleep 100000").await);
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let with_sessions = node.rss_kib();
+    let mut clients = Vec::with_capacity(n);
+    for id in &ids {
+        let mut viewer = Client::connect(&node.target).await.unwrap();
+        subscribe(&mut viewer, id, None).await;
+        clients.push(viewer);
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let with_clients = node.rss_kib();
+    for viewer in clients {
+        drop(viewer);
+    }
+    for id in ids {
+        let _ = c
+            .request(|rid| ClientMsg::Remove {
+                id: rid,
+                session: id,
+                purge: None,
+            })
+            .await;
+    }
+    (before, with_sessions, with_clients)
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    if let Ok((_, hard)) =
+        nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+    {
+        let _ =
+            nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE, hard, hard);
+    }
+    let mib: usize = std::env::var("TERMESH_BENCH_MB")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(64);
+    let sessions: usize = std::env::var("TERMESH_BENCH_SESSIONS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1000);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("payload.txt");
+    payload(&file, mib);
+    println!(
+        "termesh benchmarks on {} cores",
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
+
+    // Alternating rounds, medians: the two share the machine's noise.
+    let node = Node::start();
+    let (mut raw_rates, mut ws_rates) = (Vec::new(), Vec::new());
+    for _ in 0..3 {
+        let (raw_bytes, raw_time) = raw_pty(&file);
+        raw_rates.push(raw_bytes as f64 / raw_time.as_secs_f64() / 1e6);
+        let ws_time = rt.block_on(through_termesh(&node, &file, raw_bytes));
+        ws_rates.push(raw_bytes as f64 / ws_time.as_secs_f64() / 1e6);
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(|a, b| a.total_cmp(b));
+        v[v.len() / 2]
+    };
+    let (raw_rate, ws_rate) = (median(&mut raw_rates), median(&mut ws_rates));
+    println!("\nthroughput, {mib} MiB of cat through a PTY (median of 3 alternating rounds)");
+    println!("  raw PTY, local reader (limit)   {raw_rate:8.1} MB/s   rounds {raw_rates:.0?}");
+    println!("  termesh to a WebSocket client   {ws_rate:8.1} MB/s   rounds {ws_rates:.0?}   {:5.1}% of raw (target >= 90%)", 100.0 * ws_rate / raw_rate);
+
+    let (idle50, idle99) = rt.block_on(echo(&node, 2000, false));
+    let (flood50, flood99) = rt.block_on(echo(&node, 2000, true));
+    println!("\nkeystroke echo round trip (client -> node -> cat -> node -> client)");
+    println!(
+        "  idle           p50 {:7.3} ms   p99 {:7.3} ms   (target p99 < 2 ms)",
+        ms(idle50),
+        ms(idle99)
+    );
+    println!(
+        "  during flood   p50 {:7.3} ms   p99 {:7.3} ms   (target p99 < 10 ms)",
+        ms(flood50),
+        ms(flood99)
+    );
+
+    let (cold, warm, after_idle, len) = rt.block_on(snapshot(&node));
+    let (feed, plain) = (avt_feed_rate(true), avt_feed_rate(false));
+    println!("\nsnapshot of a full 4 MiB ring of coloured lines ({len} bytes of snapshot), request to reply");
+    println!(
+        "  cold, first ever          {:8.2} ms   (target < 100 ms)",
+        ms(cold)
+    );
+    println!("    limit: avt alone parses this text at {feed:.0} MB/s here ({:.0} ms for 4 MiB; plain text {plain:.0} MB/s)", 4.194 / feed * 1000.0);
+    println!(
+        "  warm, nothing new         {:8.2} ms   (target < 5 ms)",
+        ms(warm)
+    );
+    println!(
+        "  after 1 MiB more + quiet  {:8.2} ms   (idle catch-up kept it warm)",
+        ms(after_idle)
+    );
+
+    let (before, with_sessions, with_clients) = rt.block_on(idle_memory(&node, sessions));
+    println!("\nmemory of the node process (RSS)");
+    println!("  at start                         {:8} KiB", before);
+    println!(
+        "  with {sessions} idle sessions        {:8} KiB   {:6.1} KiB per session (target < 100)",
+        with_sessions,
+        (with_sessions - before) as f64 / sessions as f64
+    );
+    println!(
+        "  and {sessions} subscribed clients   {:8} KiB   {:6.1} KiB per client",
+        with_clients,
+        (with_clients.saturating_sub(with_sessions)) as f64 / sessions as f64
+    );
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}

@@ -329,3 +329,61 @@ async fn raw_endpoint_streams_bytes_and_takes_input_and_resize() {
     read_until(&mut ws, "got three", &mut seen).await;
     assert!(!String::from_utf8_lossy(&seen).contains("from-viewer"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn raw_client_that_falls_behind_is_repainted_not_dropped() {
+    use futures_util::StreamExt;
+    use tokio_tungstenite::tungstenite::Message;
+    let node = TestNode::start_with(|c| c.session.ring_bytes = 64 << 10);
+    let session = node
+        .create(&[
+            "sh",
+            "-c",
+            "stty -echo; echo ready; read go; seq 1 2000000; echo all-written; exec sleep 1000",
+        ])
+        .await
+        .id;
+    wait_output(&node, &session, "ready").await;
+    let url = format!(
+        "ws://{}/sessions/{session}/raw?token={VIEWER}",
+        node.node.addr()
+    );
+    let (mut ws, _) = tokio_tungstenite::connect_async(url).await.unwrap();
+    // This client reads nothing while ~15 MB are written: far more than the
+    // socket buffers and the 64 KiB ring hold.
+    let mut op = node.client(OPERATOR).await;
+    op.send(&ClientMsg::Input {
+        session: session.clone(),
+        data: b"\n".to_vec(),
+    })
+    .await
+    .unwrap();
+    wait_output(&node, &session, "all-written").await;
+    let mut seen = Vec::new();
+    within(PATIENCE, "the repaint", async {
+        while !(seen.windows(2).any(|w| w == b"\x1bc")
+            && String::from_utf8_lossy(&seen).contains("all-written"))
+        {
+            if let Message::Binary(b) = ws.next().await.expect("still connected").unwrap() {
+                seen.extend_from_slice(&b);
+            }
+        }
+    })
+    .await;
+    let reset = seen.windows(2).position(|w| w == b"\x1bc").unwrap();
+    assert!(
+        reset > 0,
+        "the first bytes were the attach snapshot and live output"
+    );
+    let mut screen = Terminal::new(120, 30).unwrap();
+    screen.feed(String::from_utf8_lossy(&seen[reset..]).as_ref());
+    let rows: Vec<String> = screen
+        .screen()
+        .visible_lines()
+        .map(|l| l.text().trim_end().to_string())
+        .collect();
+    assert!(
+        rows.iter().any(|r| r == "all-written") && rows.iter().any(|r| r == "2000000"),
+        "{rows:?}"
+    );
+}

@@ -192,11 +192,10 @@ impl Handler<Resize> for SessionActor {
             m.cols = msg.cols;
             m.rows = msg.rows;
         });
-        self.broadcast(Delivery::Event(EventKind::Resized {
+        self.announce(EventKind::Resized {
             cols: msg.cols,
             rows: msg.rows,
-        }));
-        self.notify_changed();
+        });
     }
 }
 
@@ -223,8 +222,7 @@ impl Handler<Rename> for SessionActor {
 
     fn handle(&mut self, msg: Rename, _: &mut Context<Self>) {
         self.shared.update(|m| m.name = Some(msg.name.clone()));
-        self.broadcast(Delivery::Event(EventKind::Renamed { name: msg.name }));
-        self.notify_changed();
+        self.announce(EventKind::Renamed { name: msg.name });
     }
 }
 
@@ -233,8 +231,7 @@ impl Handler<Tag> for SessionActor {
 
     fn handle(&mut self, msg: Tag, _: &mut Context<Self>) {
         self.shared.update(|m| m.tags = msg.tags.clone());
-        self.broadcast(Delivery::Event(EventKind::Tagged { tags: msg.tags }));
-        self.notify_changed();
+        self.announce(EventKind::Tagged { tags: msg.tags });
     }
 }
 
@@ -243,8 +240,7 @@ impl Handler<SetPhase> for SessionActor {
 
     fn handle(&mut self, msg: SetPhase, _: &mut Context<Self>) {
         self.shared.update(|m| m.phase = Some(msg.phase.clone()));
-        self.broadcast(Delivery::Event(EventKind::Phase { phase: msg.phase }));
-        self.notify_changed();
+        self.announce(EventKind::Phase { phase: msg.phase });
     }
 }
 

@@ -74,6 +74,7 @@ pub struct SessionActor {
     ring: Ring,
     modes: ModeTracker,
     subs: HashMap<SubId, Subscriber>,
+    scratch_ids: Vec<SubId>,
     size: (u16, u16),
     initial_size: (u16, u16),
     /// Resizes inside or just before the ring, for rebuilding the screen.
@@ -134,6 +135,7 @@ impl SessionActor {
             held: std::collections::VecDeque::new(),
             modes: ModeTracker::default(),
             subs: HashMap::new(),
+            scratch_ids: Vec::new(),
             size,
             initial_size: size,
             marks: Vec::new(),
@@ -162,6 +164,12 @@ impl SessionActor {
         for (id, sub) in &self.subs {
             self.deliver(*id, &sub.sink, item.clone());
         }
+    }
+
+    /// Tells subscribers of an event and watchers that the session changed.
+    fn announce(&self, event: EventKind) {
+        self.broadcast(Delivery::Event(event));
+        self.notify_changed();
     }
 
     fn notify_changed(&self) {
@@ -257,10 +265,14 @@ impl SessionActor {
             self.catchup_scheduled = true;
             ctx.run_later(IDLE_CATCHUP, Self::idle_check);
         }
-        let ids: Vec<SubId> = self.subs.keys().copied().collect();
-        for id in ids {
-            self.pump(id, ctx);
+        // A reused list: the output path allocates nothing per frame here.
+        let mut ids = std::mem::take(&mut self.scratch_ids);
+        ids.clear();
+        ids.extend(self.subs.keys().copied());
+        for id in &ids {
+            self.pump(*id, ctx);
         }
+        self.scratch_ids = ids;
     }
 
     /// Sends a subscriber what its credit allows; starts a resync when the

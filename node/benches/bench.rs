@@ -352,6 +352,25 @@ fn avt_feed_rate(coloured: bool) -> f64 {
     text.len() as f64 / start.elapsed().as_secs_f64() / 1e6
 }
 
+/// The same coloured text through termesh's screen model as line-sized
+/// frames (as a shell loop writes them): avt plus termesh's per-frame work.
+fn model_feed_rate() -> f64 {
+    use termesh_actors::ring::Ring;
+    use termesh_actors::screen::ScreenModel;
+    let mut ring = Ring::new(8 << 20, 1 << 20);
+    let mut i = 0;
+    while ring.bytes() < 4 << 20 {
+        let line = format!("\x1b[3{}m{i:06}\x1b[0m some text to fill the ring with, line after line after line\r\n", i % 8);
+        ring.push(bytes::Bytes::from(line));
+        i += 1;
+    }
+    let frames: Vec<_> = ring.iter().cloned().collect();
+    let mut model = ScreenModel::new(120, 30, 0, 0);
+    let start = Instant::now();
+    model.advance(&frames, &[]);
+    ring.bytes() as f64 / start.elapsed().as_secs_f64() / 1e6
+}
+
 async fn idle_memory(node: &Node, n: usize) -> (u64, u64, u64) {
     let before = node.rss_kib();
     let mut c = Client::connect(&node.target).await.unwrap();
@@ -447,13 +466,14 @@ fn main() {
     );
 
     let (cold, warm, after_idle, len) = rt.block_on(snapshot(&node));
-    let (feed, plain) = (avt_feed_rate(true), avt_feed_rate(false));
+    let (feed, plain, model_rate) = (avt_feed_rate(true), avt_feed_rate(false), model_feed_rate());
     println!("\nsnapshot of a full 4 MiB ring of coloured lines ({len} bytes of snapshot), request to reply");
     println!(
         "  cold, first ever          {:8.2} ms   (target < 100 ms)",
         ms(cold)
     );
     println!("    limit: avt alone parses this text at {feed:.0} MB/s here ({:.0} ms for 4 MiB; plain text {plain:.0} MB/s)", 4.194 / feed * 1000.0);
+    println!("    termesh's screen model, same text as line-sized frames: {model_rate:.0} MB/s");
     println!(
         "  warm, nothing new         {:8.2} ms   (target < 5 ms)",
         ms(warm)

@@ -119,6 +119,7 @@ pub fn spawn(spec: &SpawnSpec, thread_name: &str) -> Result<Pty, SpawnError> {
     drop(child);
 
     let master = pair.master;
+    let master_fd = master.as_raw_fd();
     let reader = master
         .try_clone_reader()
         .map_err(|e| SpawnError::Pty(e.to_string()))?;
@@ -132,7 +133,7 @@ pub fn spawn(spec: &SpawnSpec, thread_name: &str) -> Result<Pty, SpawnError> {
     let tx = event_tx.clone();
     std::thread::Builder::new()
         .name(format!("{thread_name}-read"))
-        .spawn(move || read_loop(reader, tx))
+        .spawn(move || read_loop(reader, master_fd, tx))
         .map_err(|e| SpawnError::Pty(e.to_string()))?;
     std::thread::Builder::new()
         .name(format!("{thread_name}-write"))
@@ -151,35 +152,55 @@ pub fn spawn(spec: &SpawnSpec, thread_name: &str) -> Result<Pty, SpawnError> {
     })
 }
 
-fn read_loop(mut reader: Box<dyn Read + Send>, tx: mpsc::Sender<PtyEvent>) {
+fn read_loop(mut reader: Box<dyn Read + Send>, master_fd: Option<i32>, tx: mpsc::Sender<PtyEvent>) {
     // Reads land in a buffer whose filled part is split off as the frame:
-    // no copy between the read and every subscriber. The read size adapts:
-    // it doubles while reads fill it (a flood) and halves when they stay
-    // small, so an idle session keeps only a few KiB.
+    // no copy between the read and every subscriber. The first read's size
+    // adapts (an idle session keeps only a few KiB); after it, whatever is
+    // already waiting is read into the same frame, up to READ_CHUNK, so a
+    // flood becomes a few large frames while interactive output goes out at
+    // once (the check does not wait).
     let mut buf = BytesMut::new();
     let mut want = MIN_CHUNK;
     loop {
         buf.clear();
         buf.resize(want, 0);
-        match reader.read(&mut buf) {
+        let mut filled = match reader.read(&mut buf) {
             // Linux reports EIO once the last slave fd closes: that is EOF.
             Ok(0) | Err(_) => break,
-            Ok(n) => {
-                let frame = buf.split_to(n).freeze();
-                want = if n == want {
-                    (want * 2).min(READ_CHUNK)
-                } else if n < want / 4 {
-                    (want / 2).max(MIN_CHUNK)
-                } else {
-                    want
-                };
-                if tx.blocking_send(PtyEvent::Output(frame)).is_err() {
-                    return;
-                }
+            Ok(n) => n,
+        };
+        want = if filled == want {
+            (want * 2).min(READ_CHUNK)
+        } else if filled < want / 4 {
+            (want / 2).max(MIN_CHUNK)
+        } else {
+            want
+        };
+        while filled < READ_CHUNK && master_fd.is_some_and(readable_now) {
+            buf.resize(READ_CHUNK, 0);
+            match reader.read(&mut buf[filled..]) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => filled += n,
             }
+        }
+        let frame = buf.split_to(filled).freeze();
+        if tx.blocking_send(PtyEvent::Output(frame)).is_err() {
+            return;
         }
     }
     let _ = tx.blocking_send(PtyEvent::Eof);
+}
+
+/// Whether the PTY has output waiting right now (no wait). The reader is a
+/// duplicate of the master, so they share readiness.
+fn readable_now(fd: i32) -> bool {
+    let mut pfd = [filedescriptor::pollfd {
+        fd,
+        events: filedescriptor::POLLIN,
+        revents: 0,
+    }];
+    matches!(filedescriptor::poll(&mut pfd, Some(std::time::Duration::ZERO)), Ok(n) if n > 0)
+        && pfd[0].revents & filedescriptor::POLLIN != 0
 }
 
 fn write_loop(mut writer: Box<dyn Write + Send>, mut rx: mpsc::Receiver<Bytes>) {

@@ -270,9 +270,9 @@ pub async fn pump_until(
     ack: bool,
     done: impl Fn(&Stream) -> bool,
 ) -> anyhow::Result<()> {
-    while !done(stream) {
-        let msg = c.recv().await.context("connection lost")?;
-        stream.apply(session, &msg);
+    loop {
+        // Ack what was consumed before waiting for more (also what an earlier
+        // non-acking phase consumed), as a client following the protocol does.
         if ack && stream.should_ack() {
             stream.unacked = 0;
             let seq = stream.last_seq;
@@ -282,8 +282,12 @@ pub async fn pump_until(
             })
             .await?;
         }
+        if done(stream) {
+            return Ok(());
+        }
+        let msg = c.recv().await.context("connection lost")?;
+        stream.apply(session, &msg);
     }
-    Ok(())
 }
 
 /// Every pid whose environment names this session.

@@ -6,7 +6,6 @@ mod common;
 
 use std::io::{Read, Write};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use common::proxy::Proxy;
 use common::*;
@@ -23,7 +22,7 @@ impl Captured {
     async fn wait_for(&self, needle: &str) {
         within(PATIENCE, needle, async {
             while !self.text().contains(needle) {
-                tokio::time::sleep(Duration::from_millis(20)).await;
+                poll_pause().await;
             }
         })
         .await
@@ -142,7 +141,7 @@ async fn attach_shows_output_echoes_input_and_resumes_without_a_clear() {
             if let Some(status) = child.try_wait().unwrap() {
                 return status;
             }
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            poll_pause().await;
         }
     })
     .await;

@@ -22,6 +22,8 @@ fn run(args: &[&str], data_dir: &std::path::Path, url: &str) -> (bool, String, S
     )
 }
 
+/// Polls `f` (another process's state has no event to wait on here) until
+/// it holds, failing after a generous bound.
 fn eventually(what: &str, mut f: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(60);
     while !f() {

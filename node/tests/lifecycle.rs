@@ -4,8 +4,6 @@
 
 mod common;
 
-use std::time::Duration;
-
 use common::*;
 use termesh_transport::{ClientMsg, CreateRequest, EventKind, ServerMsg, SessionStatus};
 
@@ -115,7 +113,7 @@ async fn kill_leaves_no_process_of_the_session_alive() {
         .id;
     within(PATIENCE, "the session's processes", async {
         while session_pids(&session).len() < 4 {
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            poll_pause().await;
         }
     })
     .await;
@@ -129,7 +127,7 @@ async fn kill_leaves_no_process_of_the_session_alive() {
     .unwrap();
     within(PATIENCE, "every process of the session to end", async {
         while !session_pids(&session).is_empty() {
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            poll_pause().await;
         }
     })
     .await;
@@ -243,7 +241,7 @@ async fn resize_rename_tag_reach_subscribers_and_watchers() {
     );
     within(PATIENCE, "its processes to end", async {
         while !session_pids(&session).is_empty() {
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            poll_pause().await;
         }
     })
     .await;

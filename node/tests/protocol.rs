@@ -366,7 +366,7 @@ async fn node_shutdown_closes_connections_with_1001_and_stops_sessions() {
     stopper.join().unwrap().unwrap();
     within(PATIENCE, "the session's processes to end", async {
         while !session_pids(&session).is_empty() {
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            poll_pause().await;
         }
     })
     .await;

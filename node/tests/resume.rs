@@ -150,7 +150,7 @@ async fn too_old_gap_gets_one_resync_then_snapshot_then_contiguous_output() {
                     break;
                 }
             }
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            poll_pause().await;
         }
     })
     .await;

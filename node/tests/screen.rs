@@ -4,8 +4,6 @@
 
 mod common;
 
-use std::time::Duration;
-
 use avt::Terminal;
 use common::*;
 use termesh_transport::{ClientMsg, ServerMsg};
@@ -139,7 +137,7 @@ async fn fresh_attach_brings_requested_scrollback_and_history_renders_lines() {
             {
                 break;
             }
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            poll_pause().await;
         }
     })
     .await;
@@ -230,7 +228,7 @@ async fn rest_api() {
         // Input only once the program has turned echo off.
         while !body(auth(ureq::get(&format!("{base}/sessions/{id}/logs")), VIEWER).call()).contains("ready") {
             assert!(std::time::Instant::now() < deadline, "the program never got ready");
-            std::thread::sleep(Duration::from_millis(20));
+            poll_pause_blocking();
         }
         assert_eq!(status(auth(ureq::post(&format!("{base}/sessions/{id}/input")), OPERATOR).send_bytes(b"hello\n")), 204);
         assert_eq!(status(auth(ureq::post(&format!("{base}/sessions/{id}/input")), OPERATOR).send_bytes(&vec![b'x'; 65537])), 413);
@@ -240,7 +238,7 @@ async fn rest_api() {
                 break;
             }
             assert!(std::time::Instant::now() < deadline, "no echo in logs: {logs:?}");
-            std::thread::sleep(Duration::from_millis(20));
+            poll_pause_blocking();
         }
         let text = body(auth(ureq::get(&format!("{base}/sessions/{id}/screen?format=text")), VIEWER).call());
         assert!(text.starts_with("ready\ngot hello\n"), "{text:?}");
@@ -259,7 +257,7 @@ async fn rest_api() {
                 break;
             }
             assert!(std::time::Instant::now() < deadline);
-            std::thread::sleep(Duration::from_millis(20));
+            poll_pause_blocking();
         }
         assert_eq!(status(auth(ureq::post(&format!("{base}/sessions/{id}/input")), OPERATOR).send_bytes(b"x")), 409);
         assert_eq!(status(auth(ureq::delete(&format!("{base}/sessions/{id}?purge=true")), OPERATOR).call()), 204);

@@ -118,11 +118,23 @@ impl TestNode {
                         return info;
                     }
                 }
-                tokio::time::sleep(Duration::from_millis(20)).await;
+                poll_pause().await;
             }
         })
         .await
     }
+}
+
+/// The pause between polls of a condition that has no event to wait on:
+/// the process table, a file, another process's output read back through
+/// `history`. Every poll loop runs inside `within`, which bounds it.
+pub async fn poll_pause() {
+    tokio::time::sleep(Duration::from_millis(20)).await;
+}
+
+/// `poll_pause` for blocking tests (REST via ureq).
+pub fn poll_pause_blocking() {
+    std::thread::sleep(Duration::from_millis(20));
 }
 
 /// Waits until the session's recent raw output contains `needle`; returns it.
@@ -147,7 +159,7 @@ pub async fn wait_output(node: &TestNode, session: &str, needle: &str) -> String
                     return text;
                 }
             }
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            poll_pause().await;
         }
     })
     .await;

@@ -132,28 +132,7 @@ async fn too_old_gap_gets_one_resync_then_snapshot_then_contiguous_output() {
     })
     .await
     .unwrap();
-    within(PATIENCE, "the gap to be written", async {
-        loop {
-            let reply = op
-                .request(|id| ClientMsg::History {
-                    id,
-                    session: session.clone(),
-                    limit: Some(64),
-                })
-                .await
-                .unwrap();
-            if let ServerMsg::History {
-                data: Some(data), ..
-            } = reply
-            {
-                if data.ends_with(b"gap-done\n") {
-                    break;
-                }
-            }
-            poll_pause().await;
-        }
-    })
-    .await;
+    wait_output(&node, &session, "gap-done\n").await;
 
     // Phase 3: resume from the old seq.
     let mut c = node.client(VIEWER).await;

@@ -123,24 +123,7 @@ async fn fresh_attach_brings_requested_scrollback_and_history_renders_lines() {
         .await
         .id;
     let mut c = node.client(VIEWER).await;
-    within(PATIENCE, "the output", async {
-        loop {
-            let r = c
-                .request(|id| ClientMsg::History {
-                    id,
-                    session: session.clone(),
-                    limit: Some(100),
-                })
-                .await
-                .unwrap();
-            if matches!(r, ServerMsg::History { data: Some(ref d), .. } if d.ends_with(b"end\r\n"))
-            {
-                break;
-            }
-            poll_pause().await;
-        }
-    })
-    .await;
+    wait_output(&node, &session, "end\r\n").await;
     let reply = c
         .request(|id| ClientMsg::Subscribe {
             id,

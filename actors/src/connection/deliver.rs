@@ -25,7 +25,9 @@ impl Handler<Deliver> for ConnectionActor {
         if sub.id != msg.sub {
             return;
         }
-        let session = msg.session.to_string();
+        // Output, the hot case, encodes straight from the shared id; only
+        // the rare messages need an owned copy.
+        let session = || msg.session.to_string();
         let out = match msg.item {
             Delivery::Subscribed {
                 id,
@@ -37,7 +39,7 @@ impl Handler<Deliver> for ConnectionActor {
                 sub.awaiting = false;
                 ServerMsg::Subscribed {
                     id,
-                    session,
+                    session: session(),
                     last_seq,
                     oldest_seq,
                     cols,
@@ -51,7 +53,7 @@ impl Handler<Deliver> for ConnectionActor {
                 return
             }
             Delivery::Output(frame) => {
-                ctx.binary(encode_output(&session, frame.seq, &frame.data));
+                ctx.binary(encode_output(&msg.session, frame.seq, &frame.data));
                 return;
             }
             Delivery::Snapshot {
@@ -61,16 +63,20 @@ impl Handler<Deliver> for ConnectionActor {
                 data,
             } => ServerMsg::Snapshot {
                 id: None,
-                session,
+                session: session(),
                 seq,
                 cols,
                 rows,
                 data: data.to_vec(),
             },
-            Delivery::ResyncRequired { last_seq } => {
-                ServerMsg::ResyncRequired { session, last_seq }
-            }
-            Delivery::Event(event) => ServerMsg::Event { session, event },
+            Delivery::ResyncRequired { last_seq } => ServerMsg::ResyncRequired {
+                session: session(),
+                last_seq,
+            },
+            Delivery::Event(event) => ServerMsg::Event {
+                session: session(),
+                event,
+            },
             Delivery::Closed => {
                 self.subs.remove(&*msg.session);
                 return;

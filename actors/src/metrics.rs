@@ -12,6 +12,10 @@ pub struct Metrics {
     pub resyncs: AtomicU64,
     pub snapshots: AtomicU64,
     pub stale_episodes: AtomicU64,
+    /// Connections stale right now.
+    pub stale_now: AtomicI64,
+    /// Connections closed for silence (only ever ones without subscriptions).
+    pub reaps: AtomicU64,
     pub bad_frames: AtomicU64,
 }
 
@@ -24,11 +28,11 @@ impl Metrics {
         gauge.fetch_add(delta, Ordering::Relaxed);
     }
 
-    /// Prometheus text exposition.
-    pub fn render(&self, node: &str) -> String {
+    /// Prometheus text exposition; `stall` is the node's credited host stall.
+    pub fn render(&self, node: &str, stall: std::time::Duration) -> String {
         let g = |v: &AtomicI64| v.load(Ordering::Relaxed);
         let c = |v: &AtomicU64| v.load(Ordering::Relaxed);
-        let rows: [(&str, &str, &str, String); 9] = [
+        let rows: [(&str, &str, &str, String); 12] = [
             (
                 "termesh_sessions",
                 "gauge",
@@ -76,6 +80,24 @@ impl Metrics {
                 "counter",
                 "Connections marked stale (late pongs).",
                 c(&self.stale_episodes).to_string(),
+            ),
+            (
+                "termesh_stale_connections",
+                "gauge",
+                "Connections stale now (late pongs, host stall discounted).",
+                g(&self.stale_now).to_string(),
+            ),
+            (
+                "termesh_reaps_total",
+                "counter",
+                "Silent connections without a subscription closed.",
+                c(&self.reaps).to_string(),
+            ),
+            (
+                "termesh_host_stall_seconds_total",
+                "counter",
+                "Time this node itself was stalled (timer lateness or memory pressure).",
+                format!("{:.3}", stall.as_secs_f64()),
             ),
             (
                 "termesh_bad_frames_total",

@@ -29,6 +29,8 @@ pub struct NodeCtx {
     pub metrics: Arc<Metrics>,
     pub tokens: Arc<Vec<termesh_config::TokenEntry>>,
     pub ws: termesh_config::WsConfig,
+    /// The node's credited host stall, discounted by liveness decisions.
+    pub stall: crate::stall::StallClock,
     pub default_window: u64,
     pub window_bounds: (u64, u64),
 }

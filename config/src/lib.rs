@@ -39,6 +39,18 @@ pub mod defaults {
     pub const STALE_AFTER: Duration = Duration::from_secs(45);
     pub const REAP_AFTER: Duration = Duration::from_secs(120);
     pub const AUTH_TIMEOUT: Duration = Duration::from_secs(10);
+    /// TCP keepalive on client sockets: idle time before the first probe,
+    /// time between probes, probes before the kernel drops the peer.
+    pub const KEEPALIVE_IDLE: Duration = Duration::from_secs(30);
+    pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
+    pub const KEEPALIVE_PROBES: u32 = 3;
+    /// TCP_USER_TIMEOUT: sent data unacknowledged (or a zero window) this
+    /// long and the kernel closes the connection.
+    pub const USER_TIMEOUT: Duration = Duration::from_secs(60);
+    /// The watchdog's tick: how often it measures its own lateness.
+    pub const WATCHDOG_TICK: Duration = Duration::from_millis(100);
+    /// Linux pressure-stall information for memory (`some total=` in µs).
+    pub const PSI_PATH: &str = "/proc/pressure/memory";
     /// Environment variable that overrides `session.ring_bytes` (for tests).
     pub const RING_BYTES_ENV: &str = "TERMESH_RING_BYTES";
 }
@@ -70,6 +82,7 @@ pub struct Config {
     pub auth: AuthConfig,
     pub session: SessionConfig,
     pub ws: WsConfig,
+    pub watchdog: WatchdogConfig,
 }
 
 #[derive(Debug, Clone)]
@@ -83,6 +96,20 @@ pub struct NodeConfig {
 #[derive(Debug, Clone)]
 pub struct HttpConfig {
     pub listen: SocketAddr,
+    /// Kernel liveness of client sockets, set on the listening socket
+    /// (Linux copies it to every accepted one).
+    pub keepalive_idle: Duration,
+    pub keepalive_interval: Duration,
+    pub keepalive_probes: u32,
+    pub user_timeout: Duration,
+}
+
+/// The host-stall watchdog.
+#[derive(Debug, Clone)]
+pub struct WatchdogConfig {
+    pub tick: Duration,
+    /// PSI memory file; `None` (empty in the file) means lateness only.
+    pub psi_path: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -186,6 +213,7 @@ impl Config {
         let listen_text = raw
             .http
             .listen
+            .clone()
             .unwrap_or_else(|| defaults::HTTP_LISTEN.to_string());
         let listen: SocketAddr = listen_text.parse().map_err(|_| {
             bad(
@@ -194,6 +222,65 @@ impl Config {
                 "not an address:port such as \"127.0.0.1:7420\"".into(),
             )
         })?;
+
+        let h = &raw.http;
+        let positive = |key: &str, value: &Option<String>, default: Duration, max: Duration| {
+            duration_or(value, default)
+                .and_then(|d| {
+                    if d.is_zero() || d > max {
+                        Err(format!(
+                            "must be more than zero and at most {}s",
+                            max.as_secs()
+                        ))
+                    } else {
+                        Ok(d)
+                    }
+                })
+                .map_err(|r| bad(key, format!("{value:?}"), r))
+        };
+        let day = Duration::from_secs(86_400);
+        let keepalive_idle = positive(
+            "http.keepalive_idle",
+            &h.keepalive_idle,
+            defaults::KEEPALIVE_IDLE,
+            day,
+        )?;
+        let keepalive_interval = positive(
+            "http.keepalive_interval",
+            &h.keepalive_interval,
+            defaults::KEEPALIVE_INTERVAL,
+            day,
+        )?;
+        let keepalive_probes = match h.keepalive_probes {
+            None => defaults::KEEPALIVE_PROBES,
+            Some(n) if (1..=127).contains(&n) => n as u32,
+            Some(n) => {
+                return Err(bad(
+                    "http.keepalive_probes",
+                    n.to_string(),
+                    "must be 1 to 127".into(),
+                ))
+            }
+        };
+        let user_timeout = positive(
+            "http.user_timeout",
+            &h.user_timeout,
+            defaults::USER_TIMEOUT,
+            day,
+        )?;
+        let watchdog = WatchdogConfig {
+            tick: positive(
+                "watchdog.tick",
+                &raw.watchdog.tick,
+                defaults::WATCHDOG_TICK,
+                Duration::from_secs(10),
+            )?,
+            psi_path: match &raw.watchdog.psi_path {
+                None => Some(PathBuf::from(defaults::PSI_PATH)),
+                Some(p) if p.as_os_str().is_empty() => None,
+                Some(p) => Some(p.clone()),
+            },
+        };
 
         let mut tokens = Vec::new();
         for (i, token) in raw.auth.tokens.into_iter().enumerate() {
@@ -291,7 +378,13 @@ impl Config {
 
         Ok(Config {
             node: NodeConfig { name, data_dir },
-            http: HttpConfig { listen },
+            http: HttpConfig {
+                listen,
+                keepalive_idle,
+                keepalive_interval,
+                keepalive_probes,
+                user_timeout,
+            },
             auth: AuthConfig { tokens },
             session: SessionConfig {
                 command,
@@ -304,6 +397,7 @@ impl Config {
                 max_sessions,
             },
             ws,
+            watchdog,
         })
     }
 }
@@ -385,6 +479,8 @@ struct RawConfig {
     session: RawSession,
     #[serde(default)]
     ws: RawWs,
+    #[serde(default)]
+    watchdog: RawWatchdog,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -398,6 +494,17 @@ struct RawNode {
 #[serde(deny_unknown_fields)]
 struct RawHttp {
     listen: Option<String>,
+    keepalive_idle: Option<String>,
+    keepalive_interval: Option<String>,
+    keepalive_probes: Option<i64>,
+    user_timeout: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawWatchdog {
+    tick: Option<String>,
+    psi_path: Option<PathBuf>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -562,5 +669,34 @@ mod tests {
         );
         assert_eq!(parsed.ws.reap_after, defaults.ws.reap_after);
         assert_eq!(parsed.http.listen, defaults.http.listen);
+        assert_eq!(parsed.http.user_timeout, defaults.http.user_timeout);
+        assert_eq!(parsed.http.keepalive_probes, defaults.http.keepalive_probes);
+        assert_eq!(parsed.watchdog.tick, defaults.watchdog.tick);
+        assert_eq!(parsed.watchdog.psi_path, defaults.watchdog.psi_path);
+    }
+
+    #[test]
+    fn liveness_keys_parse_and_are_bounded() {
+        let c = Config::parse(
+            "[http]\nuser_timeout = \"5s\"\nkeepalive_probes = 5\n[watchdog]\ntick = \"50ms\"\npsi_path = \"\"\n",
+            "f",
+        )
+        .unwrap();
+        assert_eq!(c.http.user_timeout, Duration::from_secs(5));
+        assert_eq!(c.http.keepalive_probes, 5);
+        assert_eq!(c.watchdog.tick, Duration::from_millis(50));
+        assert_eq!(c.watchdog.psi_path, None);
+        let e = Config::parse("[http]\nuser_timeout = \"0s\"\n", "f")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("http.user_timeout"), "{e}");
+        let e = Config::parse("[http]\nkeepalive_probes = 0\n", "f")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("http.keepalive_probes"), "{e}");
+        let e = Config::parse("[watchdog]\ntick = \"1h\"\n", "f")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("watchdog.tick"), "{e}");
     }
 }

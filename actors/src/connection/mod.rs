@@ -13,7 +13,6 @@ mod requests;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
 
 use actix::prelude::*;
 use actix_web_actors::ws::{self, CloseCode, CloseReason};
@@ -22,6 +21,7 @@ use termesh_config::Role;
 use termesh_transport::{encode_server, ErrorCode, ServerMsg, MAX_INBOUND_FRAME, PROTO_VERSION};
 
 use crate::error::ApiError;
+use crate::liveness::{Liveness, Verdict};
 use crate::metrics::Metrics;
 use crate::ops::NodeCtx;
 use crate::registry::{SessionHandle, Unwatch};
@@ -93,8 +93,7 @@ pub struct ConnectionActor {
     subs: HashMap<Arc<str>, Sub>,
     watching: bool,
     /// Last sign of life from the client (any frame, pong included).
-    last_heard: Instant,
-    stale: bool,
+    liveness: Liveness,
     /// A fragmented message being assembled (bounded by the frame limit).
     partial: Option<(bool, BytesMut)>,
 }
@@ -109,13 +108,12 @@ impl ConnectionActor {
         };
         ConnectionActor {
             id: Connections::next_id(),
+            liveness: Liveness::new(&node.stall),
             node,
             connections,
             role,
             subs: HashMap::new(),
             watching: false,
-            last_heard: Instant::now(),
-            stale: false,
             partial: None,
         }
     }
@@ -143,39 +141,48 @@ impl ConnectionActor {
     }
 
     fn heard(&mut self) {
-        self.last_heard = Instant::now();
-        if self.stale {
-            self.stale = false;
+        if self.liveness.heard(&self.node.stall) {
+            Metrics::gauge(&self.node.metrics.stale_now, -1);
             tracing::info!(conn = self.id, "connection answered again; no longer stale");
         }
     }
 
     /// Pings, marks staleness (never a teardown), reaps an idle connection
     /// with no subscription, and closes one not authenticated in time.
+    /// Silence excludes the time the node itself was stalled.
     fn start_timers(&self, ctx: &mut ws::WebsocketContext<Self>) {
         let ws = self.node.ws.clone();
         ctx.run_interval(ws.ping_interval, move |act, ctx| {
             ctx.ping(b"");
-            let silent = act.last_heard.elapsed();
-            if silent > ws.stale_after && !act.stale {
-                act.stale = true;
-                Metrics::add(&act.node.metrics.stale_episodes, 1);
-                tracing::warn!(
-                    conn = act.id,
-                    silent_ms = silent.as_millis() as u64,
-                    "connection stale (late pongs)"
-                );
-            }
-            if act.subs.is_empty() && silent > ws.reap_after {
-                tracing::info!(
-                    conn = act.id,
-                    "closing idle connection with no subscription"
-                );
-                ctx.close(Some(CloseReason {
-                    code: CloseCode::Normal,
-                    description: Some("idle".into()),
-                }));
-                ctx.stop();
+            let silent = act.liveness.silent(&act.node.stall);
+            let reapable = act.subs.is_empty();
+            match act
+                .liveness
+                .check(silent, ws.stale_after, ws.reap_after, reapable)
+            {
+                Verdict::Alive | Verdict::Stale => {}
+                Verdict::BecameStale => {
+                    Metrics::add(&act.node.metrics.stale_episodes, 1);
+                    Metrics::gauge(&act.node.metrics.stale_now, 1);
+                    tracing::warn!(
+                        conn = act.id,
+                        silent_ms = silent.as_millis() as u64,
+                        "connection stale (late pongs; host stall discounted)"
+                    );
+                }
+                Verdict::Reap => {
+                    Metrics::add(&act.node.metrics.reaps, 1);
+                    tracing::info!(
+                        conn = act.id,
+                        silent_ms = silent.as_millis() as u64,
+                        "closing silent connection with no subscription"
+                    );
+                    ctx.close(Some(CloseReason {
+                        code: CloseCode::Normal,
+                        description: Some("idle".into()),
+                    }));
+                    ctx.stop();
+                }
             }
         });
         if self.role.is_none() {
@@ -236,6 +243,9 @@ impl Actor for ConnectionActor {
 
     fn stopped(&mut self, _: &mut Self::Context) {
         Metrics::gauge(&self.node.metrics.connections, -1);
+        if self.liveness.is_stale() {
+            Metrics::gauge(&self.node.metrics.stale_now, -1);
+        }
         self.connections.remove(self.id);
         for (_, sub) in self.subs.drain() {
             sub.handle.addr.do_send(Unsubscribe { sub: sub.id });

@@ -21,6 +21,8 @@ use termesh_actors::metrics::Metrics;
 use termesh_actors::ops::NodeCtx;
 use termesh_actors::registry::{Directory, Registry, RegistryConfig, Shutdown};
 use termesh_actors::session::SessionSettings;
+use termesh_actors::stall::StallClock;
+use termesh_actors::watchdog::WatchdogActor;
 use termesh_config::{defaults, Config, Role, TokenEntry};
 use tokio::sync::oneshot;
 
@@ -74,12 +76,19 @@ pub fn run(
 ) -> anyhow::Result<()> {
     raise_fd_limit();
     let generated = ensure_admin_token(&mut config)?;
-    let listener = listener::bind(config.http.listen)?;
+    let listener = listener::bind(&config.http)?;
     let addr = listener.local_addr()?;
     let system = actix_rt::System::new();
     system.block_on(async move {
         let metrics = Arc::new(Metrics::default());
         let dir = Directory::default();
+        let stall = StallClock::new(config.watchdog.tick);
+        WatchdogActor::new(
+            stall.clone(),
+            config.watchdog.tick,
+            config.watchdog.psi_path.clone(),
+        )
+        .start();
         let registry = Registry::new(
             RegistryConfig {
                 node: config.node.name.clone(),
@@ -109,6 +118,7 @@ pub fn run(
                 metrics,
                 tokens: Arc::new(config.auth.tokens.clone()),
                 ws: config.ws.clone(),
+                stall,
                 default_window: config.session.default_window,
                 window_bounds: (defaults::WINDOW_MIN, defaults::WINDOW_MAX),
             },

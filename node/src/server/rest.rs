@@ -94,7 +94,12 @@ async fn healthz() -> HttpResponse {
 async fn metrics(state: web::Data<AppState>) -> HttpResponse {
     HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4")
-        .body(state.node.metrics.render(&state.node.node))
+        .body(
+            state
+                .node
+                .metrics
+                .render(&state.node.node, state.node.stall.total()),
+        )
 }
 
 async fn list(req: HttpRequest, state: web::Data<AppState>) -> HttpResponse {

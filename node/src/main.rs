@@ -185,18 +185,25 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             }
             let node_name = cfg.node.name.clone();
             server::run(cfg, true, None, move |ready| {
-                println!(
+                // The banner goes to stdout; a closed stdout (a supervisor
+                // that stopped reading) must not take the node down.
+                use std::io::Write;
+                let mut out = std::io::stdout().lock();
+                let _ = writeln!(
+                    out,
                     "termesh node `{node_name}` serving on http://{}",
                     ready.addr
                 );
-                println!("  websocket: ws://{}/ws", ready.addr);
+                let _ = writeln!(out, "  websocket: ws://{}/ws", ready.addr);
                 if let (Some(token), Some(file)) = (&ready.admin_token, &ready.token_file) {
-                    println!("  admin token: {token}");
-                    println!(
+                    let _ = writeln!(out, "  admin token: {token}");
+                    let _ = writeln!(
+                        out,
                         "  (saved in {}; local clients read it from there)",
                         file.display()
                     );
                 }
+                let _ = out.flush();
             })?;
             Ok(0)
         }

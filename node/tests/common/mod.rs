@@ -3,7 +3,9 @@
 //! protocol client; and waits bounded by generous timeouts.
 #![allow(dead_code)]
 
+pub mod binary;
 pub mod proxy;
+pub mod wire;
 
 use std::time::Duration;
 

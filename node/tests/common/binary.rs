@@ -1,0 +1,85 @@
+//! The real `termesh node` binary as its own process (tests that stop the
+//! whole node with SIGSTOP), configured from a file the test writes, with
+//! the harness's tokens; killed (by its pid) on drop.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+
+use termesh_config::hash_token;
+
+use super::{ADMIN, OPERATOR, VIEWER};
+
+pub struct BinaryNode {
+    pub child: Child,
+    pub url: String,
+    pub addr: std::net::SocketAddr,
+    pub dir: tempfile::TempDir,
+}
+
+impl BinaryNode {
+    /// Starts a node whose config is the harness's tokens plus `extra`
+    /// (TOML sections other than `[node]`, `[http]` listen and `[auth]`).
+    pub fn start(extra: &str) -> BinaryNode {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = format!(
+            "[node]\nname = \"bin\"\ndata_dir = {:?}\n\n{extra}\n",
+            dir.path().join("data")
+        );
+        for (token, role) in [(ADMIN, "admin"), (OPERATOR, "operator"), (VIEWER, "viewer")] {
+            config.push_str(&format!(
+                "[[auth.tokens]]\nhash = \"{}\"\nrole = \"{role}\"\n",
+                hash_token(token)
+            ));
+        }
+        let path = dir.path().join("termesh.toml");
+        std::fs::write(&path, config).unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_termesh"))
+            .args(["node", "--listen", "127.0.0.1:0", "--config"])
+            .arg(&path)
+            .env("NO_COLOR", "1")
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(dir.path().join("node.log")).unwrap())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let first = lines.next().expect("the node prints its URL").unwrap();
+        // Keep reading the banner so the node never writes to a closed pipe.
+        std::thread::spawn(move || lines.for_each(drop));
+        let url = first
+            .split_whitespace()
+            .find(|w| w.starts_with("http://"))
+            .expect("the URL is printed")
+            .to_string();
+        let addr = url.trim_start_matches("http://").parse().unwrap();
+        BinaryNode {
+            child,
+            url,
+            addr,
+            dir,
+        }
+    }
+
+    pub fn pid(&self) -> nix::unistd::Pid {
+        nix::unistd::Pid::from_raw(self.child.id() as i32)
+    }
+
+    /// The node's log so far (for failure messages).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("node.log")).unwrap_or_default()
+    }
+
+    pub fn target(&self, token: &str) -> termesh_node::client::Target {
+        termesh_node::client::Target {
+            url: self.url.clone(),
+            token: Some(token.to_string()),
+        }
+    }
+}
+
+impl Drop for BinaryNode {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::kill(self.pid(), nix::sys::signal::Signal::SIGCONT);
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

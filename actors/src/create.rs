@@ -63,17 +63,9 @@ pub fn check_create(
             "`command`: at most {MAX_ARGS} arguments of at most {MAX_ARG} bytes, without NUL"
         )));
     }
-    let cwd = match req.cwd {
-        None => None,
-        Some(dir) => {
-            if !Path::new(&dir).is_dir() {
-                return Err(ApiError::bad_request(format!(
-                    "`cwd` {dir:?} is not an existing directory"
-                )));
-            }
-            Some(PathBuf::from(dir))
-        }
-    };
+    // Checked on disk by `check_cwd`, off the registry's thread: a hung
+    // mount must not stall the node.
+    let cwd = req.cwd.map(PathBuf::from);
     let env = req.env.unwrap_or_default();
     if env.len() > MAX_ENV
         || env.iter().any(|(k, v)| {
@@ -105,6 +97,19 @@ pub fn check_create(
         name: req.name,
         tags,
     })
+}
+
+/// The file-system part of the checks (may block on a slow mount: call it
+/// off any actor thread).
+pub fn check_cwd(cwd: &Path) -> Result<(), ApiError> {
+    if cwd.is_dir() {
+        Ok(())
+    } else {
+        Err(ApiError::bad_request(format!(
+            "`cwd` {:?} is not an existing directory",
+            cwd.display().to_string()
+        )))
+    }
 }
 
 pub fn size_field(key: &str, value: Option<u64>, default: u16, max: u16) -> Result<u16, ApiError> {
@@ -161,10 +166,7 @@ mod tests {
     #[test]
     fn each_rule_has_a_clear_error() {
         let bad = |req: CreateRequest| check_create(req, "n1", &defaults()).unwrap_err();
-        let e = bad(CreateRequest {
-            cwd: Some("/no/such/dir".into()),
-            ..Default::default()
-        });
+        let e = check_cwd(Path::new("/no/such/dir")).unwrap_err();
         assert!(e.code == ErrorCode::BadRequest && e.message.contains("/no/such/dir"));
         let e = bad(CreateRequest {
             node: Some("n2".into()),

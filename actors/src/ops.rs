@@ -31,6 +31,8 @@ pub struct NodeCtx {
     pub ws: termesh_config::WsConfig,
     /// The node's credited host stall, discounted by liveness decisions.
     pub stall: crate::stall::StallClock,
+    /// Checks the keys in `TERMESH_HOOK_URL`s.
+    pub hook_secret: crate::hook::HookSecret,
     pub default_window: u64,
     pub window_bounds: (u64, u64),
 }
@@ -128,11 +130,14 @@ impl NodeCtx {
         };
         let handle = self.session(id)?;
         let (reply, answer) = oneshot::channel();
+        // `send` waits for room in a busy session's mailbox: a session with
+        // many acks queued is served, not reported gone.
         handle
             .addr
-            .try_send(GetScreen { want, reply })
+            .send(GetScreen { want, reply })
+            .await
             .map_err(|_| gone(id))?;
-        answer.await.map_err(|_| gone(id))
+        answer.await.map_err(|_| gone(id))?
     }
 
     /// The newest `limit` bytes of output held.

@@ -3,6 +3,12 @@
 //! reader blocks, the kernel buffer fills and the program's writes block),
 //! a writer (drains the input channel that connections hold senders of, so
 //! keystrokes never wait behind output work), and a waiter (child exit).
+//!
+//! Reaping: the waiter learns of the exit without reaping (`WNOWAIT`), so
+//! the program's pid, and with it its process group id, stays reserved by
+//! the zombie; it reaps only when the session drops its `ReapGuard`, after
+//! which the session never signals the group again. A late SIGKILL can
+//! therefore never hit a recycled process group.
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -11,7 +17,7 @@ use std::sync::{Arc, Mutex};
 
 use bytes::{Bytes, BytesMut};
 use nix::sys::signal::{killpg, Signal};
-use nix::sys::wait::{waitpid, WaitStatus};
+use nix::sys::wait::{waitid, waitpid, Id, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 use portable_pty::{native_pty_system, CommandBuilder, MasterPty, PtySize};
 use tokio::sync::mpsc;
@@ -61,11 +67,29 @@ pub enum PtyEvent {
 
 #[derive(Debug, thiserror::Error)]
 pub enum SpawnError {
+    /// The node's fault (no PTY, no descriptors, no threads): `internal`.
     #[error("cannot open a pty: {0}")]
     Pty(String),
+    /// The request's fault (no such program, not executable): `bad_request`.
     #[error("cannot start {program:?}: {reason}")]
     Program { program: String, reason: String },
+    /// Starting the program failed for a reason of the node's (EMFILE,
+    /// EAGAIN, ENOMEM): `internal`.
+    #[error("cannot start {program:?}: {reason}")]
+    Resources { program: String, reason: String },
 }
+
+impl SpawnError {
+    /// Whether the node, not the request, is at fault.
+    pub fn is_internal(&self) -> bool {
+        !matches!(self, SpawnError::Program { .. })
+    }
+}
+
+/// Held by the session while it may still signal the program's group;
+/// dropping it lets the waiter reap the exited program.
+#[derive(Debug)]
+pub struct ReapGuard(#[allow(dead_code)] std::sync::mpsc::Sender<()>);
 
 /// A running PTY program; the threads are started by `spawn`.
 pub struct Pty {
@@ -75,6 +99,7 @@ pub struct Pty {
     pub master: Arc<Mutex<Box<dyn MasterPty + Send>>>,
     pub input: mpsc::Sender<Bytes>,
     pub events: mpsc::Receiver<PtyEvent>,
+    pub reap_guard: ReapGuard,
 }
 
 impl std::fmt::Debug for Pty {
@@ -105,10 +130,7 @@ pub fn spawn(spec: &SpawnSpec, thread_name: &str) -> Result<Pty, SpawnError> {
     let child = pair
         .slave
         .spawn_command(cmd)
-        .map_err(|e| SpawnError::Program {
-            program: spec.command[0].clone(),
-            reason: e.to_string(),
-        })?;
+        .map_err(|e| program_error(&spec.command[0], e))?;
     // The slave must go, or the reader never sees EOF.
     drop(pair.slave);
     let pid = child
@@ -129,6 +151,7 @@ pub fn spawn(spec: &SpawnSpec, thread_name: &str) -> Result<Pty, SpawnError> {
         .map_err(|e| SpawnError::Pty(e.to_string()))?;
     let (event_tx, events) = mpsc::channel(OUTPUT_QUEUE);
     let (input, input_rx) = mpsc::channel(INPUT_QUEUE);
+    let (guard_tx, guard_rx) = std::sync::mpsc::channel();
 
     let tx = event_tx.clone();
     std::thread::Builder::new()
@@ -141,7 +164,7 @@ pub fn spawn(spec: &SpawnSpec, thread_name: &str) -> Result<Pty, SpawnError> {
         .map_err(|e| SpawnError::Pty(e.to_string()))?;
     std::thread::Builder::new()
         .name(format!("{thread_name}-wait"))
-        .spawn(move || wait_loop(pid, event_tx))
+        .spawn(move || wait_loop(pid, event_tx, guard_rx))
         .map_err(|e| SpawnError::Pty(e.to_string()))?;
 
     Ok(Pty {
@@ -149,7 +172,29 @@ pub fn spawn(spec: &SpawnSpec, thread_name: &str) -> Result<Pty, SpawnError> {
         master: Arc::new(Mutex::new(master)),
         input,
         events,
+        reap_guard: ReapGuard(guard_tx),
     })
+}
+
+/// Sorts a failed program start: missing or not executable is the
+/// request's fault; running out of descriptors, processes or memory is the
+/// node's.
+fn program_error(program: &str, e: anyhow::Error) -> SpawnError {
+    let io = e.downcast_ref::<std::io::Error>();
+    let node_fault = io
+        .and_then(std::io::Error::raw_os_error)
+        .is_some_and(|code| {
+            matches!(
+                code,
+                libc::EMFILE | libc::ENFILE | libc::EAGAIN | libc::ENOMEM | libc::ENOSPC
+            )
+        });
+    let (program, reason) = (program.to_string(), e.to_string());
+    if node_fault {
+        SpawnError::Resources { program, reason }
+    } else {
+        SpawnError::Program { program, reason }
+    }
 }
 
 fn read_loop(mut reader: Box<dyn Read + Send>, master_fd: Option<i32>, tx: mpsc::Sender<PtyEvent>) {
@@ -165,6 +210,8 @@ fn read_loop(mut reader: Box<dyn Read + Send>, master_fd: Option<i32>, tx: mpsc:
         buf.clear();
         buf.resize(want, 0);
         let mut filled = match reader.read(&mut buf) {
+            // A signal interrupted the read: nothing was read, nothing ended.
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             // Linux reports EIO once the last slave fd closes: that is EOF.
             Ok(0) | Err(_) => break,
             Ok(n) => n,
@@ -179,6 +226,7 @@ fn read_loop(mut reader: Box<dyn Read + Send>, master_fd: Option<i32>, tx: mpsc:
         while filled < READ_CHUNK && master_fd.is_some_and(readable_now) {
             buf.resize(READ_CHUNK, 0);
             match reader.read(&mut buf[filled..]) {
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 Ok(0) | Err(_) => break,
                 Ok(n) => filled += n,
             }
@@ -215,9 +263,13 @@ fn write_loop(mut writer: Box<dyn Write + Send>, mut rx: mpsc::Receiver<Bytes>) 
     }
 }
 
-fn wait_loop(pid: i32, tx: mpsc::Sender<PtyEvent>) {
+fn wait_loop(pid: i32, tx: mpsc::Sender<PtyEvent>, release: std::sync::mpsc::Receiver<()>) {
     let info = loop {
-        match waitpid(Pid::from_raw(pid), None) {
+        // WNOWAIT: learn of the exit but leave the zombie, which keeps the
+        // pid and process group id from being reused while the session may
+        // still signal them.
+        let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT;
+        match waitid(Id::Pid(Pid::from_raw(pid)), flags) {
             Ok(WaitStatus::Exited(_, code)) => {
                 break ExitInfo {
                     code: code as u32,
@@ -240,15 +292,36 @@ fn wait_loop(pid: i32, tx: mpsc::Sender<PtyEvent>) {
         }
     };
     let _ = tx.blocking_send(PtyEvent::Exited(info));
+    // Wait until the session lets go of its guard (or is gone), then reap.
+    while release.recv().is_ok() {}
+    while let Err(nix::errno::Errno::EINTR) = waitpid(Pid::from_raw(pid), None) {}
 }
 
 /// Signals the program's process group and the terminal's foreground group.
+/// Only call it while holding the session's `ReapGuard` (the program is
+/// alive or an unreaped zombie, so `pid` is still its group). The
+/// foreground group is signalled only when its leader is in the program's
+/// session, so a stale id from the terminal never reaches a stranger.
 pub fn signal_groups(pid: i32, master: &Mutex<Box<dyn MasterPty + Send>>, signal: Signal) {
     let _ = killpg(Pid::from_raw(pid), signal);
-    if let Some(fg) = foreground_group(master) {
-        if fg != pid {
-            let _ = killpg(Pid::from_raw(fg), signal);
-        }
+    signal_foreground(pid, master, signal, false);
+}
+
+/// Signals the terminal's foreground group if its leader belongs to the
+/// program's session (`pid` leads it); `include_own` also when that group
+/// is the program's own.
+pub fn signal_foreground(
+    pid: i32,
+    master: &Mutex<Box<dyn MasterPty + Send>>,
+    signal: Signal,
+    include_own: bool,
+) {
+    let Some(fg) = foreground_group(master) else {
+        return;
+    };
+    let ours = nix::unistd::getsid(Some(Pid::from_raw(fg))).is_ok_and(|sid| sid.as_raw() == pid);
+    if ours && (include_own || fg != pid) {
+        let _ = killpg(Pid::from_raw(fg), signal);
     }
 }
 

@@ -17,9 +17,11 @@ use std::sync::atomic::Ordering;
 use termesh_config::Role;
 
 use crate::connection::{CloseConnection, Connections};
+use crate::fragments::{Assembled, Reassembler};
 use crate::ops::NodeCtx;
 use crate::registry::{SessionHandle, NEXT_SUB_ID};
 use crate::session::{Ack, Deliver, Delivery, SubId, Subscribe, Unsubscribe};
+use termesh_transport::MAX_INBOUND_FRAME;
 
 /// Window of a raw subscription.
 const RAW_WINDOW: u64 = 256 * 1024;
@@ -33,6 +35,8 @@ pub struct RawActor {
     role: Role,
     /// A resync is under way: the next snapshot repaints from a reset.
     repaint: bool,
+    /// A fragmented message being assembled (within the 1 MiB bound).
+    partial: Reassembler,
 }
 
 #[derive(Deserialize)]
@@ -53,6 +57,7 @@ impl RawActor {
             sub: NEXT_SUB_ID.fetch_add(1, Ordering::Relaxed),
             role,
             repaint: false,
+            partial: Reassembler::new(MAX_INBOUND_FRAME),
         }
     }
 
@@ -75,6 +80,16 @@ impl RawActor {
             }
         }
         self.input(Bytes::copy_from_slice(text.as_bytes()));
+    }
+}
+
+impl RawActor {
+    fn too_big(ctx: &mut ws::WebsocketContext<Self>) {
+        ctx.close(Some(CloseReason {
+            code: CloseCode::Size,
+            description: Some(format!("messages are limited to {MAX_INBOUND_FRAME} bytes")),
+        }));
+        ctx.stop();
     }
 }
 
@@ -129,6 +144,14 @@ impl Handler<Deliver> for RawActor {
                 }));
                 ctx.stop();
             }
+            Delivery::Failed { message } => {
+                tracing::error!(session = %self.handle.id, "raw client closed: {message}");
+                ctx.close(Some(CloseReason {
+                    code: CloseCode::Error,
+                    description: Some("snapshot failed".into()),
+                }));
+                ctx.stop();
+            }
             Delivery::Subscribed { .. } | Delivery::Event(_) => {}
         }
     }
@@ -156,14 +179,17 @@ impl StreamHandler<Result<ws::Message, ws::ProtocolError>> for RawActor {
                 ctx.close(reason);
                 ctx.stop();
             }
-            Ok(ws::Message::Pong(_) | ws::Message::Nop | ws::Message::Continuation(_)) => {}
-            Err(ws::ProtocolError::Overflow) => {
-                ctx.close(Some(CloseReason {
-                    code: CloseCode::Size,
-                    description: None,
-                }));
-                ctx.stop();
-            }
+            Ok(ws::Message::Continuation(item)) => match self.partial.push(item) {
+                Assembled::Message { binary: true, data } => self.input(data),
+                Assembled::Message {
+                    binary: false,
+                    data,
+                } => self.text(&String::from_utf8_lossy(&data)),
+                Assembled::TooBig => Self::too_big(ctx),
+                Assembled::Pending | Assembled::Orphan => {}
+            },
+            Ok(ws::Message::Pong(_) | ws::Message::Nop) => {}
+            Err(ws::ProtocolError::Overflow) => Self::too_big(ctx),
             Err(_) => ctx.stop(),
         }
     }

@@ -4,7 +4,7 @@
 //! (a read-mostly map behind a lock) so a keystroke never waits for a
 //! message round trip; only this actor writes it.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, RwLock};
 
@@ -13,11 +13,13 @@ use bytes::Bytes;
 use termesh_transport::{ErrorCode, SessionInfo, SessionStatus};
 use tokio::sync::mpsc;
 
-use crate::create::{check_create, CreateDefaults, CreateSpec};
+use crate::create::{check_create, check_cwd, CreateDefaults, CreateSpec};
 use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::pty::{self, SpawnSpec};
 use crate::session::{Close, Meta, SessionActor, SessionChanged, SessionSettings, SessionShared};
+use crate::watch::{Coalescer, WatchQueue};
+pub use crate::watch::{WatchEvent, WatchReady};
 use termesh_transport::CreateRequest;
 
 /// What others hold to reach a session.
@@ -57,6 +59,14 @@ impl Directory {
         infos
     }
 
+    /// Every session id.
+    pub fn ids(&self) -> Vec<String> {
+        self.0
+            .read()
+            .map(|m| m.keys().map(|k| k.to_string()).collect())
+            .unwrap_or_default()
+    }
+
     pub fn len(&self) -> usize {
         self.0.read().map(|m| m.len()).unwrap_or(0)
     }
@@ -83,13 +93,9 @@ impl Directory {
     }
 }
 
-/// What a watcher is told.
-#[derive(Message, Debug, Clone)]
-#[rtype(result = "()")]
-pub enum WatchEvent {
-    Changed(SessionInfo),
-    Removed(String),
-}
+/// Sessions being spawned at once (each holds a blocking thread while its
+/// program starts; a hung mount as cwd holds it until the mount answers).
+pub const MAX_STARTING: usize = 64;
 
 /// The registry's fixed inputs.
 #[derive(Debug, Clone)]
@@ -100,6 +106,8 @@ pub struct RegistryConfig {
     pub max_sessions: usize,
     /// Base of `TERMESH_HOOK_URL`, e.g. `http://127.0.0.1:7420`.
     pub http_base: String,
+    /// Signs each session's hook key.
+    pub hook_secret: crate::hook::HookSecret,
 }
 
 pub struct Registry {
@@ -108,7 +116,14 @@ pub struct Registry {
     metrics: Arc<Metrics>,
     arbiters: Vec<Arbiter>,
     next_arbiter: usize,
-    watchers: HashMap<u64, Recipient<WatchEvent>>,
+    watchers: HashMap<u64, Watcher>,
+    /// Ids of sessions whose program is being started off this thread.
+    starting: HashSet<Arc<str>>,
+}
+
+struct Watcher {
+    queue: WatchQueue,
+    sink: Recipient<WatchReady>,
 }
 
 /// Subscription ids are unique per node.
@@ -124,21 +139,28 @@ impl Registry {
             arbiters: (0..cores).map(|_| Arbiter::new()).collect(),
             next_arbiter: 0,
             watchers: HashMap::new(),
+            starting: HashSet::new(),
         }
     }
 
+    /// Coalesces `event` into every watcher's queue; nudges those that
+    /// have not been nudged since they last drained.
     fn tell_watchers(&self, event: WatchEvent) {
         for watcher in self.watchers.values() {
-            watcher.do_send(event.clone());
+            let nudge = watcher
+                .queue
+                .lock()
+                .map(|mut q| q.push(event.clone()))
+                .unwrap_or(false);
+            if nudge {
+                watcher.sink.do_send(WatchReady);
+            }
         }
     }
 
-    fn start_session(
-        &mut self,
-        spec: CreateSpec,
-        ctx: &mut Context<Self>,
-    ) -> Result<SessionInfo, ApiError> {
-        if self.dir.len() >= self.config.max_sessions {
+    /// Reserves an id and prepares the program's spec, or refuses.
+    fn prepare(&mut self, spec: &CreateSpec) -> Result<(Arc<str>, SpawnSpec), ApiError> {
+        if self.dir.len() + self.starting.len() >= self.config.max_sessions {
             return Err(ApiError::new(
                 ErrorCode::Unavailable,
                 format!(
@@ -147,13 +169,21 @@ impl Registry {
                 ),
             ));
         }
+        if self.starting.len() >= MAX_STARTING {
+            return Err(ApiError::new(
+                ErrorCode::Unavailable,
+                format!("{MAX_STARTING} sessions are starting already; try again"),
+            ));
+        }
         let id: Arc<str> = loop {
-            let candidate = uuid::Uuid::new_v4().simple().to_string()[..12].to_string();
-            if self.dir.get(&candidate).is_none() {
-                break candidate.into();
+            let candidate: Arc<str> = uuid::Uuid::new_v4().simple().to_string()[..12]
+                .to_string()
+                .into();
+            if self.dir.get(&candidate).is_none() && !self.starting.contains(&candidate) {
+                break candidate;
             }
         };
-        let hook_key = uuid::Uuid::new_v4().simple().to_string();
+        let hook_key = self.config.hook_secret.key(&id);
         let mut env = spec.env.clone();
         env.insert("TERMESH_SESSION_ID".into(), id.to_string());
         env.insert(
@@ -163,17 +193,25 @@ impl Registry {
                 self.config.http_base
             ),
         );
-        let pty = pty::spawn(
-            &SpawnSpec {
-                command: spec.command.clone(),
-                cwd: spec.cwd.clone(),
-                env,
-                cols: spec.cols,
-                rows: spec.rows,
-            },
-            &format!("s-{id}"),
-        )
-        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+        self.starting.insert(id.clone());
+        let spawn = SpawnSpec {
+            command: spec.command.clone(),
+            cwd: spec.cwd.clone(),
+            env,
+            cols: spec.cols,
+            rows: spec.rows,
+        };
+        Ok((id, spawn))
+    }
+
+    /// Starts the session actor for a program that has started.
+    fn start_session(
+        &mut self,
+        id: Arc<str>,
+        spec: CreateSpec,
+        pty: pty::Pty,
+        ctx: &mut Context<Self>,
+    ) -> SessionInfo {
         let now = crate::session::now_ms();
         let shared = Arc::new(SessionShared {
             id: id.clone(),
@@ -181,7 +219,6 @@ impl Registry {
             command: spec.command.clone(),
             cwd: spec.cwd.as_ref().map(|p| p.display().to_string()),
             created_at: now,
-            hook_key,
             last_seq: 0.into(),
             last_output_ms: now.into(),
             viewers: 0.into(),
@@ -217,8 +254,24 @@ impl Registry {
         tracing::info!(session = %id, command = ?spec.command, "session created");
         let info = shared.info();
         self.tell_watchers(WatchEvent::Changed(info.clone()));
-        Ok(info)
+        info
     }
+}
+
+/// Checks the cwd and starts the program: blocking work (a `stat`, a
+/// fork and exec), run off every actor thread.
+fn spawn_program(id: &str, spec: &SpawnSpec) -> Result<pty::Pty, ApiError> {
+    if let Some(cwd) = &spec.cwd {
+        check_cwd(cwd)?;
+    }
+    pty::spawn(spec, id).map_err(|e| {
+        if e.is_internal() {
+            tracing::error!("session spawn failed: {e}");
+            ApiError::new(ErrorCode::Internal, e.to_string())
+        } else {
+            ApiError::bad_request(e.to_string())
+        }
+    })
 }
 
 impl Actor for Registry {
@@ -231,11 +284,24 @@ impl Actor for Registry {
 pub struct Create(pub CreateRequest);
 
 impl Handler<Create> for Registry {
-    type Result = Result<SessionInfo, ApiError>;
+    type Result = ResponseActFuture<Self, Result<SessionInfo, ApiError>>;
 
-    fn handle(&mut self, msg: Create, ctx: &mut Context<Self>) -> Self::Result {
-        let spec = check_create(msg.0, &self.config.node, &self.config.defaults)?;
-        self.start_session(spec, ctx)
+    fn handle(&mut self, msg: Create, _: &mut Context<Self>) -> Self::Result {
+        let prepared = check_create(msg.0, &self.config.node, &self.config.defaults)
+            .and_then(|spec| self.prepare(&spec).map(|p| (spec, p)));
+        let (spec, (id, spawn)) = match prepared {
+            Ok(ready) => ready,
+            Err(e) => return Box::pin(actix::fut::ready(Err(e))),
+        };
+        let thread_id = id.clone();
+        let work = actix_rt::task::spawn_blocking(move || spawn_program(&thread_id, &spawn));
+        Box::pin(work.into_actor(self).map(move |spawned, act, ctx| {
+            act.starting.remove(&id);
+            let pty = spawned.map_err(|e| {
+                ApiError::new(ErrorCode::Internal, format!("session start failed: {e}"))
+            })??;
+            Ok(act.start_session(id, spec, pty, ctx))
+        }))
     }
 }
 
@@ -262,19 +328,31 @@ impl Handler<Remove> for Registry {
     }
 }
 
-/// Start telling `sink` about session changes.
+/// Start telling a watcher about session changes: they collect in the
+/// returned queue, and `sink` is nudged when the queue has news.
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct Watch {
     pub conn: u64,
-    pub sink: Recipient<WatchEvent>,
+    pub queue: WatchQueue,
+    pub sink: Recipient<WatchReady>,
 }
 
 impl Handler<Watch> for Registry {
     type Result = ();
 
     fn handle(&mut self, msg: Watch, _: &mut Context<Self>) {
-        self.watchers.insert(msg.conn, msg.sink);
+        if let Ok(mut queue) = msg.queue.lock() {
+            // The watcher knows what `list` would show now.
+            *queue = Coalescer::new(self.dir.ids());
+        }
+        self.watchers.insert(
+            msg.conn,
+            Watcher {
+                queue: msg.queue,
+                sink: msg.sink,
+            },
+        );
     }
 }
 

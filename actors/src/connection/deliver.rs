@@ -5,8 +5,8 @@ use actix_web_actors::ws::{CloseCode, CloseReason, WebsocketContext};
 use termesh_transport::{encode_output, ServerMsg};
 
 use super::ConnectionActor;
-use crate::registry::WatchEvent;
 use crate::session::{Deliver, Delivery};
+use crate::watch::{WatchEvent, WatchReady};
 
 /// Close the connection with this code (node shutdown: 1001).
 #[derive(Message, Debug, Clone, Copy)]
@@ -81,20 +81,36 @@ impl Handler<Deliver> for ConnectionActor {
                 self.subs.remove(&*msg.session);
                 return;
             }
+            Delivery::Failed { message } => {
+                self.subs.remove(&*msg.session);
+                ServerMsg::Error {
+                    id: None,
+                    session: Some(session()),
+                    code: termesh_transport::ErrorCode::Internal,
+                    message,
+                }
+            }
         };
         self.send(ctx, &out);
     }
 }
 
-impl Handler<WatchEvent> for ConnectionActor {
+impl Handler<WatchReady> for ConnectionActor {
     type Result = ();
 
-    fn handle(&mut self, msg: WatchEvent, ctx: &mut WebsocketContext<Self>) {
-        let out = match msg {
-            WatchEvent::Changed(session) => ServerMsg::SessionChanged { session },
-            WatchEvent::Removed(session) => ServerMsg::SessionRemoved { session },
+    /// Sends everything the registry coalesced since the last drain.
+    fn handle(&mut self, _: WatchReady, ctx: &mut WebsocketContext<Self>) {
+        let Some(queue) = &self.watch else {
+            return;
         };
-        self.send(ctx, &out);
+        let events = queue.lock().map(|mut q| q.drain()).unwrap_or_default();
+        for event in events {
+            let out = match event {
+                WatchEvent::Changed(session) => ServerMsg::SessionChanged { session },
+                WatchEvent::Removed(session) => ServerMsg::SessionRemoved { session },
+            };
+            self.send(ctx, &out);
+        }
     }
 }
 

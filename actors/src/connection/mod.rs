@@ -16,16 +16,17 @@ use std::sync::{Arc, Mutex};
 
 use actix::prelude::*;
 use actix_web_actors::ws::{self, CloseCode, CloseReason};
-use bytes::{Bytes, BytesMut};
 use termesh_config::Role;
 use termesh_transport::{encode_server, ErrorCode, ServerMsg, MAX_INBOUND_FRAME, PROTO_VERSION};
 
 use crate::error::ApiError;
+use crate::fragments::{Assembled, Reassembler};
 use crate::liveness::{Liveness, Verdict};
 use crate::metrics::Metrics;
 use crate::ops::NodeCtx;
 use crate::registry::{SessionHandle, Unwatch};
 use crate::session::{SubId, Unsubscribe};
+use crate::watch::WatchQueue;
 
 pub use deliver::CloseConnection;
 
@@ -91,11 +92,14 @@ pub struct ConnectionActor {
     /// `None` until authenticated.
     role: Option<Role>,
     subs: HashMap<Arc<str>, Sub>,
-    watching: bool,
+    /// Where the registry coalesces this connection's watch notifications.
+    watch: Option<WatchQueue>,
     /// Last sign of life from the client (any frame, pong included).
     liveness: Liveness,
     /// A fragmented message being assembled (bounded by the frame limit).
-    partial: Option<(bool, BytesMut)>,
+    partial: Reassembler,
+    /// Screen and history requests awaiting their reply (bounded).
+    screens_in_flight: usize,
 }
 
 impl ConnectionActor {
@@ -113,8 +117,9 @@ impl ConnectionActor {
             connections,
             role,
             subs: HashMap::new(),
-            watching: false,
-            partial: None,
+            watch: None,
+            partial: Reassembler::new(MAX_INBOUND_FRAME),
+            screens_in_flight: 0,
         }
     }
 
@@ -250,7 +255,7 @@ impl Actor for ConnectionActor {
         for (_, sub) in self.subs.drain() {
             sub.handle.addr.do_send(Unsubscribe { sub: sub.id });
         }
-        if self.watching {
+        if self.watch.is_some() {
             self.node.registry.do_send(Unwatch { conn: self.id });
         }
     }
@@ -287,33 +292,15 @@ impl StreamHandler<Result<ws::Message, ws::ProtocolError>> for ConnectionActor {
 
 impl ConnectionActor {
     fn on_fragment(&mut self, item: actix_http::ws::Item, ctx: &mut ws::WebsocketContext<Self>) {
-        let (binary, chunk, last) = match item {
-            actix_http::ws::Item::FirstText(b) => (Some(false), b, false),
-            actix_http::ws::Item::FirstBinary(b) => (Some(true), b, false),
-            actix_http::ws::Item::Continue(b) => (None, b, false),
-            actix_http::ws::Item::Last(b) => (None, b, true),
-        };
-        if let Some(binary) = binary {
-            self.partial = Some((binary, BytesMut::new()));
-        }
-        let Some((_, buf)) = self.partial.as_mut() else {
-            return self.bad_frame(ctx, "continuation frame without a first frame");
-        };
-        if buf.len() + chunk.len() > MAX_INBOUND_FRAME {
-            return self.too_big(ctx);
-        }
-        buf.extend_from_slice(&chunk);
-        if last {
-            let (binary, buf) = self.partial.take().expect("checked above");
-            let data: Bytes = buf.freeze();
-            if binary {
-                self.on_message(&data, ctx);
-            } else {
-                self.bad_frame(
-                    ctx,
-                    "text frames are not part of the protocol; send binary MessagePack",
-                );
-            }
+        match self.partial.push(item) {
+            Assembled::Pending => {}
+            Assembled::Message { binary: true, data } => self.on_message(&data, ctx),
+            Assembled::Message { binary: false, .. } => self.bad_frame(
+                ctx,
+                "text frames are not part of the protocol; send binary MessagePack",
+            ),
+            Assembled::TooBig => self.too_big(ctx),
+            Assembled::Orphan => self.bad_frame(ctx, "continuation frame without a first frame"),
         }
     }
 }

@@ -13,6 +13,7 @@ use super::{ConnectionActor, Sub};
 use crate::error::ApiError;
 use crate::registry::{Watch, NEXT_SUB_ID};
 use crate::session::{Ack, ScreenWant, Subscribe, Unsubscribe};
+use crate::watch::WatchQueue;
 
 /// The least role a message needs (PROTOCOL.md section 2).
 pub fn required_role(msg: &ClientMsg) -> Role {
@@ -59,6 +60,10 @@ fn ids(msg: &ClientMsg) -> (Option<u64>, Option<String>) {
 }
 
 type Ctx = WebsocketContext<ConnectionActor>;
+
+/// Screen and history requests one connection may have in flight: each
+/// can cost a render of 10,000 lines, so a client looping them is bounded.
+pub const MAX_SCREENS_IN_FLIGHT: usize = 4;
 
 impl ConnectionActor {
     pub(super) fn dispatch(&mut self, msg: ClientMsg, ctx: &mut Ctx) {
@@ -113,12 +118,13 @@ impl ConnectionActor {
                 self.send(ctx, &ServerMsg::Sessions { id, sessions });
             }
             ClientMsg::Watch { id } => {
-                if !self.watching {
-                    self.watching = true;
-                    let sink = ctx.address().recipient();
+                if self.watch.is_none() {
+                    let queue = WatchQueue::default();
+                    self.watch = Some(queue.clone());
                     self.node.registry.do_send(Watch {
                         conn: self.id,
-                        sink,
+                        queue,
+                        sink: ctx.address().recipient(),
                     });
                 }
                 self.send(ctx, &ServerMsg::Ok { id });
@@ -172,12 +178,11 @@ impl ConnectionActor {
                     .ok_or_else(|| not_subscribed(&session))?;
                 sub.handle.addr.do_send(Unsubscribe { sub: sub.id });
             }
+            // An ack that raced an unsubscribe is ignored (section 8).
             ClientMsg::Ack { session, seq } => {
-                let sub = self
-                    .subs
-                    .get(session.as_str())
-                    .ok_or_else(|| not_subscribed(&session))?;
-                sub.handle.addr.do_send(Ack { sub: sub.id, seq });
+                if let Some(sub) = self.subs.get(session.as_str()) {
+                    sub.handle.addr.do_send(Ack { sub: sub.id, seq });
+                }
             }
             ClientMsg::Input { session, data } => self.node.input(&session, Bytes::from(data))?,
             ClientMsg::Resize {
@@ -190,9 +195,10 @@ impl ConnectionActor {
                 session,
                 scrollback,
             } => {
+                self.take_screen_slot()?;
                 let node = self.node.clone();
                 let scrollback = scrollback.unwrap_or(0) as usize;
-                self.reply_async(ctx, id, Some(session.clone()), async move {
+                self.reply_screen(ctx, id, Some(session.clone()), async move {
                     let r = node
                         .screen(&session, ScreenWant::Snapshot { scrollback })
                         .await?;
@@ -212,8 +218,9 @@ impl ConnectionActor {
                 });
             }
             ClientMsg::History { id, session, limit } => {
+                self.take_screen_slot()?;
                 let node = self.node.clone();
-                self.reply_async(ctx, id, Some(session.clone()), async move {
+                self.reply_screen(ctx, id, Some(session.clone()), async move {
                     match limit {
                         Some(limit) => {
                             let tail = node
@@ -279,18 +286,53 @@ impl ConnectionActor {
         Ok(())
     }
 
+    fn take_screen_slot(&mut self) -> Result<(), ApiError> {
+        if self.screens_in_flight >= MAX_SCREENS_IN_FLIGHT {
+            return Err(ApiError::bad_request(format!(
+                "{MAX_SCREENS_IN_FLIGHT} screen or history requests are already in flight \
+                 on this connection; wait for their replies"
+            )));
+        }
+        self.screens_in_flight += 1;
+        Ok(())
+    }
+
+    /// `reply_async` for a request holding a screen slot, released with
+    /// the reply.
+    fn reply_screen<F>(&mut self, ctx: &mut Ctx, id: u64, session: Option<String>, work: F)
+    where
+        F: std::future::Future<Output = Result<ServerMsg, ApiError>> + 'static,
+    {
+        self.spawn_reply(ctx, id, session, work, true);
+    }
+
     /// Runs `work` without blocking this connection and sends its reply.
     fn reply_async<F>(&mut self, ctx: &mut Ctx, id: u64, session: Option<String>, work: F)
     where
         F: std::future::Future<Output = Result<ServerMsg, ApiError>> + 'static,
     {
-        ctx.spawn(
-            work.into_actor(self)
-                .map(move |result, act, ctx| match result {
-                    Ok(msg) => act.send(ctx, &msg),
-                    Err(err) => act.send_error(ctx, Some(id), session, err),
-                }),
-        );
+        self.spawn_reply(ctx, id, session, work, false);
+    }
+
+    fn spawn_reply<F>(
+        &mut self,
+        ctx: &mut Ctx,
+        id: u64,
+        session: Option<String>,
+        work: F,
+        screen_slot: bool,
+    ) where
+        F: std::future::Future<Output = Result<ServerMsg, ApiError>> + 'static,
+    {
+        ctx.spawn(work.into_actor(self).map(move |result, act, ctx| {
+            if screen_slot {
+                act.screens_in_flight -= 1;
+            }
+            match result {
+                Ok(msg) => act.send(ctx, &msg),
+                Err(err) => act.send_error(ctx, Some(id), session, err),
+            }
+        }));
     }
 }
 

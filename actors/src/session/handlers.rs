@@ -4,8 +4,7 @@ use std::sync::atomic::Ordering;
 
 use actix::prelude::*;
 use bytes::BytesMut;
-use nix::sys::signal::{killpg, Signal};
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
 use portable_pty::PtySize;
 use termesh_transport::EventKind;
 
@@ -19,9 +18,7 @@ impl Actor for SessionActor {
     }
 
     fn stopped(&mut self, _: &mut Context<Self>) {
-        if !self.finished {
-            pty::signal_groups(self.pid, &self.master, Signal::SIGKILL);
-        }
+        self.signal(Signal::SIGKILL);
         Metrics::gauge(&self.metrics.subscribers, -(self.subs.len() as i64));
     }
 }
@@ -110,12 +107,10 @@ impl SessionActor {
     /// SIGWINCH to the foreground process group so an in-place TUI redraws
     /// after a resume (Linux sends none for a same-size resize).
     fn repaint(&self) {
-        if self.finished {
+        if self.finished || self.reap_guard.is_none() {
             return;
         }
-        if let Some(fg) = pty::foreground_group(&self.master) {
-            let _ = killpg(Pid::from_raw(fg), Signal::SIGWINCH);
-        }
+        pty::signal_foreground(self.pid, &self.master, Signal::SIGWINCH, true);
     }
 
     fn prune_marks(&mut self) {
@@ -206,12 +201,13 @@ impl Handler<Kill> for SessionActor {
         if self.finished {
             return;
         }
-        pty::signal_groups(self.pid, &self.master, msg.signal);
+        self.signal(msg.signal);
         if msg.signal != Signal::SIGKILL {
             // Whatever survived the grace time (the program, or members of
-            // its groups that ignore the signal) is killed.
+            // its groups that ignore the signal) is killed; `signal` sends
+            // nothing once the program was reaped.
             ctx.run_later(self.settings.kill_grace, |act, _| {
-                pty::signal_groups(act.pid, &act.master, Signal::SIGKILL);
+                act.signal(Signal::SIGKILL);
             });
         }
     }
@@ -249,7 +245,7 @@ impl Handler<Close> for SessionActor {
 
     fn handle(&mut self, _: Close, ctx: &mut Context<Self>) {
         if !self.finished {
-            pty::signal_groups(self.pid, &self.master, Signal::SIGKILL);
+            self.signal(Signal::SIGKILL);
             self.finished = true;
             self.shared.exited.store(true, Ordering::Release);
         }

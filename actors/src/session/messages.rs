@@ -47,6 +47,11 @@ pub enum Delivery {
     Event(EventKind),
     /// The session was removed; the subscription is gone.
     Closed,
+    /// The subscription could not be served (its snapshot failed twice)
+    /// and has ended; the client is told why.
+    Failed {
+        message: String,
+    },
 }
 
 /// Attach (or re-arm) a subscription. See PROTOCOL.md section 7.
@@ -164,7 +169,7 @@ pub struct ScreenResult {
 #[rtype(result = "()")]
 pub struct GetScreen {
     pub want: ScreenWant,
-    pub reply: oneshot::Sender<ScreenResult>,
+    pub reply: oneshot::Sender<Result<ScreenResult, crate::error::ApiError>>,
 }
 
 /// The newest `limit` bytes of output the session holds, with the last seq.

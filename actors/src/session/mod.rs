@@ -7,6 +7,7 @@
 mod handlers;
 mod messages;
 mod screen_job;
+mod screens;
 mod shared;
 
 use std::collections::HashMap;
@@ -21,6 +22,7 @@ use termesh_transport::{EventKind, SessionStatus};
 use tokio::sync::oneshot;
 
 pub use messages::*;
+pub use screen_job::FAIL_SCREEN_JOBS;
 pub use shared::{now_ms, Meta, SessionShared};
 
 use crate::credit::Credit;
@@ -29,7 +31,6 @@ use crate::modes::ModeTracker;
 use crate::pty::{self, ExitInfo, Pty, PtyEvent};
 use crate::ring::Ring;
 use crate::screen::{ResizeMark, ScreenModel};
-use screen_job::Job;
 
 /// How long a session waits for reader EOF after the program exited
 /// (a background process may hold the terminal open forever).
@@ -63,6 +64,10 @@ pub struct SessionActor {
     metrics: Arc<Metrics>,
     changed: Recipient<SessionChanged>,
     pid: i32,
+    /// Held while the program's group may be signalled: the program is
+    /// alive or an unreaped zombie, so `pid` still names our group. Dropped
+    /// when the session finishes; no signal is sent after that.
+    reap_guard: Option<pty::ReapGuard>,
     master: Arc<Mutex<Box<dyn MasterPty + Send>>>,
     /// The PTY threads' events; held by the pending read while one runs.
     events: Option<tokio::sync::mpsc::Receiver<PtyEvent>>,
@@ -88,7 +93,8 @@ pub struct SessionActor {
     /// When output last arrived, and whether an idle check is scheduled.
     last_output: std::time::Instant,
     catchup_scheduled: bool,
-    waiting: Vec<(ScreenWant, ScreenTo)>,
+    /// Screen requests for the next pass (at most `MAX_WAITING`).
+    waiting: Vec<screens::Waiting>,
     exit: Option<ExitInfo>,
     eof: bool,
     finished: bool,
@@ -109,7 +115,7 @@ struct Subscriber {
 
 enum ScreenTo {
     Sub { sub: SubId, generation: u64 },
-    Reply(oneshot::Sender<ScreenResult>),
+    Reply(oneshot::Sender<Result<ScreenResult, crate::error::ApiError>>),
 }
 
 impl SessionActor {
@@ -129,6 +135,7 @@ impl SessionActor {
             metrics,
             changed,
             pid: pty.pid,
+            reap_guard: Some(pty.reap_guard),
             master: pty.master,
             events: Some(pty.events),
             intake_paused: false,
@@ -329,148 +336,6 @@ impl SessionActor {
         Metrics::add(&self.metrics.frames_out, sent_frames);
     }
 
-    fn request_screen(&mut self, want: ScreenWant, to: ScreenTo, ctx: &mut Context<Self>) {
-        self.waiting.push((want, to));
-        self.model_used = std::time::Instant::now();
-        self.start_job(ctx, false);
-    }
-
-    /// After output goes quiet: bring a cached model up to date off-thread,
-    /// or drop it when nobody has used it for `MODEL_TTL`.
-    fn idle_check(&mut self, ctx: &mut Context<Self>) {
-        self.catchup_scheduled = false;
-        let quiet = self.last_output.elapsed();
-        if quiet < IDLE_CATCHUP {
-            self.catchup_scheduled = true;
-            ctx.run_later(IDLE_CATCHUP - quiet, Self::idle_check);
-            return;
-        }
-        if self.model_used.elapsed() > MODEL_TTL {
-            self.model = None;
-            return;
-        }
-        let behind = self
-            .model
-            .as_ref()
-            .is_some_and(|m| m.seq() < self.ring.last_seq());
-        if behind {
-            self.start_job(ctx, true);
-        }
-    }
-
-    /// Runs the waiting screen requests in one pass off the actor thread;
-    /// `catch_up` runs a pass even with none waiting.
-    fn start_job(&mut self, ctx: &mut Context<Self>, catch_up: bool) {
-        if self.job_running || (self.waiting.is_empty() && !catch_up) {
-            return;
-        }
-        let wants: Vec<ScreenWant> = self.waiting.iter().map(|(w, _)| *w).collect();
-        let targets: Vec<ScreenTo> = self.waiting.drain(..).map(|(_, t)| t).collect();
-        if targets.iter().any(|t| matches!(t, ScreenTo::Sub { .. })) {
-            // The snapshot will be at the ring's last seq; what follows it must
-            // still be there when the snapshot is delivered.
-            self.ring.set_pin(Some(self.ring.last_seq()));
-        }
-        let job = Job::prepare(
-            self.model.take(),
-            &self.ring,
-            &self.marks,
-            self.initial_size,
-            self.modes.restore_sequence(),
-            wants,
-        );
-        self.job_running = true;
-        Metrics::add(&self.metrics.snapshots, 1);
-        let work = actix_rt::task::spawn_blocking(move || job.run());
-        // Not `ctx.wait`: the actor keeps serving output and acks while the
-        // screen is computed.
-        let fut = work.into_actor(self).map(move |done, act, ctx| {
-            act.job_running = false;
-            let pinned = act.ring.pin().is_some();
-            match done {
-                Ok(done) => {
-                    act.model = Some(done.model);
-                    for (target, result) in targets.into_iter().zip(done.results) {
-                        act.finish_screen(target, result, ctx);
-                    }
-                }
-                Err(e) => tracing::error!(session = %act.id, "screen job failed: {e}"),
-            }
-            if pinned {
-                act.ring.set_pin(None);
-                // Subscribers that got a snapshot continue from the ring.
-                let ids: Vec<SubId> = act.subs.keys().copied().collect();
-                for id in ids {
-                    act.pump(id, ctx);
-                }
-            }
-            act.start_job(ctx, false);
-            if act.intake_paused && act.ring.pin().is_none() {
-                act.intake_paused = false;
-                act.apply_held(ctx);
-            }
-        });
-        ctx.spawn(fut);
-    }
-
-    fn finish_screen(&mut self, target: ScreenTo, result: ScreenResult, ctx: &mut Context<Self>) {
-        match target {
-            ScreenTo::Reply(reply) => {
-                let _ = reply.send(result);
-            }
-            ScreenTo::Sub {
-                sub: id,
-                generation,
-            } => {
-                let Some(sub) = self.subs.get_mut(&id) else {
-                    return;
-                };
-                if sub.generation != generation || !sub.awaiting_snapshot {
-                    return;
-                }
-                // Output must continue at seq + 1: if that left the ring
-                // while the snapshot was computed, compute a newer one.
-                let Some(offset) = self.ring.offset_after(result.seq) else {
-                    let want = ScreenWant::Snapshot { scrollback: 0 };
-                    self.request_screen(
-                        want,
-                        ScreenTo::Sub {
-                            sub: id,
-                            generation,
-                        },
-                        ctx,
-                    );
-                    return;
-                };
-                let ScreenOut::Snapshot(data) = result.out else {
-                    return;
-                };
-                if sub.credit.sent_seq() > 0 || sub.credit.in_flight() > 0 {
-                    let fresh = Credit::new(sub.credit.window(), result.seq, offset);
-                    let old = std::mem::replace(&mut sub.credit, fresh);
-                    if old.in_flight() > 0 {
-                        sub.prior = Some((result.seq, old));
-                    }
-                } else {
-                    sub.credit.reset_to(result.seq, offset);
-                }
-                sub.awaiting_snapshot = false;
-                let sink = sub.sink.clone();
-                self.deliver(
-                    id,
-                    &sink,
-                    Delivery::Snapshot {
-                        seq: result.seq,
-                        cols: result.cols,
-                        rows: result.rows,
-                        data,
-                    },
-                );
-                self.pump(id, ctx);
-            }
-        }
-    }
-
     fn on_exit_or_eof(&mut self, ctx: &mut Context<Self>) {
         if self.finished {
             return;
@@ -493,6 +358,8 @@ impl SessionActor {
             signal: None,
         });
         self.finished = true;
+        // The program has exited and its output ended: let the waiter reap.
+        self.reap_guard = None;
         self.shared.exited.store(true, Ordering::Release);
         self.shared.update(|m| {
             m.status = SessionStatus::Exited;
@@ -504,6 +371,14 @@ impl SessionActor {
             signal: exit.signal_name(),
         }));
         self.notify_changed();
+    }
+
+    /// Signals the program's groups, unless it may have been reaped
+    /// (then its ids may belong to someone else now).
+    fn signal(&self, signal: nix::sys::signal::Signal) {
+        if self.reap_guard.is_some() {
+            pty::signal_groups(self.pid, &self.master, signal);
+        }
     }
 
     fn set_viewers(&self) {

@@ -3,11 +3,19 @@
 //! behind the replay window) and answer every waiting request from one pass,
 //! so a reconnect storm costs one catch-up, not one per client.
 
+use std::sync::atomic::{AtomicU32, Ordering};
+
 use bytes::Bytes;
 
 use super::messages::{ScreenOut, ScreenResult, ScreenWant};
 use crate::ring::{Frame, Ring};
 use crate::screen::{ResizeMark, ScreenModel};
+
+/// Fault injection for tests of the failure path: this many upcoming jobs
+/// panic as a bug in the emulator would. Zero (always, outside such tests)
+/// costs one relaxed load per job.
+#[doc(hidden)]
+pub static FAIL_SCREEN_JOBS: AtomicU32 = AtomicU32::new(0);
 
 /// Everything a job needs, cloned out of the session (frames are shared
 /// buffers, so this is cheap).
@@ -16,6 +24,7 @@ pub struct Job {
     pub frames: Vec<Frame>,
     pub marks: Vec<ResizeMark>,
     pub modes: String,
+    /// Distinct requests: each is computed once per pass.
     pub wants: Vec<ScreenWant>,
 }
 
@@ -64,6 +73,11 @@ impl Job {
     }
 
     pub fn run(mut self) -> Done {
+        let inject = FAIL_SCREEN_JOBS
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+        if inject.is_ok() {
+            panic!("injected screen job failure (FAIL_SCREEN_JOBS)");
+        }
         self.model.advance(&self.frames, &self.marks);
         let (cols, rows) = self.model.size();
         let seq = self.model.seq();

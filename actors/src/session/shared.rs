@@ -14,9 +14,6 @@ pub struct SessionShared {
     pub command: Vec<String>,
     pub cwd: Option<String>,
     pub created_at: u64,
-    /// Secret in the program's `TERMESH_HOOK_URL`: lets the program report
-    /// its own lifecycle hooks without a token (this session only).
-    pub hook_key: String,
     pub last_seq: AtomicU64,
     /// Unix ms of the last output (creation time before any).
     pub last_output_ms: AtomicU64,

@@ -17,6 +17,7 @@ use actix_web::{web, App, HttpServer};
 use anyhow::Context;
 use termesh_actors::connection::Connections;
 use termesh_actors::create::CreateDefaults;
+use termesh_actors::hook::HookSecret;
 use termesh_actors::metrics::Metrics;
 use termesh_actors::ops::NodeCtx;
 use termesh_actors::registry::{Directory, Registry, RegistryConfig, Shutdown};
@@ -83,6 +84,7 @@ pub fn run(
         let metrics = Arc::new(Metrics::default());
         let dir = Directory::default();
         let stall = StallClock::new(config.watchdog.tick);
+        let hook_secret = HookSecret::random();
         WatchdogActor::new(
             stall.clone(),
             config.watchdog.tick,
@@ -104,6 +106,7 @@ pub fn run(
                 },
                 max_sessions: config.session.max_sessions,
                 http_base: format!("http://{addr}"),
+                hook_secret: hook_secret.clone(),
             },
             dir.clone(),
             metrics.clone(),
@@ -119,6 +122,7 @@ pub fn run(
                 tokens: Arc::new(config.auth.tokens.clone()),
                 ws: config.ws.clone(),
                 stall,
+                hook_secret,
                 default_window: config.session.default_window,
                 window_bounds: (defaults::WINDOW_MIN, defaults::WINDOW_MAX),
             },

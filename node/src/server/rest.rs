@@ -339,11 +339,16 @@ async fn hook(
 ) -> HttpResponse {
     respond(
         async {
-            let handle = state.node.session(&path)?;
+            // Authorize before looking anything up: an unauthorized caller
+            // learns nothing about which sessions exist.
             let key: HookQuery = query(&req)?;
-            if key.key.as_deref() != Some(handle.shared.hook_key.as_str()) {
+            let key_ok = key
+                .key
+                .is_some_and(|k| state.node.hook_secret.verify(&path, &k));
+            if !key_ok {
                 require(&req, &state.node.tokens, Role::Operator)?;
             }
+            state.node.session(&path)?;
             let body: HookBody = required_json(payload).await?;
             let phase = match body.hook_event_name.as_str() {
                 "UserPromptSubmit" => Some("running"),

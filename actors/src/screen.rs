@@ -339,6 +339,18 @@ mod tests {
     }
 
     #[test]
+    fn snapshots_are_portable_where_avts_dump_is_not() {
+        let m = model_after(
+            &[b"+------------------------+\r\n\x1b[38;5;208morange\x1b[0m\x1b[?1049h\x1b[38;2;1;2;3mx"],
+            40,
+            10,
+        );
+        assert!(!crate::portable::is_portable(&m.term.dump()));
+        let snapshot = m.snapshot(0, "");
+        assert!(crate::portable::is_portable(&snapshot), "{snapshot:?}");
+    }
+
+    #[test]
     fn snapshot_puts_requested_history_above_the_screen() {
         let mut out = Vec::new();
         for i in 0..50 {

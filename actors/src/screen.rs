@@ -159,7 +159,7 @@ impl ScreenModel {
             }
             out.push_str("\x1b[H");
         }
-        out.push_str(&self.term.dump());
+        out.push_str(&crate::portable::portable(&self.term.dump()));
         out.push_str(modes);
         out
     }

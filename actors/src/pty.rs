@@ -180,7 +180,10 @@ pub fn spawn(spec: &SpawnSpec, thread_name: &str) -> Result<Pty, SpawnError> {
 /// request's fault; running out of descriptors, processes or memory is the
 /// node's.
 fn program_error(program: &str, e: anyhow::Error) -> SpawnError {
-    let io = e.downcast_ref::<std::io::Error>();
+    // The OS error may sit anywhere in the chain (a `dup` error wraps it).
+    let io = e
+        .chain()
+        .find_map(|cause| cause.downcast_ref::<std::io::Error>());
     let node_fault = io
         .and_then(std::io::Error::raw_os_error)
         .is_some_and(|code| {
@@ -189,7 +192,7 @@ fn program_error(program: &str, e: anyhow::Error) -> SpawnError {
                 libc::EMFILE | libc::ENFILE | libc::EAGAIN | libc::ENOMEM | libc::ENOSPC
             )
         });
-    let (program, reason) = (program.to_string(), e.to_string());
+    let (program, reason) = (program.to_string(), format!("{e:#}"));
     if node_fault {
         SpawnError::Resources { program, reason }
     } else {

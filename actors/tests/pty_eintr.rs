@@ -1,0 +1,91 @@
+//! A signal that interrupts the PTY reader's blocking read is not the end
+//! of output. The test installs a handler without SA_RESTART and signals
+//! the reader thread while it waits in `read`. Its own test binary: the
+//! handler is process-wide.
+#![allow(unsafe_code)] // sigaction and tgkill, to interrupt one thread.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
+use termesh_actors::pty::{spawn, PtyEvent, SpawnSpec};
+
+extern "C" fn ignore(_: libc::c_int) {}
+
+/// The thread named `name` in this process, once it sits in `read`.
+fn thread_blocked_in_read(name: &str) -> i32 {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        for entry in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+            let tid = entry.file_name().to_string_lossy().parse::<i32>().unwrap();
+            let comm = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
+            let syscall = std::fs::read_to_string(entry.path().join("syscall")).unwrap_or_default();
+            let in_read = syscall.split(' ').next() == Some(&libc::SYS_read.to_string());
+            if comm.trim() == name && in_read {
+                return tid;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no thread {name} blocked in read"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn an_interrupted_read_is_not_end_of_output() {
+    let action = SigAction::new(
+        SigHandler::Handler(ignore),
+        SaFlags::empty(),
+        SigSet::empty(),
+    );
+    // SAFETY: the handler does nothing, so it is async-signal-safe.
+    unsafe { sigaction(Signal::SIGUSR1, &action) }.unwrap();
+
+    let mut pty = spawn(
+        &SpawnSpec {
+            command: vec!["sh".into(), "-c".into(), "echo ready; exec cat".into()],
+            cwd: None,
+            env: BTreeMap::new(),
+            cols: 80,
+            rows: 24,
+        },
+        "eintr",
+    )
+    .unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut seen = String::new();
+    let mut wait_for = |needle: &str, seen: &mut String| {
+        runtime.block_on(async {
+            tokio::time::timeout(Duration::from_secs(60), async {
+                while !seen.contains(needle) {
+                    match pty.events.recv().await {
+                        Some(PtyEvent::Output(data)) => {
+                            seen.push_str(&String::from_utf8_lossy(&data))
+                        }
+                        Some(PtyEvent::Eof) => panic!("the reader ended: {seen:?}"),
+                        other => panic!("{other:?}"),
+                    }
+                }
+            })
+            .await
+            .expect("output in time")
+        })
+    };
+    wait_for("ready", &mut seen);
+    for round in 0..3 {
+        let tid = thread_blocked_in_read("eintr-read");
+        // SAFETY: tgkill with this process's id and one of its threads.
+        let sent = unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), tid, libc::SIGUSR1) };
+        assert_eq!(sent, 0);
+        let word = format!("after-signal-{round}");
+        pty.input
+            .try_send(bytes::Bytes::from(format!("{word}\n")))
+            .unwrap();
+        wait_for(&word, &mut seen);
+    }
+}

@@ -7,80 +7,16 @@
 //! `TERMESH_BENCH_MB` changes the 64 MiB throughput payload;
 //! `TERMESH_BENCH_SESSIONS` the 1,000 idle sessions and clients.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+mod common;
+
+use common::*;
 use portable_pty::{native_pty_system, CommandBuilder, PtySize};
-use termesh_node::client::{Client, Target};
-use termesh_transport::{ClientMsg, CreateRequest, ServerMsg};
-
-const WINDOW: u64 = 1 << 20;
-
-struct Node {
-    child: Child,
-    target: Target,
-    _dir: tempfile::TempDir,
-}
-
-impl Node {
-    fn start() -> Node {
-        let dir = tempfile::tempdir().unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_termesh"))
-            .args(["node", "--listen", "127.0.0.1:0"])
-            .arg("--data-dir")
-            .arg(dir.path())
-            .env("TERMESH_LOG", "warn")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start the termesh binary");
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let first = lines.next().unwrap().unwrap();
-        let url = first
-            .split_whitespace()
-            .find(|w| w.starts_with("http://"))
-            .unwrap()
-            .to_string();
-        std::thread::spawn(move || for _ in lines {});
-        let token = std::fs::read_to_string(dir.path().join("admin.token"))
-            .unwrap()
-            .trim()
-            .to_string();
-        Node {
-            child,
-            target: Target {
-                url,
-                token: Some(token),
-            },
-            _dir: dir,
-        }
-    }
-
-    fn rss_kib(&self) -> u64 {
-        rss_kib(self.child.id())
-    }
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(self.child.id() as i32),
-            nix::sys::signal::Signal::SIGTERM,
-        );
-        let _ = self.child.wait();
-    }
-}
-
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find(|l| l.starts_with("VmRSS:"))
-        .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-        .unwrap_or(0)
-}
+use termesh_node::client::Client;
+use termesh_transport::{ClientMsg, ServerMsg};
 
 fn payload(path: &Path, mib: usize) {
     let line =
@@ -125,31 +61,6 @@ fn raw_pty(path: &Path) -> (usize, Duration) {
     (total, elapsed)
 }
 
-async fn create(c: &mut Client, command: &str) -> String {
-    let req = CreateRequest {
-        command: Some(vec!["sh".into(), "-c".into(), command.into()]),
-        ..Default::default()
-    };
-    match c.request(|id| ClientMsg::Create { id, req }).await.unwrap() {
-        ServerMsg::Created { session, .. } => session.id,
-        other => panic!("{other:?}"),
-    }
-}
-
-async fn subscribe(c: &mut Client, session: &str, from_seq: Option<u64>) {
-    let reply = c
-        .request(|id| ClientMsg::Subscribe {
-            id,
-            session: session.into(),
-            from_seq,
-            window: Some(WINDOW),
-            scrollback: None,
-        })
-        .await
-        .unwrap();
-    assert!(matches!(reply, ServerMsg::Subscribed { .. }));
-}
-
 /// Same payload through a node to a WebSocket client that acks per protocol.
 async fn through_termesh(node: &Node, path: &Path, expected: usize) -> Duration {
     let mut c = Client::connect(&node.target).await.unwrap();
@@ -183,10 +94,6 @@ async fn through_termesh(node: &Node, path: &Path, expected: usize) -> Duration 
         }
     }
     start.elapsed()
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
 }
 
 /// Keystroke to echo through the node; optionally with a flood on the same
@@ -434,7 +341,7 @@ fn main() {
     );
 
     // Alternating rounds, medians: the two share the machine's noise.
-    let node = Node::start();
+    let node = Node::start("");
     let (mut raw_rates, mut ws_rates) = (Vec::new(), Vec::new());
     for _ in 0..5 {
         let (raw_bytes, raw_time) = raw_pty(&file);
@@ -496,8 +403,4 @@ fn main() {
         with_clients,
         (with_clients.saturating_sub(with_sessions)) as f64 / sessions as f64
     );
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
 }

@@ -40,15 +40,24 @@ async fn an_ack_after_unsubscribe_is_ignored() {
     }
 }
 
-/// A session with many messages queued (acks) is served, not reported gone.
+/// A session with many messages queued (acks from raw clients, who ack
+/// every frame, and from a client acking in bursts) is served, not
+/// reported gone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_busy_session_answers_screen_requests() {
     let node = TestNode::start();
-    let session = node
-        .create(&["sh", "-c", "seq 1 2000; exec sleep 1000"])
-        .await
-        .id;
-    wait_output(&node, &session, "2000").await;
+    let session = node.create(&["yes", "busy busy busy"]).await.id;
+    let url = format!(
+        "ws://{}/sessions/{session}/raw?token={VIEWER}",
+        node.node.addr()
+    );
+    let mut raws = Vec::new();
+    for _ in 0..3 {
+        let (mut raw, _) = tokio_tungstenite::connect_async(&url).await.unwrap();
+        raws.push(tokio::spawn(async move {
+            while let Some(Ok(_)) = raw.next().await {}
+        }));
+    }
     let mut ws = wire::connect(node.node.addr(), VIEWER, None).await;
     let _welcome = wire::read_msg(&mut ws).await;
     wire::send(
@@ -56,15 +65,15 @@ async fn a_busy_session_answers_screen_requests() {
         &ClientMsg::Subscribe {
             id: 1,
             session: session.clone(),
-            from_seq: Some(0),
-            window: None,
+            from_seq: None,
+            window: Some(16 << 10),
             scrollback: None,
         },
     )
     .await;
     for round in 0..20u64 {
         // Hundreds of acks and a screen request in one write: the acks
-        // fill the session's mailbox ahead of the request.
+        // queue in the session's mailbox ahead of the request.
         for _ in 0..300 {
             let ack = ClientMsg::Ack {
                 session: session.clone(),
@@ -90,6 +99,9 @@ async fn a_busy_session_answers_screen_requests() {
                 _ => {}
             }
         }
+    }
+    for raw in raws {
+        raw.abort();
     }
 }
 

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Runs the test suite (the README's test command). First installs, when
+# missing, what the tests drive besides the Rust toolchain: programs run in
+# real PTYs (bash, coreutils), tmux (an independent terminal that snapshots
+# are checked against) and bindfs with FUSE (a mount whose daemon the test
+# stops, as a dead network mount). The suite runs as root, as CI does: it
+# mounts FUSE and steers pid allocation (/proc/sys/kernel/ns_last_pid).
+# Extra arguments go to `cargo test`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+missing=()
+need() { command -v "$1" >/dev/null 2>&1 || missing+=("$2"); }
+need bash bash
+need stty coreutils
+need tmux tmux
+need bindfs bindfs
+need fusermount3 fuse3
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing ${missing[*]}"
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+exec cargo test --workspace "$@"

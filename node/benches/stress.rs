@@ -3,9 +3,9 @@
 //! `stress-ng --cpu $(nproc) --vm 2 --vm-bytes <size>` on the same host:
 //!
 //! - a typist on an echo session (a keystroke every 20 ms, echo timed);
-//! - a viewer of a flood (256 KiB of text every 10 ms, up to ~25 MB/s:
-//!   what the viewer keeps up with on an idle host), acking as the protocol
-//!   says;
+//! - a viewer of a flood (a shell loop writing 256 KiB of text, pausing
+//!   10 ms, again: 7 to 10 MB/s here, which the viewer keeps up with),
+//!   acking as the protocol says;
 //! - a slow viewer (16 KiB window, a pause after every message) of a
 //!   build-log-like session;
 //! - 50 idle viewers of a quiet session.
@@ -241,16 +241,19 @@ fn main() {
     println!("  clients: a typist, a flood viewer, a slow viewer, {IDLE_VIEWERS} idle viewers");
     println!("  node liveness: ping 2 s, stale after 6 s, reap after 12 s");
 
+    let dir = tempfile::tempdir().unwrap();
+    let chunk = dir.path().join("chunk.txt");
+    let line = "flood: the quick brown fox jumps over the lazy dog 0123456789 abcdefghij\n";
+    std::fs::write(&chunk, line.repeat((256 << 10) / line.len())).unwrap();
     let (peak_mem, stall_before) = rt.block_on(async {
         let mut admin = Client::connect(&node.target).await.unwrap();
         let echo = create(&mut admin, "stty raw -echo; exec cat").await;
-        let flood = create(
-            &mut admin,
-            "exec yes 'flood flood flood flood flood flood flood flood flood flood'",
-        )
-        .await;
-        let chatty = create(&mut admin, "while :; do seq 1 20000; sleep 0.1; done").await;
+        let flood_cmd = format!("while :; do cat {}; sleep 0.01; done", chunk.display());
+        let flood = create(&mut admin, &flood_cmd).await;
+        let chatty = create(&mut admin, "while :; do seq 1 1000; sleep 0.1; done").await;
         let quiet = create(&mut admin, "exec sleep 100000").await;
+        // Every connection from here on holds a subscription.
+        admin.close().await;
         let mut tasks = Vec::new();
         let mut typist = Client::connect(&node.target).await.unwrap();
         subscribe(&mut typist, &echo, Some(0)).await;

@@ -11,6 +11,7 @@ mod common;
 use std::process::Command;
 
 use common::*;
+use futures_util::StreamExt;
 use termesh_actors::portable::is_portable;
 use termesh_transport::{ClientMsg, CreateRequest, ServerMsg};
 
@@ -204,10 +205,20 @@ async fn snapshots_draw_the_live_screen_in_other_emulators() {
     .await
     .unwrap();
     let rest = rest["data"].as_str().unwrap().as_bytes().to_vec();
+    let raw_url = format!(
+        "ws://{}/sessions/{session}/raw?token={VIEWER}",
+        node.node.addr()
+    );
+    let (mut raw_ws, _) = tokio_tungstenite::connect_async(raw_url).await.unwrap();
+    let raw = match within(PATIENCE, "the raw snapshot", raw_ws.next()).await {
+        Some(Ok(tokio_tungstenite::tungstenite::Message::Binary(data))) => data,
+        other => panic!("{other:?}"),
+    };
     for (surface, data) in [
         ("screen", &ws_screen),
         ("subscribe", &ws_sub),
         ("REST", &rest),
+        ("raw", &raw),
     ] {
         assert!(
             is_portable(&String::from_utf8_lossy(data)),

@@ -255,9 +255,22 @@ fn main() {
         // Every connection from here on holds a subscription.
         admin.close().await;
         let mut tasks = Vec::new();
-        let mut typist = Client::connect(&node.target).await.unwrap();
-        subscribe(&mut typist, &echo, Some(0)).await;
-        tasks.push(tokio::spawn(type_keys(typist, echo, seen.clone())));
+        // The typist has a thread and runtime of its own, so what it
+        // measures is the node, not this process's other clients.
+        let typist = std::thread::spawn({
+            let (target, seen) = (node.target.clone(), seen.clone());
+            move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap();
+                rt.block_on(async {
+                    let mut typist = Client::connect(&target).await.unwrap();
+                    subscribe(&mut typist, &echo, Some(0)).await;
+                    type_keys(typist, echo, seen).await;
+                })
+            }
+        });
         let mut viewer = Client::connect(&node.target).await.unwrap();
         subscribe(&mut viewer, &flood, None).await;
         tasks.push(tokio::spawn(view(
@@ -328,6 +341,7 @@ fn main() {
         for task in tasks {
             let _ = task.await;
         }
+        let _ = typist.join();
         (peak_mem, stall_before)
     });
     let m = rt.block_on(metrics(&url));

@@ -414,6 +414,8 @@ fn main() {
     .collect();
     if !failures.is_empty() {
         println!("\nFAILED: {}", failures.join(", "));
+        // `exit` runs no destructors: stop the node (and its sessions) first.
+        drop(node);
         std::process::exit(1);
     }
     println!("\npassed: no disconnects, no reaps, at most one resync each, every stale episode recovered");

@@ -330,16 +330,7 @@ async fn raw_input_may_come_in_fragments() {
     );
     let (mut ws, _) = tokio_tungstenite::connect_async(url).await.unwrap();
     let mut seen = Vec::new();
-    async fn read_until(ws: &mut RawWs, needle: &str, seen: &mut Vec<u8>) {
-        within(PATIENCE, needle, async {
-            while !String::from_utf8_lossy(seen).contains(needle) {
-                if let Message::Binary(b) = ws.next().await.unwrap().unwrap() {
-                    seen.extend_from_slice(&b);
-                }
-            }
-        })
-        .await
-    }
+    let read_until = wire::raw_read_until;
     read_until(&mut ws, "ready", &mut seen).await;
     let parts: [(&[u8], bool, OpCode); 3] = [
         (b"frag", false, OpCode::Data(Data::Binary)),
@@ -391,6 +382,3 @@ async fn raw_input_may_come_in_fragments() {
     .await;
     assert_eq!(code, 1009);
 }
-
-type RawWs =
-    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;

@@ -278,17 +278,7 @@ async fn raw_endpoint_streams_bytes_and_takes_input_and_resize() {
         .await
         .unwrap();
     let mut seen = Vec::new();
-    let read_until =
-        async |ws: &mut tokio_tungstenite::WebSocketStream<_>, needle: &str, seen: &mut Vec<u8>| {
-            within(PATIENCE, needle, async {
-                while !String::from_utf8_lossy(seen).contains(needle) {
-                    if let Message::Binary(b) = ws.next().await.unwrap().unwrap() {
-                        seen.extend_from_slice(&b);
-                    }
-                }
-            })
-            .await
-        };
+    let read_until = common::wire::raw_read_until;
     read_until(&mut ws, "ready", &mut seen).await;
     ws.send(Message::Text(
         r#"{"type":"resize","cols":77,"rows":22}"#.into(),

@@ -36,26 +36,24 @@ impl SessionActor {
         to: ScreenTo,
         ctx: &mut Context<Self>,
     ) {
-        if let ScreenTo::Reply(reply) = to {
-            let replies = self
-                .waiting
+        let replies = || {
+            self.waiting
                 .iter()
                 .filter(|w| matches!(w.to, ScreenTo::Reply(_)))
-                .count();
-            if replies >= MAX_WAITING {
-                let _ = reply.send(Err(ApiError::new(
-                    ErrorCode::Unavailable,
-                    format!(
-                        "session `{}` has {MAX_WAITING} screen requests waiting; try again",
-                        self.id
-                    ),
-                )));
+                .count()
+        };
+        if let ScreenTo::Reply(reply) = to {
+            if replies() >= MAX_WAITING {
+                let busy = format!(
+                    "session `{}` has {MAX_WAITING} screen requests waiting; try again",
+                    self.id
+                );
+                let _ = reply.send(Err(ApiError::new(ErrorCode::Unavailable, busy)));
                 return;
             }
-            self.queue_screen(want, ScreenTo::Reply(reply), false, ctx);
-        } else {
-            self.queue_screen(want, to, false, ctx);
+            return self.queue_screen(want, ScreenTo::Reply(reply), false, ctx);
         }
+        self.queue_screen(want, to, false, ctx);
     }
 
     fn queue_screen(

@@ -77,8 +77,19 @@ impl BinaryNode {
 }
 
 impl Drop for BinaryNode {
+    /// A clean stop (SIGTERM: the node ends its sessions), bounded; then
+    /// SIGKILL if it did not stop.
     fn drop(&mut self) {
-        let _ = nix::sys::signal::kill(self.pid(), nix::sys::signal::Signal::SIGCONT);
+        use nix::sys::signal::{kill, Signal};
+        let _ = kill(self.pid(), Signal::SIGCONT);
+        let _ = kill(self.pid(), Signal::SIGTERM);
+        let deadline = std::time::Instant::now() + super::PATIENCE;
+        while std::time::Instant::now() < deadline {
+            if !matches!(self.child.try_wait(), Ok(None)) {
+                return;
+            }
+            super::poll_pause_blocking();
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }

@@ -100,3 +100,18 @@ pub async fn metric(url: &str, name: &str) -> f64 {
         .get(name)
         .unwrap_or_else(|| panic!("no metric {name}"))
 }
+
+/// A client of the raw endpoint (`/sessions/{id}/raw`).
+pub type RawWs = WebSocketStream<tokio_tungstenite::MaybeTlsStream<TcpStream>>;
+
+/// Reads raw terminal bytes into `seen` until they contain `needle`.
+pub async fn raw_read_until(ws: &mut RawWs, needle: &str, seen: &mut Vec<u8>) {
+    super::within(super::PATIENCE, needle, async {
+        while !String::from_utf8_lossy(seen).contains(needle) {
+            if let Message::Binary(b) = ws.next().await.unwrap().unwrap() {
+                seen.extend_from_slice(&b);
+            }
+        }
+    })
+    .await
+}

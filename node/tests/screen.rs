@@ -256,7 +256,7 @@ async fn rest_api() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn raw_endpoint_streams_bytes_and_takes_input_and_resize() {
-    use futures_util::{SinkExt, StreamExt};
+    use futures_util::SinkExt;
     use tokio_tungstenite::tungstenite::Message;
     let node = TestNode::start();
     let session = node

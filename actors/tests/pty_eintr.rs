@@ -29,6 +29,7 @@ fn thread_blocked_in_read(name: &str) -> i32 {
             Instant::now() < deadline,
             "no thread {name} blocked in read"
         );
+        // Another thread's state has no event to wait on: poll, bounded above.
         std::thread::sleep(Duration::from_millis(10));
     }
 }

@@ -211,14 +211,20 @@ impl ScreenModel {
     }
 }
 
-/// One row as text with SGR attributes, trailing default blanks trimmed.
+/// One row as text with SGR attributes, trailing default blanks trimmed:
+/// written into a terminal, it draws the row as the screen showed it.
 pub fn render_line(line: &Line) -> String {
     let mut out = String::new();
     let mut pending_blanks = String::new();
     let mut current = Pen::default();
     for cells in line.chunks(|a, b| a.pen() != b.pen()) {
         let pen = *cells[0].pen();
-        let text: String = cells.iter().map(|c| c.char()).collect();
+        // The second cell of a wide character holds no character of its own.
+        let text: String = cells
+            .iter()
+            .filter(|c| c.width() > 0)
+            .map(|c| c.char())
+            .collect();
         // Blanks in the default pen only count when something follows them.
         let (body, blanks) = if pen.is_default() {
             let body = text.trim_end_matches(' ');
@@ -227,6 +233,12 @@ pub fn render_line(line: &Line) -> String {
             (text.as_str(), "")
         };
         if !body.is_empty() {
+            if !pending_blanks.is_empty() && !current.is_default() {
+                // Blanks of the default pen are drawn in it, not in the
+                // colour or underline of the text before them.
+                out.push_str("\x1b[0m");
+                current = Pen::default();
+            }
             out.push_str(&pending_blanks);
             pending_blanks.clear();
             if pen != current {
@@ -382,6 +394,51 @@ mod tests {
             vec!["\x1b[0;32mok\x1b[0m done".to_string(), "100%".to_string()]
         );
         assert_eq!(m.lines(1), vec!["100%".to_string()]);
+    }
+
+    /// History lines draw in an independent emulator (the `vt100` crate)
+    /// exactly what the live output drew: no colour or underline carried
+    /// onto the blanks after coloured text, wide characters in place.
+    #[test]
+    fn history_lines_render_as_the_screen_showed_them() {
+        let rows: [&[u8]; 5] = [
+            b"\x1b[4munder\x1b[0m   plain \x1b[31mred\x1b[0m  \x1b[42mgreen bg\x1b[0m end",
+            b"\x1b[1;33mbold\x1b[0m \x1b[7minv\x1b[0m",
+            "\x1b[38;5;208m界面\x1b[0m  wide \x1b[4m字\x1b[0m x".as_bytes(),
+            b"\x1b[44m  \x1b[0m  \x1b[38;2;1;2;3mrgb\x1b[0m",
+            b"no colour at all",
+        ];
+        let cells = |bytes: &[u8]| -> Vec<String> {
+            let mut p = vt100::Parser::new(1.try_into().unwrap(), 60.try_into().unwrap(), 0);
+            p.process(bytes);
+            (0..60)
+                .map(|c| {
+                    let cell = p.screen().cell(0, c).unwrap();
+                    let text = match cell.contents() {
+                        "" if !cell.is_wide_continuation() => " ",
+                        t => t,
+                    };
+                    format!(
+                        "{text}{:?}{:?}{}{}{}",
+                        cell.fgcolor(),
+                        cell.bgcolor(),
+                        cell.bold(),
+                        cell.underline(),
+                        cell.inverse()
+                    )
+                })
+                .collect()
+        };
+        for row in rows {
+            let m = model_after(&[row], 60, 3);
+            let line = render_line(&m.term.screen().visible_lines().next().unwrap().clone());
+            assert_eq!(
+                cells(line.as_bytes()),
+                cells(row),
+                "{:?} rendered as {line:?}",
+                String::from_utf8_lossy(row)
+            );
+        }
     }
 
     #[test]

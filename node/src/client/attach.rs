@@ -51,6 +51,9 @@ impl Drop for RawMode {
 
 struct State {
     opts: AttachOptions,
+    /// Stdin ended (a file or /dev/null, not a terminal): the attach goes
+    /// on showing output until the session ends; errors still surface.
+    stdin_done: bool,
     /// Seq of the last output or snapshot written; `None` before the first.
     last_seq: Option<u64>,
     reset_next_snapshot: bool,
@@ -73,6 +76,7 @@ pub async fn attach(target: &Target, opts: AttachOptions) -> anyhow::Result<Ende
         .context("cannot watch window-size changes")?;
     let mut state = State {
         opts,
+        stdin_done: false,
         last_seq: None,
         reset_next_snapshot: false,
         unacked: 0,
@@ -95,7 +99,7 @@ pub async fn attach(target: &Target, opts: AttachOptions) -> anyhow::Result<Ende
                     loop {
                         tokio::select! {
                             _ = &mut sleep => break,
-                            chunk = input.recv() => {
+                            chunk = input.recv(), if !state.stdin_done => {
                                 if let Some(end) = state.take_input(chunk) {
                                     return state.finish(end).await;
                                 }
@@ -140,7 +144,7 @@ async fn session_loop(
                     return Ok(end);
                 }
             }
-            chunk = input.recv() => {
+            chunk = input.recv(), if !state.stdin_done => {
                 if let Some(end) = state.take_input(chunk) {
                     return Ok(end);
                 }
@@ -201,11 +205,13 @@ impl State {
         Ok(Step::Continue)
     }
 
-    /// Takes a stdin chunk; returns `Some` when the detach key was pressed
-    /// or stdin ended.
+    /// Takes a stdin chunk; returns `Some` when the detach key was pressed.
+    /// The end of stdin (only possible when it is not a terminal) stops
+    /// input, not the attach: output and errors still show.
     fn take_input(&mut self, chunk: Option<Vec<u8>>) -> Option<Ended> {
         let Some(chunk) = chunk else {
-            return Some(Ended::Detached);
+            self.stdin_done = true;
+            return None;
         };
         let (before, detach) = match chunk.iter().position(|b| *b == self.opts.detach_key) {
             Some(at) => (&chunk[..at], true),

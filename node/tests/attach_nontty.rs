@@ -1,0 +1,67 @@
+//! `termesh attach` with stdin that is not a terminal (`</dev/null`):
+//! errors surface with a non-zero exit, and the end of stdin does not
+//! detach (output still shows until the session ends).
+
+mod common;
+
+use std::process::{Command, Stdio};
+
+use common::*;
+
+async fn attach_without_a_terminal(node: &TestNode, session: &str) -> std::process::Output {
+    let (url, session) = (node.url(), session.to_string());
+    tokio::task::spawn_blocking(move || {
+        // `timeout` bounds a hang (a bug) so the test fails, not CI.
+        Command::new("timeout")
+            .arg("120")
+            .arg(env!("CARGO_BIN_EXE_termesh"))
+            .args(["attach", "--scrollback", "0", &session])
+            .env("TERMESH_URL", url)
+            .env("TERMESH_TOKEN", OPERATOR)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attach_without_a_terminal_reports_errors_and_follows_output() {
+    let node = TestNode::start();
+    let out = within(
+        PATIENCE,
+        "attach of an unknown session",
+        attach_without_a_terminal(&node, "nosuchsession"),
+    )
+    .await;
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "exit {:?}", out.status);
+    assert!(err.contains("nosuchsession"), "{err}");
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("detached"));
+
+    // A session that prints, then ends: its output shows and the exit
+    // code is the session's, although stdin ended at once.
+    let go = node.data_dir.path().join("go");
+    let script = format!(
+        "while [ ! -e {} ]; do sleep 0.05; done; echo late-output; exit 3",
+        go.display()
+    );
+    let session = node.create(&["sh", "-c", &script]).await.id;
+    let attached = attach_without_a_terminal(&node, &session);
+    let release = async {
+        node.wait_info(&session, "the attach to subscribe", |s| s.viewers == 1)
+            .await;
+        std::fs::write(&go, "").unwrap();
+    };
+    let (out, ()) = within(
+        PATIENCE,
+        "attach to follow the session",
+        futures_util::future::join(attached, release),
+    )
+    .await;
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("late-output"), "{text}");
+    assert!(text.contains("exited with code 3"), "{text}");
+    assert_eq!(out.status.code(), Some(3));
+}

@@ -332,27 +332,20 @@ async fn raw_input_may_come_in_fragments() {
     let mut seen = Vec::new();
     let read_until = wire::raw_read_until;
     read_until(&mut ws, "ready", &mut seen).await;
-    let parts: [(&[u8], bool, OpCode); 3] = [
-        (b"frag", false, OpCode::Data(Data::Binary)),
-        (b"men", false, OpCode::Data(Data::Continue)),
-        (b"ted\n", true, OpCode::Data(Data::Continue)),
-    ];
-    for (data, fin, op) in parts {
-        ws.send(Message::Frame(Frame::message(data.to_vec(), op, fin)))
-            .await
-            .unwrap();
+    // One message as fragments: the first frame of `kind`, continuations.
+    async fn send_fragments(ws: &mut wire::RawWs, kind: Data, parts: &[&[u8]]) {
+        for (i, part) in parts.iter().enumerate() {
+            let op = OpCode::Data(if i == 0 { kind } else { Data::Continue });
+            let fin = i + 1 == parts.len();
+            ws.send(Message::Frame(Frame::message(part.to_vec(), op, fin)))
+                .await
+                .unwrap();
+        }
     }
+    send_fragments(&mut ws, Data::Binary, &[b"frag", b"men", b"ted\n"]).await;
     read_until(&mut ws, "got fragmented", &mut seen).await;
     // Text fragments too.
-    let parts: [(&[u8], bool, OpCode); 2] = [
-        (b"te", false, OpCode::Data(Data::Text)),
-        (b"xt\n", true, OpCode::Data(Data::Continue)),
-    ];
-    for (data, fin, op) in parts {
-        ws.send(Message::Frame(Frame::message(data.to_vec(), op, fin)))
-            .await
-            .unwrap();
-    }
+    send_fragments(&mut ws, Data::Text, &[b"te", b"xt\n"]).await;
     read_until(&mut ws, "got text", &mut seen).await;
     // Fragments past the bound close with 1009.
     let chunk = vec![b'x'; 600 << 10];

@@ -100,7 +100,11 @@ impl NodeCtx {
 
     pub fn rename(&self, id: &str, name: String) -> Result<(), ApiError> {
         check_name(&name)?;
-        self.session(id)?.addr.do_send(Rename { name });
+        let handle = self.session(id)?;
+        if let Some(other) = self.dir.named(&name, Some(id)) {
+            return Err(crate::registry::name_taken(&name, &other));
+        }
+        handle.addr.do_send(Rename { name });
         Ok(())
     }
 

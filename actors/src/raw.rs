@@ -137,10 +137,21 @@ impl Handler<Deliver> for RawActor {
                 }
             }
             Delivery::ResyncRequired { .. } => self.repaint = true,
-            Delivery::Closed => {
+            Delivery::Closed { removed } => {
                 ctx.close(Some(CloseReason {
-                    code: CloseCode::Normal,
-                    description: Some("session removed".into()),
+                    code: if removed {
+                        CloseCode::Normal
+                    } else {
+                        CloseCode::Away
+                    },
+                    description: Some(
+                        if removed {
+                            "session removed"
+                        } else {
+                            "node shutting down"
+                        }
+                        .into(),
+                    ),
                 }));
                 ctx.stop();
             }

@@ -4,7 +4,7 @@
 //! (a read-mostly map behind a lock) so a keystroke never waits for a
 //! message round trip; only this actor writes it.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, RwLock};
 
@@ -57,6 +57,14 @@ impl Directory {
         let mut infos: Vec<SessionInfo> = map.values().map(|h| h.shared.info()).collect();
         infos.sort_by(|a, b| a.created_at.cmp(&b.created_at).then(a.id.cmp(&b.id)));
         infos
+    }
+
+    /// The id of the session (other than `except`) named `name`.
+    pub fn named(&self, name: &str, except: Option<&str>) -> Option<String> {
+        let map = self.0.read().ok()?;
+        map.values()
+            .find(|h| Some(&*h.id) != except && h.shared.name().as_deref() == Some(name))
+            .map(|h| h.id.to_string())
     }
 
     /// Every session id.
@@ -118,7 +126,9 @@ pub struct Registry {
     next_arbiter: usize,
     watchers: HashMap<u64, Watcher>,
     /// Ids of sessions whose program is being started off this thread.
-    starting: HashSet<Arc<str>>,
+    /// Ids of sessions whose program is being started off this thread,
+    /// with the names they will carry.
+    starting: HashMap<Arc<str>, Option<String>>,
 }
 
 struct Watcher {
@@ -139,7 +149,7 @@ impl Registry {
             arbiters: (0..cores).map(|_| Arbiter::new()).collect(),
             next_arbiter: 0,
             watchers: HashMap::new(),
-            starting: HashSet::new(),
+            starting: HashMap::new(),
         }
     }
 
@@ -175,11 +185,21 @@ impl Registry {
                 format!("{MAX_STARTING} sessions are starting already; try again"),
             ));
         }
+        if let Some(name) = &spec.name {
+            let starting = self
+                .starting
+                .iter()
+                .find(|(_, n)| n.as_deref() == Some(name.as_str()))
+                .map(|(id, _)| id.to_string());
+            if let Some(other) = self.dir.named(name, None).or(starting) {
+                return Err(name_taken(name, &other));
+            }
+        }
         let id: Arc<str> = loop {
             let candidate: Arc<str> = uuid::Uuid::new_v4().simple().to_string()[..12]
                 .to_string()
                 .into();
-            if self.dir.get(&candidate).is_none() && !self.starting.contains(&candidate) {
+            if self.dir.get(&candidate).is_none() && !self.starting.contains_key(&candidate) {
                 break candidate;
             }
         };
@@ -193,7 +213,7 @@ impl Registry {
                 self.config.http_base
             ),
         );
-        self.starting.insert(id.clone());
+        self.starting.insert(id.clone(), spec.name.clone());
         let spawn = SpawnSpec {
             command: spec.command.clone(),
             cwd: spec.cwd.clone(),
@@ -258,6 +278,13 @@ impl Registry {
     }
 }
 
+/// The error for a session name another session of this node carries.
+pub fn name_taken(name: &str, other: &str) -> ApiError {
+    ApiError::bad_request(format!(
+        "the name {name:?} is taken by session `{other}` on this node"
+    ))
+}
+
 /// Checks the cwd and starts the program: blocking work (a `stat`, a
 /// fork and exec), run off every actor thread.
 fn spawn_program(id: &str, spec: &SpawnSpec) -> Result<pty::Pty, ApiError> {
@@ -320,7 +347,7 @@ impl Handler<Remove> for Registry {
             .dir
             .remove(&msg.id)
             .ok_or_else(|| ApiError::not_found(&msg.id))?;
-        handle.addr.do_send(Close);
+        handle.addr.do_send(Close { removed: true });
         Metrics::gauge(&self.metrics.sessions, -1);
         tracing::info!(session = %msg.id, "session removed");
         self.tell_watchers(WatchEvent::Removed(msg.id));
@@ -391,7 +418,7 @@ impl Handler<Shutdown> for Registry {
     fn handle(&mut self, _: Shutdown, _: &mut Context<Self>) -> usize {
         let handles = self.dir.drain();
         for handle in &handles {
-            handle.addr.do_send(Close);
+            handle.addr.do_send(Close { removed: false });
         }
         Metrics::gauge(&self.metrics.sessions, -(handles.len() as i64));
         handles.len()

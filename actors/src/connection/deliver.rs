@@ -77,9 +77,19 @@ impl Handler<Deliver> for ConnectionActor {
                 session: session(),
                 event,
             },
-            Delivery::Closed => {
+            // A subscriber of a removed session is told, so a terminal
+            // client can say so and stop; at shutdown the close says it all.
+            Delivery::Closed { removed } => {
                 self.subs.remove(&*msg.session);
-                return;
+                if !removed {
+                    return;
+                }
+                ServerMsg::Error {
+                    id: None,
+                    session: Some(session()),
+                    code: termesh_transport::ErrorCode::NotFound,
+                    message: format!("session `{}` was removed", msg.session),
+                }
             }
             Delivery::Failed { message } => {
                 self.subs.remove(&*msg.session);

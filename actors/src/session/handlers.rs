@@ -43,6 +43,7 @@ impl Handler<Subscribe> for SessionActor {
             generation,
             awaiting_snapshot: true,
             prior: None,
+            told_exit: false,
         };
         // Registered before replaying, so nothing published meanwhile is missed
         // (this actor is single-threaded: nothing is published meanwhile).
@@ -243,13 +244,15 @@ impl Handler<SetPhase> for SessionActor {
 impl Handler<Close> for SessionActor {
     type Result = ();
 
-    fn handle(&mut self, _: Close, ctx: &mut Context<Self>) {
+    fn handle(&mut self, msg: Close, ctx: &mut Context<Self>) {
         if !self.finished {
             self.signal(Signal::SIGKILL);
             self.finished = true;
             self.shared.exited.store(true, Ordering::Release);
         }
-        self.broadcast(Delivery::Closed);
+        self.broadcast(Delivery::Closed {
+            removed: msg.removed,
+        });
         ctx.stop();
     }
 }

@@ -45,8 +45,11 @@ pub enum Delivery {
         last_seq: u64,
     },
     Event(EventKind),
-    /// The session was removed; the subscription is gone.
-    Closed,
+    /// The subscription is gone: the session was removed (`removed`), or
+    /// the node is shutting down.
+    Closed {
+        removed: bool,
+    },
     /// The subscription could not be served (its snapshot failed twice)
     /// and has ended; the client is told why.
     Failed {
@@ -119,7 +122,9 @@ pub struct SetPhase {
 /// subscribers, stop the actor.
 #[derive(Message)]
 #[rtype(result = "()")]
-pub struct Close;
+pub struct Close {
+    pub removed: bool,
+}
 
 /// What a screen request wants computed from the screen model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -98,6 +98,9 @@ pub struct SessionActor {
     exit: Option<ExitInfo>,
     eof: bool,
     finished: bool,
+    /// How the program ended, once the session has finished: each
+    /// subscriber is told after the last output it is sent.
+    ended: Option<ExitInfo>,
 }
 
 struct Subscriber {
@@ -111,6 +114,8 @@ struct Subscriber {
     /// Credit still outstanding from before a resync: the client may still
     /// ack those frames; cleared by an ack at or past the snapshot.
     prior: Option<(u64, Credit)>,
+    /// The `exited` event was sent to this subscriber.
+    told_exit: bool,
 }
 
 enum ScreenTo {
@@ -156,6 +161,7 @@ impl SessionActor {
             exit: None,
             eof: false,
             finished: false,
+            ended: None,
         }
     }
 
@@ -334,6 +340,32 @@ impl SessionActor {
         }
         Metrics::add(&self.metrics.bytes_out, sent_bytes);
         Metrics::add(&self.metrics.frames_out, sent_frames);
+        self.tell_exit(id);
+    }
+
+    /// Sends `exited` to a subscriber of a finished session once it has
+    /// been sent every frame (and its snapshot): the event is the last
+    /// thing of the subscription, after the output, whatever its credit.
+    fn tell_exit(&mut self, id: SubId) {
+        let Some(exit) = self.ended else {
+            return;
+        };
+        let Some(sub) = self.subs.get_mut(&id) else {
+            return;
+        };
+        if sub.told_exit || sub.awaiting_snapshot || sub.credit.sent_seq() < self.ring.last_seq() {
+            return;
+        }
+        sub.told_exit = true;
+        let sink = sub.sink.clone();
+        self.deliver(
+            id,
+            &sink,
+            Delivery::Event(EventKind::Exited {
+                exit_code: exit.code,
+                signal: exit.signal_name(),
+            }),
+        );
     }
 
     fn on_exit_or_eof(&mut self, ctx: &mut Context<Self>) {
@@ -366,10 +398,11 @@ impl SessionActor {
             m.exit_code = Some(exit.code);
         });
         tracing::info!(session = %self.id, code = exit.code, "session exited");
-        self.broadcast(Delivery::Event(EventKind::Exited {
-            exit_code: exit.code,
-            signal: exit.signal_name(),
-        }));
+        self.ended = Some(exit);
+        let ids: Vec<SubId> = self.subs.keys().copied().collect();
+        for id in ids {
+            self.tell_exit(id);
+        }
         self.notify_changed();
     }
 

@@ -64,6 +64,13 @@ impl SessionShared {
         }
     }
 
+    pub fn name(&self) -> Option<String> {
+        self.meta
+            .lock()
+            .map(|m| m.name.clone())
+            .unwrap_or_else(|p| p.into_inner().name.clone())
+    }
+
     pub fn update(&self, f: impl FnOnce(&mut Meta)) {
         let mut guard = self.meta.lock().unwrap_or_else(|p| p.into_inner());
         f(&mut guard);

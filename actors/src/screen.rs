@@ -214,17 +214,19 @@ impl ScreenModel {
 /// One row as text with SGR attributes, trailing default blanks trimmed:
 /// written into a terminal, it draws the row as the screen showed it.
 pub fn render_line(line: &Line) -> String {
+    render_cells(line.cells())
+}
+
+/// `render_line` of some of a row's cells (a crop of it).
+pub fn render_cells(cells: &[avt::Cell]) -> String {
     let mut out = String::new();
     let mut pending_blanks = String::new();
     let mut current = Pen::default();
-    for cells in line.chunks(|a, b| a.pen() != b.pen()) {
+    // The second cell of a wide character holds no character of its own.
+    let cells: Vec<&avt::Cell> = cells.iter().filter(|c| c.width() > 0).collect();
+    for cells in cells.chunk_by(|a, b| a.pen() == b.pen()) {
         let pen = *cells[0].pen();
-        // The second cell of a wide character holds no character of its own.
-        let text: String = cells
-            .iter()
-            .filter(|c| c.width() > 0)
-            .map(|c| c.char())
-            .collect();
+        let text: String = cells.iter().map(|c| c.char()).collect();
         // Blanks in the default pen only count when something follows them.
         let (body, blanks) = if pen.is_default() {
             let body = text.trim_end_matches(' ');

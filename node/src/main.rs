@@ -6,7 +6,8 @@ use std::path::PathBuf;
 use anyhow::{bail, Context};
 use clap::{Parser, Subcommand};
 use termesh_config::Config;
-use termesh_node::client::attach::{attach, AttachOptions, Ended};
+use termesh_node::client::attach::{attach, AttachOptions};
+use termesh_node::client::resolve::describe;
 use termesh_node::client::{commands, Target};
 use termesh_node::server;
 use termesh_transport::CreateRequest;
@@ -15,7 +16,8 @@ use termesh_transport::CreateRequest;
 #[command(
     name = "termesh",
     version,
-    about = "Terminal sessions that survive dropped links"
+    about = "Terminal sessions that survive dropped links",
+    after_help = "Sessions are named by id, by a unique id prefix, or by name."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -25,13 +27,15 @@ struct Cli {
 /// How clients find the node.
 #[derive(clap::Args, Clone)]
 struct ClientArgs {
-    /// Node URL.
+    /// Node URL, e.g. http://127.0.0.1:7420 [default: the URL the node on
+    /// the data dir recorded, else http://127.0.0.1:7420]
     #[arg(long, env = "TERMESH_URL", global = true)]
     url: Option<String>,
-    /// Access token (default: the local node's generated admin token).
+    /// Access token [default: the data dir's admin.token]
     #[arg(long, env = "TERMESH_TOKEN", global = true, hide_env_values = true)]
     token: Option<String>,
-    /// Data dir holding admin.token (default: the node's default data dir).
+    /// The node's data dir, where a local node leaves its URL and admin
+    /// token [default: $XDG_DATA_HOME/termesh or ~/.local/share/termesh]
     #[arg(long, env = "TERMESH_DATA_DIR", global = true)]
     data_dir: Option<PathBuf>,
 }
@@ -40,14 +44,16 @@ struct ClientArgs {
 enum Command {
     /// Run a node (single-node defaults without a config file).
     Node {
+        /// Config file (TOML) [default: none, single-node defaults]
         #[arg(long, short)]
         config: Option<PathBuf>,
-        /// HTTP listen address, e.g. 127.0.0.1:7420.
+        /// HTTP listen address [default: the config's, else 127.0.0.1:7420]
         #[arg(long)]
         listen: Option<String>,
+        /// Data dir [default: the config's, else ~/.local/share/termesh]
         #[arg(long)]
         data_dir: Option<PathBuf>,
-        /// Node name.
+        /// Node name [default: the config's, else the host name]
         #[arg(long)]
         name: Option<String>,
     },
@@ -58,8 +64,10 @@ enum Command {
     },
     /// Make a new access token and print the config lines that grant it.
     Token {
+        /// What the token may do
         #[arg(long, default_value = "operator", value_parser = ["viewer", "operator", "admin"])]
         role: String,
+        /// A name for the token, shown in logs [default: none]
         #[arg(long)]
         name: Option<String>,
     },
@@ -67,51 +75,62 @@ enum Command {
     Ls {
         #[command(flatten)]
         client: ClientArgs,
+        /// Print JSON (the protocol's SessionInfo) instead of a table
         #[arg(long)]
         json: bool,
     },
-    /// Start a session and print its id.
+    /// Start a session and print its id (or attach to it).
     New {
         #[command(flatten)]
         client: ClientArgs,
-        #[arg(long)]
+        /// Session name, unique on the node [default: none]
+        #[arg(long, short)]
         name: Option<String>,
+        /// Working directory [default: this directory, if the node has it]
         #[arg(long)]
         cwd: Option<String>,
+        /// Columns [default: this terminal's with --attach, else the node's]
         #[arg(long)]
         cols: Option<u64>,
+        /// Rows [default: this terminal's with --attach, else the node's]
         #[arg(long)]
         rows: Option<u64>,
-        /// Attach right away.
+        /// Attach right away
         #[arg(long, short)]
         attach: bool,
-        /// The program and its arguments (default: the node's shell).
+        /// The program and its arguments, after `--` [default: the node's shell]
         #[arg(last = true)]
         command: Vec<String>,
     },
-    /// Signal a session's processes (TERM, then KILL after a grace time).
+    /// Signal sessions' processes (TERM, then KILL after a grace time).
     Kill {
         #[command(flatten)]
         client: ClientArgs,
-        session: String,
-        #[arg(long, short, value_parser = ["TERM", "KILL", "HUP", "INT"])]
-        signal: Option<String>,
+        /// Sessions: ids, id prefixes or names
+        #[arg(required = true)]
+        sessions: Vec<String>,
+        /// Signal to send
+        #[arg(long, short, default_value = "TERM", value_parser = ["TERM", "KILL", "HUP", "INT"])]
+        signal: String,
     },
-    /// Remove a session (killing it first if it runs).
+    /// Remove sessions (killing them first if they run).
     Rm {
         #[command(flatten)]
         client: ClientArgs,
-        session: String,
+        /// Sessions: ids, id prefixes or names
+        #[arg(required = true)]
+        sessions: Vec<String>,
     },
     /// Print a session's recent raw output, or its rendered history.
     Logs {
         #[command(flatten)]
         client: ClientArgs,
+        /// Session: id, id prefix or name
         session: String,
-        /// Bytes of raw output.
+        /// Bytes of raw output to print
         #[arg(long, default_value_t = 64 * 1024)]
         tail: u64,
-        /// Rendered history lines instead of raw bytes.
+        /// Rendered history lines instead of raw bytes
         #[arg(long)]
         lines: bool,
     },
@@ -119,29 +138,39 @@ enum Command {
     Screen {
         #[command(flatten)]
         client: ClientArgs,
+        /// Session: id, id prefix or name
         session: String,
-        /// The snapshot's escape sequences instead of text.
+        /// The snapshot's escape sequences instead of text
         #[arg(long)]
         raw: bool,
     },
-    /// Attach this terminal to a session (detach with Ctrl-]).
+    /// Attach this terminal to a session (prefix key, then d, detaches).
     Attach {
         #[command(flatten)]
         client: ClientArgs,
-        session: String,
-        /// Detach key, as ^X notation (default ^]).
-        #[arg(long, default_value = "^]")]
-        detach_key: String,
-        /// History lines shown above the screen on attach.
+        /// Session: id, id prefix or name [default: the running session
+        /// with the most recent output]
+        session: Option<String>,
+        /// Prefix key, as ^X: then d detaches, s takes the size, the key
+        /// again sends it
+        #[arg(long, alias = "detach-key", default_value = "^]")]
+        prefix: String,
+        /// History lines shown above the screen on attach
         #[arg(long, default_value_t = 1000)]
         scrollback: u64,
+        /// Watch only: send no keys and no size
+        #[arg(long)]
+        read_only: bool,
     },
 }
 
 #[derive(Subcommand)]
 enum ConfigCommand {
     /// Check a config file; errors name the key and the bad value.
-    Check { file: PathBuf },
+    Check {
+        /// The config file (TOML)
+        file: PathBuf,
+    },
 }
 
 fn main() {
@@ -268,60 +297,58 @@ async fn run_client(command: Command) -> anyhow::Result<i32> {
             let info = commands::new(&target, req).await?;
             if and_attach {
                 let opts = AttachOptions {
+                    label: describe(&info),
                     session: info.id,
-                    detach_key: 0x1d,
+                    prefix: 0x1d,
                     scrollback: 1000,
+                    read_only: false,
                 };
-                return attach(&target, opts).await.map(exit_code);
+                return attach(&target, opts).await.map(|end| end.exit_code());
             }
             println!("{}", info.id);
             Ok(0)
         }
         Command::Kill {
             client,
-            session,
+            sessions,
             signal,
-        } => commands::kill(&target(client)?, session, signal)
-            .await
-            .map(|_| 0),
-        Command::Rm { client, session } => commands::rm(&target(client)?, session).await.map(|_| 0),
+        } => commands::kill(&target(client)?, &sessions, &signal).await,
+        Command::Rm { client, sessions } => commands::rm(&target(client)?, &sessions).await,
         Command::Logs {
             client,
             session,
             tail,
             lines,
-        } => commands::logs(&target(client)?, session, tail, lines)
+        } => commands::logs(&target(client)?, &session, tail, lines)
             .await
             .map(|_| 0),
         Command::Screen {
             client,
             session,
             raw,
-        } => commands::screen(&target(client)?, session, raw)
+        } => commands::screen(&target(client)?, &session, raw)
             .await
             .map(|_| 0),
         Command::Attach {
             client,
             session,
-            detach_key,
+            prefix,
             scrollback,
+            read_only,
         } => {
-            let detach_key = parse_key(&detach_key)?;
+            let prefix = parse_key(&prefix)?;
+            let target = target(client)?;
+            let info = commands::pick(&target, session.as_deref()).await?;
             let opts = AttachOptions {
-                session,
-                detach_key,
+                label: describe(&info),
+                session: info.id,
+                prefix,
                 scrollback,
+                read_only,
             };
-            attach(&target(client)?, opts).await.map(exit_code)
+            attach(&target, opts).await.map(|end| end.exit_code())
         }
         Command::Node { .. } | Command::Config { .. } | Command::Token { .. } => Ok(0),
-    }
-}
-
-fn exit_code(end: Ended) -> i32 {
-    match end {
-        Ended::Detached => 0,
-        Ended::Exited(code) => code as i32,
     }
 }
 
@@ -331,7 +358,7 @@ fn parse_key(text: &str) -> anyhow::Result<u8> {
         [b'^', c] if (b'@'..=b'_').contains(&c.to_ascii_uppercase()) => {
             Ok(c.to_ascii_uppercase() - b'@')
         }
-        _ => bail!("--detach-key {text:?}: use ^ and a letter or one of @[\\]^_, e.g. ^]"),
+        _ => bail!("--prefix {text:?}: use ^ and a letter or one of @[\\]^_, e.g. ^]"),
     }
 }
 
@@ -345,8 +372,11 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("TERMESH_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // Colour only on a terminal: a log file or the journal gets plain text.
+    use std::io::IsTerminal;
     tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr)
         .init();
 }

@@ -135,7 +135,7 @@ async fn attach_shows_output_echoes_input_and_resumes_without_a_clear() {
     }
 
     // Detach: the client leaves, the session keeps running.
-    keys.write_all(&[0x1d]).unwrap();
+    keys.write_all(&[0x1d, b'd']).unwrap();
     let status = within(PATIENCE, "attach to exit", async {
         loop {
             if let Some(status) = child.try_wait().unwrap() {
@@ -146,7 +146,7 @@ async fn attach_shows_output_echoes_input_and_resumes_without_a_clear() {
     })
     .await;
     assert!(status.success(), "{status:?}");
-    captured.wait_for("[termesh: detached]").await;
+    captured.wait_for("[termesh: detached from session").await;
     let info = node.info(&session).await.unwrap();
     assert_eq!(info.status, termesh_transport::SessionStatus::Running);
 }

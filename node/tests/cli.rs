@@ -8,13 +8,17 @@ use std::time::{Duration, Instant};
 const BIN: &str = env!("CARGO_BIN_EXE_termesh");
 
 fn run(args: &[&str], data_dir: &std::path::Path, url: &str) -> (bool, String, String) {
-    let out = Command::new(BIN)
-        .args(args)
-        .env("TERMESH_URL", url)
+    let mut cmd = Command::new(BIN);
+    cmd.args(args)
         .env("TERMESH_DATA_DIR", data_dir)
-        .env_remove("TERMESH_TOKEN")
-        .output()
-        .unwrap();
+        .env_remove("TERMESH_TOKEN");
+    // An empty URL: the client finds the node through the data dir.
+    if url.is_empty() {
+        cmd.env_remove("TERMESH_URL");
+    } else {
+        cmd.env("TERMESH_URL", url);
+    }
+    let out = cmd.output().unwrap();
     (
         out.status.success(),
         String::from_utf8_lossy(&out.stdout).into(),
@@ -40,7 +44,7 @@ fn node_and_clients_with_defaults() {
         .arg("--data-dir")
         .arg(data.path())
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(std::fs::File::create(data.path().join("node.log")).unwrap())
         .spawn()
         .unwrap();
     let mut lines = BufReader::new(node.stdout.take().unwrap()).lines();
@@ -84,14 +88,101 @@ fn node_and_clients_with_defaults() {
         ok && out.contains(&id) && out.contains("greeter") && out.contains("running"),
         "{out}"
     );
-    assert!(run(&["kill", &id], data.path(), &url).0);
+    // By name and by id prefix; the client finds the node from the data
+    // dir alone (the node recorded its URL there).
+    for name in ["greeter", &id[..4]] {
+        let (ok, out, err) = run(&["screen", name], data.path(), "");
+        assert!(
+            ok && out.starts_with("hello-from-cli"),
+            "{name}: {out}{err}"
+        );
+    }
+    // A URL without a scheme means http.
+    let bare = url.trim_start_matches("http://");
+    assert!(run(&["ls", "--url", bare], data.path(), &url).0);
+    let (ok, _, err) = run(&["new", "--name", "greeter"], data.path(), &url);
+    assert!(!ok && err.contains("taken by session"), "{err}");
+
+    assert!(run(&["kill", "greeter"], data.path(), &url).0);
     eventually("the exit", || {
-        run(&["ls"], data.path(), &url).1.contains("exit 143")
+        run(&["ls"], data.path(), &url).1.contains("TERM (143)")
     });
+    let (ok, _, err) = run(&["kill", "greeter"], data.path(), &url);
+    assert!(
+        !ok && err.contains("has already ended (TERM (143))"),
+        "{err}"
+    );
+
+    // An ambiguous prefix lists the candidates: make sessions until two
+    // ids share a first digit (at most 17 for 16 digits).
+    let mut ids = vec![id.clone()];
+    let shared = loop {
+        let (ok, out, err) = run(&["new", "--", "sleep", "1000"], data.path(), &url);
+        assert!(ok, "{err}");
+        let new = out.trim().to_string();
+        if let Some(twin) = ids.iter().find(|i| i[..1] == new[..1]) {
+            break (twin.clone(), new);
+        }
+        ids.push(new);
+    };
+    let (ok, _, err) = run(&["screen", &shared.0[..1]], data.path(), &url);
+    assert!(
+        !ok && err.contains(&shared.0) && err.contains(&shared.1),
+        "{err}"
+    );
+    ids.push(shared.1);
+    // `rm` takes several sessions, and says which it could not remove.
+    let mut args = vec!["rm", "no-such-session"];
+    args.extend(ids.iter().map(String::as_str));
+    let (ok, _, err) = run(&args, data.path(), &url);
+    assert!(
+        !ok && err.contains("no session named `no-such-session`"),
+        "{err}"
+    );
+    assert_eq!(run(&["ls", "--json"], data.path(), &url).1.trim(), "[]");
+
+    // `new` starts in this directory.
+    let here = tempfile::tempdir().unwrap();
+    let out = Command::new(BIN)
+        .args([
+            "new",
+            "--",
+            "sh",
+            "-c",
+            "echo \"in=$(pwd)\"; exec sleep 1000",
+        ])
+        .current_dir(here.path())
+        .env("TERMESH_DATA_DIR", data.path())
+        .env_remove("TERMESH_URL")
+        .env_remove("TERMESH_TOKEN")
+        .output()
+        .unwrap();
+    let in_here = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let want = format!("in={}", here.path().canonicalize().unwrap().display());
+    eventually("the cwd", || {
+        run(&["logs", &in_here], data.path(), &url)
+            .1
+            .contains(&want)
+    });
+
+    // Errors a person can act on.
     let (ok, _, err) = run(&["ls", "--token", "wrong"], data.path(), &url);
-    assert!(!ok && err.contains("401"), "{err}");
+    assert!(
+        !ok && err.contains("refused the token from --token"),
+        "{err}"
+    );
     let (ok, _, err) = run(&["logs", "nope"], data.path(), &url);
-    assert!(!ok && err.contains("not_found"), "{err}");
+    assert!(!ok && err.contains("no session named `nope`"), "{err}");
+    let empty = tempfile::tempdir().unwrap();
+    let (ok, _, err) = run(&["ls"], empty.path(), &url);
+    assert!(!ok && err.contains("needs a token"), "{err}");
+    let (ok, _, err) = run(&["ls", "--url", "http://127.0.0.1:9"], data.path(), &url);
+    assert!(
+        !ok && err.contains("no termesh node at http://127.0.0.1:9"),
+        "{err}"
+    );
+    let (ok, _, err) = run(&["ls", "--url", "ftp://x"], data.path(), &url);
+    assert!(!ok && err.contains("use http://HOST:PORT"), "{err}");
 
     let pid = nix::unistd::Pid::from_raw(node.id() as i32);
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
@@ -107,6 +198,58 @@ fn node_and_clients_with_defaults() {
         std::thread::sleep(Duration::from_millis(50));
     };
     assert!(status.success(), "{status:?}");
+    let log = std::fs::read_to_string(data.path().join("node.log")).unwrap();
+    assert!(log.contains("node serving"), "{log}");
+    assert!(!log.contains('\x1b'), "colour codes in a log file: {log:?}");
+    assert!(
+        !data.path().join("node.url").exists(),
+        "a stopped node leaves no URL"
+    );
+}
+
+/// Every option and argument of every command says what it is, and the
+/// options with defaults show them.
+#[test]
+fn help_describes_every_option() {
+    let commands = [
+        "node", "ls", "new", "kill", "rm", "logs", "screen", "attach", "token",
+    ];
+    for command in commands {
+        let out = Command::new(BIN)
+            .args([command, "--help"])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(out.status.success(), "{command}: {text}");
+        let mut lines = text.lines().peekable();
+        while let Some(line) = lines.next() {
+            let item = line.trim_start();
+            let is_item =
+                line.starts_with("  ") && (item.starts_with('-') || item.starts_with('['));
+            if !is_item || item.starts_with("-h,") || item.starts_with("-V,") {
+                continue;
+            }
+            // Described on the same line, or on the next (long help).
+            let same_line = item.split("  ").filter(|p| !p.trim().is_empty()).count() > 1;
+            let next_line = lines.peek().is_some_and(|l| l.starts_with("          "));
+            assert!(
+                same_line || next_line,
+                "{command}: {line:?} has no description"
+            );
+        }
+        for default in match command {
+            "attach" => &["[default: ^]]", "[default: 1000]", "most recent"][..],
+            "logs" => &["[default: 65536]"][..],
+            "kill" => &["[default: TERM]"][..],
+            "new" => &["this directory", "the node's shell"][..],
+            _ => &[][..],
+        } {
+            assert!(
+                text.contains(default),
+                "{command}: no {default:?} in\n{text}"
+            );
+        }
+    }
 }
 
 #[test]

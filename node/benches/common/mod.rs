@@ -51,6 +51,7 @@ impl Node {
             target: Target {
                 url,
                 token: Some(token),
+                token_source: "the benchmark".into(),
             },
             _dir: dir,
         }

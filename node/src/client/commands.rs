@@ -1,18 +1,49 @@
-//! One-shot CLI commands: `ls`, `new`, `kill`, `rm`, `logs`, `screen`.
+//! One-shot CLI commands: `ls`, `new`, `kill`, `rm`, `logs`, `screen`, and
+//! finding the session a command names.
 
 use std::io::Write;
 
-use anyhow::{bail, Context};
+use anyhow::bail;
 use termesh_transport::{ClientMsg, CreateRequest, ServerMsg, SessionInfo};
 
+use super::resolve::{describe, most_recent, resolve};
 use super::{Client, Target};
 
-pub async fn ls(target: &Target, json: bool) -> anyhow::Result<()> {
-    let mut client = Client::connect(target).await?;
+async fn list(client: &mut Client) -> anyhow::Result<Vec<SessionInfo>> {
     let ServerMsg::Sessions { sessions, .. } = client.request(|id| ClientMsg::List { id }).await?
     else {
         bail!("unexpected reply to list");
     };
+    Ok(sessions)
+}
+
+/// The session `wanted` names (id, id prefix or name).
+async fn lookup(client: &mut Client, wanted: &str) -> anyhow::Result<SessionInfo> {
+    let sessions = list(client).await?;
+    resolve(&sessions, wanted)
+        .cloned()
+        .map_err(anyhow::Error::msg)
+}
+
+/// The session `attach` should show: the one named, or the most recent.
+pub async fn pick(target: &Target, wanted: Option<&str>) -> anyhow::Result<SessionInfo> {
+    let mut client = Client::connect(target).await?;
+    let found = match wanted {
+        Some(wanted) => lookup(&mut client, wanted).await?,
+        None => {
+            let sessions = list(&mut client).await?;
+            most_recent(&sessions)
+                .cloned()
+                .map_err(anyhow::Error::msg)?
+        }
+    };
+    client.close().await;
+    Ok(found)
+}
+
+pub async fn ls(target: &Target, json: bool) -> anyhow::Result<()> {
+    let mut client = Client::connect(target).await?;
+    let sessions = list(&mut client).await?;
     if json {
         println!("{}", serde_json::to_string_pretty(&sessions)?);
     } else {
@@ -30,7 +61,7 @@ pub fn table(sessions: &[SessionInfo]) -> String {
     );
     for s in sessions {
         let status = match (s.status, s.exit_code) {
-            (termesh_transport::SessionStatus::Exited, Some(code)) => format!("exit {code}"),
+            (termesh_transport::SessionStatus::Exited, Some(code)) => exit_text(code),
             (status, _) => format!("{status:?}").to_lowercase(),
         };
         out.push_str(&format!(
@@ -47,48 +78,115 @@ pub fn table(sessions: &[SessionInfo]) -> String {
     out
 }
 
-pub async fn new(target: &Target, req: CreateRequest) -> anyhow::Result<SessionInfo> {
+/// `exit 0`, or `TERM (143)` for a program ended by a signal.
+pub fn exit_text(code: u32) -> String {
+    let signal = code
+        .checked_sub(128)
+        .and_then(|n| nix::sys::signal::Signal::try_from(n as i32).ok());
+    match signal {
+        Some(sig) => format!("{} ({code})", sig.as_str().trim_start_matches("SIG")),
+        None => format!("exit {code}"),
+    }
+}
+
+/// Creates a session. Without `cwd` it starts in this directory, as tmux
+/// does; when the node has no such directory (it runs elsewhere) it
+/// starts in the node's default one, and says so.
+pub async fn new(target: &Target, mut req: CreateRequest) -> anyhow::Result<SessionInfo> {
     let mut client = Client::connect(target).await?;
-    let ServerMsg::Created { session, .. } =
-        client.request(|id| ClientMsg::Create { id, req }).await?
-    else {
+    let here = req
+        .cwd
+        .is_none()
+        .then(|| std::env::current_dir().ok())
+        .flatten()
+        .map(|d| d.display().to_string());
+    req.cwd = req.cwd.or(here.clone());
+    let mut reply = client
+        .request(|id| ClientMsg::Create {
+            id,
+            req: req.clone(),
+        })
+        .await;
+    if let (Err(e), Some(here)) = (&reply, &here) {
+        if e.to_string().contains("`cwd`") {
+            eprintln!("termesh: the node has no directory {here}; starting in its default one");
+            req.cwd = None;
+            reply = client.request(|id| ClientMsg::Create { id, req }).await;
+        }
+    }
+    let ServerMsg::Created { session, .. } = reply? else {
         bail!("unexpected reply to create");
     };
     client.close().await;
     Ok(session)
 }
 
-pub async fn kill(target: &Target, session: String, signal: Option<String>) -> anyhow::Result<()> {
+/// Signals each session named; one that already ended is reported, not
+/// signalled. Exit code 1 when any could not be.
+pub async fn kill(target: &Target, wanted: &[String], signal: &str) -> anyhow::Result<i32> {
     let mut client = Client::connect(target).await?;
-    client
-        .request(|id| ClientMsg::Kill {
-            id,
-            session,
-            signal,
-        })
-        .await
-        .context("kill failed")?;
+    let sessions = list(&mut client).await?;
+    let mut failed = 0;
+    for name in wanted {
+        let result = match resolve(&sessions, name) {
+            Err(e) => Err(e),
+            Ok(s) if s.status != termesh_transport::SessionStatus::Running => Err(format!(
+                "session {} has already ended ({})",
+                describe(s),
+                s.exit_code
+                    .map(exit_text)
+                    .unwrap_or_else(|| "no exit code".into())
+            )),
+            Ok(s) => client
+                .request(|id| ClientMsg::Kill {
+                    id,
+                    session: s.id.clone(),
+                    signal: Some(signal.to_string()),
+                })
+                .await
+                .map(|_| ())
+                .map_err(|e| format!("cannot kill {}: {e}", describe(s))),
+        };
+        if let Err(e) = result {
+            eprintln!("termesh: {e}");
+            failed += 1;
+        }
+    }
     client.close().await;
-    Ok(())
+    Ok(i32::from(failed > 0))
 }
 
-pub async fn rm(target: &Target, session: String) -> anyhow::Result<()> {
+/// Removes each session named. Exit code 1 when any could not be.
+pub async fn rm(target: &Target, wanted: &[String]) -> anyhow::Result<i32> {
     let mut client = Client::connect(target).await?;
-    client
-        .request(|id| ClientMsg::Remove {
-            id,
-            session,
-            purge: None,
-        })
-        .await
-        .context("remove failed")?;
+    let sessions = list(&mut client).await?;
+    let mut failed = 0;
+    for name in wanted {
+        let result = match resolve(&sessions, name) {
+            Err(e) => Err(e),
+            Ok(s) => client
+                .request(|id| ClientMsg::Remove {
+                    id,
+                    session: s.id.clone(),
+                    purge: None,
+                })
+                .await
+                .map(|_| ())
+                .map_err(|e| format!("cannot remove {}: {e}", describe(s))),
+        };
+        if let Err(e) = result {
+            eprintln!("termesh: {e}");
+            failed += 1;
+        }
+    }
     client.close().await;
-    Ok(())
+    Ok(i32::from(failed > 0))
 }
 
 /// Raw output (`--tail` bytes) or the rendered history lines.
-pub async fn logs(target: &Target, session: String, tail: u64, lines: bool) -> anyhow::Result<()> {
+pub async fn logs(target: &Target, wanted: &str, tail: u64, lines: bool) -> anyhow::Result<()> {
     let mut client = Client::connect(target).await?;
+    let session = lookup(&mut client, wanted).await?.id;
     let limit = (!lines).then_some(tail);
     let reply = client
         .request(|id| ClientMsg::History { id, session, limit })
@@ -110,8 +208,9 @@ pub async fn logs(target: &Target, session: String, tail: u64, lines: bool) -> a
 
 /// The screen as plain text (rendered here through a terminal emulator),
 /// or the snapshot's escape sequences with `raw`.
-pub async fn screen(target: &Target, session: String, raw: bool) -> anyhow::Result<()> {
+pub async fn screen(target: &Target, wanted: &str, raw: bool) -> anyhow::Result<()> {
     let mut client = Client::connect(target).await?;
+    let session = lookup(&mut client, wanted).await?.id;
     let reply = client
         .request(|id| ClientMsg::Screen {
             id,

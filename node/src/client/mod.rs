@@ -3,9 +3,11 @@
 
 pub mod attach;
 pub mod commands;
+pub mod resolve;
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context};
 use futures_util::{SinkExt, StreamExt};
@@ -22,30 +24,42 @@ pub struct Target {
     /// HTTP base, e.g. `http://127.0.0.1:7420`.
     pub url: String,
     pub token: Option<String>,
+    /// Where the token came from, for error messages.
+    pub token_source: String,
 }
 
 impl Target {
-    /// `--url`/`TERMESH_URL` (default the local node), `--token`/`TERMESH_TOKEN`
-    /// (default the local node's `admin.token`).
+    /// `--url`/`TERMESH_URL`, else the URL the node on the data dir
+    /// recorded, else the default local address. `--token`/`TERMESH_TOKEN`,
+    /// else the data dir's `admin.token`.
     pub fn resolve(
         url: Option<String>,
         token: Option<String>,
         data_dir: Option<PathBuf>,
     ) -> anyhow::Result<Target> {
-        let url =
-            url.unwrap_or_else(|| format!("http://{}", termesh_config::defaults::HTTP_LISTEN));
-        let url = url.trim_end_matches('/').to_string();
-        if !(url.starts_with("http://") || url.starts_with("ws://")) {
-            bail!("--url {url:?}: use http://HOST:PORT (TLS is not supported by this client yet)");
-        }
-        let token = match token {
-            Some(t) => Some(t),
+        let dir = data_dir.unwrap_or_else(termesh_config::default_data_dir);
+        let url = match url {
+            Some(url) => normalize_url(&url)?,
+            None => crate::server::url_file::read(&dir)
+                .unwrap_or_else(|| format!("http://{}", termesh_config::defaults::HTTP_LISTEN)),
+        };
+        let (token, token_source) = match token {
+            Some(t) => {
+                let from_env = std::env::var("TERMESH_TOKEN").is_ok_and(|e| e == t);
+                let source = if from_env { "TERMESH_TOKEN" } else { "--token" };
+                (Some(t), source.to_string())
+            }
             None => {
-                let dir = data_dir.unwrap_or_else(termesh_config::default_data_dir);
-                crate::token::read(&dir)?
+                let path = crate::token::token_path(&dir);
+                let token = crate::token::read(&dir)?;
+                (token, path.display().to_string())
             }
         };
-        Ok(Target { url, token })
+        Ok(Target {
+            url,
+            token,
+            token_source,
+        })
     }
 
     pub fn ws_url(&self, path: &str) -> String {
@@ -56,6 +70,62 @@ impl Target {
             .unwrap_or(&self.url);
         format!("ws://{rest}{path}")
     }
+
+    /// Why a connection was refused, in words a person can act on.
+    fn explain(&self, e: tokio_tungstenite::tungstenite::Error) -> anyhow::Error {
+        use tokio_tungstenite::tungstenite::Error as WsError;
+        let url = &self.url;
+        match e {
+            WsError::Io(io) if io.kind() == std::io::ErrorKind::ConnectionRefused => {
+                anyhow!("no termesh node at {url}: start one with `termesh node`, or pass --url")
+            }
+            WsError::Http(resp) if resp.status() == 401 || resp.status() == 403 => {
+                let source = &self.token_source;
+                Fatal::wrap(anyhow!(
+                    "the node at {url} refused the token from {source}: pass another with --token or TERMESH_TOKEN"
+                ))
+            }
+            other => anyhow::Error::new(other).context(format!("cannot connect to {url}")),
+        }
+    }
+}
+
+/// `host:port` means `http://host:port`; `https` is refused plainly.
+pub fn normalize_url(url: &str) -> anyhow::Result<String> {
+    let url = url.trim().trim_end_matches('/');
+    if url.starts_with("http://") || url.starts_with("ws://") {
+        return Ok(url.to_string());
+    }
+    if url.starts_with("https://") || url.starts_with("wss://") {
+        bail!("--url {url:?}: TLS is not supported by this client yet; use http://HOST:PORT");
+    }
+    if url.contains("://") || url.is_empty() {
+        bail!("--url {url:?}: use http://HOST:PORT, e.g. http://127.0.0.1:7420");
+    }
+    Ok(format!("http://{url}"))
+}
+
+/// An error that retrying cannot fix (a refused token, a session that no
+/// longer exists): `attach` stops instead of reconnecting.
+#[derive(Debug)]
+pub struct Fatal(pub String);
+
+impl std::fmt::Display for Fatal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Fatal {}
+
+impl Fatal {
+    pub fn wrap(e: anyhow::Error) -> anyhow::Error {
+        anyhow::Error::new(Fatal(format!("{e:#}")))
+    }
+
+    pub fn is(e: &anyhow::Error) -> bool {
+        e.chain().any(|c| c.is::<Fatal>())
+    }
 }
 
 /// A protocol connection: requests with ids, notifications queued.
@@ -64,6 +134,8 @@ pub struct Client {
     next_id: u64,
     pub welcome: ServerMsg,
     queued: VecDeque<ServerMsg>,
+    /// When the last frame of any kind (pings included) arrived.
+    last_heard: Instant,
 }
 
 impl Client {
@@ -80,21 +152,42 @@ impl Client {
         // unacknowledged ack waits for the peer's delayed ACK (about 40 ms).
         let (ws, _) = tokio_tungstenite::connect_async_with_config(request, None, true)
             .await
-            .with_context(|| format!("cannot connect to {}", target.url))?;
+            .map_err(|e| target.explain(e))?;
         let mut client = Client {
             ws,
             next_id: 1,
             welcome: ServerMsg::Pong { nonce: None },
             queued: VecDeque::new(),
+            last_heard: Instant::now(),
         };
         client.welcome = client.recv().await?;
-        if !matches!(client.welcome, ServerMsg::Welcome { .. }) {
-            bail!(
-                "the server did not start with welcome: {:?}",
-                client.welcome
-            );
+        match client.welcome {
+            ServerMsg::Welcome {
+                auth_required: true,
+                ..
+            } if target.token.is_none() => Err(Fatal::wrap(anyhow!(
+                "the node at {} needs a token and none was found in {}: pass one with --token or TERMESH_TOKEN (`termesh token` makes one)",
+                target.url,
+                target.token_source
+            ))),
+            ServerMsg::Welcome { .. } => Ok(client),
+            ref other => bail!("{} is not a termesh node (it said {other:?})", target.url),
         }
-        Ok(client)
+    }
+
+    /// When the server was last heard from (any frame).
+    pub fn last_heard(&self) -> Instant {
+        self.last_heard
+    }
+
+    /// The server's ping interval, from its welcome.
+    pub fn ping_interval(&self) -> Duration {
+        match self.welcome {
+            ServerMsg::Welcome {
+                ping_interval_ms, ..
+            } => Duration::from_millis(ping_interval_ms.clamp(100, 600_000)),
+            _ => Duration::from_secs(15),
+        }
     }
 
     pub fn next_id(&mut self) -> u64 {
@@ -129,6 +222,7 @@ impl Client {
                 .next()
                 .await
                 .ok_or_else(|| anyhow!("the connection closed"))??;
+            self.last_heard = Instant::now();
             match frame {
                 Message::Binary(data) => {
                     return rmp_serde::from_slice(&data).context("undecodable server message")

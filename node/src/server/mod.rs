@@ -5,6 +5,7 @@
 mod auth;
 mod listener;
 mod rest;
+pub mod url_file;
 mod ws;
 
 use std::net::SocketAddr;
@@ -150,6 +151,7 @@ pub fn run(
         let server_handle = server.handle();
         let serving = actix_rt::spawn(server);
         tracing::info!(node = %config.node.name, %addr, "node serving");
+        let url_file = url_file::write(&config.node.data_dir, addr);
         ready(Ready {
             addr,
             admin_token: generated.as_ref().map(|(t, _, _)| t.clone()),
@@ -170,6 +172,9 @@ pub fn run(
         actix_rt::time::sleep(Duration::from_millis(200)).await;
         server_handle.stop(true).await;
         let _ = serving.await;
+        if let Some(file) = url_file {
+            file.remove();
+        }
         anyhow::Ok(())
     })?;
     Ok(())

@@ -20,7 +20,19 @@ impl BinaryNode {
     /// Starts a node whose config is the harness's tokens plus `extra`
     /// (TOML sections other than `[node]`, `[http]` listen and `[auth]`).
     pub fn start(extra: &str) -> BinaryNode {
+        BinaryNode::start_in(tempfile::tempdir().unwrap(), "127.0.0.1:0", extra)
+    }
+
+    /// Stops this node (cleanly, bounded) and starts a new one on the same
+    /// address and data dir: a node restart.
+    pub fn restart(mut self, extra: &str) -> BinaryNode {
+        self.stop();
         let dir = tempfile::tempdir().unwrap();
+        let old = std::mem::replace(&mut self.dir, dir);
+        BinaryNode::start_in(old, &self.addr.to_string(), extra)
+    }
+
+    fn start_in(dir: tempfile::TempDir, listen: &str, extra: &str) -> BinaryNode {
         let mut config = format!(
             "[node]\nname = \"bin\"\ndata_dir = {:?}\n\n{extra}\n",
             dir.path().join("data")
@@ -34,7 +46,7 @@ impl BinaryNode {
         let path = dir.path().join("termesh.toml");
         std::fs::write(&path, config).unwrap();
         let mut child = Command::new(env!("CARGO_BIN_EXE_termesh"))
-            .args(["node", "--listen", "127.0.0.1:0", "--config"])
+            .args(["node", "--listen", listen, "--config"])
             .arg(&path)
             .env("NO_COLOR", "1")
             .stdout(Stdio::piped())
@@ -72,14 +84,21 @@ impl BinaryNode {
         termesh_node::client::Target {
             url: self.url.clone(),
             token: Some(token.to_string()),
+            token_source: "the test".into(),
         }
     }
 }
 
 impl Drop for BinaryNode {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+impl BinaryNode {
     /// A clean stop (SIGTERM: the node ends its sessions), bounded; then
     /// SIGKILL if it did not stop.
-    fn drop(&mut self) {
+    fn stop(&mut self) {
         use nix::sys::signal::{kill, Signal};
         let _ = kill(self.pid(), Signal::SIGCONT);
         let _ = kill(self.pid(), Signal::SIGTERM);

@@ -5,6 +5,7 @@
 
 pub mod binary;
 pub mod proxy;
+pub mod tmux;
 pub mod wire;
 
 use std::time::Duration;
@@ -65,6 +66,7 @@ impl TestNode {
         Target {
             url: self.url(),
             token: token.map(str::to_string),
+            token_source: "the test".into(),
         }
     }
 

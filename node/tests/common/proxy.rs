@@ -1,15 +1,27 @@
-//! A loopback TCP proxy whose live connections a test can cut, to drop a
-//! client's link without the client's cooperation.
+//! A loopback TCP proxy a test controls, to break a client's link without
+//! the client's cooperation: cut live connections, refuse new ones
+//! (accept and close at once, counting them), or stall live ones (bytes
+//! held, sockets open).
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
+
+#[derive(Default)]
+struct Control {
+    refuse: AtomicBool,
+    stall: AtomicBool,
+    accepted: AtomicUsize,
+}
 
 pub struct Proxy {
     pub addr: SocketAddr,
     conns: Arc<Mutex<Vec<JoinHandle<()>>>>,
+    control: Arc<Control>,
     accept: JoinHandle<()>,
 }
 
@@ -18,14 +30,26 @@ impl Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
         let addr = listener.local_addr().unwrap();
         let conns: Arc<Mutex<Vec<JoinHandle<()>>>> = Arc::default();
-        let tracked = conns.clone();
+        let control = Arc::new(Control::default());
+        let (tracked, ctl) = (conns.clone(), control.clone());
         let accept = tokio::spawn(async move {
-            while let Ok((mut inbound, _)) = listener.accept().await {
-                let Ok(mut outbound) = TcpStream::connect(upstream).await else {
+            while let Ok((inbound, _)) = listener.accept().await {
+                ctl.accepted.fetch_add(1, Ordering::SeqCst);
+                if ctl.refuse.load(Ordering::SeqCst) {
+                    drop(inbound);
+                    continue;
+                }
+                let Ok(outbound) = TcpStream::connect(upstream).await else {
                     continue;
                 };
+                let (ri, wi) = inbound.into_split();
+                let (ro, wo) = outbound.into_split();
+                let (c1, c2) = (ctl.clone(), ctl.clone());
                 let task = tokio::spawn(async move {
-                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    tokio::select! {
+                        _ = pump(ri, wo, c1) => {}
+                        _ = pump(ro, wi, c2) => {}
+                    }
                 });
                 tracked.lock().unwrap().push(task);
             }
@@ -33,6 +57,7 @@ impl Proxy {
         Proxy {
             addr,
             conns,
+            control,
             accept,
         }
     }
@@ -45,6 +70,48 @@ impl Proxy {
             task.abort();
         }
         n
+    }
+
+    /// New connections are accepted and closed at once (`true`), or
+    /// forwarded again (`false`).
+    pub fn refuse(&self, on: bool) {
+        self.control.refuse.store(on, Ordering::SeqCst);
+    }
+
+    /// Live connections stop moving bytes either way (`true`), sockets open.
+    pub fn stall(&self, on: bool) {
+        self.control.stall.store(on, Ordering::SeqCst);
+    }
+
+    /// Connections accepted so far, refused ones included.
+    pub fn accepted(&self) -> usize {
+        self.control.accepted.load(Ordering::SeqCst)
+    }
+}
+
+/// Copies one direction; while stalled, what was read is held.
+async fn pump(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    control: Arc<Control>,
+) {
+    let mut buf = vec![0u8; 16 * 1024];
+    let stalled_at_start = control.stall.load(Ordering::SeqCst);
+    loop {
+        let Ok(n) = from.read(&mut buf).await else {
+            return;
+        };
+        if n == 0 {
+            return;
+        }
+        // A connection made during a stall is not stalled (the client's
+        // reconnect must get through); older ones hold their bytes.
+        while control.stall.load(Ordering::SeqCst) && !stalled_at_start {
+            super::poll_pause().await;
+        }
+        if to.write_all(&buf[..n]).await.is_err() {
+            return;
+        }
     }
 }
 

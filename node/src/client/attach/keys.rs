@@ -1,0 +1,143 @@
+//! The attach client's keyboard: the prefix key (default Ctrl-]) and its
+//! commands, and bracketed pastes, inside which every byte goes to the
+//! session as typed (a pasted Ctrl-] never detaches).
+
+/// What the typed bytes mean.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Key {
+    /// Bytes for the session.
+    Input(Vec<u8>),
+    /// Prefix, then `d`.
+    Detach,
+    /// Prefix, then `s`: make the session this terminal's size.
+    TakeSize,
+    /// Prefix, then a key that means nothing: show what does.
+    Help,
+}
+
+/// Start and end of a bracketed paste, as the outer terminal sends them.
+const PASTE_START: &[u8] = b"\x1b[200~";
+const PASTE_END: &[u8] = b"\x1b[201~";
+
+#[derive(Debug)]
+pub struct KeyFilter {
+    prefix: u8,
+    /// The prefix was pressed; the next key is a command.
+    armed: bool,
+    in_paste: bool,
+    /// The bytes of a paste marker seen so far (markers may be split
+    /// across reads; the bytes themselves are passed on as they come).
+    marker: Vec<u8>,
+}
+
+impl KeyFilter {
+    pub fn new(prefix: u8) -> KeyFilter {
+        KeyFilter {
+            prefix,
+            armed: false,
+            in_paste: false,
+            marker: Vec::new(),
+        }
+    }
+
+    /// Whether the prefix was pressed and a command key is awaited.
+    pub fn armed(&self) -> bool {
+        self.armed
+    }
+
+    pub fn feed(&mut self, chunk: &[u8]) -> Vec<Key> {
+        let mut keys = Vec::new();
+        let mut run = Vec::new();
+        for &byte in chunk {
+            let in_paste = self.in_paste;
+            self.scan_marker(byte);
+            if self.armed {
+                self.armed = false;
+                let command = match byte {
+                    b if b == self.prefix => {
+                        run.push(b);
+                        continue;
+                    }
+                    b'd' | b'D' => Key::Detach,
+                    b's' | b'S' => Key::TakeSize,
+                    _ => Key::Help,
+                };
+                if !run.is_empty() {
+                    keys.push(Key::Input(std::mem::take(&mut run)));
+                }
+                keys.push(command);
+            } else if byte == self.prefix && !in_paste {
+                self.armed = true;
+            } else {
+                run.push(byte);
+            }
+        }
+        if !run.is_empty() {
+            keys.push(Key::Input(run));
+        }
+        keys
+    }
+
+    fn scan_marker(&mut self, byte: u8) {
+        self.marker.push(byte);
+        let seen = &self.marker[..];
+        if seen == PASTE_START {
+            self.in_paste = true;
+        } else if seen == PASTE_END {
+            self.in_paste = false;
+        } else if PASTE_START.starts_with(seen) || PASTE_END.starts_with(seen) {
+            return;
+        }
+        if seen == PASTE_START || seen == PASTE_END || byte != 0x1b {
+            self.marker.clear();
+        } else {
+            self.marker.clear();
+            self.marker.push(byte);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const P: u8 = 0x1d;
+
+    fn input(b: &[u8]) -> Key {
+        Key::Input(b.to_vec())
+    }
+
+    #[test]
+    fn prefix_commands() {
+        let mut k = KeyFilter::new(P);
+        assert_eq!(k.feed(b"ls\r"), vec![input(b"ls\r")]);
+        assert_eq!(
+            k.feed(&[b'a', P, b'd', b'z']),
+            vec![input(b"a"), Key::Detach, input(b"z")]
+        );
+        // Pressing it twice sends it once.
+        assert_eq!(k.feed(&[P, P]), vec![input(&[P])]);
+        assert!(!k.armed());
+        // The command key may come in a later read.
+        assert_eq!(k.feed(&[P]), vec![]);
+        assert!(k.armed());
+        assert_eq!(k.feed(b"s"), vec![Key::TakeSize]);
+        assert_eq!(k.feed(&[P, b'x', b'y']), vec![Key::Help, input(b"y")]);
+    }
+
+    #[test]
+    fn a_paste_never_detaches_even_split_across_reads() {
+        let mut k = KeyFilter::new(P);
+        let mut paste = b"\x1b[200~one".to_vec();
+        paste.extend([P, b'd']);
+        assert_eq!(k.feed(&paste), vec![input(&paste)]);
+        assert_eq!(k.feed(b"two\x1b[20"), vec![input(b"two\x1b[20")]);
+        assert_eq!(k.feed(&[P]), vec![input(&[P])], "still in the paste");
+        assert_eq!(k.feed(b"1~"), vec![input(b"1~")]);
+        // The paste ended: the prefix works again.
+        assert_eq!(k.feed(&[P, b'd']), vec![Key::Detach]);
+        // An ESC before a marker does not hide it.
+        assert_eq!(k.feed(b"\x1b\x1b[200~"), vec![input(b"\x1b\x1b[200~")]);
+        assert_eq!(k.feed(&[P]), vec![input(&[P])]);
+    }
+}

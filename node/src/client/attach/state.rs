@@ -1,0 +1,397 @@
+//! The attach client's state across connections: where the stream stands
+//! (last seq shown, acks), typed keys not yet sent, the link's health and
+//! the status row, read-only mode, and what each server message or local
+//! event does to them.
+
+use std::time::{Duration, Instant};
+
+use anyhow::anyhow;
+use termesh_transport::{ClientMsg, ErrorCode, EventKind, ServerMsg};
+
+use super::backoff::Backoff;
+use super::keys::{Key, KeyFilter};
+use super::view::View;
+use super::{AttachOptions, Ended, Outside};
+use crate::client::{Client, Fatal};
+
+/// Keystrokes kept while disconnected; more are dropped.
+const MAX_PENDING_INPUT: usize = 64 * 1024;
+/// The window this client asks for; it acks every quarter of it.
+const WINDOW: u64 = 1 << 20;
+/// The id of this client's `subscribe` request.
+const SUBSCRIBE_ID: u64 = 1;
+/// How long a notice (read-only, help) stays in the status row.
+const NOTICE: Duration = Duration::from_secs(4);
+/// Output is drawn into a cropped view at most this often.
+const REDRAW_DELAY: Duration = Duration::from_millis(20);
+
+pub enum Step {
+    Continue,
+    End(Ended),
+}
+
+pub struct State {
+    opts: AttachOptions,
+    pub view: View,
+    keys: KeyFilter,
+    pub backoff: Backoff,
+    /// Seq of the last output or snapshot shown; `None` before the first.
+    last_seq: Option<u64>,
+    reset_next_snapshot: bool,
+    unacked: u64,
+    pending_input: Vec<u8>,
+    read_only: bool,
+    /// What the status row says when keys are typed in read-only mode.
+    read_only_note: &'static str,
+    /// The size was sent once: the first attach takes the size.
+    sized: bool,
+    /// Since when the link is down, and when the next attempt is due.
+    offline_since: Option<Instant>,
+    retry_at: Option<Instant>,
+    /// The link is up but the node has been silent this long.
+    quiet_for: Option<Duration>,
+    last_ping: Instant,
+    notice: Option<(String, Instant)>,
+    redraw_at: Option<Instant>,
+    /// From the node's ping interval: when to probe, and when silence
+    /// means the link is gone.
+    probe_after: Duration,
+    stale_after: Duration,
+}
+
+impl State {
+    pub fn new(opts: AttachOptions, term: (u16, u16)) -> State {
+        let mut st = State {
+            keys: KeyFilter::new(opts.prefix),
+            read_only: opts.read_only,
+            read_only_note: "read-only: keys are not sent",
+            opts,
+            view: View::new(term),
+            backoff: Backoff::default(),
+            last_seq: None,
+            reset_next_snapshot: false,
+            unacked: 0,
+            pending_input: Vec::new(),
+            sized: false,
+            offline_since: None,
+            retry_at: None,
+            quiet_for: None,
+            last_ping: Instant::now(),
+            notice: None,
+            redraw_at: None,
+            probe_after: Duration::from_secs(5),
+            stale_after: Duration::from_secs(30),
+        };
+        if st.read_only {
+            st.notify(st.read_only_note.into());
+        }
+        st
+    }
+
+    /// The session has been shown (a snapshot or output written).
+    pub fn shown(&self) -> bool {
+        self.last_seq.is_some()
+    }
+
+    pub fn link_lost(&mut self) {
+        self.offline_since.get_or_insert_with(Instant::now);
+        self.quiet_for = None;
+    }
+
+    pub fn set_retry_at(&mut self, at: Option<Instant>) {
+        self.retry_at = at;
+    }
+
+    pub fn redraw_at(&self) -> Option<Instant> {
+        self.redraw_at
+    }
+
+    /// The liveness check's period, from the node's ping interval: probe
+    /// after a third of it in silence; a link silent for twice the interval
+    /// (several probes and the node's own pings unanswered) is dropped.
+    pub fn tick_period(&mut self, conn: &Client) -> Duration {
+        let interval = conn.ping_interval();
+        self.probe_after = interval / 3;
+        self.stale_after = interval * 2;
+        (self.probe_after / 2).clamp(Duration::from_millis(50), Duration::from_millis(500))
+    }
+
+    pub async fn subscribe(&mut self, conn: &mut Client) -> anyhow::Result<()> {
+        self.unacked = 0;
+        self.quiet_for = None;
+        conn.send(&ClientMsg::Subscribe {
+            id: SUBSCRIBE_ID,
+            session: self.opts.session.clone(),
+            from_seq: self.last_seq,
+            window: Some(WINDOW),
+            scrollback: Some(self.opts.scrollback),
+        })
+        .await
+    }
+
+    pub async fn on_message(&mut self, conn: &mut Client, msg: ServerMsg) -> anyhow::Result<Step> {
+        self.quiet_for = None;
+        match msg {
+            ServerMsg::Subscribed { .. } => {
+                // The stream is back: the backoff starts over.
+                self.backoff.reset();
+                self.offline_since = None;
+                self.retry_at = None;
+            }
+            ServerMsg::Snapshot {
+                seq,
+                cols,
+                rows,
+                data,
+                ..
+            } => {
+                // A fresh attach or a resync starts from a reset terminal; a
+                // resume never gets here (it continues with output).
+                let reset =
+                    self.last_seq.is_none() || std::mem::take(&mut self.reset_next_snapshot);
+                self.view.snapshot(cols, rows, &data, reset);
+                self.last_seq = Some(seq);
+                self.schedule_redraw();
+                // The first attach takes the size (the last to attach or
+                // resize wins, as in tmux). Sent after the snapshot, so
+                // the `resized` event comes after it too.
+                if !std::mem::replace(&mut self.sized, true) && !self.read_only {
+                    if let Ok(term) = crossterm::terminal::size() {
+                        if term != (cols, rows) {
+                            self.send_size(conn).await?;
+                        }
+                    }
+                }
+            }
+            ServerMsg::ResyncRequired { .. } => self.reset_next_snapshot = true,
+            ServerMsg::Output { session, seq, data } => {
+                self.view.output(&data);
+                self.schedule_redraw();
+                self.last_seq = Some(seq);
+                self.unacked += data.len() as u64;
+                if self.unacked >= WINDOW / 4 {
+                    self.unacked = 0;
+                    conn.send(&ClientMsg::Ack { session, seq }).await?;
+                }
+            }
+            ServerMsg::Event { event, .. } => match event {
+                EventKind::Exited { exit_code, signal } => {
+                    self.view.keep_screen();
+                    return Ok(Step::End(Ended::Exited {
+                        code: exit_code,
+                        signal,
+                    }));
+                }
+                EventKind::Resized { cols, rows } => {
+                    self.view.session_resized(cols, rows);
+                    self.schedule_redraw();
+                }
+                _ => {}
+            },
+            ServerMsg::Error {
+                id, code, message, ..
+            } => return self.on_error(id, code, message),
+            _ => {}
+        }
+        Ok(Step::Continue)
+    }
+
+    fn on_error(
+        &mut self,
+        id: Option<u64>,
+        code: ErrorCode,
+        message: String,
+    ) -> anyhow::Result<Step> {
+        let session = &self.opts.label;
+        match (id, code) {
+            (Some(SUBSCRIBE_ID), ErrorCode::NotFound) => Err(Fatal::wrap(anyhow!(
+                "session {session} no longer exists: it was removed, or its node restarted"
+            ))),
+            // The session went away while attached.
+            (None, ErrorCode::NotFound) => Ok(Step::End(Ended::Removed)),
+            // A viewer's token: input and resize are refused.
+            (None, ErrorCode::Forbidden) => {
+                if !self.read_only {
+                    self.read_only = true;
+                    self.read_only_note = "read-only (a viewer's token): keys are not sent";
+                    self.pending_input.clear();
+                    self.notify(self.read_only_note.into());
+                }
+                Ok(Step::Continue)
+            }
+            // Input that raced the program's exit: `exited` follows.
+            (None, ErrorCode::Exited) => Ok(Step::Continue),
+            (
+                Some(SUBSCRIBE_ID),
+                ErrorCode::Unauthorized | ErrorCode::Forbidden | ErrorCode::BadRequest,
+            ) => Err(Fatal::wrap(anyhow!(
+                "cannot attach to {session}: {message}"
+            ))),
+            // Anything else ends this subscription; a new connection retries.
+            (_, code) => Err(anyhow!("{}: {message}", code.as_str())),
+        }
+    }
+
+    pub async fn on_outside(
+        &mut self,
+        event: Outside,
+        conn: Option<&mut Client>,
+    ) -> anyhow::Result<Option<Ended>> {
+        match event {
+            Outside::Keys(chunk) => {
+                let mut take_size = false;
+                for key in self.keys.feed(&chunk) {
+                    match key {
+                        Key::Input(_) if self.read_only => self.notify(self.read_only_note.into()),
+                        Key::Input(bytes) => {
+                            let room = MAX_PENDING_INPUT.saturating_sub(self.pending_input.len());
+                            self.pending_input
+                                .extend_from_slice(&bytes[..bytes.len().min(room)]);
+                        }
+                        Key::Detach => return Ok(Some(Ended::Detached)),
+                        Key::TakeSize if self.read_only => {
+                            self.notify("read-only: the size is not sent".into());
+                        }
+                        Key::TakeSize => {
+                            take_size = true;
+                            self.notify("the session takes this terminal's size".into());
+                        }
+                        Key::Help => self.notify(self.help()),
+                    }
+                }
+                if let (Some(conn), true) = (conn, take_size) {
+                    self.send_size(conn).await?;
+                }
+            }
+            Outside::StdinEnded => {}
+            Outside::WindowChanged => {
+                let term = super::term_size();
+                self.view.term_resized(term);
+                self.schedule_redraw();
+                if let Some(conn) = conn {
+                    if !self.read_only {
+                        self.send_size(conn).await?;
+                    }
+                }
+            }
+            Outside::Signal(n) => return Ok(Some(Ended::Signal(n))),
+        }
+        Ok(None)
+    }
+
+    /// Liveness: a quiet link is probed with `ping`; one silent past the
+    /// stale bound is given up (the caller reconnects).
+    pub async fn on_tick(&mut self, conn: &mut Client) -> anyhow::Result<Step> {
+        let silent = conn.last_heard().elapsed();
+        if silent >= self.stale_after {
+            // Frames this loop had no time to read are not silence.
+            if let Some(msg) = futures_util::FutureExt::now_or_never(conn.recv()) {
+                return self.on_message(conn, msg?).await;
+            }
+            return Err(anyhow!("no word from the node for {}s", silent.as_secs()));
+        }
+        if silent >= self.probe_after && self.last_ping.elapsed() >= self.probe_after {
+            self.last_ping = Instant::now();
+            conn.send(&ClientMsg::Ping { nonce: None }).await?;
+        }
+        // Quiet from one unanswered probe on: input waits from then on.
+        self.quiet_for = (silent >= self.probe_after * 2).then_some(silent);
+        Ok(Step::Continue)
+    }
+
+    /// Puts the right text in the status row: the link's state first, then
+    /// the prefix menu, then a notice.
+    pub fn refresh_status(&mut self) {
+        if self
+            .notice
+            .as_ref()
+            .is_some_and(|(_, until)| Instant::now() >= *until)
+        {
+            self.notice = None;
+        }
+        let text = if let Some(since) = self.offline_since {
+            let next = match self.retry_at {
+                Some(at) => format!("next try in {}s", secs_until(at)),
+                None => "connecting".to_string(),
+            };
+            Some(format!(
+                "[termesh] link down {}s · retry {} · {next} · keys typed now are sent on reconnect · {} d detaches",
+                since.elapsed().as_secs(),
+                self.backoff.attempts(),
+                key_name(self.opts.prefix)
+            ))
+        } else if let Some(quiet) = self.quiet_for {
+            Some(format!(
+                "[termesh] no word from the node for {}s; reconnecting after {}s",
+                quiet.as_secs(),
+                self.stale_after.as_secs()
+            ))
+        } else if self.keys.armed() {
+            Some(self.help())
+        } else {
+            self.notice.as_ref().map(|(text, _)| text.clone())
+        };
+        self.view.set_status(text);
+        if self.view.needs_redraw() {
+            self.schedule_redraw();
+        } else {
+            self.redraw_at = None;
+        }
+    }
+
+    fn help(&self) -> String {
+        let p = key_name(self.opts.prefix);
+        format!("[termesh] {p} then: d detach · s take the size · {p} send {p} · other keys cancel")
+    }
+
+    fn notify(&mut self, text: String) {
+        let text = if text.starts_with("[termesh]") {
+            text
+        } else {
+            format!("[termesh] {text}")
+        };
+        self.notice = Some((text, Instant::now() + NOTICE));
+    }
+
+    fn schedule_redraw(&mut self) {
+        if self.view.needs_redraw() && self.redraw_at.is_none() {
+            self.redraw_at = Some(Instant::now() + REDRAW_DELAY);
+        }
+    }
+
+    /// Sends the keys typed so far, unless the link is quiet: bytes
+    /// written into a link that has gone silent may never arrive, so they
+    /// wait for a sign of life or for the next connection.
+    pub async fn flush_input(&mut self, conn: &mut Client) -> anyhow::Result<()> {
+        if self.pending_input.is_empty() || self.read_only || self.quiet_for.is_some() {
+            return Ok(());
+        }
+        let data = std::mem::take(&mut self.pending_input);
+        let session = self.opts.session.clone();
+        conn.send(&ClientMsg::Input { session, data }).await
+    }
+
+    async fn send_size(&mut self, conn: &mut Client) -> anyhow::Result<()> {
+        if let Ok((cols, rows)) = crossterm::terminal::size() {
+            let session = self.opts.session.clone();
+            conn.send(&ClientMsg::Resize {
+                session,
+                cols: cols.into(),
+                rows: rows.into(),
+            })
+            .await?;
+        }
+        Ok(())
+    }
+}
+
+fn secs_until(at: Instant) -> u64 {
+    at.saturating_duration_since(Instant::now())
+        .as_secs_f64()
+        .ceil() as u64
+}
+
+/// `^]` for 0x1d.
+pub fn key_name(key: u8) -> String {
+    format!("^{}", char::from(key + b'@'))
+}

@@ -1,0 +1,122 @@
+//! Naming sessions on the command line: by id, by name, or by a unique
+//! prefix of the id, as tmux users expect; `attach` with no name picks
+//! the most recently active session.
+
+use termesh_transport::{SessionInfo, SessionStatus};
+
+/// The session `wanted` names: an exact id, then an exact name, then the
+/// only id starting with it. An ambiguous prefix lists the candidates.
+pub fn resolve<'a>(sessions: &'a [SessionInfo], wanted: &str) -> Result<&'a SessionInfo, String> {
+    if wanted.is_empty() {
+        return Err("an empty session name: give an id, an id prefix or a name".into());
+    }
+    if let Some(s) = sessions.iter().find(|s| s.id == wanted) {
+        return Ok(s);
+    }
+    let named: Vec<&SessionInfo> = sessions
+        .iter()
+        .filter(|s| s.name.as_deref() == Some(wanted))
+        .collect();
+    match named.as_slice() {
+        [one] => return Ok(one),
+        [] => {}
+        many => return Err(ambiguous(wanted, "is the name of", many)),
+    }
+    let prefixed: Vec<&SessionInfo> = sessions
+        .iter()
+        .filter(|s| s.id.starts_with(wanted))
+        .collect();
+    match prefixed.as_slice() {
+        [one] => Ok(one),
+        [] => Err(format!(
+            "no session named `{wanted}` or with an id starting with it (`termesh ls` lists them)"
+        )),
+        many => Err(ambiguous(wanted, "starts the ids of", many)),
+    }
+}
+
+fn ambiguous(wanted: &str, how: &str, many: &[&SessionInfo]) -> String {
+    let list: Vec<String> = many.iter().map(|s| describe(s)).collect();
+    format!(
+        "`{wanted}` {how} {} sessions: {}; give more of the id",
+        many.len(),
+        list.join(", ")
+    )
+}
+
+/// `id (name)` or `id`.
+pub fn describe(s: &SessionInfo) -> String {
+    match &s.name {
+        Some(name) => format!("{} ({name})", s.id),
+        None => s.id.clone(),
+    }
+}
+
+/// The running session with the most recent output, for a bare `attach`.
+pub fn most_recent(sessions: &[SessionInfo]) -> Result<&SessionInfo, String> {
+    sessions
+        .iter()
+        .filter(|s| s.status == SessionStatus::Running)
+        .min_by_key(|s| s.idle_ms)
+        .ok_or_else(|| {
+            if sessions.is_empty() {
+                "no sessions: start one with `termesh new --attach`".to_string()
+            } else {
+                "no running session: name one of `termesh ls` to see how it ended".to_string()
+            }
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn session(id: &str, name: Option<&str>, idle_ms: u64, running: bool) -> SessionInfo {
+        SessionInfo {
+            id: id.into(),
+            name: name.map(Into::into),
+            node: "n".into(),
+            command: vec!["sh".into()],
+            cwd: None,
+            status: if running {
+                SessionStatus::Running
+            } else {
+                SessionStatus::Exited
+            },
+            exit_code: None,
+            phase: None,
+            created_at: 0,
+            cols: 80,
+            rows: 24,
+            last_seq: 0,
+            viewers: 0,
+            idle_ms,
+            at_prompt: false,
+            tags: vec![],
+        }
+    }
+
+    #[test]
+    fn ids_names_and_prefixes() {
+        let all = [
+            session("0b5a11111111", Some("build"), 50, true),
+            session("0b7c22222222", None, 10, true),
+            session("9f0033333333", Some("0b5a11111111x"), 5, false),
+        ];
+        assert_eq!(resolve(&all, "0b5a11111111").unwrap().id, "0b5a11111111");
+        assert_eq!(resolve(&all, "build").unwrap().id, "0b5a11111111");
+        assert_eq!(resolve(&all, "0b5").unwrap().id, "0b5a11111111");
+        assert_eq!(resolve(&all, "9").unwrap().id, "9f0033333333");
+        let err = resolve(&all, "0b").unwrap_err();
+        assert!(
+            err.contains("2 sessions")
+                && err.contains("0b5a11111111 (build)")
+                && err.contains("0b7c22222222"),
+            "{err}"
+        );
+        assert!(resolve(&all, "zz").unwrap_err().contains("no session"));
+        assert!(resolve(&all, "").is_err());
+        assert_eq!(most_recent(&all).unwrap().id, "0b7c22222222");
+        assert!(most_recent(&[]).unwrap_err().contains("no sessions"));
+    }
+}

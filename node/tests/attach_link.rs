@@ -1,0 +1,141 @@
+//! `termesh attach` over a link that fails, driven in tmux through a proxy
+//! the test controls: the status row while the link is down (and the row
+//! it covered given back after), reconnects paced by backoff, keys typed
+//! offline delivered, a silent link dropped and resumed, and a session
+//! gone after a node restart ending the attach instead of a retry loop.
+
+mod common;
+
+use std::time::Duration;
+
+use common::binary::BinaryNode;
+use common::proxy::Proxy;
+use common::tmux::Tmux;
+use common::*;
+use termesh_transport::CreateRequest;
+
+const BIN: &str = env!("CARGO_BIN_EXE_termesh");
+
+fn shell() -> CreateRequest {
+    CreateRequest {
+        command: Some(vec![
+            "bash".into(),
+            "--norc".into(),
+            "--noprofile".into(),
+            "-i".into(),
+        ]),
+        env: Some([("PS1".to_string(), "PROMPT> ".to_string())].into()),
+        cols: Some(80),
+        rows: Some(24),
+        ..Default::default()
+    }
+}
+
+fn attach_via(proxy: &Proxy, token: &str, session: &str) -> Tmux {
+    let url = format!("http://{}", proxy.addr);
+    Tmux::start(
+        80,
+        24,
+        &format!("{BIN} attach {session}"),
+        &[("TERMESH_URL", &url), ("TERMESH_TOKEN", token)],
+    )
+}
+
+fn node_with_ping(interval: Duration) -> TestNode {
+    TestNode::start_with(|c| c.ws.ping_interval = interval)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_link_shows_in_the_status_row_backs_off_and_resumes() {
+    let node = node_with_ping(Duration::from_secs(1));
+    let session = node.create_with(shell()).await.id;
+    let proxy = Proxy::start(node.node.addr()).await;
+    let pane = attach_via(&proxy, OPERATOR, &session);
+    pane.wait_for("PROMPT>").await;
+    // Fill the screen so its bottom row holds the prompt.
+    pane.type_text("seq 101 140");
+    pane.keys(&["Enter"]);
+    pane.wait_until("a full screen", |t| t.lines().last() == Some("PROMPT>"))
+        .await;
+
+    proxy.refuse(true);
+    assert!(proxy.cut() >= 1, "the attach went through the proxy");
+    let cut_at = proxy.accepted();
+    let screen = pane.wait_for("[termesh] link down").await;
+    let rows: Vec<&str> = screen.lines().collect();
+    assert!(rows[23].starts_with("[termesh] link down"), "{screen}");
+    assert_eq!(rows[22], "140", "the status row scrolled nothing: {screen}");
+    pane.type_text("echo typed-$((6*7))");
+    pane.keys(&["Enter"]);
+
+    // Measured over time on purpose: how often the client comes back while
+    // the node cannot be reached. A tight loop would be thousands.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let retries = proxy.accepted() - cut_at;
+    assert!((2..=12).contains(&retries), "{retries} reconnects in 10 s");
+    let status = pane.screen()[23].clone();
+    assert!(status.contains("retry"), "{status}");
+
+    proxy.refuse(false);
+    let screen = pane
+        .wait_until("the stream back and the typed keys run", |t| {
+            t.contains("typed-42") && !t.contains("[termesh]")
+        })
+        .await;
+    assert_eq!(
+        screen.lines().filter(|l| *l == "140").count(),
+        1,
+        "rows given back as they were: {screen}"
+    );
+    assert!(
+        screen.lines().any(|l| l == "PROMPT> echo typed-$((6*7))"),
+        "{screen}"
+    );
+    let info = node.info(&session).await.unwrap();
+    assert_eq!(info.viewers, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_link_is_dropped_and_the_stream_resumes() {
+    // Probes after 1 s of silence, says so after 2 s, gives up after 6 s.
+    let node = node_with_ping(Duration::from_secs(3));
+    let session = node.create_with(shell()).await.id;
+    let proxy = Proxy::start(node.node.addr()).await;
+    let pane = attach_via(&proxy, OPERATOR, &session);
+    pane.wait_for("PROMPT>").await;
+    let before = proxy.accepted();
+    // The link goes quiet: bytes held both ways, sockets open, no error.
+    proxy.stall(true);
+    pane.wait_for("[termesh] no word from the node").await;
+    pane.type_text("echo after-stall-$((5*5))");
+    pane.keys(&["Enter"]);
+    pane.wait_until("a new connection resuming the stream", |t| {
+        t.contains("after-stall-25") && !t.contains("[termesh]")
+    })
+    .await;
+    assert_eq!(proxy.accepted(), before + 1, "one reconnect");
+    proxy.stall(false);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_gone_after_a_node_restart_ends_the_attach() {
+    let node = BinaryNode::start("");
+    let target = node.target(OPERATOR);
+    let session = termesh_node::client::commands::new(&target, shell())
+        .await
+        .unwrap()
+        .id;
+    let proxy = Proxy::start(node.addr).await;
+    let pane = attach_via(&proxy, OPERATOR, &session);
+    pane.wait_for("PROMPT>").await;
+    let before = proxy.accepted();
+    let node = tokio::task::spawn_blocking(move || node.restart(""))
+        .await
+        .unwrap();
+    assert_eq!(pane.exit_code().await, 1);
+    let text = pane.text();
+    assert!(text.contains("no longer exists"), "{text}");
+    let attempts = proxy.accepted() - before;
+    assert!(attempts <= 6, "{attempts} connections to a restarted node");
+    drop(node);
+}

@@ -371,7 +371,7 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("TERMESH_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,actix_server=warn"));
     // Colour only on a terminal: a log file or the journal gets plain text.
     use std::io::IsTerminal;
     tracing_subscriber::fmt()

@@ -261,3 +261,25 @@ async fn a_smaller_viewer_sees_a_readable_crop_and_can_take_the_size() {
         assert_eq!(pane.exit_code().await, 0);
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attach_without_a_name_takes_the_most_recently_active_session() {
+    let node = TestNode::start();
+    let older = node
+        .create(&["sh", "-c", "echo OLDER-READY; exec sleep 100000"])
+        .await
+        .id;
+    wait_output(&node, &older, "OLDER-READY").await;
+    let newer = node
+        .create(&["sh", "-c", "echo NEWER-READY; exec sleep 100000"])
+        .await
+        .id;
+    wait_output(&node, &newer, "NEWER-READY").await;
+    let pane = attach(&node, OPERATOR, 80, 24, "");
+    pane.wait_for("NEWER-READY").await;
+    pane.keys(&["C-]", "d"]);
+    assert_eq!(pane.exit_code().await, 0);
+    assert!(pane
+        .text()
+        .contains(&format!("detached from session {newer}")));
+}

@@ -178,7 +178,7 @@ fn main() {
     let code = match run(cli) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("termesh: {e:#}");
+            eprintln!("termesh: {}", termesh_node::client::human(&e));
             1
         }
     };

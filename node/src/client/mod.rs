@@ -105,6 +105,35 @@ pub fn normalize_url(url: &str) -> anyhow::Result<String> {
     Ok(format!("http://{url}"))
 }
 
+/// The node's `error` reply to a request: shown as `code: message`; a
+/// person is shown the message alone (`human`).
+#[derive(Debug)]
+pub struct RequestError {
+    pub code: termesh_transport::ErrorCode,
+    pub message: String,
+}
+
+impl std::fmt::Display for RequestError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.code.as_str(), self.message)
+    }
+}
+
+impl std::error::Error for RequestError {}
+
+/// An error as a person should read it: its causes joined, the node's
+/// error codes left out.
+pub fn human(e: &anyhow::Error) -> String {
+    let parts: Vec<String> = e
+        .chain()
+        .map(|c| match c.downcast_ref::<RequestError>() {
+            Some(r) => r.message.clone(),
+            None => c.to_string(),
+        })
+        .collect();
+    parts.join(": ")
+}
+
 /// An error that retrying cannot fix (a refused token, a session that no
 /// longer exists): `attach` stops instead of reconnecting.
 #[derive(Debug)]
@@ -247,7 +276,7 @@ impl Client {
             if reply_id(&msg) == Some(id) {
                 return match msg {
                     ServerMsg::Error { code, message, .. } => {
-                        Err(anyhow!("{}: {message}", code.as_str()))
+                        Err(anyhow::Error::new(RequestError { code, message }))
                     }
                     other => Ok(other),
                 };

@@ -88,17 +88,19 @@ impl View {
     }
 
     pub fn output(&mut self, data: &[u8]) {
-        self.feed_mirror(data);
         if self.cropped {
+            self.feed_mirror(data);
             self.dirty = true;
             return;
         }
-        // Output under a status row could scroll it into the screen: take
-        // it away (the row as the mirror had it) and draw it again after.
+        // Output under a status row could scroll it into the screen: put
+        // back the row it covers (as the mirror has it before this output),
+        // write the output, and draw the status again.
         let shown = self.status.take();
         if shown.is_some() {
             self.draw_status(None);
         }
+        self.feed_mirror(data);
         self.buf.extend_from_slice(data);
         self.outer_alt = self.modes.alt_screen();
         self.set_status(shown);
@@ -131,7 +133,9 @@ impl View {
             self.status = text;
             self.dirty = true;
         } else {
-            self.draw_status(text.as_deref());
+            if text.is_some() || self.status.is_some() {
+                self.draw_status(text.as_deref());
+            }
             self.status = text;
         }
     }
@@ -212,7 +216,7 @@ impl View {
         if std::mem::replace(&mut self.restored, true) {
             return;
         }
-        if !self.cropped {
+        if !self.cropped && self.status.take().is_some() {
             self.draw_status(None);
         }
         self.status = None;
@@ -304,9 +308,6 @@ impl View {
     /// Draws the status row (pass-through only), or puts back the row it
     /// covered as the mirror has it. The cursor and pen are kept (DECSC).
     fn draw_status(&mut self, text: Option<&str>) {
-        if self.status.is_none() && text.is_none() {
-            return;
-        }
         let (tcols, trows) = (usize::from(self.term.0), usize::from(self.term.1));
         let mut out = format!("\x1b7\x1b[{trows};1H\x1b[0m");
         match text {
@@ -329,6 +330,9 @@ impl View {
 impl Drop for View {
     /// An attach that ends by an error (or a panic) leaves a sane terminal.
     fn drop(&mut self) {
+        if cfg!(test) {
+            return;
+        }
         self.restore("");
         let _ = self.flush();
     }
@@ -391,7 +395,7 @@ mod tests {
         assert_eq!(rows[0], "row 6 xxxxxxxxxxxxxx");
         assert_eq!(rows[3], "row 9 xxxxxxxxxxxxxx");
         assert_eq!(rows[4], "$");
-        assert!(rows[5].starts_with("[termesh] session 40x12 > terminal 20x6"));
+        assert_eq!(rows[5], "[termesh] session 40");
 
         // The session shrinks to fit: the screen is drawn whole again.
         view.buf.clear();
@@ -412,6 +416,19 @@ mod tests {
         view.set_status(None);
         let rows = shown(&mut view, 20, 4);
         assert_eq!(rows, ["a", "b", "c", "bottom"]);
+    }
+
+    #[test]
+    fn output_under_a_status_row_scrolls_the_screen_not_the_status() {
+        let mut view = View::new((20, 4));
+        view.snapshot(20, 4, b"a\r\nb\r\nc\r\nd", true);
+        view.set_status(Some("[termesh] notice".into()));
+        view.output(b"\r\ne\r\nf");
+        let rows = shown(&mut view, 20, 4);
+        assert_eq!(rows, ["c", "d", "e", "[termesh] notice"]);
+        view.set_status(None);
+        let rows = shown(&mut view, 20, 4);
+        assert_eq!(rows, ["c", "d", "e", "f"]);
     }
 
     #[test]

@@ -168,7 +168,26 @@ pub struct Client {
 }
 
 impl Client {
+    /// Connects for a person: a node that wants a token when none was
+    /// found is an error saying how to pass one.
     pub async fn connect(target: &Target) -> anyhow::Result<Client> {
+        let client = Client::connect_raw(target).await?;
+        match client.welcome {
+            ServerMsg::Welcome {
+                auth_required: true,
+                ..
+            } if target.token.is_none() => Err(Fatal::wrap(anyhow!(
+                "the node at {} needs a token and none was found in {}: pass one with --token or TERMESH_TOKEN (`termesh token` makes one)",
+                target.url,
+                target.token_source
+            ))),
+            _ => Ok(client),
+        }
+    }
+
+    /// Connects and reads the welcome; nothing more (protocol tests use
+    /// this to talk to a node without a token).
+    pub async fn connect_raw(target: &Target) -> anyhow::Result<Client> {
         let mut request = target.ws_url("/ws").into_client_request()?;
         if let Some(token) = &target.token {
             request.headers_mut().insert(
@@ -191,14 +210,6 @@ impl Client {
         };
         client.welcome = client.recv().await?;
         match client.welcome {
-            ServerMsg::Welcome {
-                auth_required: true,
-                ..
-            } if target.token.is_none() => Err(Fatal::wrap(anyhow!(
-                "the node at {} needs a token and none was found in {}: pass one with --token or TERMESH_TOKEN (`termesh token` makes one)",
-                target.url,
-                target.token_source
-            ))),
             ServerMsg::Welcome { .. } => Ok(client),
             ref other => bail!("{} is not a termesh node (it said {other:?})", target.url),
         }

@@ -72,6 +72,7 @@ async fn a_cut_link_shows_in_the_status_row_backs_off_and_resumes() {
     // the node cannot be reached. A tight loop would be thousands.
     tokio::time::sleep(Duration::from_secs(10)).await;
     let retries = proxy.accepted() - cut_at;
+    println!("reconnect attempts in 10 s against a refusing node: {retries}");
     assert!((2..=12).contains(&retries), "{retries} reconnects in 10 s");
     let status = pane.screen()[23].clone();
     assert!(status.contains("retry"), "{status}");
@@ -136,6 +137,7 @@ async fn a_session_gone_after_a_node_restart_ends_the_attach() {
     let text = pane.text();
     assert!(text.contains("no longer exists"), "{text}");
     let attempts = proxy.accepted() - before;
+    println!("connections to the restarted node before the attach gave up: {attempts}");
     assert!(attempts <= 6, "{attempts} connections to a restarted node");
     drop(node);
 }

@@ -5,6 +5,7 @@
 //! error names the file, the key and the bad value.
 
 mod auth;
+mod cluster;
 mod units;
 
 use std::net::SocketAddr;
@@ -14,6 +15,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 pub use auth::{hash_token, parse_token_hash, verify, Role, TokenEntry};
+pub use cluster::{ClusterConfig, NodeEntry};
 pub use units::{parse_duration, parse_size};
 
 /// Every default, with its unit.
@@ -83,6 +85,8 @@ pub struct Config {
     pub session: SessionConfig,
     pub ws: WsConfig,
     pub watchdog: WatchdogConfig,
+    /// `None`: a single node (no `[cluster]` section).
+    pub cluster: Option<ClusterConfig>,
 }
 
 #[derive(Debug, Clone)]
@@ -147,14 +151,24 @@ impl Default for Config {
 }
 
 impl Config {
-    /// Reads and checks a config file.
+    /// Reads and checks a config file. Relative paths in it (the data
+    /// dir, certificate files) are relative to the file's folder.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         let file = path.display().to_string();
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
             file: file.clone(),
             source,
         })?;
-        Self::parse(&text, &file)
+        let mut config = Self::parse(&text, &file)?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        if config.node.data_dir.is_relative() && config.node.data_dir != default_data_dir() {
+            config.node.data_dir = base.join(&config.node.data_dir);
+        }
+        if let Some(cluster) = &mut config.cluster {
+            cluster.resolve_paths(base);
+            cluster.check_files(&file)?;
+        }
+        Ok(config)
     }
 
     /// Parses config text; `file` is only used in error messages.
@@ -376,7 +390,13 @@ impl Config {
             auth_timeout: dur("ws.auth_timeout", &w.auth_timeout, defaults::AUTH_TIMEOUT)?,
         };
 
+        let cluster = match raw.cluster {
+            Some(c) => Some(cluster::parse(c, &name, file)?),
+            None => None,
+        };
+
         Ok(Config {
+            cluster,
             node: NodeConfig { name, data_dir },
             http: HttpConfig {
                 listen,
@@ -481,6 +501,7 @@ struct RawConfig {
     ws: RawWs,
     #[serde(default)]
     watchdog: RawWatchdog,
+    cluster: Option<cluster::RawCluster>,
 }
 
 #[derive(Debug, Default, Deserialize)]

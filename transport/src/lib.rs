@@ -1,8 +1,11 @@
 //! termesh-transport: wire types and codecs. `client` is the WebSocket
-//! protocol of PROTOCOL.md (MessagePack maps keyed by `t`); no actors here.
+//! protocol of PROTOCOL.md (MessagePack maps keyed by `t`); `peer` is the
+//! protocol between the nodes of a cluster, with its QUIC and TLS set-up.
+//! No actors here.
 
 pub mod client;
 pub mod codec;
+pub mod peer;
 
 pub use client::*;
 pub use codec::{decode_client, encode_output, encode_server, DecodeError, MAX_INBOUND_FRAME};

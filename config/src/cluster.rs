@@ -1,0 +1,294 @@
+//! The `[cluster]` part of a node's config: the cluster id, the CA and this
+//! node's certificate files, and every node of the cluster (name, QUIC and
+//! HTTP addresses). Membership comes from here; `cluster init` writes it.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::{check_name, ConfigError};
+
+/// The checked cluster section.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterConfig {
+    /// Names the cluster; peers of another cluster are refused.
+    pub id: String,
+    /// The cluster CA's certificate (PEM), and this node's certificate and
+    /// key; relative paths are relative to the config file.
+    pub ca: PathBuf,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    /// Every node, this one included, in the file's order.
+    pub nodes: Vec<NodeEntry>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeEntry {
+    pub name: String,
+    pub quic: SocketAddr,
+    pub http: SocketAddr,
+}
+
+impl ClusterConfig {
+    /// This node's entry (checked to exist when the config was read).
+    pub fn this(&self, name: &str) -> &NodeEntry {
+        self.nodes
+            .iter()
+            .find(|n| n.name == name)
+            .expect("the node is listed (checked at load)")
+    }
+
+    /// Every other node.
+    pub fn peers<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a NodeEntry> + 'a {
+        self.nodes.iter().filter(move |n| n.name != name)
+    }
+
+    pub fn node(&self, name: &str) -> Option<&NodeEntry> {
+        self.nodes.iter().find(|n| n.name == name)
+    }
+
+    /// Makes the file paths relative to `base` (the config file's folder).
+    pub(crate) fn resolve_paths(&mut self, base: &Path) {
+        for path in [&mut self.ca, &mut self.cert, &mut self.key] {
+            if path.is_relative() {
+                *path = base.join(&*path);
+            }
+        }
+    }
+
+    /// The certificate files exist and can be read.
+    pub(crate) fn check_files(&self, file: &str) -> Result<(), ConfigError> {
+        for (key, path) in [
+            ("cluster.ca", &self.ca),
+            ("cluster.cert", &self.cert),
+            ("cluster.key", &self.key),
+        ] {
+            if let Err(e) = std::fs::File::open(path) {
+                return Err(ConfigError::Value {
+                    file: file.to_string(),
+                    key: key.into(),
+                    value: format!("{:?}", path.display().to_string()),
+                    reason: format!("cannot read it: {e}"),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawCluster {
+    id: Option<String>,
+    ca: Option<PathBuf>,
+    cert: Option<PathBuf>,
+    key: Option<PathBuf>,
+    #[serde(default)]
+    nodes: Vec<RawNodeEntry>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawNodeEntry {
+    name: Option<String>,
+    quic: Option<String>,
+    http: Option<String>,
+}
+
+/// Checks the section for the node named `this`.
+pub(crate) fn parse(raw: RawCluster, this: &str, file: &str) -> Result<ClusterConfig, ConfigError> {
+    let bad = |key: &str, value: String, reason: &str| ConfigError::Value {
+        file: file.to_string(),
+        key: key.to_string(),
+        value,
+        reason: reason.to_string(),
+    };
+    let missing = |key: &str| bad(key, "(missing)".into(), "is required in a cluster");
+    let id = raw.id.ok_or_else(|| missing("cluster.id"))?;
+    if id.is_empty() || id.len() > 64 || id.chars().any(|c| c.is_control()) {
+        return Err(bad(
+            "cluster.id",
+            format!("{id:?}"),
+            "must be 1 to 64 printable characters",
+        ));
+    }
+    let path = |key: &str, value: Option<PathBuf>| -> Result<PathBuf, ConfigError> {
+        match value {
+            None => Err(missing(key)),
+            Some(p) if p.as_os_str().is_empty() => {
+                Err(bad(key, "\"\"".into(), "must not be empty"))
+            }
+            Some(p) => Ok(p),
+        }
+    };
+    let ca = path("cluster.ca", raw.ca)?;
+    let cert = path("cluster.cert", raw.cert)?;
+    let key = path("cluster.key", raw.key)?;
+    if raw.nodes.is_empty() {
+        return Err(missing("cluster.nodes"));
+    }
+    let mut nodes: Vec<NodeEntry> = Vec::new();
+    for (i, n) in raw.nodes.into_iter().enumerate() {
+        let key = |field: &str| format!("cluster.nodes[{i}].{field}");
+        let name = n.name.ok_or_else(|| missing(&key("name")))?;
+        check_name(&name).map_err(|r| bad(&key("name"), format!("{name:?}"), &r))?;
+        let addr = |field: &str, value: Option<String>| -> Result<SocketAddr, ConfigError> {
+            let text = value.ok_or_else(|| missing(&key(field)))?;
+            text.parse().map_err(|_| {
+                bad(
+                    &key(field),
+                    format!("{text:?}"),
+                    "not an address:port such as \"127.0.0.1:7521\"",
+                )
+            })
+        };
+        let entry = NodeEntry {
+            quic: addr("quic", n.quic)?,
+            http: addr("http", n.http)?,
+            name,
+        };
+        for other in &nodes {
+            let clash = if other.name == entry.name {
+                Some(("name", format!("{:?}", entry.name)))
+            } else if other.quic == entry.quic {
+                Some(("quic", format!("{:?}", entry.quic.to_string())))
+            } else if other.http == entry.http {
+                Some(("http", format!("{:?}", entry.http.to_string())))
+            } else {
+                None
+            };
+            if let Some((field, value)) = clash {
+                return Err(bad(
+                    &key(field),
+                    value,
+                    &format!("node `{}` has it already", other.name),
+                ));
+            }
+        }
+        nodes.push(entry);
+    }
+    if !nodes.iter().any(|n| n.name == this) {
+        let names: Vec<&str> = nodes.iter().map(|n| n.name.as_str()).collect();
+        return Err(bad(
+            "node.name",
+            format!("{this:?}"),
+            &format!("is not one of cluster.nodes ({})", names.join(", ")),
+        ));
+    }
+    Ok(ClusterConfig {
+        id,
+        ca,
+        cert,
+        key,
+        nodes,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::Config;
+
+    const GOOD: &str = r#"
+[node]
+name = "b"
+[cluster]
+id = "c1"
+ca = "../ca.pem"
+cert = "node.pem"
+key = "node.key"
+[[cluster.nodes]]
+name = "a"
+quic = "127.0.0.1:7521"
+http = "127.0.0.1:7520"
+[[cluster.nodes]]
+name = "b"
+quic = "127.0.0.2:7521"
+http = "127.0.0.2:7520"
+"#;
+
+    #[test]
+    fn a_cluster_section_is_read_and_checked() {
+        let c = Config::parse(GOOD, "b.toml").unwrap();
+        let cluster = c.cluster.unwrap();
+        assert_eq!(cluster.this("b").quic.to_string(), "127.0.0.2:7521");
+        assert_eq!(
+            cluster
+                .peers("b")
+                .map(|n| n.name.as_str())
+                .collect::<Vec<_>>(),
+            ["a"]
+        );
+        assert!(Config::parse("", "t.toml").unwrap().cluster.is_none());
+    }
+
+    #[test]
+    fn errors_name_the_key_and_value() {
+        let cases = [
+            (
+                GOOD.replace("name = \"b\"\n[cluster]", "name = \"z\"\n[cluster]"),
+                "`node.name` = \"z\": is not one of cluster.nodes (a, b)",
+            ),
+            (
+                GOOD.replace("127.0.0.2:7521", "127.0.0.1:7521"),
+                "`cluster.nodes[1].quic` = \"127.0.0.1:7521\": node `a` has it already",
+            ),
+            (
+                GOOD.replace("127.0.0.2:7520", "127.0.0.1:7520"),
+                "`cluster.nodes[1].http` = \"127.0.0.1:7520\": node `a` has it already",
+            ),
+            (
+                GOOD.replace("name = \"a\"", "name = \"b\""),
+                "`cluster.nodes[1].name` = \"b\": node `b` has it already",
+            ),
+            (
+                GOOD.replace("id = \"c1\"\n", ""),
+                "`cluster.id` = (missing)",
+            ),
+            (
+                GOOD.replace("127.0.0.2:7520", "nowhere"),
+                "`cluster.nodes[1].http` = \"nowhere\": not an address:port",
+            ),
+            (
+                GOOD.replace("cert = \"node.pem\"", "cert = \"\""),
+                "`cluster.cert` = \"\": must not be empty",
+            ),
+        ];
+        for (text, want) in cases {
+            let err = Config::parse(&text, "b.toml").unwrap_err().to_string();
+            assert!(err.starts_with("b.toml: "), "{err}");
+            assert!(err.contains(want), "{err}\nwanted {want}");
+        }
+    }
+
+    #[test]
+    fn paths_are_relative_to_the_config_file_and_must_exist() {
+        let dir = tempfile::tempdir().unwrap();
+        let sub = dir.path().join("b");
+        std::fs::create_dir(&sub).unwrap();
+        let file = sub.join("termesh.toml");
+        std::fs::write(&file, GOOD).unwrap();
+        let err = Config::load(&file).unwrap_err().to_string();
+        assert!(
+            err.contains("`cluster.ca`") && err.contains("cannot read it"),
+            "{err}"
+        );
+        std::fs::write(dir.path().join("ca.pem"), "x").unwrap();
+        std::fs::write(sub.join("node.pem"), "x").unwrap();
+        std::fs::write(sub.join("node.key"), "x").unwrap();
+        let c = Config::load(&file).unwrap();
+        let cluster = c.cluster.unwrap();
+        assert_eq!(cluster.ca, sub.join("../ca.pem"));
+        assert_eq!(cluster.key, sub.join("node.key"));
+        // The data dir is relative to the config file too.
+        std::fs::write(
+            &file,
+            GOOD.replace(
+                "name = \"b\"\n[cluster]",
+                "name = \"b\"\ndata_dir = \"data\"\n[cluster]",
+            ),
+        )
+        .unwrap();
+        assert_eq!(Config::load(&file).unwrap().node.data_dir, sub.join("data"));
+    }
+}

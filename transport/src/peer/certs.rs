@@ -1,0 +1,89 @@
+//! Issuing the cluster's certificates (rcgen): a CA, and per node a
+//! certificate whose SAN is the node's name, good for serving and dialing
+//! (serverAuth + clientAuth). `termesh cluster init` uses this; so do the
+//! tests, for other CAs and wrong names.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
+    KeyUsagePurpose,
+};
+
+/// How long issued certificates are valid, in years from now (roughly).
+pub const VALID_YEARS: i32 = 10;
+
+/// A certificate and its private key, PEM.
+#[derive(Debug, Clone)]
+pub struct Issued {
+    pub cert_pem: String,
+    pub key_pem: String,
+}
+
+pub struct Ca {
+    cert: rcgen::Certificate,
+    key: KeyPair,
+}
+
+impl std::fmt::Debug for Ca {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Ca")
+    }
+}
+
+impl Ca {
+    /// A new CA for the cluster `id`.
+    pub fn new(id: &str) -> Result<Ca, rcgen::Error> {
+        let mut params = CertificateParams::new(Vec::<String>::new())?;
+        params
+            .distinguished_name
+            .push(DnType::CommonName, format!("termesh cluster {id} CA"));
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        validity(&mut params);
+        let key = KeyPair::generate()?;
+        let cert = params.self_signed(&key)?;
+        Ok(Ca { cert, key })
+    }
+
+    pub fn pem(&self) -> Issued {
+        Issued {
+            cert_pem: self.cert.pem(),
+            key_pem: self.key.serialize_pem(),
+        }
+    }
+
+    /// A certificate for the node `name`, signed by this CA.
+    pub fn issue(&self, name: &str) -> Result<Issued, rcgen::Error> {
+        let mut params = CertificateParams::new(vec![name.to_string()])?;
+        params.distinguished_name.push(DnType::CommonName, name);
+        params.extended_key_usages = vec![
+            ExtendedKeyUsagePurpose::ServerAuth,
+            ExtendedKeyUsagePurpose::ClientAuth,
+        ];
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        validity(&mut params);
+        let key = KeyPair::generate()?;
+        let cert = params.signed_by(&key, &self.cert, &self.key)?;
+        Ok(Issued {
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+        })
+    }
+}
+
+fn validity(params: &mut CertificateParams) {
+    let secs = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    // Whole years are enough; from the start of last year, so a clock a
+    // little behind (or this rough year count) is never before it.
+    let year = 1970 + (secs / 31_556_952) as i32;
+    params.not_before = rcgen::date_time_ymd(year - 1, 1, 1);
+    params.not_after = rcgen::date_time_ymd(year + VALID_YEARS, 1, 1);
+}

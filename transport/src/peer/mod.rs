@@ -1,0 +1,166 @@
+//! The peer protocol between the nodes of a cluster (docs/peer-protocol.md):
+//! the messages of the control stream and of the data streams, as data
+//! only, encoded with rmp-serde as maps keyed by `t`; the framing of a QUIC
+//! stream (`frame`); the QUIC endpoint with mutual TLS (`tls`).
+
+pub mod certs;
+pub mod frame;
+pub mod tls;
+
+use serde::{Deserialize, Serialize};
+
+use crate::{ClientMsg, ServerMsg, SessionInfo};
+
+/// The peer protocol's version, sent in `hello`. A node refuses a peer
+/// that speaks another one (the log names both).
+pub const PEER_PROTO: u32 = 1;
+
+/// The budget of forwards a request may take; each forward takes one, and
+/// a request that arrives with none left is answered where it is.
+pub const HOP_BUDGET: u8 = 4;
+
+/// A frame on the control stream (bidirectional, opened by the dialing
+/// node, higher priority than data). Each side sends `Hello` first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "t", rename_all = "snake_case")]
+pub enum PeerMsg {
+    /// First frame each way. `cluster` must equal the receiver's cluster
+    /// id, `node` the name in the sender's certificate, `proto`
+    /// `PEER_PROTO`. `boot` changes at every start of the sender, so the
+    /// receiver can tell a restarted peer from a reconnected one.
+    Hello {
+        cluster: String,
+        node: String,
+        proto: u32,
+        boot: String,
+    },
+    /// Every session the sender owns, replacing what the receiver held for
+    /// it: sent after `hello`, on every link up.
+    Directory {
+        sessions: Vec<SessionInfo>,
+    },
+    /// One of the sender's own sessions was created or changed.
+    SessionChanged {
+        session: SessionInfo,
+    },
+    /// One of the sender's own sessions was removed.
+    SessionRemoved {
+        session: String,
+    },
+    /// A client's request for a session (or a node) of the receiver, sent
+    /// on by the node the client is connected to. `req` names the request
+    /// on this link; `hops` is the budget left after this forward; `msg`
+    /// is the client's message as it came, its `id` included.
+    Request {
+        req: u64,
+        hops: u8,
+        msg: ClientMsg,
+    },
+    /// The answer to `Request` `req`: the message the owner would have sent
+    /// the client (a reply or an `error`, codes intact).
+    Reply {
+        req: u64,
+        msg: ServerMsg,
+    },
+    /// Keepalive and round-trip time: answered at once with `Pong`.
+    Ping {
+        nonce: u64,
+    },
+    Pong {
+        nonce: u64,
+    },
+}
+
+/// A frame on a data stream (one per direction, opened by its sender).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "t", rename_all = "snake_case")]
+pub enum DataMsg {
+    /// Session output with the owner's seq.
+    Output {
+        session: String,
+        seq: u64,
+        #[serde(with = "serde_bytes")]
+        data: Vec<u8>,
+    },
+}
+
+impl PeerMsg {
+    /// The message's `t`, for logs.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            PeerMsg::Hello { .. } => "hello",
+            PeerMsg::Directory { .. } => "directory",
+            PeerMsg::SessionChanged { .. } => "session_changed",
+            PeerMsg::SessionRemoved { .. } => "session_removed",
+            PeerMsg::Request { .. } => "request",
+            PeerMsg::Reply { .. } => "reply",
+            PeerMsg::Ping { .. } => "ping",
+            PeerMsg::Pong { .. } => "pong",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hex(bytes: &[u8]) -> String {
+        bytes.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    #[test]
+    fn hello_and_ping_are_the_exact_bytes() {
+        let hello = PeerMsg::Hello {
+            cluster: "c".into(),
+            node: "a".into(),
+            proto: 1,
+            boot: "b".into(),
+        };
+        // fixmap(5): "t":"hello", "cluster":"c", "node":"a", "proto":1, "boot":"b"
+        assert_eq!(
+            hex(&rmp_serde::to_vec_named(&hello).unwrap()),
+            "85a174a568656c6c6fa7636c7573746572a163a46e6f6465a161a570726f746f01a4626f6f74a162"
+        );
+        let ping = PeerMsg::Ping { nonce: 300 };
+        assert_eq!(
+            hex(&rmp_serde::to_vec_named(&ping).unwrap()),
+            "82a174a470696e67a56e6f6e6365cd012c"
+        );
+        let out = DataMsg::Output {
+            session: "s".into(),
+            seq: 2,
+            data: b"hi".to_vec(),
+        };
+        // data is MessagePack bin (c4), not an array of numbers.
+        assert_eq!(
+            hex(&rmp_serde::to_vec_named(&out).unwrap()),
+            "84a174a66f7574707574a773657373696f6ea173a373657102a464617461c4026869"
+        );
+    }
+
+    #[test]
+    fn forwarded_requests_round_trip() {
+        let msg = PeerMsg::Request {
+            req: 7,
+            hops: HOP_BUDGET - 1,
+            msg: ClientMsg::Kill {
+                id: 3,
+                session: "abc".into(),
+                signal: Some("TERM".into()),
+            },
+        };
+        let bytes = rmp_serde::to_vec_named(&msg).unwrap();
+        assert_eq!(rmp_serde::from_slice::<PeerMsg>(&bytes).unwrap(), msg);
+        let reply = PeerMsg::Reply {
+            req: 7,
+            msg: ServerMsg::Error {
+                id: Some(3),
+                session: Some("abc".into()),
+                code: crate::ErrorCode::NotFound,
+                message: "no session".into(),
+            },
+        };
+        let bytes = rmp_serde::to_vec_named(&reply).unwrap();
+        assert_eq!(rmp_serde::from_slice::<PeerMsg>(&bytes).unwrap(), reply);
+    }
+}

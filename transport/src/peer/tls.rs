@@ -1,0 +1,213 @@
+//! The QUIC endpoint of the peer mesh: rustls with the ring provider only,
+//! TLS 1.3 only, ALPN `termesh/1`, a certificate required on both sides
+//! and verified against the cluster CA. rustls checks that a dialed peer's
+//! certificate names the node dialed; for an accepted connection the name
+//! is read from the certificate here (`peer_name`) and the caller checks it
+//! against the config and the hello.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
+use rustls::client::danger::ServerCertVerifier;
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::server::danger::ClientCertVerifier;
+use rustls::server::WebPkiClientVerifier;
+use rustls::{client::WebPkiServerVerifier, RootCertStore};
+
+/// The application protocol both sides must name.
+pub const ALPN: &[u8] = b"termesh/1";
+
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("{path}: {reason}")]
+    File { path: String, reason: String },
+    #[error("{0}")]
+    Setup(String),
+}
+
+/// The cluster CA, this node's certificate chain and key.
+#[derive(Debug)]
+pub struct Identity {
+    pub ca: CertificateDer<'static>,
+    pub chain: Vec<CertificateDer<'static>>,
+    pub key: PrivateKeyDer<'static>,
+}
+
+impl Clone for Identity {
+    fn clone(&self) -> Self {
+        Identity {
+            ca: self.ca.clone(),
+            chain: self.chain.clone(),
+            key: self.key.clone_key(),
+        }
+    }
+}
+
+impl Identity {
+    /// Reads the PEM files a node's config names.
+    pub fn load(ca: &Path, cert: &Path, key: &Path) -> Result<Identity, TlsError> {
+        let file_err = |path: &Path, reason: String| TlsError::File {
+            path: path.display().to_string(),
+            reason,
+        };
+        let ca = CertificateDer::from_pem_file(ca)
+            .map_err(|e| file_err(ca, format!("not a PEM certificate: {e}")))?;
+        let chain = CertificateDer::pem_file_iter(cert)
+            .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+            .map_err(|e| file_err(cert, format!("not PEM certificates: {e}")))?;
+        if chain.is_empty() {
+            return Err(file_err(cert, "holds no certificate".into()));
+        }
+        let key = PrivateKeyDer::from_pem_file(key)
+            .map_err(|e| file_err(key, format!("not a PEM private key: {e}")))?;
+        Ok(Identity { ca, chain, key })
+    }
+
+    /// The same from PEM text (certificates issued in memory).
+    pub fn from_pem(ca: &str, cert: &str, key: &str) -> Result<Identity, TlsError> {
+        let setup = |what: &str, e: rustls::pki_types::pem::Error| {
+            TlsError::Setup(format!("{what}: not PEM: {e}"))
+        };
+        let ca = CertificateDer::from_pem_slice(ca.as_bytes()).map_err(|e| setup("the CA", e))?;
+        let chain = CertificateDer::pem_slice_iter(cert.as_bytes())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| setup("the certificate", e))?;
+        if chain.is_empty() {
+            return Err(TlsError::Setup("the certificate PEM holds none".into()));
+        }
+        let key = PrivateKeyDer::from_pem_slice(key.as_bytes()).map_err(|e| setup("the key", e))?;
+        Ok(Identity { ca, chain, key })
+    }
+
+    fn roots(&self) -> Result<Arc<RootCertStore>, TlsError> {
+        let mut roots = RootCertStore::empty();
+        roots
+            .add(self.ca.clone())
+            .map_err(|e| TlsError::Setup(format!("the CA certificate: {e}")))?;
+        Ok(Arc::new(roots))
+    }
+
+    fn server_verifier(&self) -> Result<Arc<WebPkiServerVerifier>, TlsError> {
+        WebPkiServerVerifier::builder_with_provider(self.roots()?, provider())
+            .build()
+            .map_err(|e| TlsError::Setup(e.to_string()))
+    }
+
+    fn client_verifier(&self) -> Result<Arc<dyn ClientCertVerifier>, TlsError> {
+        WebPkiClientVerifier::builder_with_provider(self.roots()?, provider())
+            .build()
+            .map_err(|e| TlsError::Setup(e.to_string()))
+    }
+
+    /// That this node's certificate chains to the CA, may serve and dial
+    /// (serverAuth and clientAuth), is valid now and names `node`.
+    pub fn check_names(&self, node: &str) -> Result<(), String> {
+        let now = UnixTime::now();
+        let (end, rest) = self.chain.split_first().expect("checked non-empty");
+        let name = ServerName::try_from(node.to_string())
+            .map_err(|_| format!("`{node}` cannot be a certificate name"))?;
+        self.server_verifier()
+            .map_err(|e| e.to_string())?
+            .verify_server_cert(end, rest, &name, &[], now)
+            .map_err(|e| format!("not valid for serving as `{node}` under the cluster CA: {e}"))?;
+        self.client_verifier()
+            .map_err(|e| e.to_string())?
+            .verify_client_cert(end, rest, now)
+            .map_err(|e| format!("not valid as a client under the cluster CA: {e}"))?;
+        Ok(())
+    }
+
+    /// Of `names`, the one a peer's verified certificate `chain` is valid
+    /// for (exactly one; none if the chain names none or several).
+    pub fn name_of<'a>(
+        &self,
+        chain: &[CertificateDer<'static>],
+        names: &[&'a str],
+    ) -> Option<&'a str> {
+        let (end, rest) = chain.split_first()?;
+        let verifier = self.server_verifier().ok()?;
+        let now = UnixTime::now();
+        let mut found = names.iter().filter(|n| {
+            ServerName::try_from(n.to_string())
+                .ok()
+                .is_some_and(|name| {
+                    verifier
+                        .verify_server_cert(end, rest, &name, &[], now)
+                        .is_ok()
+                })
+        });
+        match (found.next(), found.next()) {
+            (Some(one), None) => Some(one),
+            _ => None,
+        }
+    }
+
+    fn server_config(&self) -> Result<quinn::ServerConfig, TlsError> {
+        let mut tls = rustls::ServerConfig::builder_with_provider(provider())
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .map_err(|e| TlsError::Setup(e.to_string()))?
+            .with_client_cert_verifier(self.client_verifier()?)
+            .with_single_cert(self.chain.clone(), self.key.clone_key())
+            .map_err(|e| TlsError::Setup(format!("this node's certificate and key: {e}")))?;
+        tls.alpn_protocols = vec![ALPN.to_vec()];
+        let crypto = QuicServerConfig::try_from(tls).map_err(|e| TlsError::Setup(e.to_string()))?;
+        let mut config = quinn::ServerConfig::with_crypto(Arc::new(crypto));
+        config.transport_config(transport());
+        Ok(config)
+    }
+
+    fn client_config(&self) -> Result<quinn::ClientConfig, TlsError> {
+        let mut tls = rustls::ClientConfig::builder_with_provider(provider())
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .map_err(|e| TlsError::Setup(e.to_string()))?
+            .dangerous()
+            .with_custom_certificate_verifier(self.server_verifier()?)
+            .with_client_auth_cert(self.chain.clone(), self.key.clone_key())
+            .map_err(|e| TlsError::Setup(format!("this node's certificate and key: {e}")))?;
+        tls.alpn_protocols = vec![ALPN.to_vec()];
+        let crypto = QuicClientConfig::try_from(tls).map_err(|e| TlsError::Setup(e.to_string()))?;
+        let mut config = quinn::ClientConfig::new(Arc::new(crypto));
+        config.transport_config(transport());
+        Ok(config)
+    }
+
+    /// A QUIC endpoint on `addr` that accepts peers and dials them. Must
+    /// be called inside a tokio runtime.
+    pub fn endpoint(&self, addr: SocketAddr) -> Result<quinn::Endpoint, TlsError> {
+        let mut endpoint = quinn::Endpoint::server(self.server_config()?, addr)
+            .map_err(|e| TlsError::Setup(format!("cannot listen on {addr} (UDP): {e}")))?;
+        endpoint.set_default_client_config(self.client_config()?);
+        Ok(endpoint)
+    }
+}
+
+/// The ring provider, the only one the mesh uses.
+pub fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// QUIC keeps the link alive itself (its pings cost nothing to the
+/// application) and gives up on a peer silent for the idle timeout.
+fn transport() -> Arc<quinn::TransportConfig> {
+    let mut t = quinn::TransportConfig::default();
+    t.keep_alive_interval(Some(Duration::from_secs(2)));
+    t.max_idle_timeout(Some(
+        Duration::from_secs(10)
+            .try_into()
+            .expect("10 s is a valid idle timeout"),
+    ));
+    Arc::new(t)
+}
+
+/// The certificate chain a connected peer presented (verified by rustls).
+pub fn peer_chain(conn: &quinn::Connection) -> Option<Vec<CertificateDer<'static>>> {
+    conn.peer_identity()?
+        .downcast::<Vec<CertificateDer<'static>>>()
+        .ok()
+        .map(|b| *b)
+}

@@ -2,5 +2,6 @@
 //! WebSocket, REST, wiring, shutdown) and the command-line clients.
 
 pub mod client;
+pub mod cluster_init;
 pub mod server;
 pub mod token;

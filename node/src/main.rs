@@ -62,6 +62,11 @@ enum Command {
         #[command(subcommand)]
         command: ConfigCommand,
     },
+    /// Cluster set-up.
+    Cluster {
+        #[command(subcommand)]
+        command: ClusterCommand,
+    },
     /// Make a new access token and print the config lines that grant it.
     Token {
         /// What the token may do
@@ -165,6 +170,22 @@ enum Command {
 }
 
 #[derive(Subcommand)]
+enum ClusterCommand {
+    /// Write a CA, certificates, an admin token and one config per node.
+    Init {
+        /// Folder to write into (refused when not empty, unless --force)
+        #[arg(long)]
+        out: PathBuf,
+        /// A node: NAME,quic=ADDR:PORT,http=ADDR:PORT (repeat per node)
+        #[arg(long = "node", required = true)]
+        nodes: Vec<termesh_node::cluster_init::NodeSpec>,
+        /// Write into a folder that is not empty (files there are replaced)
+        #[arg(long)]
+        force: bool,
+    },
+}
+
+#[derive(Subcommand)]
 enum ConfigCommand {
     /// Check a config file; errors name the key and the bad value.
     Check {
@@ -195,9 +216,16 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         } => {
             init_logging();
             let mut cfg = match &config {
-                Some(path) => Config::load(path)?,
+                Some(path) => termesh_node::cluster_init::check(path)?,
                 None => Config::default(),
             };
+            if let Some(cluster) = &cfg.cluster {
+                tracing::warn!(
+                    cluster = %cluster.id,
+                    nodes = cluster.nodes.len(),
+                    "the peer mesh is not built yet: this node serves its own sessions only"
+                );
+            }
             cfg.apply_env()?;
             if let Some(listen) = listen {
                 cfg.http.listen = listen
@@ -239,13 +267,41 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Config {
             command: ConfigCommand::Check { file },
         } => {
-            let cfg = Config::load(&file)?;
+            let cfg = termesh_node::cluster_init::check(&file)?;
+            let cluster = match &cfg.cluster {
+                Some(c) => format!(
+                    ", cluster `{}` of {} nodes, certificate ok",
+                    c.id,
+                    c.nodes.len()
+                ),
+                None => String::new(),
+            };
             println!(
-                "{}: ok (node `{}`, listen {}, {} token(s))",
+                "{}: ok (node `{}`, listen {}, {} token(s){cluster})",
                 file.display(),
                 cfg.node.name,
                 cfg.http.listen,
                 cfg.auth.tokens.len()
+            );
+            Ok(0)
+        }
+        Command::Cluster {
+            command: ClusterCommand::Init { out, nodes, force },
+        } => {
+            let written = termesh_node::cluster_init::init(&out, &nodes, force)?;
+            println!(
+                "cluster `{}`: {} nodes written to {}",
+                written.id,
+                written.configs.len(),
+                out.display()
+            );
+            for path in &written.configs {
+                println!("  termesh node --config {}", path.display());
+            }
+            println!(
+                "admin token (also in {}): {}",
+                out.join("admin.token").display(),
+                written.token
             );
             Ok(0)
         }
@@ -348,7 +404,10 @@ async fn run_client(command: Command) -> anyhow::Result<i32> {
             };
             attach(&target, opts).await.map(|end| end.exit_code())
         }
-        Command::Node { .. } | Command::Config { .. } | Command::Token { .. } => Ok(0),
+        Command::Node { .. }
+        | Command::Config { .. }
+        | Command::Cluster { .. }
+        | Command::Token { .. } => Ok(0),
     }
 }
 

@@ -1,0 +1,187 @@
+//! `termesh cluster init`: everything the nodes of a new cluster need, in
+//! one folder: the cluster CA (`ca.pem`, `ca.key`), one admin token
+//! (`admin.token`, its hash in every config), and per node `NAME/termesh.toml`
+//! (complete: name, listeners, data dir, every node, the token hash, its
+//! certificate files), `NAME/node.pem` and `NAME/node.key`. Every config
+//! written is read back and checked, certificates included.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context};
+use termesh_config::{check_name, hash_token, Config};
+use termesh_transport::peer::certs::Ca;
+use termesh_transport::peer::tls::Identity;
+
+/// One `--node NAME,quic=ADDR,http=ADDR`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeSpec {
+    pub name: String,
+    pub quic: SocketAddr,
+    pub http: SocketAddr,
+}
+
+impl std::str::FromStr for NodeSpec {
+    type Err = String;
+
+    fn from_str(spec: &str) -> Result<NodeSpec, String> {
+        let usage = "use NAME,quic=ADDR:PORT,http=ADDR:PORT, e.g. a,quic=127.0.0.1:7521,http=127.0.0.1:7520";
+        let mut parts = spec.split(',');
+        let name = parts.next().unwrap_or_default().trim().to_string();
+        check_name(&name).map_err(|e| format!("node name {name:?}: {e}"))?;
+        let (mut quic, mut http) = (None, None);
+        for part in parts {
+            let (key, value) = part
+                .split_once('=')
+                .ok_or_else(|| format!("{part:?}: {usage}"))?;
+            let addr: SocketAddr = value
+                .trim()
+                .parse()
+                .map_err(|_| format!("{key}={value:?}: not an address:port"))?;
+            match key.trim() {
+                "quic" => quic = Some(addr),
+                "http" => http = Some(addr),
+                other => return Err(format!("unknown key {other:?}: {usage}")),
+            }
+        }
+        match (quic, http) {
+            (Some(quic), Some(http)) => Ok(NodeSpec { name, quic, http }),
+            _ => Err(format!("{spec:?} needs both quic= and http=: {usage}")),
+        }
+    }
+}
+
+/// What `init` wrote.
+#[derive(Debug)]
+pub struct Written {
+    pub id: String,
+    pub token: String,
+    pub configs: Vec<PathBuf>,
+}
+
+pub fn init(out: &Path, nodes: &[NodeSpec], force: bool) -> anyhow::Result<Written> {
+    if nodes.is_empty() {
+        bail!("name the cluster's nodes with --node NAME,quic=ADDR,http=ADDR (one per node)");
+    }
+    for (i, a) in nodes.iter().enumerate() {
+        for b in &nodes[..i] {
+            if a.name == b.name || a.quic == b.quic || a.http == b.http {
+                bail!(
+                    "--node {} and --node {} share a name or an address",
+                    a.name,
+                    b.name
+                );
+            }
+        }
+    }
+    let non_empty = std::fs::read_dir(out).is_ok_and(|mut d| d.next().is_some());
+    if non_empty && !force {
+        bail!(
+            "{} is not empty: choose another folder, or pass --force to write over it",
+            out.display()
+        );
+    }
+    std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
+    let id = uuid::Uuid::new_v4().simple().to_string()[..12].to_string();
+    let ca = Ca::new(&id).context("cannot make the cluster CA")?;
+    let ca_pem = ca.pem();
+    write(&out.join("ca.pem"), &ca_pem.cert_pem, false)?;
+    write(&out.join("ca.key"), &ca_pem.key_pem, true)?;
+    let token = crate::token::generate();
+    write(&out.join("admin.token"), &format!("{token}\n"), true)?;
+    let mut configs = Vec::new();
+    for node in nodes {
+        let dir = out.join(&node.name);
+        std::fs::create_dir_all(&dir)
+            .with_context(|| format!("cannot create {}", dir.display()))?;
+        let issued = ca
+            .issue(&node.name)
+            .with_context(|| format!("cannot issue the certificate of {}", node.name))?;
+        write(&dir.join("node.pem"), &issued.cert_pem, false)?;
+        write(&dir.join("node.key"), &issued.key_pem, true)?;
+        let path = dir.join("termesh.toml");
+        write(&path, &config_text(&id, node, nodes, &token), false)?;
+        check(&path).with_context(|| format!("{} was written wrong", path.display()))?;
+        configs.push(path);
+    }
+    Ok(Written { id, token, configs })
+}
+
+/// Reads a node's config and checks its certificate: signed by the
+/// cluster CA, for serving and dialing, naming this node.
+pub fn check(path: &Path) -> anyhow::Result<Config> {
+    let config = Config::load(path)?;
+    if let Some(cluster) = &config.cluster {
+        let identity = Identity::load(&cluster.ca, &cluster.cert, &cluster.key)?;
+        identity.check_names(&config.node.name).map_err(|reason| {
+            anyhow::anyhow!(
+                "{}: `cluster.cert` = {:?}: {reason}",
+                path.display(),
+                cluster.cert.display().to_string()
+            )
+        })?;
+    }
+    Ok(config)
+}
+
+fn config_text(id: &str, node: &NodeSpec, all: &[NodeSpec], token: &str) -> String {
+    let mut text = format!(
+        "# Node `{name}` of cluster `{id}`, written by `termesh cluster init`.\n\
+         # Start it with: termesh node --config {name}/termesh.toml\n\
+         # Paths are relative to this file.\n\n\
+         [node]\nname = \"{name}\"\ndata_dir = \"data\"\n\n\
+         [http]\nlisten = \"{http}\"\n\n\
+         # The cluster admin token (the folder's admin.token); add more with `termesh token`.\n\
+         [[auth.tokens]]\nname = \"cluster admin\"\nhash = \"{hash}\"\nrole = \"admin\"\n\n\
+         [cluster]\nid = \"{id}\"\nca = \"../ca.pem\"\ncert = \"node.pem\"\nkey = \"node.key\"\n",
+        name = node.name,
+        http = node.http,
+        hash = hash_token(token),
+    );
+    for n in all {
+        text.push_str(&format!(
+            "\n[[cluster.nodes]]\nname = \"{}\"\nquic = \"{}\"\nhttp = \"{}\"\n",
+            n.name, n.quic, n.http
+        ));
+    }
+    text
+}
+
+/// Writes a file; secrets are created readable by their owner only.
+fn write(path: &Path, text: &str, secret: bool) -> anyhow::Result<()> {
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    if secret {
+        options.mode(0o600);
+    }
+    let mut file = options
+        .open(path)
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    file.write_all(text.as_bytes())
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn node_specs_parse_with_clear_errors() {
+        let spec: NodeSpec = "a,quic=127.0.0.1:7521,http=127.0.0.1:7520".parse().unwrap();
+        assert_eq!(spec.name, "a");
+        assert_eq!(spec.quic.to_string(), "127.0.0.1:7521");
+        for (bad, want) in [
+            ("a,quic=127.0.0.1:7521", "needs both"),
+            ("a,quic=x,http=127.0.0.1:1", "not an address"),
+            ("a b,quic=127.0.0.1:1,http=127.0.0.1:2", "node name"),
+            ("a,port=1", "not an address"),
+            ("a,tcp=127.0.0.1:1,http=127.0.0.1:2", "unknown key"),
+        ] {
+            let err = bad.parse::<NodeSpec>().unwrap_err();
+            assert!(err.contains(want), "{bad}: {err}");
+        }
+    }
+}

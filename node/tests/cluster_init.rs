@@ -1,0 +1,167 @@
+//! `termesh cluster init` and `termesh config check` as an operator runs
+//! them: a complete folder per node, secrets private, a refusal to write
+//! over a folder, certificates checked (signed by the cluster's CA, naming
+//! the node), and a node that starts from a written config.
+
+use std::os::unix::fs::PermissionsExt;
+use std::process::Command;
+
+const BIN: &str = env!("CARGO_BIN_EXE_termesh");
+
+fn termesh(args: &[&str]) -> (bool, String) {
+    let out = Command::new(BIN).args(args).output().unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+fn init(out: &std::path::Path, extra: &[&str]) -> (bool, String) {
+    let out = out.display().to_string();
+    let mut args = vec![
+        "cluster",
+        "init",
+        "--out",
+        &out,
+        "--node",
+        "a,quic=127.0.0.1:17521,http=127.0.0.1:17520",
+        "--node",
+        "b,quic=127.0.0.2:17521,http=127.0.0.2:17520",
+        "--node",
+        "c,quic=127.0.0.3:17521,http=127.0.0.3:17520",
+    ];
+    args.extend_from_slice(extra);
+    termesh(&args)
+}
+
+#[test]
+fn cluster_init_writes_checked_configs_and_refuses_to_overwrite() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("cluster");
+    let (ok, text) = init(&out, &[]);
+    assert!(ok, "{text}");
+    for file in ["ca.pem", "ca.key", "admin.token"] {
+        assert!(out.join(file).is_file(), "{file}");
+    }
+    for secret in ["ca.key", "admin.token", "a/node.key", "c/node.key"] {
+        let mode = std::fs::metadata(out.join(secret))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o077, 0, "{secret} is readable by others: {mode:o}");
+    }
+    for node in ["a", "b", "c"] {
+        let config = out.join(node).join("termesh.toml");
+        let (ok, text) = termesh(&["config", "check", &config.display().to_string()]);
+        assert!(ok, "{text}");
+        assert!(
+            text.contains(&format!("node `{node}`")) && text.contains("certificate ok"),
+            "{text}"
+        );
+    }
+
+    // Not over a folder that holds something, unless asked to.
+    let before = std::fs::read_to_string(out.join("admin.token")).unwrap();
+    let (ok, text) = init(&out, &[]);
+    assert!(
+        !ok && text.contains("is not empty") && text.contains("--force"),
+        "{text}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(out.join("admin.token")).unwrap(),
+        before
+    );
+    let (ok, text) = init(&out, &["--force"]);
+    assert!(ok, "{text}");
+    assert_ne!(
+        std::fs::read_to_string(out.join("admin.token")).unwrap(),
+        before
+    );
+
+    // Bad specs are refused with the reason.
+    let (ok, text) = termesh(&[
+        "cluster",
+        "init",
+        "--out",
+        &dir.path().join("x").display().to_string(),
+        "--node",
+        "a,quic=127.0.0.1:1,http=127.0.0.1:2",
+        "--node",
+        "a,quic=127.0.0.1:3,http=127.0.0.1:4",
+    ]);
+    assert!(!ok && text.contains("share a name or an address"), "{text}");
+}
+
+#[test]
+fn config_check_catches_certificates_that_do_not_fit() {
+    let dir = tempfile::tempdir().unwrap();
+    let (one, other) = (dir.path().join("one"), dir.path().join("other"));
+    assert!(init(&one, &[]).0 && init(&other, &[]).0);
+    let b_config = one.join("b/termesh.toml").display().to_string();
+
+    // b holding a's certificate and key: valid under the CA, wrong name.
+    std::fs::copy(one.join("a/node.pem"), one.join("b/node.pem")).unwrap();
+    std::fs::copy(one.join("a/node.key"), one.join("b/node.key")).unwrap();
+    let (ok, text) = termesh(&["config", "check", &b_config]);
+    assert!(!ok, "{text}");
+    assert!(
+        text.contains("`cluster.cert`") && text.contains("serving as `b`"),
+        "{text}"
+    );
+
+    // b holding a certificate of another cluster's CA.
+    std::fs::copy(other.join("b/node.pem"), one.join("b/node.pem")).unwrap();
+    std::fs::copy(other.join("b/node.key"), one.join("b/node.key")).unwrap();
+    let (ok, text) = termesh(&["config", "check", &b_config]);
+    assert!(!ok && text.contains("under the cluster CA"), "{text}");
+
+    // A missing file names the key and the path.
+    std::fs::remove_file(one.join("b/node.key")).unwrap();
+    let (ok, text) = termesh(&["config", "check", &b_config]);
+    assert!(
+        !ok && text.contains("`cluster.key`") && text.contains("node.key"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_node_starts_from_a_written_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("cluster");
+    assert!(init(&out, &[]).0);
+    let config = out.join("a/termesh.toml");
+    let mut node = Command::new(BIN)
+        .args(["node", "--listen", "127.0.0.1:0", "--config"])
+        .arg(&config)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    use std::io::BufRead;
+    let mut lines = std::io::BufReader::new(node.stdout.take().unwrap()).lines();
+    let first = lines.next().unwrap().unwrap();
+    std::thread::spawn(move || lines.for_each(drop));
+    let url = first
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap()
+        .to_string();
+    let token = std::fs::read_to_string(out.join("admin.token")).unwrap();
+    let out_ls = Command::new(BIN)
+        .args(["ls", "--url", &url, "--token", token.trim()])
+        .output()
+        .unwrap();
+    assert!(
+        out_ls.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out_ls.stderr)
+    );
+    // The data dir is the config's, relative to it.
+    assert!(out.join("a/data/node.url").is_file());
+    let pid = nix::unistd::Pid::from_raw(node.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let status = node.wait().unwrap();
+    assert!(status.success());
+}

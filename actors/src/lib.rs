@@ -11,6 +11,7 @@ pub mod liveness;
 pub mod metrics;
 pub mod modes;
 pub mod ops;
+pub mod peer;
 pub mod portable;
 pub mod pty;
 pub mod raw;

@@ -35,6 +35,8 @@ pub struct NodeCtx {
     pub hook_secret: crate::hook::HookSecret,
     pub default_window: u64,
     pub window_bounds: (u64, u64),
+    /// The other nodes' sessions (empty on a single node).
+    pub cluster: crate::peer::view::ClusterView,
 }
 
 impl std::fmt::Debug for NodeCtx {
@@ -44,6 +46,15 @@ impl std::fmt::Debug for NodeCtx {
 }
 
 impl NodeCtx {
+    /// Every session of the cluster, oldest first: this node's and what
+    /// the other nodes announced (`unreachable` where a link is down).
+    pub fn list(&self) -> Vec<SessionInfo> {
+        let mut all = self.dir.list();
+        all.extend(self.cluster.list());
+        all.sort_by(|a, b| a.created_at.cmp(&b.created_at).then(a.id.cmp(&b.id)));
+        all
+    }
+
     pub fn session(&self, id: &str) -> Result<SessionHandle, ApiError> {
         self.dir.get(id).ok_or_else(|| ApiError::not_found(id))
     }

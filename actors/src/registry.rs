@@ -132,6 +132,7 @@ pub struct Registry {
 }
 
 struct Watcher {
+    local_only: bool,
     queue: WatchQueue,
     sink: Recipient<WatchReady>,
 }
@@ -156,7 +157,11 @@ impl Registry {
     /// Coalesces `event` into every watcher's queue; nudges those that
     /// have not been nudged since they last drained.
     fn tell_watchers(&self, event: WatchEvent) {
-        for watcher in self.watchers.values() {
+        self.tell(event, true);
+    }
+
+    fn tell(&self, event: WatchEvent, local: bool) {
+        for watcher in self.watchers.values().filter(|w| local || !w.local_only) {
             let nudge = watcher
                 .queue
                 .lock()
@@ -363,6 +368,12 @@ pub struct Watch {
     pub conn: u64,
     pub queue: WatchQueue,
     pub sink: Recipient<WatchReady>,
+    /// Told of this node's sessions only (a peer link), not of the
+    /// sessions other nodes announce.
+    pub local_only: bool,
+    /// Sessions of other nodes the watcher already knows of (`list` showed
+    /// them), so their removal is told.
+    pub known_remote: Vec<String>,
 }
 
 impl Handler<Watch> for Registry {
@@ -371,13 +382,16 @@ impl Handler<Watch> for Registry {
     fn handle(&mut self, msg: Watch, _: &mut Context<Self>) {
         if let Ok(mut queue) = msg.queue.lock() {
             // The watcher knows what `list` would show now.
-            *queue = Coalescer::new(self.dir.ids());
+            let mut known = self.dir.ids();
+            known.extend(msg.known_remote);
+            *queue = Coalescer::new(known);
         }
         self.watchers.insert(
             msg.conn,
             Watcher {
                 queue: msg.queue,
                 sink: msg.sink,
+                local_only: msg.local_only,
             },
         );
     }
@@ -403,6 +417,22 @@ impl Handler<SessionChanged> for Registry {
     fn handle(&mut self, msg: SessionChanged, _: &mut Context<Self>) {
         if let Some(handle) = self.dir.get(&msg.id) {
             self.tell_watchers(WatchEvent::Changed(handle.shared.info()));
+        }
+    }
+}
+
+/// Other nodes' sessions changed (a `PeerActor` merged them): tell the
+/// watchers that want the whole cluster.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Broadcast(pub Vec<WatchEvent>);
+
+impl Handler<Broadcast> for Registry {
+    type Result = ();
+
+    fn handle(&mut self, msg: Broadcast, _: &mut Context<Self>) {
+        for event in msg.0 {
+            self.tell(event, false);
         }
     }
 }

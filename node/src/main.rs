@@ -219,13 +219,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                 Some(path) => termesh_node::cluster_init::check(path)?,
                 None => Config::default(),
             };
-            if let Some(cluster) = &cfg.cluster {
-                tracing::warn!(
-                    cluster = %cluster.id,
-                    nodes = cluster.nodes.len(),
-                    "the peer mesh is not built yet: this node serves its own sessions only"
-                );
-            }
+
             cfg.apply_env()?;
             if let Some(listen) = listen {
                 cfg.http.listen = listen

@@ -114,7 +114,7 @@ impl ConnectionActor {
             ClientMsg::Auth { .. } => {}
             ClientMsg::Ping { nonce } => self.send(ctx, &ServerMsg::Pong { nonce }),
             ClientMsg::List { id } => {
-                let sessions = self.node.dir.list();
+                let sessions = self.node.list();
                 self.send(ctx, &ServerMsg::Sessions { id, sessions });
             }
             ClientMsg::Watch { id } => {
@@ -125,6 +125,8 @@ impl ConnectionActor {
                         conn: self.id,
                         queue,
                         sink: ctx.address().recipient(),
+                        local_only: false,
+                        known_remote: self.node.cluster.list().into_iter().map(|s| s.id).collect(),
                     });
                 }
                 self.send(ctx, &ServerMsg::Ok { id });

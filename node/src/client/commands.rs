@@ -56,8 +56,8 @@ pub async fn ls(target: &Target, json: bool) -> anyhow::Result<()> {
 /// The `ls` table.
 pub fn table(sessions: &[SessionInfo]) -> String {
     let mut out = format!(
-        "{:<12}  {:<16}  {:<8}  {:>8}  {:>7}  {:>8}  {}\n",
-        "ID", "NAME", "STATUS", "SEQ", "VIEWERS", "IDLE", "COMMAND"
+        "{:<12}  {:<16}  {:<10}  {:<11}  {:>8}  {:>7}  {:>8}  {}\n",
+        "ID", "NAME", "NODE", "STATUS", "SEQ", "VIEWERS", "IDLE", "COMMAND"
     );
     for s in sessions {
         let status = match (s.status, s.exit_code) {
@@ -65,9 +65,10 @@ pub fn table(sessions: &[SessionInfo]) -> String {
             (status, _) => format!("{status:?}").to_lowercase(),
         };
         out.push_str(&format!(
-            "{:<12}  {:<16}  {:<8}  {:>8}  {:>7}  {:>7}s  {}\n",
+            "{:<12}  {:<16}  {:<10}  {:<11}  {:>8}  {:>7}  {:>7}s  {}\n",
             s.id,
             s.name.as_deref().unwrap_or("-"),
+            s.node,
             status,
             s.last_seq,
             s.viewers,

@@ -113,6 +113,17 @@ pub fn run(
             metrics.clone(),
         )
         .start();
+        let cluster_view = termesh_actors::peer::view::ClusterView::default();
+        let mesh = match &config.cluster {
+            Some(cluster) => Some(start_mesh(
+                &config,
+                cluster,
+                dir.clone(),
+                registry.clone(),
+                cluster_view.clone(),
+            )?),
+            None => None,
+        };
         let state = AppState {
             node: NodeCtx {
                 node: config.node.name.clone(),
@@ -126,6 +137,7 @@ pub fn run(
                 hook_secret,
                 default_window: config.session.default_window,
                 window_bounds: (defaults::WINDOW_MIN, defaults::WINDOW_MAX),
+                cluster: cluster_view,
             },
             connections: Connections::default(),
         };
@@ -172,12 +184,55 @@ pub fn run(
         actix_rt::time::sleep(Duration::from_millis(200)).await;
         server_handle.stop(true).await;
         let _ = serving.await;
+        drop(mesh);
         if let Some(file) = url_file {
             file.remove();
         }
         anyhow::Ok(())
     })?;
     Ok(())
+}
+
+/// Starts a `PeerActor` per peer and the mesh thread that links them.
+fn start_mesh(
+    config: &Config,
+    cluster: &termesh_config::ClusterConfig,
+    dir: Directory,
+    registry: actix::Addr<Registry>,
+    view: termesh_actors::peer::view::ClusterView,
+) -> anyhow::Result<termesh_actors::peer::link::Mesh> {
+    use termesh_actors::peer::link::{MeshConfig, PeerSpec};
+    use termesh_actors::peer::{LinkStats, PeerActor};
+    let me = config.node.name.clone();
+    let identity =
+        termesh_transport::peer::tls::Identity::load(&cluster.ca, &cluster.cert, &cluster.key)?;
+    let mut peers = Vec::new();
+    for peer in cluster.peers(&me) {
+        let actor = PeerActor::new(
+            peer.name.clone(),
+            me.clone(),
+            dir.clone(),
+            registry.clone(),
+            view.clone(),
+            Arc::new(LinkStats::default()),
+        )
+        .start();
+        peers.push(PeerSpec {
+            name: peer.name.clone(),
+            addr: peer.quic,
+            sink: actor.recipient(),
+        });
+    }
+    let mesh = MeshConfig {
+        me: me.clone(),
+        cluster: cluster.id.clone(),
+        boot: uuid::Uuid::new_v4().simple().to_string(),
+        listen: cluster.this(&me).quic,
+        identity,
+    };
+    let started = termesh_actors::peer::link::start(mesh, peers)?;
+    tracing::info!(cluster = %cluster.id, quic = %cluster.this(&me).quic, peers = cluster.nodes.len() - 1, "peer mesh started");
+    Ok(started)
 }
 
 /// Each session holds three descriptors (PTY reader, writer, master) and

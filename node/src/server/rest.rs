@@ -105,7 +105,7 @@ async fn metrics(state: web::Data<AppState>) -> HttpResponse {
 async fn list(req: HttpRequest, state: web::Data<AppState>) -> HttpResponse {
     respond((|| {
         require(&req, &state.node.tokens, Role::Viewer)?;
-        Ok(HttpResponse::Ok().json(state.node.dir.list()))
+        Ok(HttpResponse::Ok().json(state.node.list()))
     })())
 }
 

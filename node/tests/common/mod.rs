@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod binary;
+pub mod cluster;
 pub mod proxy;
 pub mod tmux;
 pub mod wire;

@@ -1,0 +1,296 @@
+//! The mesh thread: the node's QUIC endpoint on a tokio runtime of its own,
+//! one link task per configured peer, bridged to that peer's `PeerActor`
+//! by actor messages (in) and a channel (out). Of each pair the node with
+//! the lower name dials and the other accepts; after the hellos both sides
+//! run the link alike. A link that fails is dialed again with jittered
+//! backoff.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use actix::Recipient;
+use termesh_transport::peer::tls::{peer_chain, Identity};
+use termesh_transport::peer::{frame, PeerMsg, PEER_PROTO};
+use tokio::sync::mpsc;
+
+/// What a link tells its `PeerActor`.
+#[derive(actix::Message, Debug)]
+#[rtype(result = "()")]
+pub enum LinkEvent {
+    /// The hellos are exchanged: `out` sends on the control stream.
+    Up {
+        out: mpsc::UnboundedSender<PeerMsg>,
+        boot: String,
+    },
+    Msg(PeerMsg),
+    Down {
+        reason: String,
+    },
+}
+
+/// How the mesh is set up.
+#[derive(Clone)]
+pub struct MeshConfig {
+    pub me: String,
+    pub cluster: String,
+    /// Changes at every start of this node.
+    pub boot: String,
+    pub listen: SocketAddr,
+    pub identity: Identity,
+}
+
+/// A peer the mesh keeps a link to.
+pub struct PeerSpec {
+    pub name: String,
+    pub addr: SocketAddr,
+    pub sink: Recipient<LinkEvent>,
+}
+
+/// How long the other side may take to open the control stream and say
+/// hello.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+const FIRST_RETRY: Duration = Duration::from_millis(200);
+const MAX_RETRY: Duration = Duration::from_secs(5);
+/// A link that stayed up this long resets the backoff.
+const HEALTHY: Duration = Duration::from_secs(10);
+
+/// The running mesh; dropping it closes the endpoint and stops the thread.
+pub struct Mesh {
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Mesh {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Binds the endpoint (an error here is a start-up error) and starts the
+/// links on the mesh thread.
+pub fn start(config: MeshConfig, peers: Vec<PeerSpec>) -> anyhow::Result<Mesh> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let endpoint = {
+        let _guard = runtime.enter();
+        config.identity.endpoint(config.listen)?
+    };
+    let (stop, stopped) = tokio::sync::oneshot::channel();
+    let thread = std::thread::Builder::new()
+        .name("termesh-mesh".into())
+        .spawn(move || {
+            runtime.block_on(async move {
+                run(config, peers, endpoint.clone(), stopped).await;
+                endpoint.close(0u32.into(), b"node stopping");
+                let _ = tokio::time::timeout(Duration::from_secs(2), endpoint.wait_idle()).await;
+            })
+        })?;
+    Ok(Mesh {
+        stop: Some(stop),
+        thread: Some(thread),
+    })
+}
+
+async fn run(
+    config: MeshConfig,
+    peers: Vec<PeerSpec>,
+    endpoint: quinn::Endpoint,
+    stopped: tokio::sync::oneshot::Receiver<()>,
+) {
+    let names: Vec<String> = peers.iter().map(|p| p.name.clone()).collect();
+    let mut accepted: HashMap<String, mpsc::Sender<quinn::Connection>> = HashMap::new();
+    let mut tasks = tokio::task::JoinSet::new();
+    for peer in peers {
+        let (tx, rx) = mpsc::channel(4);
+        if peer.name.as_str() > config.me.as_str() {
+            tasks.spawn(dial_loop(config.clone(), endpoint.clone(), peer));
+        } else {
+            accepted.insert(peer.name.clone(), tx);
+            tasks.spawn(accept_loop(config.clone(), peer, rx));
+        }
+    }
+    tasks.spawn(incoming(config.clone(), endpoint, names, accepted));
+    let _ = stopped.await;
+    tasks.shutdown().await;
+}
+
+/// Takes every incoming connection; hands it to the link of the node its
+/// certificate names, if that node is one this node accepts from.
+async fn incoming(
+    config: MeshConfig,
+    endpoint: quinn::Endpoint,
+    names: Vec<String>,
+    accepted: HashMap<String, mpsc::Sender<quinn::Connection>>,
+) {
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    while let Some(connecting) = endpoint.accept().await {
+        let remote = connecting.remote_address();
+        let conn = match connecting.await {
+            Ok(conn) => conn,
+            Err(e) => {
+                tracing::warn!(%remote, "peer handshake failed: {e}");
+                continue;
+            }
+        };
+        let chain = peer_chain(&conn).unwrap_or_default();
+        let Some(name) = config.identity.name_of(&chain, &names) else {
+            tracing::warn!(%remote, "refused a peer whose certificate names no configured node");
+            conn.close(1u32.into(), b"unknown node");
+            continue;
+        };
+        match accepted.get(name) {
+            Some(tx) => {
+                let _ = tx.try_send(conn);
+            }
+            None => {
+                tracing::warn!(peer = name, %remote, "refused a dial from a node this node dials");
+                conn.close(1u32.into(), b"the lower name dials");
+            }
+        }
+    }
+}
+
+async fn dial_loop(config: MeshConfig, endpoint: quinn::Endpoint, peer: PeerSpec) {
+    let mut attempt = 0u32;
+    loop {
+        let started = Instant::now();
+        let result = match endpoint.connect(peer.addr, &peer.name) {
+            Ok(connecting) => match connecting.await {
+                Ok(conn) => serve(&config, &peer, conn, true).await,
+                Err(e) => Err(format!("cannot connect to {}: {e}", peer.addr)),
+            },
+            Err(e) => Err(format!("cannot dial {}: {e}", peer.addr)),
+        };
+        if let Err(reason) = result {
+            peer.sink.do_send(LinkEvent::Down { reason });
+        }
+        if started.elapsed() >= HEALTHY {
+            attempt = 0;
+        }
+        tokio::time::sleep(backoff(attempt)).await;
+        attempt = attempt.saturating_add(1);
+    }
+}
+
+async fn accept_loop(
+    config: MeshConfig,
+    peer: PeerSpec,
+    mut rx: mpsc::Receiver<quinn::Connection>,
+) {
+    while let Some(conn) = rx.recv().await {
+        if let Err(reason) = serve(&config, &peer, conn, false).await {
+            peer.sink.do_send(LinkEvent::Down { reason });
+        }
+    }
+}
+
+/// Runs one connection: the control stream, hellos checked, then frames
+/// both ways until the connection ends. Returns why it ended.
+async fn serve(
+    config: &MeshConfig,
+    peer: &PeerSpec,
+    conn: quinn::Connection,
+    dialer: bool,
+) -> Result<(), String> {
+    let opened = async {
+        if dialer {
+            conn.open_bi().await
+        } else {
+            conn.accept_bi().await
+        }
+    };
+    let hello = PeerMsg::Hello {
+        cluster: config.cluster.clone(),
+        node: config.me.clone(),
+        proto: PEER_PROTO,
+        boot: config.boot.clone(),
+    };
+    let handshake = async {
+        let (mut send, mut recv) = opened.await.map_err(|e| format!("control stream: {e}"))?;
+        // Control frames go before any data frame the connection carries.
+        let _ = send.set_priority(1);
+        frame::write(&mut send, &hello)
+            .await
+            .map_err(|e| format!("hello: {e}"))?;
+        let theirs: Option<PeerMsg> = frame::read(&mut recv)
+            .await
+            .map_err(|e| format!("hello: {e}"))?;
+        Ok::<_, String>((send, recv, theirs))
+    };
+    let (mut send, mut recv, theirs) = tokio::time::timeout(HELLO_TIMEOUT, handshake)
+        .await
+        .map_err(|_| "no hello in time".to_string())??;
+    let boot = match theirs {
+        Some(PeerMsg::Hello {
+            cluster,
+            node,
+            proto,
+            boot,
+        }) => {
+            let refuse = if cluster != config.cluster {
+                Some(format!(
+                    "it is of cluster `{cluster}`, this node of `{}`",
+                    config.cluster
+                ))
+            } else if node != peer.name {
+                Some(format!(
+                    "its hello says `{node}`, its certificate `{}`",
+                    peer.name
+                ))
+            } else if proto != PEER_PROTO {
+                Some(format!(
+                    "it speaks peer protocol {proto}, this node {PEER_PROTO}"
+                ))
+            } else {
+                None
+            };
+            if let Some(reason) = refuse {
+                conn.close(2u32.into(), reason.as_bytes());
+                return Err(format!("refused: {reason}"));
+            }
+            boot
+        }
+        other => return Err(format!("expected hello, got {other:?}")),
+    };
+    let (out, mut outgoing) = mpsc::unbounded_channel::<PeerMsg>();
+    peer.sink.do_send(LinkEvent::Up { out, boot });
+    let writer = async {
+        while let Some(msg) = outgoing.recv().await {
+            frame::write(&mut send, &msg)
+                .await
+                .map_err(|e| format!("write: {e}"))?;
+        }
+        Ok::<(), String>(())
+    };
+    let reader = async {
+        loop {
+            match frame::read::<_, PeerMsg>(&mut recv).await {
+                Ok(Some(msg)) => peer.sink.do_send(LinkEvent::Msg(msg)),
+                Ok(None) => return "the peer closed the control stream".to_string(),
+                Err(e) => return format!("read: {e}"),
+            }
+        }
+    };
+    let reason = tokio::select! {
+        r = writer => r.err().unwrap_or_else(|| "the link was dropped here".into()),
+        r = reader => r,
+        e = conn.closed() => format!("connection lost: {e}"),
+    };
+    conn.close(0u32.into(), b"link ended");
+    Err(reason)
+}
+
+fn backoff(attempt: u32) -> Duration {
+    let base = FIRST_RETRY
+        .saturating_mul(1 << attempt.min(8))
+        .min(MAX_RETRY);
+    let half = base / 2;
+    half + half.mul_f64(rand::random::<f64>())
+}

@@ -1,0 +1,237 @@
+//! `PeerActor`: one per configured peer node. It owns the link's state as
+//! the rest of the node sees it (up or down, RTT, counters), tells the peer
+//! this node's own sessions (a full directory on every link up, then
+//! deltas, never another node's sessions), and merges what the peer tells
+//! of its own into the `ClusterView`, telling local watchers. The link's
+//! I/O runs on the mesh thread (`link`).
+
+pub mod link;
+pub mod view;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+use termesh_transport::peer::PeerMsg;
+use tokio::sync::mpsc;
+
+use crate::registry::{Broadcast, Directory, Registry, Watch};
+use crate::watch::{WatchEvent, WatchQueue, WatchReady};
+use link::LinkEvent;
+use view::ClusterView;
+
+/// How often a link is pinged for its RTT.
+const PING_EVERY: Duration = Duration::from_secs(2);
+
+/// The link as `/api/v1/nodes` and `/metrics` show it.
+#[derive(Debug, Default)]
+pub struct LinkStats {
+    pub up: std::sync::atomic::AtomicBool,
+    /// Round-trip time of the last answered ping, in microseconds (0: none).
+    pub rtt_us: AtomicU64,
+    pub ups: AtomicU64,
+    pub downs: AtomicU64,
+}
+
+pub struct PeerActor {
+    name: String,
+    /// This node's name: only its own sessions are told to the peer.
+    me: String,
+    out: Option<mpsc::UnboundedSender<PeerMsg>>,
+    down_since: Option<Instant>,
+    boot: Option<String>,
+    dir: Directory,
+    registry: Addr<Registry>,
+    view: ClusterView,
+    watch: WatchQueue,
+    pings: HashMap<u64, Instant>,
+    next_nonce: u64,
+    pub stats: Arc<LinkStats>,
+}
+
+impl PeerActor {
+    pub fn new(
+        name: String,
+        me: String,
+        dir: Directory,
+        registry: Addr<Registry>,
+        view: ClusterView,
+        stats: Arc<LinkStats>,
+    ) -> PeerActor {
+        PeerActor {
+            name,
+            me,
+            out: None,
+            down_since: Some(Instant::now()),
+            boot: None,
+            dir,
+            registry,
+            view,
+            watch: WatchQueue::default(),
+            pings: HashMap::new(),
+            next_nonce: 1,
+            stats,
+        }
+    }
+
+    fn send(&mut self, msg: PeerMsg) {
+        if let Some(out) = &self.out {
+            if out.send(msg).is_err() {
+                self.out = None;
+            }
+        }
+    }
+
+    /// Tells local watchers that these remote sessions changed.
+    fn tell_local(&self, events: Vec<WatchEvent>) {
+        if !events.is_empty() {
+            self.registry.do_send(Broadcast(events));
+        }
+    }
+
+    fn on_up(&mut self, out: mpsc::UnboundedSender<PeerMsg>, boot: String) {
+        let restarted = self.boot.as_ref().is_some_and(|b| *b != boot);
+        tracing::info!(
+            peer = %self.name,
+            restarted,
+            down_ms = self.down_since.map(|t| t.elapsed().as_millis() as u64),
+            "peer link up"
+        );
+        self.out = Some(out);
+        self.boot = Some(boot);
+        self.down_since = None;
+        self.stats.up.store(true, Ordering::Relaxed);
+        self.stats.ups.fetch_add(1, Ordering::Relaxed);
+        // Pending deltas are covered by the full directory.
+        if let Ok(mut q) = self.watch.lock() {
+            q.drain();
+        }
+        let sessions = self.dir.list();
+        self.send(PeerMsg::Directory { sessions });
+        let shown = self.view.set_up(&self.name, true);
+        self.tell_local(shown.into_iter().map(WatchEvent::Changed).collect());
+    }
+
+    fn on_down(&mut self, reason: String) {
+        if self.out.take().is_some() {
+            tracing::warn!(peer = %self.name, %reason, "peer link down");
+            self.down_since = Some(Instant::now());
+            self.stats.up.store(false, Ordering::Relaxed);
+            self.stats.downs.fetch_add(1, Ordering::Relaxed);
+            self.pings.clear();
+            let shown = self.view.set_up(&self.name, false);
+            self.tell_local(shown.into_iter().map(WatchEvent::Changed).collect());
+        } else {
+            tracing::debug!(peer = %self.name, %reason, "peer link attempt failed");
+        }
+    }
+
+    fn on_msg(&mut self, msg: PeerMsg) {
+        match msg {
+            PeerMsg::Directory { sessions } => {
+                let sessions: Vec<_> = sessions
+                    .into_iter()
+                    .filter(|s| s.node == self.name)
+                    .collect();
+                let gone = self.view.replace(&self.name, sessions.clone());
+                let mut events: Vec<WatchEvent> =
+                    gone.into_iter().map(WatchEvent::Removed).collect();
+                events.extend(sessions.into_iter().map(WatchEvent::Changed));
+                self.tell_local(events);
+            }
+            PeerMsg::SessionChanged { session } if session.node == self.name => {
+                let id = session.id.clone();
+                self.view.upsert(&self.name, session);
+                if let Some(shown) = self.view.shown(&self.name, &id) {
+                    self.tell_local(vec![WatchEvent::Changed(shown)]);
+                }
+            }
+            PeerMsg::SessionRemoved { session } => {
+                if self.view.remove(&self.name, &session) {
+                    self.tell_local(vec![WatchEvent::Removed(session)]);
+                }
+            }
+            PeerMsg::Ping { nonce } => self.send(PeerMsg::Pong { nonce }),
+            PeerMsg::Pong { nonce } => {
+                if let Some(sent) = self.pings.remove(&nonce) {
+                    let rtt = sent.elapsed().as_micros().max(1) as u64;
+                    self.stats.rtt_us.store(rtt, Ordering::Relaxed);
+                }
+            }
+            other => {
+                tracing::debug!(peer = %self.name, kind = other.kind(), "peer message not handled yet");
+            }
+        }
+    }
+
+    fn ping(&mut self, _: &mut Context<Self>) {
+        if self.out.is_none() {
+            return;
+        }
+        let nonce = self.next_nonce;
+        self.next_nonce += 1;
+        // Unanswered pings are forgotten after a while.
+        self.pings.retain(|_, t| t.elapsed() < PING_EVERY * 10);
+        self.pings.insert(nonce, Instant::now());
+        self.send(PeerMsg::Ping { nonce });
+    }
+}
+
+impl Actor for PeerActor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        self.registry.do_send(Watch {
+            conn: peer_watch_id(&self.name),
+            queue: self.watch.clone(),
+            sink: ctx.address().recipient(),
+            local_only: true,
+            known_remote: Vec::new(),
+        });
+        ctx.run_interval(PING_EVERY, Self::ping);
+    }
+}
+
+impl Handler<LinkEvent> for PeerActor {
+    type Result = ();
+
+    fn handle(&mut self, event: LinkEvent, _: &mut Context<Self>) {
+        match event {
+            LinkEvent::Up { out, boot } => self.on_up(out, boot),
+            LinkEvent::Msg(msg) => self.on_msg(msg),
+            LinkEvent::Down { reason } => self.on_down(reason),
+        }
+    }
+}
+
+impl Handler<WatchReady> for PeerActor {
+    type Result = ();
+
+    /// This node's sessions changed: tell the peer (when the link is up).
+    fn handle(&mut self, _: WatchReady, _: &mut Context<Self>) {
+        let events = self.watch.lock().map(|mut q| q.drain()).unwrap_or_default();
+        if self.out.is_none() {
+            return;
+        }
+        for event in events {
+            let msg = match event {
+                WatchEvent::Changed(session) if session.node == self.me => {
+                    PeerMsg::SessionChanged { session }
+                }
+                WatchEvent::Changed(_) => continue,
+                WatchEvent::Removed(session) => PeerMsg::SessionRemoved { session },
+            };
+            self.send(msg);
+        }
+    }
+}
+
+/// Watcher ids of peers, apart from connection ids (which count up from 1).
+fn peer_watch_id(name: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    name.hash(&mut h);
+    h.finish() | (1 << 63)
+}

@@ -1,0 +1,130 @@
+//! A real cluster on this machine: `termesh cluster init` for nodes on
+//! 127.0.0.1, .2, .3 (free ports picked at start), each a `termesh node`
+//! process with its own data dir, killed (by pid) on drop.
+
+use std::net::{SocketAddr, TcpListener, UdpSocket};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+
+use termesh_node::client::Target;
+
+const BIN: &str = env!("CARGO_BIN_EXE_termesh");
+
+pub struct ClusterNode {
+    pub name: String,
+    pub http: SocketAddr,
+    pub config: PathBuf,
+    child: Option<Child>,
+}
+
+pub struct Cluster {
+    pub dir: tempfile::TempDir,
+    pub token: String,
+    pub nodes: Vec<ClusterNode>,
+}
+
+/// A port free for both TCP and UDP on `ip` now (the node binds it soon).
+fn free_port(ip: &str) -> u16 {
+    loop {
+        let tcp = TcpListener::bind(format!("{ip}:0")).unwrap();
+        let port = tcp.local_addr().unwrap().port();
+        if UdpSocket::bind(format!("{ip}:{port}")).is_ok() {
+            return port;
+        }
+    }
+}
+
+impl Cluster {
+    /// Writes the cluster of `names` (one loopback address each) and
+    /// starts every node.
+    pub fn start(names: &[&str]) -> Cluster {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("cluster");
+        let mut args = vec!["cluster".to_string(), "init".into(), "--out".into()];
+        args.push(out.display().to_string());
+        let mut nodes = Vec::new();
+        for (i, name) in names.iter().enumerate() {
+            let ip = format!("127.0.0.{}", i + 1);
+            let http: SocketAddr = format!("{ip}:{}", free_port(&ip)).parse().unwrap();
+            let quic = format!("{ip}:{}", free_port(&ip));
+            args.push("--node".into());
+            args.push(format!("{name},quic={quic},http={http}"));
+            nodes.push(ClusterNode {
+                name: name.to_string(),
+                http,
+                config: out.join(name).join("termesh.toml"),
+                child: None,
+            });
+        }
+        let status = Command::new(BIN).args(&args).output().unwrap();
+        assert!(
+            status.status.success(),
+            "{}",
+            String::from_utf8_lossy(&status.stderr)
+        );
+        let token = std::fs::read_to_string(out.join("admin.token"))
+            .unwrap()
+            .trim()
+            .to_string();
+        let mut cluster = Cluster { dir, token, nodes };
+        for i in 0..cluster.nodes.len() {
+            cluster.start_node(i);
+        }
+        cluster
+    }
+
+    /// Starts node `i` (again).
+    pub fn start_node(&mut self, i: usize) {
+        let node = &mut self.nodes[i];
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(node.config.with_file_name("node.log"))
+            .unwrap();
+        let child = Command::new(BIN)
+            .args(["node", "--config"])
+            .arg(&node.config)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        node.child = Some(child);
+    }
+
+    /// SIGKILL for node `i`: no goodbye to its peers.
+    pub fn kill_node(&mut self, i: usize) {
+        if let Some(mut child) = self.nodes[i].child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    pub fn target(&self, i: usize) -> Target {
+        Target {
+            url: format!("http://{}", self.nodes[i].http),
+            token: Some(self.token.clone()),
+            token_source: "the cluster's admin.token".into(),
+        }
+    }
+
+    pub fn log(&self, i: usize) -> String {
+        std::fs::read_to_string(self.nodes[i].config.with_file_name("node.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for node in &mut self.nodes {
+            if let Some(mut child) = node.child.take() {
+                let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+                let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+                let deadline = std::time::Instant::now() + super::PATIENCE;
+                while matches!(child.try_wait(), Ok(None)) && std::time::Instant::now() < deadline {
+                    super::poll_pause_blocking();
+                }
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+    }
+}

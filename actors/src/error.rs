@@ -28,4 +28,28 @@ impl ApiError {
     pub fn exited(session: &str) -> Self {
         Self::new(ErrorCode::Exited, format!("session `{session}` has exited"))
     }
+
+    /// As the `error` message a client is sent.
+    pub fn to_message(
+        &self,
+        id: Option<u64>,
+        session: Option<String>,
+    ) -> termesh_transport::ServerMsg {
+        termesh_transport::ServerMsg::Error {
+            id,
+            session,
+            code: self.code,
+            message: self.message.clone(),
+        }
+    }
+
+    /// From an `error` message a peer relayed.
+    pub fn from_message(msg: &termesh_transport::ServerMsg) -> Option<Self> {
+        match msg {
+            termesh_transport::ServerMsg::Error { code, message, .. } => {
+                Some(Self::new(*code, message.clone()))
+            }
+            _ => None,
+        }
+    }
 }

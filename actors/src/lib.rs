@@ -5,6 +5,7 @@ pub mod connection;
 pub mod create;
 pub mod credit;
 pub mod error;
+pub mod forward;
 pub mod fragments;
 pub mod hook;
 pub mod liveness;

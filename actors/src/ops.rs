@@ -37,6 +37,8 @@ pub struct NodeCtx {
     pub window_bounds: (u64, u64),
     /// The other nodes' sessions (empty on a single node).
     pub cluster: crate::peer::view::ClusterView,
+    /// The other nodes' links, for forwarded requests.
+    pub peers: crate::forward::Peers,
 }
 
 impl std::fmt::Debug for NodeCtx {

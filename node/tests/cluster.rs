@@ -155,3 +155,244 @@ async fn three_nodes_share_one_directory_and_survive_an_owner_crash() {
         cluster.log(0)
     );
 }
+
+/// Waits until node `i` lists session `id` as `pred` wants it.
+async fn session_on(cluster: &Cluster, i: usize, id: &str, pred: impl Fn(&SessionInfo) -> bool) {
+    wait_list(cluster, i, "the session's change", |l| {
+        l.iter().any(|s| s.id == id && pred(s))
+    })
+    .await;
+}
+
+/// One request from a client of node `i`; the reply or the error.
+async fn ask(
+    cluster: &Cluster,
+    i: usize,
+    make: impl FnOnce(u64) -> ClientMsg,
+) -> Result<ServerMsg, String> {
+    let mut c = Client::connect(&cluster.target(i))
+        .await
+        .map_err(|e| format!("{e:#}"))?;
+    let reply = c.request(make).await.map_err(|e| format!("{e:#}"));
+    c.close().await;
+    reply
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_request_works_from_any_node() {
+    let mut cluster = Cluster::start(&["a", "b", "c"]);
+    // From b: a session on c.
+    let req = CreateRequest {
+        command: Some(vec!["cat".into()]),
+        node: Some("c".into()),
+        ..Default::default()
+    };
+    let created = within(PATIENCE, "create on c from b", async {
+        loop {
+            if let Ok(ServerMsg::Created { session, .. }) =
+                ask(&cluster, 1, |id| ClientMsg::Create {
+                    id,
+                    req: req.clone(),
+                })
+                .await
+            {
+                return session;
+            }
+            poll_pause().await;
+        }
+    })
+    .await;
+    assert_eq!(created.node, "c");
+    let id = created.id.clone();
+
+    // Input and resize from b, in order, then the screen and history.
+    let mut b = Client::connect(&cluster.target(1)).await.unwrap();
+    for word in ["one", "two", "three"] {
+        b.send(&ClientMsg::Input {
+            session: id.clone(),
+            data: format!("forwarded-{word}\n").into_bytes(),
+        })
+        .await
+        .unwrap();
+    }
+    b.send(&ClientMsg::Resize {
+        session: id.clone(),
+        cols: 100,
+        rows: 40,
+    })
+    .await
+    .unwrap();
+    session_on(&cluster, 2, &id, |s| (s.cols, s.rows) == (100, 40)).await;
+    let screen = within(PATIENCE, "the input on the screen", async {
+        loop {
+            if let Ok(ServerMsg::Snapshot { data, cols, .. }) =
+                ask(&cluster, 1, |rid| ClientMsg::Screen {
+                    id: rid,
+                    session: id.clone(),
+                    scrollback: None,
+                })
+                .await
+            {
+                let text = String::from_utf8_lossy(&data).into_owned();
+                if text.matches("forwarded-three").count() >= 2 {
+                    assert_eq!(cols, 100);
+                    return text;
+                }
+            }
+            poll_pause().await;
+        }
+    })
+    .await;
+    let (one, two, three) = (
+        screen.find("forwarded-one").unwrap(),
+        screen.find("forwarded-two").unwrap(),
+        screen.find("forwarded-three").unwrap(),
+    );
+    assert!(one < two && two < three, "input kept its order: {screen}");
+    let history = ask(&cluster, 1, |rid| ClientMsg::History {
+        id: rid,
+        session: id.clone(),
+        limit: None,
+    })
+    .await
+    .unwrap();
+    let ServerMsg::History {
+        lines: Some(lines), ..
+    } = history
+    else {
+        panic!("{history:?}")
+    };
+    assert!(
+        lines.iter().any(|l| l.contains("forwarded-two")),
+        "{lines:?}"
+    );
+    let raw = ask(&cluster, 1, |rid| ClientMsg::History {
+        id: rid,
+        session: id.clone(),
+        limit: Some(4096),
+    })
+    .await
+    .unwrap();
+    let ServerMsg::History {
+        data: Some(data), ..
+    } = raw
+    else {
+        panic!("{raw:?}")
+    };
+    assert!(String::from_utf8_lossy(&data).contains("forwarded-one"));
+
+    // Rename and tag from b show on c.
+    ask(&cluster, 1, |rid| ClientMsg::Rename {
+        id: rid,
+        session: id.clone(),
+        name: "renamed-from-b".into(),
+    })
+    .await
+    .unwrap();
+    ask(&cluster, 1, |rid| ClientMsg::Tag {
+        id: rid,
+        session: id.clone(),
+        tags: vec!["x".into()],
+    })
+    .await
+    .unwrap();
+    session_on(&cluster, 2, &id, |s| {
+        s.name.as_deref() == Some("renamed-from-b") && s.tags == ["x"]
+    })
+    .await;
+
+    // Errors are the owner's, code for code.
+    for i in [1, 2] {
+        let err = ask(&cluster, i, |rid| ClientMsg::Rename {
+            id: rid,
+            session: id.clone(),
+            name: "bad\u{7}".into(),
+        })
+        .await
+        .unwrap_err();
+        assert!(err.starts_with("bad_request"), "node {i}: {err}");
+    }
+    let err = ask(&cluster, 1, |rid| ClientMsg::Create {
+        id: rid,
+        req: CreateRequest {
+            node: Some("zzz".into()),
+            ..Default::default()
+        },
+    })
+    .await
+    .unwrap_err();
+    assert!(err.starts_with("not_found") && err.contains("zzz"), "{err}");
+
+    // Kill from b: the session ends; input to it then gets `exited`, from
+    // b as from c.
+    ask(&cluster, 1, |rid| ClientMsg::Kill {
+        id: rid,
+        session: id.clone(),
+        signal: Some("KILL".into()),
+    })
+    .await
+    .unwrap();
+    wait_list(&cluster, 1, "the exit seen on b", |l| {
+        l.iter()
+            .any(|s| s.id == id && s.status == SessionStatus::Exited)
+    })
+    .await;
+    for i in [1, 2] {
+        let mut c = Client::connect(&cluster.target(i)).await.unwrap();
+        c.send(&ClientMsg::Input {
+            session: id.clone(),
+            data: b"late\n".to_vec(),
+        })
+        .await
+        .unwrap();
+        let msg = within(PATIENCE, "the exited error", c.recv())
+            .await
+            .unwrap();
+        assert!(
+            matches!(&msg, ServerMsg::Error { code: termesh_transport::ErrorCode::Exited, session: Some(s), .. } if *s == id),
+            "node {i}: {msg:?}"
+        );
+    }
+    // Remove from b: gone everywhere.
+    ask(&cluster, 1, |rid| ClientMsg::Remove {
+        id: rid,
+        session: id.clone(),
+        purge: None,
+    })
+    .await
+    .unwrap();
+    for i in 0..3 {
+        wait_list(&cluster, i, "the removal", |l| l.iter().all(|s| s.id != id)).await;
+    }
+
+    // The owner down: requests for its sessions get `unavailable`.
+    let other = create(&cluster, 2, "left-on-c").await;
+    wait_list(&cluster, 1, "c's session on b", |l| {
+        l.iter().any(|s| s.id == other.id)
+    })
+    .await;
+    cluster.kill_node(2);
+    wait_list(&cluster, 1, "c unreachable", |l| {
+        l.iter()
+            .any(|s| s.id == other.id && s.status == SessionStatus::Unreachable)
+    })
+    .await;
+    let err = ask(&cluster, 1, |rid| ClientMsg::Kill {
+        id: rid,
+        session: other.id.clone(),
+        signal: None,
+    })
+    .await
+    .unwrap_err();
+    assert!(err.starts_with("unavailable"), "{err}");
+    let err = ask(&cluster, 1, |rid| ClientMsg::Create {
+        id: rid,
+        req: CreateRequest {
+            node: Some("c".into()),
+            ..Default::default()
+        },
+    })
+    .await
+    .unwrap_err();
+    assert!(err.starts_with("unavailable"), "{err}");
+}

@@ -11,6 +11,7 @@ use termesh_transport::{ClientMsg, ErrorCode, ServerMsg, MAX_SCROLLBACK};
 
 use super::{ConnectionActor, Sub};
 use crate::error::ApiError;
+use crate::forward::Route;
 use crate::registry::{Watch, NEXT_SUB_ID};
 use crate::session::{Ack, ScreenWant, Subscribe, Unsubscribe};
 use crate::watch::WatchQueue;
@@ -108,7 +109,66 @@ impl ConnectionActor {
         }
     }
 
+    /// Sends a request about another node's session (or a create for
+    /// another node) to that node, and relays its answer.
+    fn forward(&mut self, owner: String, msg: ClientMsg, ctx: &mut Ctx) {
+        let (id, session) = ids(&msg);
+        let answer = self
+            .node
+            .forward(&owner, msg, termesh_transport::peer::HOP_BUDGET - 1);
+        match id {
+            Some(id) => self.reply_async(ctx, id, session, answer),
+            // Input and resize: only an error is worth a message.
+            None => {
+                ctx.spawn(answer.into_actor(self).map(move |answer, act, ctx| {
+                    let out = match answer {
+                        Ok(msg @ ServerMsg::Error { .. }) => msg,
+                        Ok(_) => return,
+                        Err(e) => e.to_message(None, session),
+                    };
+                    act.send(ctx, &out);
+                }));
+            }
+        }
+    }
+
+    /// The node that answers `msg`, when it is not this one.
+    fn owner_of(&self, msg: &ClientMsg) -> Result<Option<String>, ApiError> {
+        let route = match msg {
+            ClientMsg::Create { req, .. } => self.node.route_create(req.node.as_deref())?,
+            ClientMsg::Input { session, .. }
+            | ClientMsg::Resize { session, .. }
+            | ClientMsg::Kill { session, .. }
+            | ClientMsg::Rename { session, .. }
+            | ClientMsg::Tag { session, .. }
+            | ClientMsg::Remove { session, .. }
+            | ClientMsg::Screen { session, .. }
+            | ClientMsg::History { session, .. } => self.node.route_session(session)?,
+            ClientMsg::Subscribe { session, .. } => match self.node.route_session(session)? {
+                Route::Owner(node) => {
+                    return Err(ApiError::new(
+                        ErrorCode::Unavailable,
+                        format!(
+                            "session `{session}` runs on node `{node}`: attach through that node \
+                             (streaming another node's sessions comes with mirrors)"
+                        ),
+                    ))
+                }
+                Route::Here => Route::Here,
+            },
+            _ => Route::Here,
+        };
+        Ok(match route {
+            Route::Here => None,
+            Route::Owner(node) => Some(node),
+        })
+    }
+
     fn route(&mut self, msg: ClientMsg, ctx: &mut Ctx) -> Result<(), ApiError> {
+        if let Some(owner) = self.owner_of(&msg)? {
+            self.forward(owner, msg, ctx);
+            return Ok(());
+        }
         match msg {
             // Answered by `dispatch` before routing.
             ClientMsg::Auth { .. } => {}

@@ -17,9 +17,12 @@ use actix::prelude::*;
 use termesh_transport::peer::PeerMsg;
 use tokio::sync::mpsc;
 
+use crate::error::ApiError;
+use crate::ops::NodeCtx;
 use crate::registry::{Broadcast, Directory, Registry, Watch};
 use crate::watch::{WatchEvent, WatchQueue, WatchReady};
 use link::LinkEvent;
+use termesh_transport::{ClientMsg, ServerMsg};
 use view::ClusterView;
 
 /// How often a link is pinged for its RTT.
@@ -33,6 +36,8 @@ pub struct LinkStats {
     pub rtt_us: AtomicU64,
     pub ups: AtomicU64,
     pub downs: AtomicU64,
+    /// Forwarded requests that went unanswered.
+    pub timeouts: AtomicU64,
 }
 
 pub struct PeerActor {
@@ -49,7 +54,32 @@ pub struct PeerActor {
     pings: HashMap<u64, Instant>,
     next_nonce: u64,
     pub stats: Arc<LinkStats>,
+    /// Answers forwarded requests as this node would answer a client.
+    node: Option<NodeCtx>,
+    /// Requests sent to the peer, awaiting its reply.
+    waiting: HashMap<u64, tokio::sync::oneshot::Sender<ServerMsg>>,
+    next_req: u64,
 }
+
+/// Forward a client's request to this peer; the answer is the message the
+/// client gets.
+#[derive(Message)]
+#[rtype(result = "Result<ServerMsg, ApiError>")]
+pub struct Forward {
+    pub msg: ClientMsg,
+    pub hops: u8,
+}
+
+/// A forwarded request to this peer went unanswered (counted; the breaker
+/// of a later step uses the count).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct TimedOut;
+
+/// The node's request context, given once the node is wired.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct SetNode(pub NodeCtx);
 
 impl PeerActor {
     pub fn new(
@@ -73,6 +103,9 @@ impl PeerActor {
             pings: HashMap::new(),
             next_nonce: 1,
             stats,
+            node: None,
+            waiting: HashMap::new(),
+            next_req: 1,
         }
     }
 
@@ -121,6 +154,9 @@ impl PeerActor {
             self.stats.up.store(false, Ordering::Relaxed);
             self.stats.downs.fetch_add(1, Ordering::Relaxed);
             self.pings.clear();
+            // Requests in flight get no answer now: their callers get
+            // `unavailable` (the senders drop).
+            self.waiting.clear();
             let shown = self.view.set_up(&self.name, false);
             self.tell_local(shown.into_iter().map(WatchEvent::Changed).collect());
         } else {
@@ -128,8 +164,14 @@ impl PeerActor {
         }
     }
 
-    fn on_msg(&mut self, msg: PeerMsg) {
+    fn on_msg(&mut self, msg: PeerMsg, ctx: &mut Context<Self>) {
         match msg {
+            PeerMsg::Request { req, hops, msg } => self.on_request(req, hops, msg, ctx),
+            PeerMsg::Reply { req, msg } => {
+                if let Some(waiter) = self.waiting.remove(&req) {
+                    let _ = waiter.send(msg);
+                }
+            }
             PeerMsg::Directory { sessions } => {
                 let sessions: Vec<_> = sessions
                     .into_iter()
@@ -166,14 +208,40 @@ impl PeerActor {
         }
     }
 
+    /// A request the peer forwarded: answered here, as for a local client.
+    fn on_request(&mut self, req: u64, hops: u8, msg: ClientMsg, ctx: &mut Context<Self>) {
+        let Some(node) = self.node.clone() else {
+            let err = ApiError::new(
+                termesh_transport::ErrorCode::Unavailable,
+                "this node is starting",
+            );
+            self.send(PeerMsg::Reply {
+                req,
+                msg: err.to_message(None, None),
+            });
+            return;
+        };
+        let _ = hops;
+        if let Some(answer) = crate::forward::answer_now(&node, &msg) {
+            self.send(PeerMsg::Reply { req, msg: answer });
+            return;
+        }
+        let work = crate::forward::answer_later(node, msg);
+        ctx.spawn(work.into_actor(self).map(move |answer, act, _| {
+            act.send(PeerMsg::Reply { req, msg: answer });
+        }));
+    }
+
     fn ping(&mut self, _: &mut Context<Self>) {
         if self.out.is_none() {
             return;
         }
         let nonce = self.next_nonce;
         self.next_nonce += 1;
-        // Unanswered pings are forgotten after a while.
+        // Unanswered pings are forgotten after a while, and so are
+        // requests whose callers gave up.
         self.pings.retain(|_, t| t.elapsed() < PING_EVERY * 10);
+        self.waiting.retain(|_, waiter| !waiter.is_closed());
         self.pings.insert(nonce, Instant::now());
         self.send(PeerMsg::Ping { nonce });
     }
@@ -197,12 +265,54 @@ impl Actor for PeerActor {
 impl Handler<LinkEvent> for PeerActor {
     type Result = ();
 
-    fn handle(&mut self, event: LinkEvent, _: &mut Context<Self>) {
+    fn handle(&mut self, event: LinkEvent, ctx: &mut Context<Self>) {
         match event {
             LinkEvent::Up { out, boot } => self.on_up(out, boot),
-            LinkEvent::Msg(msg) => self.on_msg(msg),
+            LinkEvent::Msg(msg) => self.on_msg(msg, ctx),
             LinkEvent::Down { reason } => self.on_down(reason),
         }
+    }
+}
+
+impl Handler<Forward> for PeerActor {
+    type Result = ResponseFuture<Result<ServerMsg, ApiError>>;
+
+    fn handle(&mut self, msg: Forward, _: &mut Context<Self>) -> Self::Result {
+        if self.out.is_none() {
+            let err = crate::forward::unreachable_node(&self.name);
+            return Box::pin(async move { Err(err) });
+        }
+        let req = self.next_req;
+        self.next_req += 1;
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.waiting.insert(req, tx);
+        self.send(PeerMsg::Request {
+            req,
+            hops: msg.hops,
+            msg: msg.msg,
+        });
+        let name = self.name.clone();
+        Box::pin(async move {
+            rx.await
+                .map_err(|_| crate::forward::unreachable_node(&name))
+        })
+    }
+}
+
+impl Handler<TimedOut> for PeerActor {
+    type Result = ();
+
+    fn handle(&mut self, _: TimedOut, _: &mut Context<Self>) {
+        self.stats.timeouts.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(peer = %self.name, "a forwarded request went unanswered");
+    }
+}
+
+impl Handler<SetNode> for PeerActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: SetNode, _: &mut Context<Self>) {
+        self.node = Some(msg.0);
     }
 }
 

@@ -114,16 +114,6 @@ pub fn run(
         )
         .start();
         let cluster_view = termesh_actors::peer::view::ClusterView::default();
-        let mesh = match &config.cluster {
-            Some(cluster) => Some(start_mesh(
-                &config,
-                cluster,
-                dir.clone(),
-                registry.clone(),
-                cluster_view.clone(),
-            )?),
-            None => None,
-        };
         let state = AppState {
             node: NodeCtx {
                 node: config.node.name.clone(),
@@ -138,8 +128,13 @@ pub fn run(
                 default_window: config.session.default_window,
                 window_bounds: (defaults::WINDOW_MIN, defaults::WINDOW_MAX),
                 cluster: cluster_view,
+                peers: Default::default(),
             },
             connections: Connections::default(),
+        };
+        let mesh = match &config.cluster {
+            Some(cluster) => Some(start_mesh(&config, cluster, &state.node)?),
+            None => None,
         };
         let app_state = state.clone();
         let server = HttpServer::new(move || {
@@ -197,12 +192,10 @@ pub fn run(
 fn start_mesh(
     config: &Config,
     cluster: &termesh_config::ClusterConfig,
-    dir: Directory,
-    registry: actix::Addr<Registry>,
-    view: termesh_actors::peer::view::ClusterView,
+    node: &NodeCtx,
 ) -> anyhow::Result<termesh_actors::peer::link::Mesh> {
     use termesh_actors::peer::link::{MeshConfig, PeerSpec};
-    use termesh_actors::peer::{LinkStats, PeerActor};
+    use termesh_actors::peer::{LinkStats, PeerActor, SetNode};
     let me = config.node.name.clone();
     let identity =
         termesh_transport::peer::tls::Identity::load(&cluster.ca, &cluster.cert, &cluster.key)?;
@@ -211,12 +204,14 @@ fn start_mesh(
         let actor = PeerActor::new(
             peer.name.clone(),
             me.clone(),
-            dir.clone(),
-            registry.clone(),
-            view.clone(),
+            node.dir.clone(),
+            node.registry.clone(),
+            node.cluster.clone(),
             Arc::new(LinkStats::default()),
         )
         .start();
+        actor.do_send(SetNode(node.clone()));
+        node.peers.insert(peer.name.clone(), actor.clone());
         peers.push(PeerSpec {
             name: peer.name.clone(),
             addr: peer.quic,

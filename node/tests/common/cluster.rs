@@ -89,6 +89,12 @@ impl Cluster {
             .spawn()
             .unwrap();
         node.child = Some(child);
+        // Serving once its HTTP port answers.
+        let deadline = std::time::Instant::now() + super::PATIENCE;
+        while std::net::TcpStream::connect(node.http).is_err() {
+            assert!(std::time::Instant::now() < deadline, "node {} did not start", node.name);
+            super::poll_pause_blocking();
+        }
     }
 
     /// SIGKILL for node `i`: no goodbye to its peers.

@@ -1,0 +1,239 @@
+//! Requests that travel between nodes. On the node a client is connected
+//! to: which node owns what the request names, and the forward itself (to
+//! that owner's `PeerActor`, bounded by the request timeout). On the owner:
+//! the answer, computed exactly as for a local client, so replies and
+//! error codes are the same from any node.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use actix::Addr;
+use bytes::Bytes;
+use termesh_transport::{ClientMsg, ErrorCode, ServerMsg, MAX_SCROLLBACK};
+
+use crate::error::ApiError;
+use crate::ops::NodeCtx;
+use crate::peer::{Forward, PeerActor};
+use crate::session::ScreenWant;
+
+/// A forwarded request not answered in this long gets `unavailable`.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(8);
+
+/// The `PeerActor` of every configured peer, by node name.
+#[derive(Debug, Clone, Default)]
+pub struct Peers(Arc<RwLock<HashMap<String, Addr<PeerActor>>>>);
+
+impl Peers {
+    pub fn insert(&self, name: String, addr: Addr<PeerActor>) {
+        self.0
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(name, addr);
+    }
+
+    pub fn get(&self, name: &str) -> Option<Addr<PeerActor>> {
+        self.0
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)
+            .cloned()
+    }
+}
+
+/// Where a request goes.
+pub enum Route {
+    Here,
+    Owner(String),
+}
+
+impl NodeCtx {
+    /// Who answers a request about `session`: this node when it owns it
+    /// (or nobody does: the local answer is `not_found`), else its owner;
+    /// `unavailable` when the owner's link is down.
+    pub fn route_session(&self, session: &str) -> Result<Route, ApiError> {
+        if self.dir.get(session).is_some() {
+            return Ok(Route::Here);
+        }
+        match self.cluster.get(session) {
+            Some((info, true)) => Ok(Route::Owner(info.node)),
+            Some((info, false)) => Err(unreachable_node(&info.node)),
+            None => Ok(Route::Here),
+        }
+    }
+
+    /// Who runs a `create` naming `node`.
+    pub fn route_create(&self, node: Option<&str>) -> Result<Route, ApiError> {
+        match node {
+            None => Ok(Route::Here),
+            Some(n) if n == self.node => Ok(Route::Here),
+            Some(n) => match self.peers.get(n) {
+                Some(_) => Ok(Route::Owner(n.to_string())),
+                None => Err(ApiError::new(
+                    ErrorCode::NotFound,
+                    format!("no node `{n}` in this cluster"),
+                )),
+            },
+        }
+    }
+
+    /// Sends `msg` to `owner` and waits (bounded) for its answer: the
+    /// message the client gets, an `error` included. The request is queued
+    /// to the peer before this returns, so requests sent one after another
+    /// reach the owner in that order.
+    pub fn forward(
+        &self,
+        owner: &str,
+        msg: ClientMsg,
+        hops: u8,
+    ) -> impl std::future::Future<Output = Result<ServerMsg, ApiError>> + 'static {
+        let owner = owner.to_string();
+        let sent = self
+            .peers
+            .get(&owner)
+            .map(|peer| (peer.send(Forward { msg, hops }), peer));
+        let view = self.cluster.clone();
+        async move {
+            let (reply, peer) = sent.ok_or_else(|| unreachable_node(&owner))?;
+            match tokio::time::timeout(REQUEST_TIMEOUT, reply).await {
+                Ok(Ok(Ok(ServerMsg::Created { id, session }))) => {
+                    // Known here at once, before the owner's delta arrives,
+                    // so the client's next request finds it.
+                    view.upsert(&owner, session.clone());
+                    Ok(ServerMsg::Created { id, session })
+                }
+                Ok(Ok(answer)) => answer,
+                Ok(Err(_)) => Err(unreachable_node(&owner)),
+                Err(_) => {
+                    peer.do_send(crate::peer::TimedOut);
+                    Err(ApiError::new(
+                        ErrorCode::Unavailable,
+                        format!(
+                            "node `{owner}` did not answer within {}s",
+                            REQUEST_TIMEOUT.as_secs()
+                        ),
+                    ))
+                }
+            }
+        }
+    }
+}
+
+pub fn unreachable_node(node: &str) -> ApiError {
+    ApiError::new(
+        ErrorCode::Unavailable,
+        format!("node `{node}` cannot be reached now"),
+    )
+}
+
+/// The answer to a request that needs no waiting (input, resize, kill,
+/// rename, tag), computed at once so that such requests take effect in
+/// the order they came; `None` for the others.
+pub fn answer_now(node: &NodeCtx, msg: &ClientMsg) -> Option<ServerMsg> {
+    let (id, session, result) = match msg {
+        ClientMsg::Input { session, data } => (
+            None,
+            session,
+            node.input(session, Bytes::from(data.clone())),
+        ),
+        ClientMsg::Resize {
+            session,
+            cols,
+            rows,
+        } => (None, session, node.resize(session, *cols, *rows)),
+        ClientMsg::Kill {
+            id,
+            session,
+            signal,
+        } => (Some(*id), session, node.kill(session, signal.as_deref())),
+        ClientMsg::Rename { id, session, name } => {
+            (Some(*id), session, node.rename(session, name.clone()))
+        }
+        ClientMsg::Tag { id, session, tags } => {
+            (Some(*id), session, node.tag(session, tags.clone()))
+        }
+        _ => return None,
+    };
+    Some(match result {
+        Ok(()) => ServerMsg::Ok {
+            id: id.unwrap_or(0),
+        },
+        Err(e) => e.to_message(id, Some(session.clone())),
+    })
+}
+
+/// The answer to a request that waits (create, screen, history, remove).
+pub async fn answer_later(node: NodeCtx, msg: ClientMsg) -> ServerMsg {
+    let (id, session) = match &msg {
+        ClientMsg::Create { id, .. } => (*id, None),
+        ClientMsg::Screen { id, session, .. }
+        | ClientMsg::History { id, session, .. }
+        | ClientMsg::Remove { id, session, .. } => (*id, Some(session.clone())),
+        _ => {
+            return ApiError::bad_request(format!("`{}` cannot be forwarded", msg.kind()))
+                .to_message(None, None)
+        }
+    };
+    let result = match msg {
+        ClientMsg::Create { id, mut req } => {
+            // It runs here, whatever node the client named.
+            req.node = None;
+            node.create(req)
+                .await
+                .map(|session| ServerMsg::Created { id, session })
+        }
+        ClientMsg::Screen {
+            id,
+            session,
+            scrollback,
+        } => {
+            let scrollback = scrollback.unwrap_or(0).min(MAX_SCROLLBACK) as usize;
+            node.screen(&session, ScreenWant::Snapshot { scrollback })
+                .await
+                .map(|r| ServerMsg::Snapshot {
+                    id: Some(id),
+                    session,
+                    seq: r.seq,
+                    cols: r.cols,
+                    rows: r.rows,
+                    data: r
+                        .out
+                        .into_snapshot()
+                        .map(|d| d.to_vec())
+                        .unwrap_or_default(),
+                })
+        }
+        ClientMsg::History { id, session, limit } => match limit {
+            Some(limit) => node
+                .raw_tail(&session, limit.min(usize::MAX as u64) as usize)
+                .await
+                .map(|tail| ServerMsg::History {
+                    id,
+                    session,
+                    seq: tail.last_seq,
+                    lines: None,
+                    data: Some(tail.data.to_vec()),
+                }),
+            None => node
+                .screen(
+                    &session,
+                    ScreenWant::Lines {
+                        max: MAX_SCROLLBACK as usize,
+                    },
+                )
+                .await
+                .map(|r| ServerMsg::History {
+                    id,
+                    session,
+                    seq: r.seq,
+                    lines: Some(r.out.into_lines().unwrap_or_default()),
+                    data: None,
+                }),
+        },
+        ClientMsg::Remove { id, session, .. } => {
+            node.remove(&session).await.map(|_| ServerMsg::Ok { id })
+        }
+        _ => unreachable!("sorted above"),
+    };
+    result.unwrap_or_else(|e| e.to_message(Some(id), session))
+}

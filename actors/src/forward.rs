@@ -4,7 +4,6 @@
 //! the answer, computed exactly as for a local client, so replies and
 //! error codes are the same from any node.
 
-use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -20,24 +19,40 @@ use crate::session::ScreenWant;
 /// A forwarded request not answered in this long gets `unavailable`.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(8);
 
-/// The `PeerActor` of every configured peer, by node name.
+/// A configured peer as the rest of the node reaches it.
+#[derive(Debug, Clone)]
+pub struct PeerHandle {
+    pub entry: termesh_config::NodeEntry,
+    pub addr: Addr<PeerActor>,
+    pub stats: Arc<crate::peer::LinkStats>,
+}
+
+/// Every configured peer, by node name, in the config's order.
 #[derive(Debug, Clone, Default)]
-pub struct Peers(Arc<RwLock<HashMap<String, Addr<PeerActor>>>>);
+pub struct Peers(Arc<RwLock<Vec<PeerHandle>>>);
 
 impl Peers {
-    pub fn insert(&self, name: String, addr: Addr<PeerActor>) {
+    pub fn insert(
+        &self,
+        entry: termesh_config::NodeEntry,
+        addr: Addr<PeerActor>,
+        stats: Arc<crate::peer::LinkStats>,
+    ) {
         self.0
             .write()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(name, addr);
+            .push(PeerHandle { entry, addr, stats });
     }
 
     pub fn get(&self, name: &str) -> Option<Addr<PeerActor>> {
-        self.0
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(name)
-            .cloned()
+        self.all()
+            .into_iter()
+            .find(|p| p.entry.name == name)
+            .map(|p| p.addr)
+    }
+
+    pub fn all(&self) -> Vec<PeerHandle> {
+        self.0.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 }
 
@@ -88,6 +103,7 @@ impl NodeCtx {
         hops: u8,
     ) -> impl std::future::Future<Output = Result<ServerMsg, ApiError>> + 'static {
         let owner = owner.to_string();
+        let sent_at = self.stall.total();
         let sent = self
             .peers
             .get(&owner)
@@ -105,7 +121,7 @@ impl NodeCtx {
                 Ok(Ok(answer)) => answer,
                 Ok(Err(_)) => Err(unreachable_node(&owner)),
                 Err(_) => {
-                    peer.do_send(crate::peer::TimedOut);
+                    peer.do_send(crate::peer::TimedOut { sent_at });
                     Err(ApiError::new(
                         ErrorCode::Unavailable,
                         format!(

@@ -76,6 +76,14 @@ enum Command {
         #[arg(long)]
         name: Option<String>,
     },
+    /// The cluster's nodes: link state, RTT, breaker, stall, sessions (admin).
+    Nodes {
+        #[command(flatten)]
+        client: ClientArgs,
+        /// Print JSON (as /api/v1/nodes) instead of a table
+        #[arg(long)]
+        json: bool,
+    },
     /// List sessions.
     Ls {
         #[command(flatten)]
@@ -91,6 +99,9 @@ enum Command {
         /// Session name, unique on the node [default: none]
         #[arg(long, short)]
         name: Option<String>,
+        /// The node of the cluster that runs it [default: the one connected to]
+        #[arg(long)]
+        node: Option<String>,
         /// Working directory [default: this directory, if the node has it]
         #[arg(long)]
         cwd: Option<String>,
@@ -320,9 +331,11 @@ async fn run_client(command: Command) -> anyhow::Result<i32> {
     let target = |c: ClientArgs| Target::resolve(c.url, c.token, c.data_dir);
     match command {
         Command::Ls { client, json } => commands::ls(&target(client)?, json).await.map(|_| 0),
+        Command::Nodes { client, json } => commands::nodes(&target(client)?, json).map(|_| 0),
         Command::New {
             client,
             name,
+            node,
             cwd,
             cols,
             rows,
@@ -342,6 +355,7 @@ async fn run_client(command: Command) -> anyhow::Result<i32> {
                 cols,
                 rows,
                 name,
+                node,
                 ..Default::default()
             };
             let info = commands::new(&target, req).await?;

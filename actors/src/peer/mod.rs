@@ -5,6 +5,7 @@
 //! of its own into the `ClusterView`, telling local watchers. The link's
 //! I/O runs on the mesh thread (`link`).
 
+pub mod breaker;
 pub mod link;
 pub mod view;
 
@@ -27,17 +28,56 @@ use view::ClusterView;
 
 /// How often a link is pinged for its RTT.
 const PING_EVERY: Duration = Duration::from_secs(2);
+/// A ping unanswered this long counts as an unanswered request.
+const PING_TIMEOUT: Duration = crate::forward::REQUEST_TIMEOUT;
+
+/// Link states as `/api/v1/nodes` names them.
+pub const CONNECTING: u8 = 0;
+pub const UP: u8 = 1;
+pub const DOWN: u8 = 2;
+/// Breaker states.
+pub const CLOSED: u8 = 0;
+pub const OPEN: u8 = 1;
+pub const HELD: u8 = 2;
 
 /// The link as `/api/v1/nodes` and `/metrics` show it.
 #[derive(Debug, Default)]
 pub struct LinkStats {
-    pub up: std::sync::atomic::AtomicBool,
+    /// `CONNECTING`, `UP` or `DOWN`.
+    pub state: std::sync::atomic::AtomicU8,
+    /// `CLOSED`, `OPEN` or `HELD`.
+    pub breaker: std::sync::atomic::AtomicU8,
     /// Round-trip time of the last answered ping, in microseconds (0: none).
     pub rtt_us: AtomicU64,
+    /// The peer's credited host stall, as its last pong said (ms).
+    pub peer_stall_ms: AtomicU64,
     pub ups: AtomicU64,
     pub downs: AtomicU64,
     /// Forwarded requests that went unanswered.
     pub timeouts: AtomicU64,
+    pub trips: AtomicU64,
+    pub holds: AtomicU64,
+    /// UDP bytes of the link, every connection so far.
+    pub bytes_in: AtomicU64,
+    pub bytes_out: AtomicU64,
+}
+
+impl LinkStats {
+    pub fn state_name(&self) -> &'static str {
+        match self.state.load(Ordering::Relaxed) {
+            UP => "up",
+            DOWN => "down",
+            _ => "connecting",
+        }
+    }
+
+    pub fn breaker_name(&self) -> &'static str {
+        match self.breaker.load(Ordering::Relaxed) {
+            OPEN => "open",
+            HELD => "held",
+            _ => "closed",
+        }
+    }
 }
 
 pub struct PeerActor {
@@ -51,7 +91,8 @@ pub struct PeerActor {
     registry: Addr<Registry>,
     view: ClusterView,
     watch: WatchQueue,
-    pings: HashMap<u64, Instant>,
+    /// Pings awaiting their pong: when sent, and the stall total then.
+    pings: HashMap<u64, (Instant, Duration)>,
     next_nonce: u64,
     pub stats: Arc<LinkStats>,
     /// Answers forwarded requests as this node would answer a client.
@@ -59,6 +100,7 @@ pub struct PeerActor {
     /// Requests sent to the peer, awaiting its reply.
     waiting: HashMap<u64, tokio::sync::oneshot::Sender<ServerMsg>>,
     next_req: u64,
+    breaker: breaker::Breaker,
 }
 
 /// Forward a client's request to this peer; the answer is the message the
@@ -70,11 +112,13 @@ pub struct Forward {
     pub hops: u8,
 }
 
-/// A forwarded request to this peer went unanswered (counted; the breaker
-/// of a later step uses the count).
+/// A forwarded request to this peer went unanswered; `sent_at` is this
+/// node's stall total when it was sent.
 #[derive(Message)]
 #[rtype(result = "()")]
-pub struct TimedOut;
+pub struct TimedOut {
+    pub sent_at: Duration,
+}
 
 /// The node's request context, given once the node is wired.
 #[derive(Message)]
@@ -106,6 +150,7 @@ impl PeerActor {
             node: None,
             waiting: HashMap::new(),
             next_req: 1,
+            breaker: breaker::Breaker::default(),
         }
     }
 
@@ -135,7 +180,9 @@ impl PeerActor {
         self.out = Some(out);
         self.boot = Some(boot);
         self.down_since = None;
-        self.stats.up.store(true, Ordering::Relaxed);
+        self.stats.state.store(UP, Ordering::Relaxed);
+        self.stats.breaker.store(CLOSED, Ordering::Relaxed);
+        self.breaker.answered();
         self.stats.ups.fetch_add(1, Ordering::Relaxed);
         // Pending deltas are covered by the full directory.
         if let Ok(mut q) = self.watch.lock() {
@@ -151,7 +198,7 @@ impl PeerActor {
         if self.out.take().is_some() {
             tracing::warn!(peer = %self.name, %reason, "peer link down");
             self.down_since = Some(Instant::now());
-            self.stats.up.store(false, Ordering::Relaxed);
+            self.stats.state.store(DOWN, Ordering::Relaxed);
             self.stats.downs.fetch_add(1, Ordering::Relaxed);
             self.pings.clear();
             // Requests in flight get no answer now: their callers get
@@ -160,6 +207,7 @@ impl PeerActor {
             let shown = self.view.set_up(&self.name, false);
             self.tell_local(shown.into_iter().map(WatchEvent::Changed).collect());
         } else {
+            self.stats.state.store(DOWN, Ordering::Relaxed);
             tracing::debug!(peer = %self.name, %reason, "peer link attempt failed");
         }
     }
@@ -168,6 +216,7 @@ impl PeerActor {
         match msg {
             PeerMsg::Request { req, hops, msg } => self.on_request(req, hops, msg, ctx),
             PeerMsg::Reply { req, msg } => {
+                self.on_answer();
                 if let Some(waiter) = self.waiting.remove(&req) {
                     let _ = waiter.send(msg);
                 }
@@ -195,15 +244,72 @@ impl PeerActor {
                     self.tell_local(vec![WatchEvent::Removed(session)]);
                 }
             }
-            PeerMsg::Ping { nonce } => self.send(PeerMsg::Pong { nonce }),
-            PeerMsg::Pong { nonce } => {
-                if let Some(sent) = self.pings.remove(&nonce) {
+            PeerMsg::Ping { nonce, .. } => {
+                let stall_ms = self
+                    .node
+                    .as_ref()
+                    .map(|n| n.stall.total().as_millis() as u64);
+                self.send(PeerMsg::Pong { nonce, stall_ms });
+            }
+            PeerMsg::Pong { nonce, stall_ms } => {
+                if let Some(ms) = stall_ms {
+                    self.stats.peer_stall_ms.store(ms, Ordering::Relaxed);
+                }
+                self.on_answer();
+                if let Some((sent, _)) = self.pings.remove(&nonce) {
                     let rtt = sent.elapsed().as_micros().max(1) as u64;
                     self.stats.rtt_us.store(rtt, Ordering::Relaxed);
                 }
             }
             other => {
                 tracing::debug!(peer = %self.name, kind = other.kind(), "peer message not handled yet");
+            }
+        }
+    }
+
+    fn stall_total(&self) -> Duration {
+        self.node
+            .as_ref()
+            .map_or(Duration::ZERO, |n| n.stall.total())
+    }
+
+    /// The peer answered something: a streak of silence is over.
+    fn on_answer(&mut self) {
+        self.breaker.answered();
+        if self.stats.breaker.load(Ordering::Relaxed) == HELD {
+            self.stats.breaker.store(CLOSED, Ordering::Relaxed);
+        }
+    }
+
+    /// A request (or ping) went unanswered: the breaker decides.
+    fn timed_out(&mut self, sent_at: Duration) {
+        self.stats.timeouts.fetch_add(1, Ordering::Relaxed);
+        match self.breaker.timed_out(sent_at, self.stall_total()) {
+            breaker::Verdict::Wait(streak) => {
+                tracing::debug!(peer = %self.name, streak, "a request to the peer went unanswered");
+            }
+            breaker::Verdict::Hold(stalled) => {
+                self.stats.holds.fetch_add(1, Ordering::Relaxed);
+                self.stats.breaker.store(HELD, Ordering::Relaxed);
+                tracing::warn!(
+                    peer = %self.name,
+                    stalled_ms = stalled.as_millis() as u64,
+                    "breaker held: this node was stalled itself, so the link stays"
+                );
+            }
+            breaker::Verdict::Trip => {
+                self.stats.trips.fetch_add(1, Ordering::Relaxed);
+                self.stats.breaker.store(OPEN, Ordering::Relaxed);
+                tracing::warn!(
+                    peer = %self.name,
+                    unanswered = breaker::STREAK,
+                    "breaker tripped: the link is dropped and made again"
+                );
+                // Dropping the sender ends the link; it is made again.
+                self.on_down(format!(
+                    "breaker tripped after {} unanswered requests",
+                    breaker::STREAK
+                ));
             }
         }
     }
@@ -238,12 +344,29 @@ impl PeerActor {
         }
         let nonce = self.next_nonce;
         self.next_nonce += 1;
-        // Unanswered pings are forgotten after a while, and so are
-        // requests whose callers gave up.
-        self.pings.retain(|_, t| t.elapsed() < PING_EVERY * 10);
+        // A ping unanswered in time counts for the breaker, once.
+        let late: Vec<Duration> = self
+            .pings
+            .values()
+            .filter(|(sent, _)| sent.elapsed() >= PING_TIMEOUT)
+            .map(|(_, stall)| *stall)
+            .collect();
+        self.pings
+            .retain(|_, (sent, _)| sent.elapsed() < PING_TIMEOUT);
+        for sent_at in late {
+            self.timed_out(sent_at);
+        }
+        if self.out.is_none() {
+            return;
+        }
+        // Requests whose callers gave up are forgotten.
         self.waiting.retain(|_, waiter| !waiter.is_closed());
-        self.pings.insert(nonce, Instant::now());
-        self.send(PeerMsg::Ping { nonce });
+        self.pings
+            .insert(nonce, (Instant::now(), self.stall_total()));
+        self.send(PeerMsg::Ping {
+            nonce,
+            stall_ms: None,
+        });
     }
 }
 
@@ -302,9 +425,8 @@ impl Handler<Forward> for PeerActor {
 impl Handler<TimedOut> for PeerActor {
     type Result = ();
 
-    fn handle(&mut self, _: TimedOut, _: &mut Context<Self>) {
-        self.stats.timeouts.fetch_add(1, Ordering::Relaxed);
-        tracing::warn!(peer = %self.name, "a forwarded request went unanswered");
+    fn handle(&mut self, msg: TimedOut, _: &mut Context<Self>) {
+        self.timed_out(msg.sent_at);
     }
 }
 

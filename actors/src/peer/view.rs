@@ -74,6 +74,12 @@ impl ClusterView {
             .collect()
     }
 
+    /// How many sessions `node` owns, as last told.
+    pub fn count(&self, node: &str) -> usize {
+        let map = self.0.read().unwrap_or_else(|p| p.into_inner());
+        map.get(node).map_or(0, |n| n.sessions.len())
+    }
+
     /// A remote session and whether its owner is reachable.
     pub fn get(&self, id: &str) -> Option<(SessionInfo, bool)> {
         let map = self.0.read().unwrap_or_else(|p| p.into_inner());

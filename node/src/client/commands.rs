@@ -79,6 +79,53 @@ pub fn table(sessions: &[SessionInfo]) -> String {
     out
 }
 
+/// `termesh nodes`: `GET /api/v1/nodes` as a table (or its JSON).
+pub fn nodes(target: &Target, json: bool) -> anyhow::Result<()> {
+    let url = format!("{}/api/v1/nodes", target.url);
+    let mut req = ureq::get(&url).timeout(std::time::Duration::from_secs(10));
+    if let Some(token) = &target.token {
+        req = req.set("authorization", &format!("Bearer {token}"));
+    }
+    let nodes: Vec<serde_json::Value> = match req.call() {
+        Ok(resp) => resp.into_json()?,
+        Err(ureq::Error::Status(code, resp)) => {
+            let body = resp.into_string().unwrap_or_default();
+            bail!("{url}: {code}: {}", body.trim());
+        }
+        Err(e) => bail!("no termesh node at {}: {e}", target.url),
+    };
+    if json {
+        println!("{}", serde_json::to_string_pretty(&nodes)?);
+        return Ok(());
+    }
+    println!(
+        "{:<16}  {:<22}  {:<10}  {:>8}  {:<7}  {:>8}  {:>8}",
+        "NODE", "HTTP", "STATE", "RTT", "BREAKER", "STALL", "SESSIONS"
+    );
+    for n in &nodes {
+        let text = |k: &str| n[k].as_str().unwrap_or("-").to_string();
+        let me = if n["self"].as_bool() == Some(true) {
+            "*"
+        } else {
+            ""
+        };
+        let rtt = n["rtt_ms"]
+            .as_f64()
+            .map_or("-".into(), |ms| format!("{ms:.1}ms"));
+        println!(
+            "{:<16}  {:<22}  {:<10}  {:>8}  {:<7}  {:>7}s  {:>8}",
+            format!("{}{me}", text("name")),
+            text("http"),
+            text("state"),
+            rtt,
+            text("breaker"),
+            n["stall_ms"].as_u64().unwrap_or(0) / 1000,
+            n["sessions"].as_u64().unwrap_or(0)
+        );
+    }
+    Ok(())
+}
+
 /// `exit 0`, or `TERM (143)` for a program ended by a signal.
 pub fn exit_text(code: u32) -> String {
     let signal = code

@@ -4,6 +4,7 @@
 
 mod auth;
 mod listener;
+mod nodes;
 mod rest;
 pub mod url_file;
 mod ws;
@@ -37,6 +38,9 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 pub struct AppState {
     pub node: NodeCtx,
     pub connections: Connections,
+    /// Where this node serves HTTP and (in a cluster) QUIC.
+    pub http_addr: SocketAddr,
+    pub quic_addr: Option<SocketAddr>,
 }
 
 /// What a started node reports.
@@ -131,6 +135,11 @@ pub fn run(
                 peers: Default::default(),
             },
             connections: Connections::default(),
+            http_addr: addr,
+            quic_addr: config
+                .cluster
+                .as_ref()
+                .map(|c| c.this(&config.node.name).quic),
         };
         let mesh = match &config.cluster {
             Some(cluster) => Some(start_mesh(&config, cluster, &state.node)?),
@@ -201,21 +210,24 @@ fn start_mesh(
         termesh_transport::peer::tls::Identity::load(&cluster.ca, &cluster.cert, &cluster.key)?;
     let mut peers = Vec::new();
     for peer in cluster.peers(&me) {
+        let stats = Arc::new(LinkStats::default());
         let actor = PeerActor::new(
             peer.name.clone(),
             me.clone(),
             node.dir.clone(),
             node.registry.clone(),
             node.cluster.clone(),
-            Arc::new(LinkStats::default()),
+            stats.clone(),
         )
         .start();
         actor.do_send(SetNode(node.clone()));
-        node.peers.insert(peer.name.clone(), actor.clone());
+        node.peers
+            .insert(peer.clone(), actor.clone(), stats.clone());
         peers.push(PeerSpec {
             name: peer.name.clone(),
             addr: peer.quic,
             sink: actor.recipient(),
+            stats,
         });
     }
     let mesh = MeshConfig {

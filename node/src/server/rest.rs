@@ -7,9 +7,13 @@ use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt;
 use serde::Deserialize;
 use termesh_actors::error::ApiError;
+use termesh_actors::forward::Route;
 use termesh_actors::session::ScreenWant;
 use termesh_config::Role;
-use termesh_transport::{CreateRequest, ErrorCode, MAX_INPUT, MAX_SCROLLBACK};
+use termesh_transport::peer::HOP_BUDGET;
+use termesh_transport::{
+    ClientMsg, CreateRequest, ErrorCode, ServerMsg, MAX_INPUT, MAX_SCROLLBACK,
+};
 
 use super::auth::{error_response, require};
 use super::AppState;
@@ -25,6 +29,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
         .route("/metrics", web::get().to(metrics))
         .service(
             web::scope("/api/v1")
+                .route("/nodes", web::get().to(super::nodes::nodes))
                 .route("/sessions", web::get().to(list))
                 .route("/sessions", web::post().to(create))
                 .route("/sessions/{id}", web::get().to(get_one))
@@ -44,8 +49,27 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
 
 type Result<T> = std::result::Result<T, ApiError>;
 
-fn respond(result: Result<HttpResponse>) -> HttpResponse {
+pub(super) fn respond(result: Result<HttpResponse>) -> HttpResponse {
     result.unwrap_or_else(|e| error_response(&e))
+}
+
+/// For a session of another node: its owner's answer to `msg` (an error
+/// reply as the error). `None` when this node answers itself.
+async fn remote(
+    state: &AppState,
+    session: &str,
+    msg: impl FnOnce() -> ClientMsg,
+) -> Result<Option<ServerMsg>> {
+    match state.node.route_session(session)? {
+        Route::Here => Ok(None),
+        Route::Owner(owner) => {
+            let reply = state.node.forward(&owner, msg(), HOP_BUDGET - 1).await?;
+            match ApiError::from_message(&reply) {
+                Some(e) => Err(e),
+                None => Ok(Some(reply)),
+            }
+        }
+    }
 }
 
 async fn read_body(mut payload: web::Payload, limit: usize) -> Result<Bytes> {
@@ -98,7 +122,8 @@ async fn metrics(state: web::Data<AppState>) -> HttpResponse {
             state
                 .node
                 .metrics
-                .render(&state.node.node, state.node.stall.total()),
+                .render(&state.node.node, state.node.stall.total())
+                + &super::nodes::metrics(&state),
         )
 }
 
@@ -118,6 +143,14 @@ async fn create(
         async {
             require(&req, &state.node.tokens, Role::Operator)?;
             let body: CreateRequest = read_json(payload).await?.unwrap_or_default();
+            if let Route::Owner(owner) = state.node.route_create(body.node.as_deref())? {
+                let msg = ClientMsg::Create { id: 1, req: body };
+                let reply = state.node.forward(&owner, msg, HOP_BUDGET - 1).await?;
+                return match reply {
+                    ServerMsg::Created { session, .. } => Ok(HttpResponse::Created().json(session)),
+                    other => Err(ApiError::from_message(&other).unwrap_or_else(mismatch)),
+                };
+            }
             let info = state.node.create(body).await?;
             Ok(HttpResponse::Created().json(info))
         }
@@ -132,6 +165,9 @@ async fn get_one(
 ) -> HttpResponse {
     respond((|| {
         require(&req, &state.node.tokens, Role::Viewer)?;
+        if let Some((info, _)) = state.node.cluster.get(&path) {
+            return Ok(HttpResponse::Ok().json(info));
+        }
         Ok(HttpResponse::Ok().json(state.node.session(&path)?.shared.info()))
     })())
 }
@@ -151,7 +187,18 @@ async fn remove(
         async {
             require(&req, &state.node.tokens, Role::Operator)?;
             // Nothing is persisted yet: purge has nothing more to wipe.
-            let _purge = query::<RemoveQuery>(&req)?.purge;
+            let purge = query::<RemoveQuery>(&req)?.purge;
+            let session = path.to_string();
+            if remote(&state, &path, || ClientMsg::Remove {
+                id: 1,
+                session,
+                purge: Some(purge),
+            })
+            .await?
+            .is_some()
+            {
+                return Ok(HttpResponse::NoContent().finish());
+            }
             state.node.remove(&path).await?;
             Ok(HttpResponse::NoContent().finish())
         }
@@ -168,8 +215,16 @@ async fn input(
     respond(
         async {
             require(&req, &state.node.tokens, Role::Operator)?;
-            state.node.session(&path)?;
             let body = read_body(payload, MAX_INPUT).await?;
+            let session = path.to_string();
+            let data = body.to_vec();
+            if remote(&state, &path, || ClientMsg::Input { session, data })
+                .await?
+                .is_some()
+            {
+                return Ok(HttpResponse::NoContent().finish());
+            }
+            state.node.session(&path)?;
             state.node.input(&path, body)?;
             Ok(HttpResponse::NoContent().finish())
         }
@@ -193,6 +248,18 @@ async fn resize(
         async {
             require(&req, &state.node.tokens, Role::Operator)?;
             let body: ResizeBody = required_json(payload).await?;
+            let session = path.to_string();
+            let (cols, rows) = (body.cols, body.rows);
+            if remote(&state, &path, || ClientMsg::Resize {
+                session,
+                cols,
+                rows,
+            })
+            .await?
+            .is_some()
+            {
+                return Ok(HttpResponse::NoContent().finish());
+            }
             state.node.resize(&path, body.cols, body.rows)?;
             Ok(HttpResponse::NoContent().finish())
         }
@@ -215,6 +282,17 @@ async fn kill(
         async {
             require(&req, &state.node.tokens, Role::Operator)?;
             let body: KillBody = read_json(payload).await?.unwrap_or_default();
+            let (session, signal) = (path.to_string(), body.signal.clone());
+            if remote(&state, &path, || ClientMsg::Kill {
+                id: 1,
+                session,
+                signal,
+            })
+            .await?
+            .is_some()
+            {
+                return Ok(HttpResponse::NoContent().finish());
+            }
             state.node.kill(&path, body.signal.as_deref())?;
             Ok(HttpResponse::NoContent().finish())
         }
@@ -239,11 +317,26 @@ async fn logs(
                 .tail
                 .unwrap_or(DEFAULT_TAIL)
                 .min(MAX_TAIL);
-            let result = state.node.raw_tail(&path, tail).await?;
+            let session = path.to_string();
+            let limit = Some(tail as u64);
+            let (seq, data) = match remote(&state, &path, || ClientMsg::History {
+                id: 1,
+                session,
+                limit,
+            })
+            .await?
+            {
+                Some(ServerMsg::History { seq, data, .. }) => (seq, data.unwrap_or_default()),
+                Some(_) => return Err(mismatch()),
+                None => {
+                    let result = state.node.raw_tail(&path, tail).await?;
+                    (result.last_seq, result.data.to_vec())
+                }
+            };
             Ok(HttpResponse::Ok()
                 .content_type("text/plain; charset=utf-8")
-                .insert_header(("X-Termesh-Seq", result.last_seq.to_string()))
-                .body(String::from_utf8_lossy(&result.data).into_owned()))
+                .insert_header(("X-Termesh-Seq", seq.to_string()))
+                .body(String::from_utf8_lossy(&data).into_owned()))
         }
         .await,
     )
@@ -264,6 +357,39 @@ async fn screen(
         async {
             require(&req, &state.node.tokens, Role::Viewer)?;
             let q: ScreenQuery = query(&req)?;
+            let session = path.to_string();
+            let scrollback = q.scrollback.map(|n| n as u64);
+            let owner = remote(&state, &path, || ClientMsg::Screen {
+                id: 1,
+                session,
+                scrollback,
+            });
+            if let Some(reply) = owner.await? {
+                let ServerMsg::Snapshot {
+                    seq,
+                    cols,
+                    rows,
+                    data,
+                    ..
+                } = reply
+                else {
+                    return Err(mismatch());
+                };
+                return match q.format.as_deref() {
+                    Some("text") => {
+                        let text = crate::client::commands::render_text(&data, cols, rows);
+                        Ok(HttpResponse::Ok()
+                            .content_type("text/plain; charset=utf-8")
+                            .body(text.join("\n") + "\n"))
+                    }
+                    _ => Ok(HttpResponse::Ok().json(serde_json::json!({
+                        "seq": seq,
+                        "cols": cols,
+                        "rows": rows,
+                        "data": String::from_utf8_lossy(&data),
+                    }))),
+                };
+            }
             match q.format.as_deref() {
                 Some("text") => {
                     let r = state.node.screen(&path, ScreenWant::Text).await?;
@@ -303,6 +429,21 @@ async fn history(
     respond(
         async {
             require(&req, &state.node.tokens, Role::Viewer)?;
+            let session = path.to_string();
+            let owner = remote(&state, &path, || ClientMsg::History {
+                id: 1,
+                session,
+                limit: None,
+            });
+            if let Some(reply) = owner.await? {
+                let ServerMsg::History { seq, lines, .. } = reply else {
+                    return Err(mismatch());
+                };
+                let lines = lines.unwrap_or_default();
+                return Ok(
+                    HttpResponse::Ok().json(serde_json::json!({ "seq": seq, "lines": lines }))
+                );
+            }
             let r = state
                 .node
                 .screen(

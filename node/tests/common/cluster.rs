@@ -92,7 +92,11 @@ impl Cluster {
         // Serving once its HTTP port answers.
         let deadline = std::time::Instant::now() + super::PATIENCE;
         while std::net::TcpStream::connect(node.http).is_err() {
-            assert!(std::time::Instant::now() < deadline, "node {} did not start", node.name);
+            assert!(
+                std::time::Instant::now() < deadline,
+                "node {} did not start",
+                node.name
+            );
             super::poll_pause_blocking();
         }
     }
@@ -103,6 +107,10 @@ impl Cluster {
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+
+    pub fn pid(&self, i: usize) -> u32 {
+        self.nodes[i].child.as_ref().expect("the node runs").id()
     }
 
     pub fn target(&self, i: usize) -> Target {

@@ -88,7 +88,16 @@ mod tests {
 
     #[test]
     fn frames_round_trip_and_bounds_hold() {
-        let msgs = [PeerMsg::Ping { nonce: 1 }, PeerMsg::Pong { nonce: 2 }];
+        let msgs = [
+            PeerMsg::Ping {
+                nonce: 1,
+                stall_ms: None,
+            },
+            PeerMsg::Pong {
+                nonce: 2,
+                stall_ms: Some(3),
+            },
+        ];
         let mut wire = Vec::new();
         for m in &msgs {
             wire.extend(encode(m).unwrap());

@@ -36,38 +36,31 @@ pub enum PeerMsg {
     },
     /// Every session the sender owns, replacing what the receiver held for
     /// it: sent after `hello`, on every link up.
-    Directory {
-        sessions: Vec<SessionInfo>,
-    },
+    Directory { sessions: Vec<SessionInfo> },
     /// One of the sender's own sessions was created or changed.
-    SessionChanged {
-        session: SessionInfo,
-    },
+    SessionChanged { session: SessionInfo },
     /// One of the sender's own sessions was removed.
-    SessionRemoved {
-        session: String,
-    },
+    SessionRemoved { session: String },
     /// A client's request for a session (or a node) of the receiver, sent
     /// on by the node the client is connected to. `req` names the request
     /// on this link; `hops` is the budget left after this forward; `msg`
     /// is the client's message as it came, its `id` included.
-    Request {
-        req: u64,
-        hops: u8,
-        msg: ClientMsg,
-    },
+    Request { req: u64, hops: u8, msg: ClientMsg },
     /// The answer to `Request` `req`: the message the owner would have sent
     /// the client (a reply or an `error`, codes intact).
-    Reply {
-        req: u64,
-        msg: ServerMsg,
-    },
+    Reply { req: u64, msg: ServerMsg },
     /// Keepalive and round-trip time: answered at once with `Pong`.
     Ping {
         nonce: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        stall_ms: Option<u64>,
     },
+    /// The answer to `Ping`, with the answering node's credited host stall
+    /// in ms (for `/api/v1/nodes`).
     Pong {
         nonce: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        stall_ms: Option<u64>,
     },
 }
 
@@ -121,7 +114,10 @@ mod tests {
             hex(&rmp_serde::to_vec_named(&hello).unwrap()),
             "85a174a568656c6c6fa7636c7573746572a163a46e6f6465a161a570726f746f01a4626f6f74a162"
         );
-        let ping = PeerMsg::Ping { nonce: 300 };
+        let ping = PeerMsg::Ping {
+            nonce: 300,
+            stall_ms: None,
+        };
         assert_eq!(
             hex(&rmp_serde::to_vec_named(&ping).unwrap()),
             "82a174a470696e67a56e6f6e6365cd012c"

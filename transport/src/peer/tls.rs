@@ -191,15 +191,16 @@ pub fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
-/// QUIC keeps the link alive itself (its pings cost nothing to the
-/// application) and gives up on a peer silent for the idle timeout.
+/// QUIC keeps the link alive itself (its pings cost the application
+/// nothing). Its idle timeout is only a backstop: the peer breaker, which
+/// discounts this node's own stalls, decides first that a peer is gone.
 fn transport() -> Arc<quinn::TransportConfig> {
     let mut t = quinn::TransportConfig::default();
     t.keep_alive_interval(Some(Duration::from_secs(2)));
     t.max_idle_timeout(Some(
-        Duration::from_secs(10)
+        Duration::from_secs(60)
             .try_into()
-            .expect("10 s is a valid idle timeout"),
+            .expect("60 s is a valid idle timeout"),
     ));
     Arc::new(t)
 }

@@ -1,0 +1,129 @@
+//! The cluster as HTTP shows it: `GET /api/v1/nodes` (admin; PROTOCOL.md
+//! section 12) and the per-peer series of `/metrics`.
+
+use std::sync::atomic::Ordering::Relaxed;
+
+use actix_web::{web, HttpRequest, HttpResponse};
+use serde_json::{json, Value};
+use termesh_config::Role;
+
+use super::auth::require;
+use super::rest::respond;
+use super::AppState;
+
+pub async fn nodes(req: HttpRequest, state: web::Data<AppState>) -> HttpResponse {
+    respond((|| {
+        require(&req, &state.node.tokens, Role::Admin)?;
+        Ok(HttpResponse::Ok().json(list(&state)))
+    })())
+}
+
+/// One object per configured node, this one first.
+pub fn list(state: &AppState) -> Vec<Value> {
+    let node = &state.node;
+    let mut out = vec![json!({
+        "name": node.node,
+        "http": state.http_addr.to_string(),
+        "quic": state.quic_addr.map(|a| a.to_string()),
+        "self": true,
+        "state": "up",
+        "breaker": "closed",
+        "stall_ms": node.stall.total().as_millis() as u64,
+        "sessions": node.dir.len(),
+        "bytes_in": 0,
+        "bytes_out": 0,
+    })];
+    for peer in node.peers.all() {
+        let s = &peer.stats;
+        let mut entry = json!({
+            "name": peer.entry.name,
+            "http": peer.entry.http.to_string(),
+            "quic": peer.entry.quic.to_string(),
+            "self": false,
+            "state": s.state_name(),
+            "breaker": s.breaker_name(),
+            "stall_ms": s.peer_stall_ms.load(Relaxed),
+            "sessions": node.cluster.count(&peer.entry.name),
+            "bytes_in": s.bytes_in.load(Relaxed),
+            "bytes_out": s.bytes_out.load(Relaxed),
+        });
+        let rtt = s.rtt_us.load(Relaxed);
+        if rtt > 0 && s.state_name() == "up" {
+            entry["rtt_ms"] = json!(rtt as f64 / 1000.0);
+        }
+        out.push(entry);
+    }
+    out
+}
+
+/// Prometheus lines for every peer link.
+pub fn metrics(state: &AppState) -> String {
+    let peers = state.node.peers.all();
+    if peers.is_empty() {
+        return String::new();
+    }
+    type Get = fn(&termesh_actors::peer::LinkStats) -> f64;
+    let series: [(&str, &str, &str, Get); 8] = [
+        (
+            "termesh_peer_up",
+            "gauge",
+            "1 while the link to the peer is up.",
+            |s| f64::from(u8::from(s.state_name() == "up")),
+        ),
+        (
+            "termesh_peer_rtt_seconds",
+            "gauge",
+            "Round-trip time of the last answered ping.",
+            |s| s.rtt_us.load(Relaxed) as f64 / 1e6,
+        ),
+        (
+            "termesh_peer_links_total",
+            "counter",
+            "Times the link came up.",
+            |s| s.ups.load(Relaxed) as f64,
+        ),
+        (
+            "termesh_peer_request_timeouts_total",
+            "counter",
+            "Forwarded requests the peer did not answer in 8 s.",
+            |s| s.timeouts.load(Relaxed) as f64,
+        ),
+        (
+            "termesh_peer_breaker_trips_total",
+            "counter",
+            "Times the breaker dropped the link.",
+            |s| s.trips.load(Relaxed) as f64,
+        ),
+        (
+            "termesh_peer_breaker_holds_total",
+            "counter",
+            "Times the breaker held the link because this node was stalled.",
+            |s| s.holds.load(Relaxed) as f64,
+        ),
+        (
+            "termesh_peer_bytes_in_total",
+            "counter",
+            "UDP bytes received from the peer.",
+            |s| s.bytes_in.load(Relaxed) as f64,
+        ),
+        (
+            "termesh_peer_bytes_out_total",
+            "counter",
+            "UDP bytes sent to the peer.",
+            |s| s.bytes_out.load(Relaxed) as f64,
+        ),
+    ];
+    let mut out = String::new();
+    for (name, kind, help, get) in series {
+        out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n"));
+        for peer in &peers {
+            out.push_str(&format!(
+                "{name}{{node=\"{}\",peer=\"{}\"}} {}\n",
+                state.node.node,
+                peer.entry.name,
+                get(&peer.stats)
+            ));
+        }
+    }
+    out
+}

@@ -390,7 +390,11 @@ impl Handler<LinkEvent> for PeerActor {
 
     fn handle(&mut self, event: LinkEvent, ctx: &mut Context<Self>) {
         match event {
-            LinkEvent::Up { out, boot } => self.on_up(out, boot),
+            LinkEvent::Up { out, boot } => {
+                self.on_up(out, boot);
+                // An RTT at once, not one ping interval later.
+                self.ping(ctx);
+            }
             LinkEvent::Msg(msg) => self.on_msg(msg, ctx),
             LinkEvent::Down { reason } => self.on_down(reason),
         }

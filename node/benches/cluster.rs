@@ -1,0 +1,176 @@
+//! Cluster figures: a forwarded request's round trip (a client of node b
+//! renames a session owned by a) beside the same request answered locally
+//! (the machine's own limit for a request), the link RTT the nodes measure,
+//! and the memory an idle peer link costs. Three real nodes in release
+//! build, from `termesh cluster init`, on 127.0.0.1-3.
+
+mod common;
+
+use std::net::{SocketAddr, TcpListener, UdpSocket};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{ms, percentile, rss_kib};
+use termesh_node::client::{Client, Target};
+use termesh_transport::{ClientMsg, CreateRequest, ServerMsg};
+
+const BIN: &str = env!("CARGO_BIN_EXE_termesh");
+const REQUESTS: usize = 2000;
+
+fn free_port(ip: &str) -> u16 {
+    loop {
+        let tcp = TcpListener::bind(format!("{ip}:0")).unwrap();
+        let port = tcp.local_addr().unwrap().port();
+        if UdpSocket::bind(format!("{ip}:{port}")).is_ok() {
+            return port;
+        }
+    }
+}
+
+struct Procs(Vec<Child>);
+
+impl Drop for Procs {
+    fn drop(&mut self) {
+        for child in &mut self.0 {
+            let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+            let _ = child.wait();
+        }
+    }
+}
+
+async fn rename_round_trips(target: &Target, session: &str) -> Vec<Duration> {
+    let mut c = Client::connect(target).await.unwrap();
+    let mut times = Vec::with_capacity(REQUESTS);
+    for i in 0..REQUESTS {
+        let started = Instant::now();
+        let reply = c
+            .request(|id| ClientMsg::Rename {
+                id,
+                session: session.to_string(),
+                name: format!("n{}", i % 2),
+            })
+            .await
+            .unwrap();
+        assert!(matches!(reply, ServerMsg::Ok { .. }));
+        times.push(started.elapsed());
+    }
+    times.sort();
+    times
+}
+
+fn line(what: &str, times: &[Duration]) {
+    println!(
+        "  {what:<40} p50 {:>7.3} ms   p99 {:>7.3} ms",
+        ms(percentile(times, 0.5)),
+        ms(percentile(times, 0.99))
+    );
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("cluster");
+    let mut args = vec![
+        "cluster".to_string(),
+        "init".into(),
+        "--out".into(),
+        out.display().to_string(),
+    ];
+    let mut https: Vec<SocketAddr> = Vec::new();
+    for (i, name) in ["a", "b", "c"].iter().enumerate() {
+        let ip = format!("127.0.0.{}", i + 1);
+        let http: SocketAddr = format!("{ip}:{}", free_port(&ip)).parse().unwrap();
+        args.push("--node".into());
+        args.push(format!("{name},quic={ip}:{},http={http}", free_port(&ip)));
+        https.push(http);
+    }
+    assert!(Command::new(BIN).args(&args).status().unwrap().success());
+    let token = std::fs::read_to_string(out.join("admin.token"))
+        .unwrap()
+        .trim()
+        .to_string();
+    let mut procs = Procs(Vec::new());
+    for name in ["a", "b", "c"] {
+        procs.0.push(
+            Command::new(BIN)
+                .args(["node", "--config"])
+                .arg(out.join(name).join("termesh.toml"))
+                .env("TERMESH_LOG", "warn")
+                .stdout(Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+    }
+    let target = |i: usize| Target {
+        url: format!("http://{}", https[i]),
+        token: Some(token.clone()),
+        token_source: "the benchmark".into(),
+    };
+    // Wait for the nodes and the links.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let session = loop {
+        assert!(Instant::now() < deadline, "the cluster did not come up");
+        if let Ok(mut c) = Client::connect(&target(0)).await {
+            let req = CreateRequest {
+                command: Some(vec!["sleep".into(), "100000".into()]),
+                ..Default::default()
+            };
+            if let Ok(ServerMsg::Created { session, .. }) =
+                c.request(|id| ClientMsg::Create { id, req }).await
+            {
+                break session.id;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    loop {
+        assert!(Instant::now() < deadline, "b never learned of a's session");
+        let mut c = Client::connect(&target(1)).await.unwrap();
+        if let Ok(ServerMsg::Sessions { sessions, .. }) =
+            c.request(|id| ClientMsg::List { id }).await
+        {
+            if sessions.iter().any(|s| s.id == session) {
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    println!("cluster of 3 nodes on loopback, {REQUESTS} sequential requests each");
+    let local = rename_round_trips(&target(0), &session).await;
+    let forwarded = rename_round_trips(&target(1), &session).await;
+    line("local request (client on the owner)", &local);
+    line("forwarded request (client on b, owner a)", &forwarded);
+    let nodes = loop {
+        let nodes: Vec<serde_json::Value> = ureq::get(&format!("http://{}/api/v1/nodes", https[1]))
+            .set("authorization", &format!("Bearer {token}"))
+            .call()
+            .unwrap()
+            .into_json()
+            .unwrap();
+        let measured = nodes.iter().filter(|n| n["rtt_ms"].is_number()).count();
+        if measured == 2 || Instant::now() > deadline {
+            break nodes;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    for n in nodes.iter().filter(|n| n["self"] == false) {
+        println!(
+            "  link RTT b -> {} (ping, measured by the node): {} ms",
+            n["name"], n["rtt_ms"]
+        );
+    }
+
+    // An idle peer link's memory: a node with two links beside a node
+    // alone (same binary, no sessions).
+    let single = common::Node::start("");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let alone = single.rss_kib();
+    let clustered = rss_kib(procs.0[2].id());
+    println!(
+        "  RSS: node c (2 idle peer links, no sessions) {clustered} KiB, a node alone {alone} KiB: \
+         about {} KiB per idle link",
+        clustered.saturating_sub(alone) / 2
+    );
+}

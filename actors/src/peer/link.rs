@@ -181,15 +181,36 @@ async fn dial_loop(config: MeshConfig, endpoint: quinn::Endpoint, peer: PeerSpec
     }
 }
 
+/// Serves the connections the peer makes. A new one replaces the current
+/// one at once: the peer dials again only when its old link is gone (it
+/// restarted, or gave up on it), so waiting for this side to notice would
+/// only delay the new link.
 async fn accept_loop(
     config: MeshConfig,
     peer: PeerSpec,
     mut rx: mpsc::Receiver<quinn::Connection>,
 ) {
-    while let Some(conn) = rx.recv().await {
-        if let Err(reason) = serve(&config, &peer, conn, false).await {
-            peer.sink.do_send(LinkEvent::Down { reason });
-        }
+    let mut next = rx.recv().await;
+    while let Some(conn) = next.take() {
+        let replaced = tokio::select! {
+            result = serve(&config, &peer, conn, false) => {
+                if let Err(reason) = result {
+                    peer.sink.do_send(LinkEvent::Down { reason });
+                }
+                None
+            }
+            newer = rx.recv() => Some(newer),
+        };
+        next = match replaced {
+            // The current link's future is dropped: its connection closes.
+            Some(newer) => {
+                peer.sink.do_send(LinkEvent::Down {
+                    reason: "the peer made a new connection".into(),
+                });
+                newer
+            }
+            None => rx.recv().await,
+        };
     }
 }
 

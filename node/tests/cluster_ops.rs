@@ -98,6 +98,13 @@ async fn nodes_metrics_and_rest_cover_the_cluster() {
         "link RTT a->b on loopback: {} ms",
         node(&list, "b")["rtt_ms"]
     );
+    // Every link up, seen from b and c too (b forwards to c below).
+    for i in 1..3 {
+        wait_nodes(&cluster, i, "every link up", |l| {
+            l.iter().filter(|n| n["state"] == "up").count() == 3
+        })
+        .await;
+    }
     // Only an admin may look.
     let viewer = ureq::get(&format!("http://{}/api/v1/nodes", cluster.nodes[0].http)).call();
     assert!(matches!(viewer, Err(ureq::Error::Status(401, _))));

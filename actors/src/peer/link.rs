@@ -301,32 +301,13 @@ async fn serve(
             }
         }
     };
-    // Byte counts, every connection of the link added up.
-    use std::sync::atomic::Ordering::Relaxed;
-    let (base_in, base_out) = (
-        peer.stats.bytes_in.load(Relaxed),
-        peer.stats.bytes_out.load(Relaxed),
-    );
-    let count = || {
-        let s = conn.stats();
-        peer.stats.bytes_in.store(base_in + s.udp_rx.bytes, Relaxed);
-        peer.stats
-            .bytes_out
-            .store(base_out + s.udp_tx.bytes, Relaxed);
-    };
-    let counting = async {
-        loop {
-            tokio::time::sleep(Duration::from_secs(1)).await;
-            count();
-        }
-    };
+    peer.stats.conn_opened(&conn);
     let reason = tokio::select! {
         r = writer => r.err().unwrap_or_else(|| "the link was dropped here".into()),
         r = reader => r,
         e = conn.closed() => format!("connection lost: {e}"),
-        _ = counting => unreachable!("counts forever"),
     };
-    count();
+    peer.stats.conn_ended(&conn);
     conn.close(0u32.into(), b"link ended");
     Err(reason)
 }

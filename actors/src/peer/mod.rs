@@ -57,12 +57,47 @@ pub struct LinkStats {
     pub timeouts: AtomicU64,
     pub trips: AtomicU64,
     pub holds: AtomicU64,
-    /// UDP bytes of the link, every connection so far.
-    pub bytes_in: AtomicU64,
-    pub bytes_out: AtomicU64,
+    /// UDP bytes of the link's connections that ended (in, out), and the
+    /// connections still open, read live by [`LinkStats::bytes`].
+    bytes: std::sync::Mutex<LinkBytes>,
+}
+
+#[derive(Debug, Default)]
+struct LinkBytes {
+    ended_in: u64,
+    ended_out: u64,
+    open: HashMap<usize, quinn::Connection>,
 }
 
 impl LinkStats {
+    /// UDP bytes (in, out) of every connection of the link so far, the
+    /// open ones counted up to this moment.
+    pub fn bytes(&self) -> (u64, u64) {
+        let b = self.bytes.lock().unwrap_or_else(|e| e.into_inner());
+        b.open
+            .values()
+            .fold((b.ended_in, b.ended_out), |(i, o), c| {
+                let s = c.stats();
+                (i + s.udp_rx.bytes, o + s.udp_tx.bytes)
+            })
+    }
+
+    /// Counts `conn` from now until [`LinkStats::conn_ended`].
+    pub(crate) fn conn_opened(&self, conn: &quinn::Connection) {
+        let mut b = self.bytes.lock().unwrap_or_else(|e| e.into_inner());
+        b.open.insert(conn.stable_id(), conn.clone());
+    }
+
+    /// Folds the final counts of `conn` into the ended totals.
+    pub(crate) fn conn_ended(&self, conn: &quinn::Connection) {
+        let mut b = self.bytes.lock().unwrap_or_else(|e| e.into_inner());
+        if b.open.remove(&conn.stable_id()).is_some() {
+            let s = conn.stats();
+            b.ended_in += s.udp_rx.bytes;
+            b.ended_out += s.udp_tx.bytes;
+        }
+    }
+
     pub fn state_name(&self) -> &'static str {
         match self.state.load(Ordering::Relaxed) {
             UP => "up",

@@ -35,6 +35,7 @@ pub fn list(state: &AppState) -> Vec<Value> {
     })];
     for peer in node.peers.all() {
         let s = &peer.stats;
+        let (bytes_in, bytes_out) = s.bytes();
         let mut entry = json!({
             "name": peer.entry.name,
             "http": peer.entry.http.to_string(),
@@ -44,8 +45,8 @@ pub fn list(state: &AppState) -> Vec<Value> {
             "breaker": s.breaker_name(),
             "stall_ms": s.peer_stall_ms.load(Relaxed),
             "sessions": node.cluster.count(&peer.entry.name),
-            "bytes_in": s.bytes_in.load(Relaxed),
-            "bytes_out": s.bytes_out.load(Relaxed),
+            "bytes_in": bytes_in,
+            "bytes_out": bytes_out,
         });
         let rtt = s.rtt_us.load(Relaxed);
         if rtt > 0 && s.state_name() == "up" {
@@ -104,13 +105,13 @@ pub fn metrics(state: &AppState) -> String {
             "termesh_peer_bytes_in_total",
             "counter",
             "UDP bytes received from the peer.",
-            |s| s.bytes_in.load(Relaxed) as f64,
+            |s| s.bytes().0 as f64,
         ),
         (
             "termesh_peer_bytes_out_total",
             "counter",
             "UDP bytes sent to the peer.",
-            |s| s.bytes_out.load(Relaxed) as f64,
+            |s| s.bytes().1 as f64,
         ),
     ];
     let mut out = String::new();

@@ -12,6 +12,8 @@ use bytes::Bytes;
 use termesh_transport::{ClientMsg, ErrorCode, ServerMsg, MAX_SCROLLBACK};
 
 use crate::error::ApiError;
+use crate::feed::Feed;
+use crate::mirror::MirrorActor;
 use crate::ops::NodeCtx;
 use crate::peer::{Forward, PeerActor};
 use crate::session::ScreenWant;
@@ -75,6 +77,25 @@ impl NodeCtx {
             Some((info, false)) => Err(unreachable_node(&info.node)),
             None => Ok(Route::Here),
         }
+    }
+
+    /// The feed of another node's session: its mirror here, started on
+    /// first use; `unavailable` while the owner's link is down.
+    pub fn mirror_feed(&self, id: &str) -> Result<(Arc<str>, Feed), ApiError> {
+        let Some((info, up)) = self.cluster.get(id) else {
+            return Err(ApiError::not_found(id));
+        };
+        if !up {
+            return Err(unreachable_node(&info.node));
+        }
+        let peer = self
+            .peers
+            .get(&info.node)
+            .ok_or_else(|| unreachable_node(&info.node))?;
+        let addr = self.mirrors.get_or_start(&info.id, || {
+            MirrorActor::new(&info.id, info.node.clone(), self.clone(), peer)
+        });
+        Ok((Arc::from(info.id.as_str()), Feed::of(&addr)))
     }
 
     /// Who runs a `create` naming `node`.

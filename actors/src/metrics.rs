@@ -7,6 +7,8 @@ pub struct Metrics {
     pub sessions: AtomicI64,
     pub connections: AtomicI64,
     pub subscribers: AtomicI64,
+    /// Mirrors of other nodes' sessions on this node.
+    pub mirrors: AtomicI64,
     pub bytes_out: AtomicU64,
     pub frames_out: AtomicU64,
     pub resyncs: AtomicU64,
@@ -32,12 +34,18 @@ impl Metrics {
     pub fn render(&self, node: &str, stall: std::time::Duration) -> String {
         let g = |v: &AtomicI64| v.load(Ordering::Relaxed);
         let c = |v: &AtomicU64| v.load(Ordering::Relaxed);
-        let rows: [(&str, &str, &str, String); 12] = [
+        let rows: [(&str, &str, &str, String); 13] = [
             (
                 "termesh_sessions",
                 "gauge",
                 "Sessions on this node.",
                 g(&self.sessions).to_string(),
+            ),
+            (
+                "termesh_mirrors",
+                "gauge",
+                "Mirrors of other nodes' sessions on this node.",
+                g(&self.mirrors).to_string(),
             ),
             (
                 "termesh_connections",

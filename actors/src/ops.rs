@@ -11,6 +11,7 @@ use tokio::sync::{mpsc::error::TrySendError, oneshot};
 
 use crate::create::{check_name, check_tags, size_field};
 use crate::error::ApiError;
+use crate::feed::Feed;
 use crate::metrics::Metrics;
 use crate::pty::parse_signal;
 use crate::registry::{Create, Directory, Registry, Remove, SessionHandle};
@@ -39,6 +40,9 @@ pub struct NodeCtx {
     pub cluster: crate::peer::view::ClusterView,
     /// The other nodes' links, for forwarded requests.
     pub peers: crate::forward::Peers,
+    /// This node's mirrors of other nodes' sessions, and how they are sized.
+    pub mirrors: crate::mirror::Mirrors,
+    pub mirror: crate::mirror::MirrorSettings,
 }
 
 impl std::fmt::Debug for NodeCtx {
@@ -59,6 +63,15 @@ impl NodeCtx {
 
     pub fn session(&self, id: &str) -> Result<SessionHandle, ApiError> {
         self.dir.get(id).ok_or_else(|| ApiError::not_found(id))
+    }
+
+    /// Where a subscriber of `id` subscribes: the session itself, or the
+    /// mirror of another node's session (started on first use).
+    pub fn feed(&self, id: &str) -> Result<(Arc<str>, Feed), ApiError> {
+        if let Some(handle) = self.dir.get(id) {
+            return Ok((handle.id.clone(), Feed::of(&handle.addr)));
+        }
+        self.mirror_feed(id)
     }
 
     pub fn running(&self, id: &str) -> Result<SessionHandle, ApiError> {

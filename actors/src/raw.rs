@@ -14,12 +14,18 @@ use actix_web_actors::ws::{self, CloseCode, CloseReason};
 use bytes::{Bytes, BytesMut};
 use serde::Deserialize;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use termesh_config::Role;
+use termesh_transport::peer::HOP_BUDGET;
+use termesh_transport::ClientMsg;
 
 use crate::connection::{CloseConnection, Connections};
+use crate::feed::Feed;
+use crate::forward::Route;
 use crate::fragments::{Assembled, Reassembler};
 use crate::ops::NodeCtx;
-use crate::registry::{SessionHandle, NEXT_SUB_ID};
+use crate::publisher::Kind;
+use crate::registry::NEXT_SUB_ID;
 use crate::session::{Ack, Deliver, Delivery, SubId, Subscribe, Unsubscribe};
 use termesh_transport::MAX_INBOUND_FRAME;
 
@@ -30,7 +36,8 @@ pub struct RawActor {
     conn: u64,
     node: NodeCtx,
     connections: Connections,
-    handle: SessionHandle,
+    id: Arc<str>,
+    feed: Feed,
     sub: SubId,
     role: Role,
     /// A resync is under way: the next snapshot repaints from a reset.
@@ -48,12 +55,19 @@ struct ResizeText {
 }
 
 impl RawActor {
-    pub fn new(node: NodeCtx, connections: Connections, handle: SessionHandle, role: Role) -> Self {
+    /// `feed` is the session's (or its mirror's), from `NodeCtx::feed`.
+    pub fn new(
+        node: NodeCtx,
+        connections: Connections,
+        session: (Arc<str>, Feed),
+        role: Role,
+    ) -> Self {
         RawActor {
             conn: Connections::next_id(),
             node,
             connections,
-            handle,
+            id: session.0,
+            feed: session.1,
             sub: NEXT_SUB_ID.fetch_add(1, Ordering::Relaxed),
             role,
             repaint: false,
@@ -65,16 +79,49 @@ impl RawActor {
         if self.role < Role::Operator {
             return;
         }
-        if let Err(e) = self.node.input(&self.handle.id, data) {
-            tracing::debug!(session = %self.handle.id, "raw input refused: {e}");
-        }
+        self.to_owner(ClientMsg::Input {
+            session: self.id.to_string(),
+            data: data.to_vec(),
+        });
+    }
+
+    /// Input and resize, here or forwarded to the session's owner, in order.
+    fn to_owner(&self, msg: ClientMsg) {
+        let owner = match self.node.route_session(&self.id) {
+            Ok(Route::Owner(owner)) => owner,
+            Ok(Route::Here) => {
+                let done = match msg {
+                    ClientMsg::Input { data, .. } => self.node.input(&self.id, Bytes::from(data)),
+                    ClientMsg::Resize { cols, rows, .. } => self.node.resize(&self.id, cols, rows),
+                    _ => Ok(()),
+                };
+                if let Err(e) = done {
+                    tracing::debug!(session = %self.id, "raw input refused: {e}");
+                }
+                return;
+            }
+            Err(e) => {
+                tracing::debug!(session = %self.id, "raw input refused: {e}");
+                return;
+            }
+        };
+        let sent = self.node.forward(&owner, msg, HOP_BUDGET);
+        actix::spawn(async move {
+            if let Err(e) = sent.await {
+                tracing::debug!("raw input not forwarded: {e}");
+            }
+        });
     }
 
     fn text(&self, text: &str) {
         if let Ok(resize) = serde_json::from_str::<ResizeText>(text) {
             if resize.kind == "resize" {
                 if self.role >= Role::Operator {
-                    let _ = self.node.resize(&self.handle.id, resize.cols, resize.rows);
+                    self.to_owner(ClientMsg::Resize {
+                        session: self.id.to_string(),
+                        cols: resize.cols,
+                        rows: resize.rows,
+                    });
                 }
                 return;
             }
@@ -98,20 +145,21 @@ impl Actor for RawActor {
 
     fn started(&mut self, ctx: &mut Self::Context) {
         self.connections.add(self.conn, ctx.address().recipient());
-        self.handle.addr.do_send(Subscribe {
+        self.feed.subscribe.do_send(Subscribe {
             sub: self.sub,
             sink: ctx.address().recipient(),
             req_id: 0,
             from_seq: None,
             window: RAW_WINDOW,
             scrollback: 0,
+            kind: Kind::Viewer,
         });
         ctx.run_interval(self.node.ws.ping_interval, |_, ctx| ctx.ping(b""));
     }
 
     fn stopped(&mut self, _: &mut Self::Context) {
         self.connections.remove(self.conn);
-        self.handle.addr.do_send(Unsubscribe { sub: self.sub });
+        self.feed.unsubscribe.do_send(Unsubscribe { sub: self.sub });
     }
 }
 
@@ -122,7 +170,7 @@ impl Handler<Deliver> for RawActor {
         match msg.item {
             Delivery::Output(frame) => {
                 ctx.binary(frame.data);
-                self.handle.addr.do_send(Ack {
+                self.feed.ack.do_send(Ack {
                     sub: self.sub,
                     seq: frame.seq,
                 });
@@ -156,7 +204,7 @@ impl Handler<Deliver> for RawActor {
                 ctx.stop();
             }
             Delivery::Failed { message } => {
-                tracing::error!(session = %self.handle.id, "raw client closed: {message}");
+                tracing::error!(session = %self.id, "raw client closed: {message}");
                 ctx.close(Some(CloseReason {
                     code: CloseCode::Error,
                     description: Some("snapshot failed".into()),

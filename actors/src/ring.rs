@@ -62,6 +62,31 @@ impl Ring {
         }
     }
 
+    /// An empty ring whose next frame is `seq + 1` (a mirror starting where
+    /// its owner is, or a session continuing above stored seqs).
+    pub fn starting_at(seq: u64, max_bytes: usize, max_frames: usize) -> Self {
+        let mut ring = Ring::new(max_bytes, max_frames);
+        ring.last_seq = seq;
+        ring
+    }
+
+    /// Stores `data` as frame `seq`, which must follow the last one
+    /// (`Err` names the seq expected).
+    pub fn push_at(&mut self, seq: u64, data: Bytes) -> Result<Frame, u64> {
+        if seq != self.last_seq + 1 {
+            return Err(self.last_seq + 1);
+        }
+        Ok(self.push(data))
+    }
+
+    /// Drops every frame and continues after `seq`: the frames between
+    /// were skipped. Offsets keep counting (they only measure distances).
+    pub fn jump_to(&mut self, seq: u64) {
+        self.frames.clear();
+        self.bytes = 0;
+        self.last_seq = seq;
+    }
+
     /// Assigns the next seq to `data`, stores it and evicts what no longer fits.
     pub fn push(&mut self, data: Bytes) -> Frame {
         self.last_seq += 1;

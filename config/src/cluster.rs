@@ -21,6 +21,9 @@ pub struct ClusterConfig {
     pub key: PathBuf,
     /// Every node, this one included, in the file's order.
     pub nodes: Vec<NodeEntry>,
+    /// How long a mirror of another node's session stays without a
+    /// subscriber (`mirror_linger_secs`, default 60, at most 86400).
+    pub mirror_linger: std::time::Duration,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -84,6 +87,7 @@ pub(crate) struct RawCluster {
     ca: Option<PathBuf>,
     cert: Option<PathBuf>,
     key: Option<PathBuf>,
+    mirror_linger_secs: Option<u64>,
     #[serde(default)]
     nodes: Vec<RawNodeEntry>,
 }
@@ -176,12 +180,21 @@ pub(crate) fn parse(raw: RawCluster, this: &str, file: &str) -> Result<ClusterCo
             &format!("is not one of cluster.nodes ({})", names.join(", ")),
         ));
     }
+    let linger = raw.mirror_linger_secs.unwrap_or(60);
+    if linger > 86_400 {
+        return Err(bad(
+            "cluster.mirror_linger_secs",
+            linger.to_string(),
+            "must be at most 86400 (a day)",
+        ));
+    }
     Ok(ClusterConfig {
         id,
         ca,
         cert,
         key,
         nodes,
+        mirror_linger: std::time::Duration::from_secs(linger),
     })
 }
 

@@ -260,7 +260,8 @@ async fn bad_input_gets_documented_errors_and_hurts_nobody() {
         })
         .await
         .unwrap_err();
-    assert!(err.to_string().starts_with("unavailable"), "{err}");
+    // A node not in the cluster (section 13).
+    assert!(err.to_string().starts_with("not_found"), "{err}");
     c.send(&ClientMsg::Ping {
         nonce: Some(rmpv::Value::from("n-1")),
     })

@@ -20,11 +20,12 @@ use termesh_config::Role;
 use termesh_transport::{encode_server, ErrorCode, ServerMsg, MAX_INBOUND_FRAME, PROTO_VERSION};
 
 use crate::error::ApiError;
+use crate::feed::Feed;
 use crate::fragments::{Assembled, Reassembler};
 use crate::liveness::{Liveness, Verdict};
 use crate::metrics::Metrics;
 use crate::ops::NodeCtx;
-use crate::registry::{SessionHandle, Unwatch};
+use crate::registry::Unwatch;
 use crate::session::{SubId, Unsubscribe};
 use crate::watch::WatchQueue;
 
@@ -79,7 +80,7 @@ impl Connections {
 /// One subscription of this connection.
 struct Sub {
     id: SubId,
-    handle: SessionHandle,
+    feed: Feed,
     /// Until the session's `subscribed` for the latest request arrives,
     /// deliveries are leftovers of a replaced subscription and are dropped.
     awaiting: bool,
@@ -253,7 +254,7 @@ impl Actor for ConnectionActor {
         }
         self.connections.remove(self.id);
         for (_, sub) in self.subs.drain() {
-            sub.handle.addr.do_send(Unsubscribe { sub: sub.id });
+            sub.feed.unsubscribe.do_send(Unsubscribe { sub: sub.id });
         }
         if self.watch.is_some() {
             self.node.registry.do_send(Unwatch { conn: self.id });

@@ -1,7 +1,6 @@
 //! Routing of each client request (PROTOCOL.md section 5) for one connection.
 
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 
 use actix::prelude::*;
 use actix_web_actors::ws::WebsocketContext;
@@ -12,6 +11,7 @@ use termesh_transport::{ClientMsg, ErrorCode, ServerMsg, MAX_SCROLLBACK};
 use super::{ConnectionActor, Sub};
 use crate::error::ApiError;
 use crate::forward::Route;
+use crate::publisher::Kind;
 use crate::registry::{Watch, NEXT_SUB_ID};
 use crate::session::{Ack, ScreenWant, Subscribe, Unsubscribe};
 use crate::watch::WatchQueue;
@@ -207,8 +207,7 @@ impl ConnectionActor {
                 window,
                 scrollback,
             } => {
-                let handle = self.node.session(&session)?;
-                let key: Arc<str> = handle.id.clone();
+                let (key, feed) = self.node.feed(&session)?;
                 let existing = self.subs.get(&key).map(|s| s.id);
                 let sub_id =
                     existing.unwrap_or_else(|| NEXT_SUB_ID.fetch_add(1, Ordering::Relaxed));
@@ -220,17 +219,18 @@ impl ConnectionActor {
                     key,
                     Sub {
                         id: sub_id,
-                        handle: handle.clone(),
+                        feed: feed.clone(),
                         awaiting: awaiting || prior_awaiting,
                     },
                 );
-                handle.addr.do_send(Subscribe {
+                feed.subscribe.do_send(Subscribe {
                     sub: sub_id,
                     sink: ctx.address().recipient(),
                     req_id: id,
                     from_seq,
                     window: self.node.window(window),
                     scrollback: scrollback.unwrap_or(0).min(MAX_SCROLLBACK) as usize,
+                    kind: Kind::Viewer,
                 });
             }
             ClientMsg::Unsubscribe { session } => {
@@ -238,12 +238,12 @@ impl ConnectionActor {
                     .subs
                     .remove(session.as_str())
                     .ok_or_else(|| not_subscribed(&session))?;
-                sub.handle.addr.do_send(Unsubscribe { sub: sub.id });
+                sub.feed.unsubscribe.do_send(Unsubscribe { sub: sub.id });
             }
             // An ack that raced an unsubscribe is ignored (section 8).
             ClientMsg::Ack { session, seq } => {
                 if let Some(sub) = self.subs.get(session.as_str()) {
-                    sub.handle.addr.do_send(Ack { sub: sub.id, seq });
+                    sub.feed.ack.do_send(Ack { sub: sub.id, seq });
                 }
             }
             ClientMsg::Input { session, data } => self.node.input(&session, Bytes::from(data))?,

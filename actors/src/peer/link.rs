@@ -11,19 +11,22 @@ use std::time::{Duration, Instant};
 
 use actix::Recipient;
 use termesh_transport::peer::tls::{peer_chain, Identity};
-use termesh_transport::peer::{frame, PeerMsg, PEER_PROTO};
+use termesh_transport::peer::{frame, DataMsg, PeerMsg, PEER_PROTO};
 use tokio::sync::mpsc;
 
 /// What a link tells its `PeerActor`.
 #[derive(actix::Message, Debug)]
 #[rtype(result = "()")]
 pub enum LinkEvent {
-    /// The hellos are exchanged: `out` sends on the control stream.
+    /// The hellos are exchanged: `out` sends on the control stream, `data`
+    /// on this side's data stream.
     Up {
         out: mpsc::UnboundedSender<PeerMsg>,
+        data: mpsc::UnboundedSender<DataMsg>,
         boot: String,
     },
     Msg(PeerMsg),
+    Data(DataMsg),
     Down {
         reason: String,
     },
@@ -283,7 +286,9 @@ async fn serve(
         other => return Err(format!("expected hello, got {other:?}")),
     };
     let (out, mut outgoing) = mpsc::unbounded_channel::<PeerMsg>();
-    peer.sink.do_send(LinkEvent::Up { out, boot });
+    let (data, mut data_outgoing) = mpsc::unbounded_channel::<DataMsg>();
+    let _counted = Counted::new(&peer.stats, &conn);
+    peer.sink.do_send(LinkEvent::Up { out, data, boot });
     let writer = async {
         while let Some(msg) = outgoing.recv().await {
             frame::write(&mut send, &msg)
@@ -301,15 +306,67 @@ async fn serve(
             }
         }
     };
-    peer.stats.conn_opened(&conn);
+    // Output rides a stream of its own each way, below the control
+    // stream's priority: QUIC's per-stream flow control means a flood
+    // never holds up a control frame.
+    let data_writer = async {
+        let mut send = conn
+            .open_uni()
+            .await
+            .map_err(|e| format!("data stream: {e}"))?;
+        let _ = send.set_priority(0);
+        while let Some(msg) = data_outgoing.recv().await {
+            frame::write(&mut send, &msg)
+                .await
+                .map_err(|e| format!("data write: {e}"))?;
+        }
+        Ok::<(), String>(())
+    };
+    let data_reader = async {
+        let mut recv = match conn.accept_uni().await {
+            Ok(recv) => recv,
+            Err(e) => return format!("data stream: {e}"),
+        };
+        loop {
+            match frame::read::<_, DataMsg>(&mut recv).await {
+                Ok(Some(msg)) => peer.sink.do_send(LinkEvent::Data(msg)),
+                Ok(None) => return "the peer closed its data stream".to_string(),
+                Err(e) => return format!("data read: {e}"),
+            }
+        }
+    };
     let reason = tokio::select! {
         r = writer => r.err().unwrap_or_else(|| "the link was dropped here".into()),
         r = reader => r,
+        r = data_writer => r.err().unwrap_or_else(|| "the link was dropped here".into()),
+        r = data_reader => r,
         e = conn.closed() => format!("connection lost: {e}"),
     };
-    peer.stats.conn_ended(&conn);
     conn.close(0u32.into(), b"link ended");
     Err(reason)
+}
+
+/// Counts a connection's bytes in the link's stats while it lives (also
+/// when its link future is dropped for a newer connection).
+struct Counted<'a> {
+    stats: &'a super::LinkStats,
+    conn: quinn::Connection,
+}
+
+impl<'a> Counted<'a> {
+    fn new(stats: &'a super::LinkStats, conn: &quinn::Connection) -> Self {
+        stats.conn_opened(conn);
+        Counted {
+            stats,
+            conn: conn.clone(),
+        }
+    }
+}
+
+impl Drop for Counted<'_> {
+    fn drop(&mut self) {
+        self.stats.conn_ended(&self.conn);
+    }
 }
 
 fn backoff(attempt: u32) -> Duration {

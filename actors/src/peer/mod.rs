@@ -7,6 +7,7 @@
 
 pub mod breaker;
 pub mod link;
+mod mirrors;
 pub mod view;
 
 use std::collections::HashMap;
@@ -15,7 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
-use termesh_transport::peer::PeerMsg;
+use termesh_transport::peer::{DataMsg, PeerMsg};
 use tokio::sync::mpsc;
 
 use crate::error::ApiError;
@@ -120,6 +121,12 @@ pub struct PeerActor {
     /// This node's name: only its own sessions are told to the peer.
     me: String,
     out: Option<mpsc::UnboundedSender<PeerMsg>>,
+    /// This side's data stream, while the link is up.
+    data: Option<mpsc::UnboundedSender<DataMsg>>,
+    /// This node's sessions the peer mirrors: the subscription of each.
+    upstream: HashMap<String, (crate::session::SubId, crate::registry::SessionHandle)>,
+    /// This node's mirrors of the peer's sessions.
+    mirrors: mirrors::MirrorSinks,
     down_since: Option<Instant>,
     boot: Option<String>,
     dir: Directory,
@@ -173,6 +180,9 @@ impl PeerActor {
             name,
             me,
             out: None,
+            data: None,
+            upstream: HashMap::new(),
+            mirrors: HashMap::new(),
             down_since: Some(Instant::now()),
             boot: None,
             dir,
@@ -204,7 +214,12 @@ impl PeerActor {
         }
     }
 
-    fn on_up(&mut self, out: mpsc::UnboundedSender<PeerMsg>, boot: String) {
+    fn on_up(
+        &mut self,
+        out: mpsc::UnboundedSender<PeerMsg>,
+        data: mpsc::UnboundedSender<DataMsg>,
+        boot: String,
+    ) {
         let restarted = self.boot.as_ref().is_some_and(|b| *b != boot);
         tracing::info!(
             peer = %self.name,
@@ -213,6 +228,7 @@ impl PeerActor {
             "peer link up"
         );
         self.out = Some(out);
+        self.data = Some(data);
         self.boot = Some(boot);
         self.down_since = None;
         self.stats.state.store(UP, Ordering::Relaxed);
@@ -227,11 +243,15 @@ impl PeerActor {
         self.send(PeerMsg::Directory { sessions });
         let shown = self.view.set_up(&self.name, true);
         self.tell_local(shown.into_iter().map(WatchEvent::Changed).collect());
+        // After the directory: a mirror's subscribe finds its session known.
+        self.mirrors_link(true);
     }
 
     fn on_down(&mut self, reason: String) {
+        self.data = None;
         if self.out.take().is_some() {
             tracing::warn!(peer = %self.name, %reason, "peer link down");
+            self.mirrors_link(false);
             self.down_since = Some(Instant::now());
             self.stats.state.store(DOWN, Ordering::Relaxed);
             self.stats.downs.fetch_add(1, Ordering::Relaxed);
@@ -279,6 +299,13 @@ impl PeerActor {
                     self.tell_local(vec![WatchEvent::Removed(session)]);
                 }
             }
+            PeerMsg::Subscribe {
+                session,
+                from_seq,
+                window,
+            } => self.mirror_subscribe(session, from_seq, window, ctx),
+            PeerMsg::Ack { session, seq } => self.mirror_ack(&session, seq),
+            PeerMsg::Unsubscribe { session } => self.mirror_unsubscribe(&session),
             PeerMsg::Ping { nonce, .. } => {
                 let stall_ms = self
                     .node
@@ -425,12 +452,13 @@ impl Handler<LinkEvent> for PeerActor {
 
     fn handle(&mut self, event: LinkEvent, ctx: &mut Context<Self>) {
         match event {
-            LinkEvent::Up { out, boot } => {
-                self.on_up(out, boot);
+            LinkEvent::Up { out, data, boot } => {
+                self.on_up(out, data, boot);
                 // An RTT at once, not one ping interval later.
                 self.ping(ctx);
             }
             LinkEvent::Msg(msg) => self.on_msg(msg, ctx),
+            LinkEvent::Data(msg) => self.route_to_mirror(msg),
             LinkEvent::Down { reason } => self.on_down(reason),
         }
     }

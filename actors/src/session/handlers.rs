@@ -19,7 +19,7 @@ impl Actor for SessionActor {
 
     fn stopped(&mut self, _: &mut Context<Self>) {
         self.signal(Signal::SIGKILL);
-        Metrics::gauge(&self.metrics.subscribers, -(self.subs.len() as i64));
+        self.publisher.clear();
     }
 }
 
@@ -27,84 +27,30 @@ impl Handler<Subscribe> for SessionActor {
     type Result = ();
 
     fn handle(&mut self, msg: Subscribe, ctx: &mut Context<Self>) {
-        let existing = self.subs.get(&msg.sub).map(|s| s.generation);
-        if existing.is_some() && msg.from_seq.is_none() {
-            // Not a recovery request: just answer.
-            self.deliver(msg.sub, &msg.sink, self.subscribed(msg.req_id));
-            return;
-        }
-        if existing.is_none() {
-            Metrics::gauge(&self.metrics.subscribers, 1);
-        }
-        let generation = existing.map_or(0, |g| g + 1);
-        let mut sub = Subscriber {
-            sink: msg.sink.clone(),
-            credit: Credit::new(msg.window, 0, 0),
-            generation,
-            awaiting_snapshot: true,
-            prior: None,
-            told_exit: false,
-        };
-        // Registered before replaying, so nothing published meanwhile is missed
-        // (this actor is single-threaded: nothing is published meanwhile).
-        self.deliver(msg.sub, &msg.sink, self.subscribed(msg.req_id));
-        let snapshot = ScreenWant::Snapshot {
-            scrollback: msg.scrollback,
-        };
-        match msg.from_seq {
-            None => {
-                self.subs.insert(msg.sub, sub);
-                self.request_screen(
-                    snapshot,
-                    ScreenTo::Sub {
-                        sub: msg.sub,
-                        generation,
-                    },
-                    ctx,
-                );
-            }
-            Some(n) => {
-                if self.ring.replay_from(n).is_ok() {
-                    let offset = self.ring.offset_after(n).unwrap_or(self.ring.end_offset());
-                    sub.credit = Credit::new(msg.window, n, offset);
-                    sub.awaiting_snapshot = false;
-                    self.subs.insert(msg.sub, sub);
-                    self.pump(msg.sub, ctx);
-                } else {
-                    let last_seq = self.ring.last_seq();
-                    self.deliver(msg.sub, &msg.sink, Delivery::ResyncRequired { last_seq });
-                    Metrics::add(&self.metrics.resyncs, 1);
-                    self.subs.insert(msg.sub, sub);
-                    self.request_screen(
-                        snapshot,
-                        ScreenTo::Sub {
-                            sub: msg.sub,
-                            generation,
-                        },
-                        ctx,
-                    );
-                }
-                self.repaint();
-            }
+        let done = self.publisher.subscribe(
+            Subscription {
+                sub: msg.sub,
+                sink: msg.sink,
+                req_id: msg.req_id,
+                from_seq: msg.from_seq,
+                window: msg.window,
+                scrollback: msg.scrollback,
+                kind: msg.kind,
+            },
+            self.size,
+        );
+        self.after_publish(ctx);
+        if done.resumed && msg.kind == Kind::Viewer {
+            self.repaint();
         }
         self.set_viewers();
-        if existing.is_none() {
+        if done.added {
             self.notify_changed();
         }
     }
 }
 
 impl SessionActor {
-    fn subscribed(&self, id: u64) -> Delivery {
-        Delivery::Subscribed {
-            id,
-            last_seq: self.ring.last_seq(),
-            oldest_seq: self.ring.oldest_seq(),
-            cols: self.size.0,
-            rows: self.size.1,
-        }
-    }
-
     /// SIGWINCH to the foreground process group so an in-place TUI redraws
     /// after a resume (Linux sends none for a same-size resize).
     fn repaint(&self) {
@@ -115,7 +61,7 @@ impl SessionActor {
     }
 
     fn prune_marks(&mut self) {
-        let start = self.ring.oldest_seq().saturating_sub(1);
+        let start = self.publisher.ring().oldest_seq().saturating_sub(1);
         let keep_from = self
             .marks
             .iter()
@@ -129,8 +75,7 @@ impl Handler<Unsubscribe> for SessionActor {
     type Result = ();
 
     fn handle(&mut self, msg: Unsubscribe, _: &mut Context<Self>) {
-        if self.subs.remove(&msg.sub).is_some() {
-            Metrics::gauge(&self.metrics.subscribers, -1);
+        if self.publisher.unsubscribe(msg.sub) {
             self.set_viewers();
             self.notify_changed();
         }
@@ -141,22 +86,8 @@ impl Handler<Ack> for SessionActor {
     type Result = ();
 
     fn handle(&mut self, msg: Ack, ctx: &mut Context<Self>) {
-        let Some(sub) = self.subs.get_mut(&msg.sub) else {
-            return;
-        };
-        match &mut sub.prior {
-            Some((restart, prior)) if msg.seq < *restart => {
-                prior.on_ack(msg.seq, &self.ring);
-                if prior.in_flight() == 0 {
-                    sub.prior = None;
-                }
-            }
-            _ => {
-                sub.prior = None;
-                sub.credit.on_ack(msg.seq, &self.ring);
-            }
-        }
-        self.pump(msg.sub, ctx);
+        self.publisher.ack(msg.sub, msg.seq);
+        self.after_publish(ctx);
     }
 }
 
@@ -178,7 +109,7 @@ impl Handler<Resize> for SessionActor {
         }
         self.marks.push(ResizeMark {
             id: self.next_mark,
-            after_seq: self.ring.last_seq(),
+            after_seq: self.publisher.last_seq(),
             cols: msg.cols,
             rows: msg.rows,
         });
@@ -250,7 +181,7 @@ impl Handler<Close> for SessionActor {
             self.finished = true;
             self.shared.exited.store(true, Ordering::Release);
         }
-        self.broadcast(Delivery::Closed {
+        self.publisher.broadcast(Delivery::Closed {
             removed: msg.removed,
         });
         ctx.stop();
@@ -271,7 +202,7 @@ impl Handler<RawTail> for SessionActor {
     fn handle(&mut self, msg: RawTail, _: &mut Context<Self>) -> RawTailResult {
         let mut parts = Vec::new();
         let mut total = 0;
-        for frame in self.ring.iter().rev() {
+        for frame in self.publisher.ring().iter().rev() {
             if total >= msg.limit {
                 break;
             }
@@ -284,7 +215,7 @@ impl Handler<RawTail> for SessionActor {
         }
         let skip = out.len().saturating_sub(msg.limit);
         RawTailResult {
-            last_seq: self.ring.last_seq(),
+            last_seq: self.publisher.last_seq(),
             data: out.freeze().split_off(skip),
         }
     }

@@ -68,6 +68,8 @@ pub struct Subscribe {
     /// Already clamped to the protocol's bounds.
     pub window: u64,
     pub scrollback: usize,
+    /// A client, or another node's mirror.
+    pub kind: crate::publisher::Kind,
 }
 
 #[derive(Message)]

@@ -1,8 +1,8 @@
-//! `SessionActor`: one per session. Owns the PTY handles, the seq counter,
-//! the replay ring, every subscriber's credit, mode tracking and the cached
-//! screen model. Output is pushed to a subscriber only while its credit
-//! allows, so the memory a slow subscriber pins is bounded by its window;
-//! nothing here is driven by a timer and nothing is dropped.
+//! `SessionActor`: one per session. Owns the PTY handles, mode tracking,
+//! the cached screen model, and the session's `Publisher` (ring, seqs,
+//! subscribers and their credit), which it feeds from the PTY and for
+//! which it computes the snapshots it wants. Nothing here is driven by a
+//! timer and nothing is dropped.
 
 mod handlers;
 mod messages;
@@ -10,7 +10,6 @@ mod screen_job;
 mod screens;
 mod shared;
 
-use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -25,10 +24,10 @@ pub use messages::*;
 pub use screen_job::FAIL_SCREEN_JOBS;
 pub use shared::{now_ms, Meta, SessionShared};
 
-use crate::credit::Credit;
 use crate::metrics::Metrics;
 use crate::modes::ModeTracker;
 use crate::pty::{self, ExitInfo, Pty, PtyEvent};
+use crate::publisher::{Kind, Publisher, Subscription};
 use crate::ring::Ring;
 use crate::screen::{ResizeMark, ScreenModel};
 
@@ -76,10 +75,8 @@ pub struct SessionActor {
     intake_paused: bool,
     /// Events read but not yet applied because intake paused.
     held: std::collections::VecDeque<PtyEvent>,
-    ring: Ring,
+    publisher: Publisher,
     modes: ModeTracker,
-    subs: HashMap<SubId, Subscriber>,
-    scratch_ids: Vec<SubId>,
     size: (u16, u16),
     initial_size: (u16, u16),
     /// Resizes inside or just before the ring, for rebuilding the screen.
@@ -98,24 +95,6 @@ pub struct SessionActor {
     exit: Option<ExitInfo>,
     eof: bool,
     finished: bool,
-    /// How the program ended, once the session has finished: each
-    /// subscriber is told after the last output it is sent.
-    ended: Option<ExitInfo>,
-}
-
-struct Subscriber {
-    sink: Recipient<Deliver>,
-    credit: Credit,
-    /// Bumped when a re-subscribe replaces the subscription, so a snapshot
-    /// computed for the old one is not delivered to the new one.
-    generation: u64,
-    /// Waiting for a snapshot before output resumes.
-    awaiting_snapshot: bool,
-    /// Credit still outstanding from before a resync: the client may still
-    /// ack those frames; cleared by an ack at or past the snapshot.
-    prior: Option<(u64, Credit)>,
-    /// The `exited` event was sent to this subscriber.
-    told_exit: bool,
 }
 
 enum ScreenTo {
@@ -134,8 +113,13 @@ impl SessionActor {
     ) -> Self {
         SessionActor {
             id: shared.id.clone(),
+            publisher: Publisher::new(
+                shared.id.clone(),
+                Ring::new(settings.ring_bytes, settings.ring_frames),
+                false,
+                metrics.clone(),
+            ),
             shared,
-            ring: Ring::new(settings.ring_bytes, settings.ring_frames),
             settings,
             metrics,
             changed,
@@ -146,8 +130,6 @@ impl SessionActor {
             intake_paused: false,
             held: std::collections::VecDeque::new(),
             modes: ModeTracker::default(),
-            subs: HashMap::new(),
-            scratch_ids: Vec::new(),
             size,
             initial_size: size,
             marks: Vec::new(),
@@ -161,27 +143,12 @@ impl SessionActor {
             exit: None,
             eof: false,
             finished: false,
-            ended: None,
-        }
-    }
-
-    fn deliver(&self, sub: SubId, sink: &Recipient<Deliver>, item: Delivery) {
-        sink.do_send(Deliver {
-            sub,
-            session: self.id.clone(),
-            item,
-        });
-    }
-
-    fn broadcast(&self, item: Delivery) {
-        for (id, sub) in &self.subs {
-            self.deliver(*id, &sub.sink, item.clone());
         }
     }
 
     /// Tells subscribers of an event and watchers that the session changed.
     fn announce(&self, event: EventKind) {
-        self.broadcast(Delivery::Event(event));
+        self.publisher.broadcast(Delivery::Event(event));
         self.notify_changed();
     }
 
@@ -226,7 +193,7 @@ impl SessionActor {
                 }
             }
             if let PtyEvent::Output(data) = &event {
-                if self.ring.would_evict_pinned(data.len()) {
+                if self.publisher.would_pause(data.len()) {
                     self.held.push_front(event);
                     self.intake_paused = true;
                     return;
@@ -265,7 +232,8 @@ impl SessionActor {
 
     fn on_output(&mut self, data: Bytes, ctx: &mut Context<Self>) {
         self.modes.feed(&data);
-        let frame = self.ring.push(data);
+        let frame = self.publisher.push(data);
+        self.after_publish(ctx);
         self.shared.last_seq.store(frame.seq, Ordering::Relaxed);
         self.shared
             .last_output_ms
@@ -278,94 +246,18 @@ impl SessionActor {
             self.catchup_scheduled = true;
             ctx.run_later(IDLE_CATCHUP, Self::idle_check);
         }
-        // A reused list: the output path allocates nothing per frame here.
-        let mut ids = std::mem::take(&mut self.scratch_ids);
-        ids.clear();
-        ids.extend(self.subs.keys().copied());
-        for id in &ids {
-            self.pump(*id, ctx);
-        }
-        self.scratch_ids = ids;
     }
 
-    /// Sends a subscriber what its credit allows; starts a resync when the
-    /// next frame it needs has left the ring and its window has room.
-    fn pump(&mut self, id: SubId, ctx: &mut Context<Self>) {
-        let Some(sub) = self.subs.get_mut(&id) else {
-            return;
-        };
-        if sub.awaiting_snapshot {
+    /// Queues the snapshots the publisher wants for the next screen pass.
+    fn after_publish(&mut self, ctx: &mut Context<Self>) {
+        if !self.publisher.has_wanted() {
             return;
         }
-        let prior = sub.prior.as_ref().map_or(0, |(_, c)| c.in_flight());
-        let mut sent_bytes = 0u64;
-        let mut sent_frames = 0u64;
-        loop {
-            let next = sub.credit.sent_seq() + 1;
-            if next > self.ring.last_seq() {
-                break;
-            }
-            let Some(frame) = self.ring.get(next) else {
-                // The gap left the replay window.
-                if sub.credit.in_flight() + prior < sub.credit.window() {
-                    sub.awaiting_snapshot = true;
-                    let generation = sub.generation;
-                    let sink = sub.sink.clone();
-                    let last_seq = self.ring.last_seq();
-                    Metrics::add(&self.metrics.resyncs, 1);
-                    self.deliver(id, &sink, Delivery::ResyncRequired { last_seq });
-                    self.request_screen(
-                        ScreenWant::Snapshot { scrollback: 0 },
-                        ScreenTo::Sub {
-                            sub: id,
-                            generation,
-                        },
-                        ctx,
-                    );
-                }
-                break;
-            };
-            let len = frame.data.len() as u64;
-            if sub.credit.in_flight() + prior >= sub.credit.window() {
-                break;
-            }
-            sub.credit.on_sent(frame);
-            sent_bytes += len;
-            sent_frames += 1;
-            sub.sink.do_send(Deliver {
-                sub: id,
-                session: self.id.clone(),
-                item: Delivery::Output(frame.clone()),
-            });
+        for w in self.publisher.take_wanted() {
+            self.waiting.push(screens::Waiting::sub(w));
         }
-        Metrics::add(&self.metrics.bytes_out, sent_bytes);
-        Metrics::add(&self.metrics.frames_out, sent_frames);
-        self.tell_exit(id);
-    }
-
-    /// Sends `exited` to a subscriber of a finished session once it has
-    /// been sent every frame (and its snapshot): the event is the last
-    /// thing of the subscription, after the output, whatever its credit.
-    fn tell_exit(&mut self, id: SubId) {
-        let Some(exit) = self.ended else {
-            return;
-        };
-        let Some(sub) = self.subs.get_mut(&id) else {
-            return;
-        };
-        if sub.told_exit || sub.awaiting_snapshot || sub.credit.sent_seq() < self.ring.last_seq() {
-            return;
-        }
-        sub.told_exit = true;
-        let sink = sub.sink.clone();
-        self.deliver(
-            id,
-            &sink,
-            Delivery::Event(EventKind::Exited {
-                exit_code: exit.code,
-                signal: exit.signal_name(),
-            }),
-        );
+        self.model_used = std::time::Instant::now();
+        self.start_job(ctx, false);
     }
 
     fn on_exit_or_eof(&mut self, ctx: &mut Context<Self>) {
@@ -398,11 +290,10 @@ impl SessionActor {
             m.exit_code = Some(exit.code);
         });
         tracing::info!(session = %self.id, code = exit.code, "session exited");
-        self.ended = Some(exit);
-        let ids: Vec<SubId> = self.subs.keys().copied().collect();
-        for id in ids {
-            self.tell_exit(id);
-        }
+        self.publisher.finish(EventKind::Exited {
+            exit_code: exit.code,
+            signal: exit.signal_name(),
+        });
         self.notify_changed();
     }
 
@@ -417,6 +308,6 @@ impl SessionActor {
     fn set_viewers(&self) {
         self.shared
             .viewers
-            .store(self.subs.len() as u32, Ordering::Relaxed);
+            .store(self.publisher.len() as u32, Ordering::Relaxed);
     }
 }

@@ -10,12 +10,10 @@ use actix::prelude::*;
 use termesh_transport::ErrorCode;
 
 use super::screen_job::Job;
-use super::{
-    Delivery, ScreenResult, ScreenTo, ScreenWant, SessionActor, SubId, IDLE_CATCHUP, MODEL_TTL,
-};
-use crate::credit::Credit;
+use super::{ScreenResult, ScreenTo, ScreenWant, SessionActor, IDLE_CATCHUP, MODEL_TTL};
 use crate::error::ApiError;
 use crate::metrics::Metrics;
+use crate::publisher::SnapshotWanted;
 
 /// Most screen requests a session holds for its next pass; beyond, a reply
 /// request is refused as busy (a connection may have only a few in flight,
@@ -27,6 +25,22 @@ pub struct Waiting {
     to: ScreenTo,
     /// A pass for this request failed once already.
     retried: bool,
+}
+
+impl Waiting {
+    /// A snapshot the publisher wants for a subscriber.
+    pub fn sub(w: SnapshotWanted) -> Waiting {
+        Waiting {
+            want: ScreenWant::Snapshot {
+                scrollback: w.scrollback,
+            },
+            to: ScreenTo::Sub {
+                sub: w.sub,
+                generation: w.generation,
+            },
+            retried: false,
+        }
+    }
 }
 
 impl SessionActor {
@@ -85,7 +99,7 @@ impl SessionActor {
         let behind = self
             .model
             .as_ref()
-            .is_some_and(|m| m.seq() < self.ring.last_seq());
+            .is_some_and(|m| m.seq() < self.publisher.last_seq());
         if behind {
             self.start_job(ctx, true);
         }
@@ -110,14 +124,9 @@ impl SessionActor {
                 }
             })
             .collect();
-        if waiting.iter().any(|w| matches!(w.to, ScreenTo::Sub { .. })) {
-            // The snapshot will be at the ring's last seq; what follows it must
-            // still be there when the snapshot is delivered.
-            self.ring.set_pin(Some(self.ring.last_seq()));
-        }
         let job = Job::prepare(
             self.model.take(),
-            &self.ring,
+            self.publisher.ring(),
             &self.marks,
             self.initial_size,
             self.modes.restore_sequence(),
@@ -130,12 +139,11 @@ impl SessionActor {
         // screen is computed.
         let fut = work.into_actor(self).map(move |done, act, ctx| {
             act.job_running = false;
-            let pinned = act.ring.pin().is_some();
             match done {
                 Ok(done) => {
                     act.model = Some(done.model);
                     for (w, slot) in waiting.into_iter().zip(slots) {
-                        act.finish_screen(w.to, done.results[slot].clone(), ctx);
+                        act.finish_screen(w.to, done.results[slot].clone());
                     }
                 }
                 Err(e) => {
@@ -151,16 +159,11 @@ impl SessionActor {
                     }
                 }
             }
-            if pinned {
-                act.ring.set_pin(None);
-                // Subscribers that got a snapshot continue from the ring.
-                let ids: Vec<SubId> = act.subs.keys().copied().collect();
-                for id in ids {
-                    act.pump(id, ctx);
-                }
-            }
+            // Snapshots wanted again (their seq left the ring meanwhile).
+            act.after_publish(ctx);
             act.start_job(ctx, false);
-            if act.intake_paused && act.ring.pin().is_none() {
+            if act.intake_paused {
+                // Re-checked: pauses again while a pin still holds.
                 act.intake_paused = false;
                 act.apply_held(ctx);
             }
@@ -179,22 +182,8 @@ impl SessionActor {
                 let _ = reply.send(Err(ApiError::new(ErrorCode::Internal, message)));
             }
             ScreenTo::Sub { sub, generation } => {
-                let current = self
-                    .subs
-                    .get(&sub)
-                    .is_some_and(|s| s.generation == generation && s.awaiting_snapshot);
-                if !current {
-                    return;
-                }
-                if let Some(s) = self.subs.remove(&sub) {
-                    Metrics::gauge(&self.metrics.subscribers, -1);
-                    self.deliver(
-                        sub,
-                        &s.sink,
-                        Delivery::Failed {
-                            message: format!("{message}; the subscription has ended"),
-                        },
-                    );
+                let message = format!("{message}; the subscription has ended");
+                if self.publisher.snapshot_failed(sub, generation, message) {
                     self.set_viewers();
                     self.notify_changed();
                 }
@@ -202,61 +191,13 @@ impl SessionActor {
         }
     }
 
-    fn finish_screen(&mut self, target: ScreenTo, result: ScreenResult, ctx: &mut Context<Self>) {
+    fn finish_screen(&mut self, target: ScreenTo, result: ScreenResult) {
         match target {
             ScreenTo::Reply(reply) => {
                 let _ = reply.send(Ok(result));
             }
-            ScreenTo::Sub {
-                sub: id,
-                generation,
-            } => {
-                let Some(sub) = self.subs.get_mut(&id) else {
-                    return;
-                };
-                if sub.generation != generation || !sub.awaiting_snapshot {
-                    return;
-                }
-                // Output must continue at seq + 1: if that left the ring
-                // while the snapshot was computed, compute a newer one.
-                let Some(offset) = self.ring.offset_after(result.seq) else {
-                    let want = ScreenWant::Snapshot { scrollback: 0 };
-                    self.queue_screen(
-                        want,
-                        ScreenTo::Sub {
-                            sub: id,
-                            generation,
-                        },
-                        false,
-                        ctx,
-                    );
-                    return;
-                };
-                let super::ScreenOut::Snapshot(data) = result.out else {
-                    return;
-                };
-                if sub.credit.sent_seq() > 0 || sub.credit.in_flight() > 0 {
-                    let fresh = Credit::new(sub.credit.window(), result.seq, offset);
-                    let old = std::mem::replace(&mut sub.credit, fresh);
-                    if old.in_flight() > 0 {
-                        sub.prior = Some((result.seq, old));
-                    }
-                } else {
-                    sub.credit.reset_to(result.seq, offset);
-                }
-                sub.awaiting_snapshot = false;
-                let sink = sub.sink.clone();
-                self.deliver(
-                    id,
-                    &sink,
-                    Delivery::Snapshot {
-                        seq: result.seq,
-                        cols: result.cols,
-                        rows: result.rows,
-                        data,
-                    },
-                );
-                self.pump(id, ctx);
+            ScreenTo::Sub { sub, generation } => {
+                self.publisher.snapshot_done(sub, generation, result);
             }
         }
     }

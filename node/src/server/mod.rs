@@ -133,6 +133,15 @@ pub fn run(
                 window_bounds: (defaults::WINDOW_MIN, defaults::WINDOW_MAX),
                 cluster: cluster_view,
                 peers: Default::default(),
+                mirrors: Default::default(),
+                mirror: termesh_actors::mirror::MirrorSettings {
+                    ring_bytes: config.session.ring_bytes,
+                    ring_frames: config.session.ring_frames,
+                    linger: config
+                        .cluster
+                        .as_ref()
+                        .map_or(std::time::Duration::from_secs(60), |c| c.mirror_linger),
+                },
             },
             connections: Connections::default(),
             http_addr: addr,

@@ -30,6 +30,7 @@ pub fn list(state: &AppState) -> Vec<Value> {
         "breaker": "closed",
         "stall_ms": node.stall.total().as_millis() as u64,
         "sessions": node.dir.len(),
+        "mirrors": node.mirrors.len(),
         "bytes_in": 0,
         "bytes_out": 0,
     })];

@@ -44,7 +44,7 @@ async fn raw_ws(
         Ok(role) => role,
         Err(e) => return Ok(error_response(&e)),
     };
-    let handle = match state.node.session(&path) {
+    let handle = match state.node.feed(&path) {
         Ok(handle) => handle,
         Err(e) => return Ok(error_response(&e)),
     };

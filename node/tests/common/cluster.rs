@@ -38,6 +38,12 @@ impl Cluster {
     /// Writes the cluster of `names` (one loopback address each) and
     /// starts every node.
     pub fn start(names: &[&str]) -> Cluster {
+        Self::start_with(names, "")
+    }
+
+    /// As `start`, with `extra` appended to every node's config (sections
+    /// the generated configs do not have, such as `[session]`).
+    pub fn start_with(names: &[&str], extra: &str) -> Cluster {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("cluster");
         let mut args = vec!["cluster".to_string(), "init".into(), "--out".into()];
@@ -66,6 +72,11 @@ impl Cluster {
             .unwrap()
             .trim()
             .to_string();
+        for node in &nodes {
+            let mut text = std::fs::read_to_string(&node.config).unwrap();
+            text.push_str(extra);
+            std::fs::write(&node.config, text).unwrap();
+        }
         let mut cluster = Cluster { dir, token, nodes };
         for i in 0..cluster.nodes.len() {
             cluster.start_node(i);

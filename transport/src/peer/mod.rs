@@ -9,7 +9,7 @@ pub mod tls;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{ClientMsg, ServerMsg, SessionInfo};
+use crate::{ClientMsg, EventKind, ServerMsg, SessionInfo};
 
 /// The peer protocol's version, sent in `hello`. A node refuses a peer
 /// that speaks another one (the log names both).
@@ -49,6 +49,21 @@ pub enum PeerMsg {
     /// The answer to `Request` `req`: the message the owner would have sent
     /// the client (a reply or an `error`, codes intact).
     Reply { req: u64, msg: ServerMsg },
+    /// The sender mirrors the receiver's session `session`: deliver its
+    /// output on the data stream (starting with `subscribed`), after
+    /// `from_seq` when given, else from now; at most `window` bytes of
+    /// output unacknowledged. Replaces an earlier subscription of the
+    /// same session.
+    Subscribe {
+        session: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        from_seq: Option<u64>,
+        window: u64,
+    },
+    /// Cumulative: the mirror absorbed output through `seq`.
+    Ack { session: String, seq: u64 },
+    /// The mirror of `session` is gone.
+    Unsubscribe { session: String },
     /// Keepalive and round-trip time: answered at once with `Pong`.
     Ping {
         nonce: u64,
@@ -64,10 +79,20 @@ pub enum PeerMsg {
     },
 }
 
-/// A frame on a data stream (one per direction, opened by its sender).
+/// A frame on a data stream (one per direction, opened by its sender):
+/// everything of a mirror's subscription, in the order the owner's session
+/// produced it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "t", rename_all = "snake_case")]
 pub enum DataMsg {
+    /// The answer to `Subscribe`, before anything else of it.
+    Subscribed {
+        session: String,
+        last_seq: u64,
+        oldest_seq: u64,
+        cols: u16,
+        rows: u16,
+    },
     /// Session output with the owner's seq.
     Output {
         session: String,
@@ -75,6 +100,26 @@ pub enum DataMsg {
         #[serde(with = "serde_bytes")]
         data: Vec<u8>,
     },
+    /// The frames the mirror needed left the owner's ring: output
+    /// continues after `last_seq`.
+    Resync { session: String, last_seq: u64 },
+    /// A session event (`exited` comes after the last output).
+    Event { session: String, event: EventKind },
+    /// The subscription ended: the session was removed (or never existed
+    /// here: `removed` too), or the owner is shutting down.
+    Closed { session: String, removed: bool },
+}
+
+impl DataMsg {
+    pub fn session(&self) -> &str {
+        match self {
+            DataMsg::Subscribed { session, .. }
+            | DataMsg::Output { session, .. }
+            | DataMsg::Resync { session, .. }
+            | DataMsg::Event { session, .. }
+            | DataMsg::Closed { session, .. } => session,
+        }
+    }
 }
 
 impl PeerMsg {
@@ -87,6 +132,9 @@ impl PeerMsg {
             PeerMsg::SessionRemoved { .. } => "session_removed",
             PeerMsg::Request { .. } => "request",
             PeerMsg::Reply { .. } => "reply",
+            PeerMsg::Subscribe { .. } => "subscribe",
+            PeerMsg::Ack { .. } => "ack",
+            PeerMsg::Unsubscribe { .. } => "unsubscribe",
             PeerMsg::Ping { .. } => "ping",
             PeerMsg::Pong { .. } => "pong",
         }
@@ -132,6 +180,45 @@ mod tests {
             hex(&rmp_serde::to_vec_named(&out).unwrap()),
             "84a174a66f7574707574a773657373696f6ea173a373657102a464617461c4026869"
         );
+    }
+
+    #[test]
+    fn mirror_messages_are_the_exact_bytes() {
+        let sub = PeerMsg::Subscribe {
+            session: "s".into(),
+            from_seq: Some(5),
+            window: 1024,
+        };
+        // fixmap(4): "t":"subscribe", "session":"s", "from_seq":5, "window":1024
+        assert_eq!(
+            hex(&rmp_serde::to_vec_named(&sub).unwrap()),
+            "84a174a9737562736372696265a773657373696f6ea173a866726f6d5f73657105a677696e646f77cd0400"
+        );
+        let ev = DataMsg::Event {
+            session: "s".into(),
+            event: EventKind::Exited {
+                exit_code: 2,
+                signal: None,
+            },
+        };
+        // "event" is a map tagged by "kind", as clients see it.
+        assert_eq!(
+            hex(&rmp_serde::to_vec_named(&ev).unwrap()),
+            "83a174a56576656e74a773657373696f6ea173a56576656e7482a46b696e64a6657869746564a9657869745f636f646502"
+        );
+        for msg in [
+            DataMsg::Resync {
+                session: "s".into(),
+                last_seq: 9,
+            },
+            DataMsg::Closed {
+                session: "s".into(),
+                removed: true,
+            },
+        ] {
+            let bytes = rmp_serde::to_vec_named(&msg).unwrap();
+            assert_eq!(rmp_serde::from_slice::<DataMsg>(&bytes).unwrap(), msg);
+        }
     }
 
     #[test]

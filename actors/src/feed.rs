@@ -1,0 +1,35 @@
+//! `Feed`: what a subscriber holds to reach a session's output, whoever
+//! publishes it (the `SessionActor` of a local session or the
+//! `MirrorActor` of a remote one): the same three messages either way.
+
+use actix::dev::ToEnvelope;
+use actix::prelude::*;
+
+use crate::session::{Ack, Subscribe, Unsubscribe};
+
+#[derive(Clone)]
+pub struct Feed {
+    pub subscribe: Recipient<Subscribe>,
+    pub unsubscribe: Recipient<Unsubscribe>,
+    pub ack: Recipient<Ack>,
+}
+
+impl Feed {
+    pub fn of<A>(addr: &Addr<A>) -> Feed
+    where
+        A: Actor + Handler<Subscribe> + Handler<Unsubscribe> + Handler<Ack>,
+        A::Context: ToEnvelope<A, Subscribe> + ToEnvelope<A, Unsubscribe> + ToEnvelope<A, Ack>,
+    {
+        Feed {
+            subscribe: addr.clone().recipient(),
+            unsubscribe: addr.clone().recipient(),
+            ack: addr.clone().recipient(),
+        }
+    }
+}
+
+impl std::fmt::Debug for Feed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Feed")
+    }
+}

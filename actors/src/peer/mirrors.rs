@@ -1,0 +1,182 @@
+//! The `PeerActor`'s part in mirroring, both ways: as the owner, it
+//! subscribes to its sessions for the peer's mirrors (output out on this
+//! side's data stream, acks in on the control stream); as the mirroring
+//! side, it carries its mirrors' subscribes and acks to the peer and
+//! routes what arrives on the peer's data stream to them.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use actix::prelude::*;
+use termesh_transport::peer::DataMsg;
+
+use super::PeerActor;
+use crate::mirror::{FromOwner, ToOwner};
+use crate::publisher::Kind;
+use crate::registry::NEXT_SUB_ID;
+use crate::session::{Ack, Deliver, Delivery, Subscribe, Unsubscribe};
+
+/// Bounds of the window a peer's mirror may ask for.
+const WINDOW_BOUNDS: (u64, u64) = (64 << 10, 16 << 20);
+
+impl PeerActor {
+    pub(super) fn send_data(&mut self, msg: DataMsg) {
+        if let Some(data) = &self.data {
+            if data.send(msg).is_err() {
+                self.data = None;
+            }
+        }
+    }
+
+    /// The peer's mirror of `session` subscribes (again).
+    pub(super) fn mirror_subscribe(
+        &mut self,
+        session: String,
+        from_seq: Option<u64>,
+        window: u64,
+        ctx: &mut Context<Self>,
+    ) {
+        self.mirror_unsubscribe(&session);
+        let Some(handle) = self.dir.get(&session) else {
+            self.send_data(DataMsg::Closed {
+                session,
+                removed: true,
+            });
+            return;
+        };
+        let sub = NEXT_SUB_ID.fetch_add(1, Ordering::Relaxed);
+        handle.addr.do_send(Subscribe {
+            sub,
+            sink: ctx.address().recipient(),
+            req_id: 0,
+            from_seq,
+            window: window.clamp(WINDOW_BOUNDS.0, WINDOW_BOUNDS.1),
+            scrollback: 0,
+            kind: Kind::Mirror,
+        });
+        self.upstream.insert(session, (sub, handle));
+    }
+
+    pub(super) fn mirror_ack(&mut self, session: &str, seq: u64) {
+        if let Some((sub, handle)) = self.upstream.get(session) {
+            handle.addr.do_send(Ack { sub: *sub, seq });
+        }
+    }
+
+    pub(super) fn mirror_unsubscribe(&mut self, session: &str) {
+        if let Some((sub, handle)) = self.upstream.remove(session) {
+            handle.addr.do_send(Unsubscribe { sub });
+        }
+    }
+
+    /// The link went up or down: the peer's mirrors of this node's
+    /// sessions are gone (they subscribe again), and this node's mirrors
+    /// of the peer's sessions are told.
+    pub(super) fn mirrors_link(&mut self, up: bool) {
+        if !up {
+            let sessions: Vec<String> = self.upstream.keys().cloned().collect();
+            for session in sessions {
+                self.mirror_unsubscribe(&session);
+            }
+        }
+        self.mirrors.retain(|_, sink| sink.connected());
+        for sink in self.mirrors.values() {
+            sink.do_send(FromOwner::Link(up));
+        }
+    }
+
+    /// Something for one of this node's mirrors, from the peer's data stream.
+    pub(super) fn route_to_mirror(&mut self, msg: DataMsg) {
+        if let Some(sink) = self.mirrors.get(msg.session()) {
+            sink.do_send(FromOwner::Data(msg));
+        }
+    }
+}
+
+impl Handler<Deliver> for PeerActor {
+    type Result = ();
+
+    /// Output of a session of this node for the peer's mirror.
+    fn handle(&mut self, msg: Deliver, _: &mut Context<Self>) {
+        let Some((sub, _)) = self.upstream.get(&*msg.session) else {
+            return;
+        };
+        if *sub != msg.sub {
+            // Left over from a subscription that was replaced.
+            return;
+        }
+        let session = msg.session.to_string();
+        let data = match msg.item {
+            Delivery::Subscribed {
+                last_seq,
+                oldest_seq,
+                cols,
+                rows,
+                ..
+            } => DataMsg::Subscribed {
+                session,
+                last_seq,
+                oldest_seq,
+                cols,
+                rows,
+            },
+            Delivery::Output(frame) => DataMsg::Output {
+                session,
+                seq: frame.seq,
+                data: frame.data.to_vec(),
+            },
+            Delivery::ResyncRequired { last_seq } => DataMsg::Resync { session, last_seq },
+            Delivery::Event(event) => DataMsg::Event { session, event },
+            Delivery::Closed { removed } => {
+                self.upstream.remove(&session);
+                DataMsg::Closed { session, removed }
+            }
+            // A mirror's subscription gets neither.
+            Delivery::Snapshot { .. } | Delivery::Failed { .. } => return,
+        };
+        self.send_data(data);
+    }
+}
+
+impl Handler<ToOwner> for PeerActor {
+    type Result = ();
+
+    /// From one of this node's mirrors of the peer's sessions.
+    fn handle(&mut self, msg: ToOwner, _: &mut Context<Self>) {
+        match msg {
+            ToOwner::Subscribe {
+                session,
+                from_seq,
+                window,
+                sink,
+            } => {
+                if self.out.is_none() {
+                    sink.do_send(FromOwner::Link(false));
+                } else {
+                    self.send(termesh_transport::peer::PeerMsg::Subscribe {
+                        session: session.to_string(),
+                        from_seq,
+                        window,
+                    });
+                }
+                self.mirrors.insert(session, sink);
+            }
+            ToOwner::Ack { session, seq } => {
+                self.send(termesh_transport::peer::PeerMsg::Ack {
+                    session: session.to_string(),
+                    seq,
+                });
+            }
+            ToOwner::End { session } => {
+                if self.mirrors.remove(&session).is_some() {
+                    self.send(termesh_transport::peer::PeerMsg::Unsubscribe {
+                        session: session.to_string(),
+                    });
+                }
+            }
+        }
+    }
+}
+
+/// This node's mirrors of the peer's sessions, by session id.
+pub(super) type MirrorSinks = std::collections::HashMap<Arc<str>, Recipient<FromOwner>>;

@@ -1,0 +1,388 @@
+//! Remote sessions through mirrors, on three real nodes over QUIC: a
+//! client on any node gets a session of another node losslessly, with the
+//! owner's seqs, resuming on whichever node it reconnects to; one copy of
+//! the output crosses a link however many watch; a slow viewer delays only
+//! itself; a dropped link is `unreachable`, then `reachable` and the gap.
+
+mod common;
+
+use common::cluster::Cluster;
+use common::*;
+use rand::{Rng, SeedableRng};
+use termesh_node::client::Client;
+use termesh_transport::{ClientMsg, CreateRequest, EventKind, ServerMsg};
+
+/// Rings large enough that no test here loses frames to eviction.
+const BIG_RINGS: &str = "\n[session]\nring_bytes = \"64MiB\"\nring_frames = 4194304\n";
+
+async fn connect(cluster: &Cluster, i: usize) -> Client {
+    within(PATIENCE, "a connection", async {
+        loop {
+            if let Ok(c) = Client::connect(&cluster.target(i)).await {
+                return c;
+            }
+            poll_pause().await;
+        }
+    })
+    .await
+}
+
+/// Creates `script` (sh -c) on node `on`, asked through node `via` once
+/// every node knows every other.
+async fn create(cluster: &Cluster, via: usize, on: &str, script: &str) -> String {
+    let req = CreateRequest {
+        command: Some(vec!["sh".into(), "-c".into(), script.into()]),
+        node: Some(on.into()),
+        ..Default::default()
+    };
+    let id = within(PATIENCE, "the session to be created", async {
+        loop {
+            let mut c = connect(cluster, via).await;
+            let reply = c
+                .request(|id| ClientMsg::Create {
+                    id,
+                    req: req.clone(),
+                })
+                .await;
+            if let Ok(ServerMsg::Created { session, .. }) = reply {
+                return session.id;
+            }
+            poll_pause().await;
+        }
+    })
+    .await;
+    // Every node lists it (its owner's directory reached them).
+    for i in 0..cluster.nodes.len() {
+        within(PATIENCE, "every node to know the session", async {
+            loop {
+                let mut c = connect(cluster, i).await;
+                if let Ok(ServerMsg::Sessions { sessions, .. }) =
+                    c.request(|id| ClientMsg::List { id }).await
+                {
+                    if sessions.iter().any(|s| s.id == id) {
+                        return;
+                    }
+                }
+                poll_pause().await;
+            }
+        })
+        .await;
+    }
+    id
+}
+
+/// Types a line into the session through node `via`.
+async fn type_line(cluster: &Cluster, via: usize, session: &str, line: &str) {
+    let mut c = connect(cluster, via).await;
+    c.send(&ClientMsg::Input {
+        session: session.into(),
+        data: format!("{line}\n").into_bytes(),
+    })
+    .await
+    .unwrap();
+    // Answered after the input was handled (forwarded in order).
+    let _ = c.request(|id| ClientMsg::List { id }).await;
+    c.close().await;
+}
+
+fn numbered_lines(n: u64) -> Vec<u8> {
+    let mut out = Vec::new();
+    for i in 1..=n {
+        out.extend_from_slice(format!("{i}\n").as_bytes());
+    }
+    out
+}
+
+fn metric_of(cluster: &Cluster, i: usize, series: &str) -> f64 {
+    let url = format!("http://{}/metrics", cluster.nodes[i].http);
+    let text = ureq::get(&url).call().unwrap().into_string().unwrap();
+    text.lines()
+        .find(|l| l.starts_with(series))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {series} in\n{text}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lossless_through_mirrors_resuming_on_other_nodes() {
+    let cluster = Cluster::start_with(&["a", "b", "c"], BIG_RINGS);
+    const LINES: u64 = 2_800_000;
+    let lines = numbered_lines(LINES);
+    assert!(lines.len() > 19 << 20, "about 20 MiB");
+    let mut expected = b"ready\n".to_vec();
+    expected.extend_from_slice(&lines);
+    let script = format!("stty -onlcr -echo; echo ready; read go; exec seq 1 {LINES}");
+    let session = create(&cluster, 1, "a", &script).await;
+
+    let seed: u64 = std::env::var("TERMESH_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random);
+    println!("drop points seed: {seed} (set TERMESH_TEST_SEED to replay)");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut drops: Vec<usize> = (0..6).map(|_| rng.gen_range(0..expected.len())).collect();
+    drops.sort_unstable();
+    println!("drop points: {drops:?}");
+
+    let window = 1 << 20;
+    let mut stream = Stream::new(window);
+    let mut started = false;
+    let mut hops = Vec::new();
+    // B, C, B, C, ...: every resume is on another node than the last.
+    let mut on = 1;
+    within(PATIENCE * 4, "the whole output through mirrors", async {
+        loop {
+            let mut c = connect(&cluster, on).await;
+            subscribe(&mut c, &session, Some(stream.last_seq), window)
+                .await
+                .expect("subscribe");
+            hops.push((on, stream.last_seq));
+            if !started {
+                started = true;
+                pump_until(&mut c, &session, &mut stream, true, |s| {
+                    s.data.starts_with(b"ready\n")
+                })
+                .await
+                .expect("ready");
+                type_line(&cluster, 0, &session, "go").await;
+            }
+            let next_drop = drops.iter().copied().find(|d| *d > stream.data.len());
+            let done = |s: &Stream| {
+                s.data.len() >= expected.len() || next_drop.is_some_and(|d| s.data.len() >= d)
+            };
+            pump_until(&mut c, &session, &mut stream, true, done)
+                .await
+                .expect("pump");
+            if stream.data.len() >= expected.len() {
+                break;
+            }
+            // Dropped without a close, as a lost link does.
+            drop(c);
+            on = if on == 1 { 2 } else { 1 };
+        }
+    })
+    .await;
+    println!("resumed on (node, from seq): {hops:?}");
+    assert_eq!(stream.resyncs, 0, "every gap was replayed");
+    assert_eq!(stream.data.len(), expected.len());
+    assert!(stream.data == expected, "assembled output differs");
+    assert!(hops.len() >= 2, "the client moved between nodes");
+}
+
+/// Every `(seq, data)` of a session until it exits, from a fresh start.
+async fn frames_until_exit(mut c: Client, session: String) -> Vec<(u64, Vec<u8>)> {
+    let mut frames = Vec::new();
+    let mut acked = 0usize;
+    loop {
+        match next(&mut c).await {
+            ServerMsg::Output { seq, data, .. } => {
+                acked += data.len();
+                frames.push((seq, data));
+                if acked > 64 << 10 {
+                    acked = 0;
+                    c.send(&ClientMsg::Ack {
+                        session: session.clone(),
+                        seq: frames.last().map_or(0, |f| f.0),
+                    })
+                    .await
+                    .unwrap();
+                }
+            }
+            ServerMsg::Event {
+                event: EventKind::Exited { .. },
+                ..
+            } => return frames,
+            _ => {}
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn viewers_on_every_node_receive_identical_streams() {
+    let cluster = Cluster::start_with(&["a", "b", "c"], BIG_RINGS);
+    let script = "stty -onlcr -echo; echo ready; read go; i=0; \
+                  while [ $i -lt 300 ]; do i=$((i+1)); echo \"line $i\"; done; seq 1 50000";
+    let session = create(&cluster, 0, "a", script).await;
+    let mut tasks = Vec::new();
+    for i in 0..3 {
+        let mut c = connect(&cluster, i).await;
+        subscribe(&mut c, &session, Some(0), 256 << 10)
+            .await
+            .unwrap();
+        tasks.push(tokio::spawn(frames_until_exit(c, session.clone())));
+    }
+    type_line(&cluster, 2, &session, "go").await;
+    let mut streams = Vec::new();
+    for t in tasks {
+        streams.push(within(PATIENCE, "a viewer's stream", t).await.unwrap());
+    }
+    let total: usize = streams[0].iter().map(|f| f.1.len()).sum();
+    println!("{} frames, {total} bytes on each node", streams[0].len());
+    assert!(total > 250_000);
+    let first_seq = streams[0][0].0;
+    assert_eq!(first_seq, 1, "from the very first frame");
+    assert!(streams[0].windows(2).all(|w| w[1].0 == w[0].0 + 1));
+    assert!(streams[1] == streams[0], "node b's viewer differs from a's");
+    assert!(streams[2] == streams[0], "node c's viewer differs from a's");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_viewers_on_one_node_cost_one_copy_over_the_link() {
+    let cluster = Cluster::start_with(&["a", "b", "c"], BIG_RINGS);
+    const LINES: u64 = 500_000;
+    let script = format!("stty -onlcr -echo; echo ready; read go; exec seq 1 {LINES}");
+    let session = create(&cluster, 1, "a", &script).await;
+    let mut tasks = Vec::new();
+    for _ in 0..10 {
+        let mut c = connect(&cluster, 1).await;
+        subscribe(&mut c, &session, Some(0), 1 << 20).await.unwrap();
+        tasks.push(tokio::spawn(frames_until_exit(c, session.clone())));
+    }
+    let series = "termesh_peer_bytes_out_total{node=\"a\",peer=\"b\"}";
+    let before = metric_of(&cluster, 0, series);
+    type_line(&cluster, 0, &session, "go").await;
+    let mut output = 0usize;
+    for t in tasks {
+        let frames = within(PATIENCE, "a viewer's stream", t).await.unwrap();
+        let bytes: usize = frames.iter().map(|f| f.1.len()).sum();
+        assert!(output == 0 || bytes == output, "every viewer got it all");
+        output = bytes;
+    }
+    let sent = metric_of(&cluster, 0, series) - before;
+    let ratio = sent / output as f64;
+    println!(
+        "session output {output} bytes; a->b link {sent} bytes: {ratio:.3}x for 10 viewers on b"
+    );
+    assert!(output as u64 > numbered_lines(LINES).len() as u64);
+    assert!(ratio < 1.1, "{ratio:.3}x the output crossed the link");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_viewer_on_a_mirror_delays_only_itself() {
+    let cluster = Cluster::start_with(&["a", "b", "c"], "");
+    let script =
+        "stty -onlcr -echo; echo ready; read go; seq 1 300000; echo all-done; exec sleep 1000";
+    let session = create(&cluster, 1, "a", script).await;
+    let window = 64 << 10;
+    let mut slow = connect(&cluster, 1).await;
+    subscribe(&mut slow, &session, Some(0), window)
+        .await
+        .unwrap();
+    let mut fast = Vec::new();
+    for i in [0, 1] {
+        let mut c = connect(&cluster, i).await;
+        subscribe(&mut c, &session, Some(0), window).await.unwrap();
+        fast.push(c);
+    }
+    type_line(&cluster, 0, &session, "go").await;
+    // Both fast viewers see the end while the slow one has not acked.
+    for c in fast.iter_mut() {
+        let mut s = Stream::new(window);
+        within(
+            PATIENCE,
+            "a fast viewer to see the end",
+            pump_until(c, &session, &mut s, true, |s| {
+                s.data.ends_with(b"all-done\n")
+            }),
+        )
+        .await
+        .unwrap();
+    }
+    // The slow one holds at most its window plus one frame, then gets its
+    // gap (replayed, or one resync) once it acks again.
+    let mut s = Stream::new(window);
+    within(
+        PATIENCE,
+        "the slow viewer's first window",
+        pump_until(&mut slow, &session, &mut s, false, |s| s.unacked >= window),
+    )
+    .await
+    .ok();
+    assert!(s.unacked <= window + (64 << 10), "credit held: {}", s.unacked);
+    within(
+        PATIENCE,
+        "the slow viewer to catch up",
+        pump_until(&mut slow, &session, &mut s, true, |s| {
+            s.data.ends_with(b"all-done\n")
+                || s.snapshots
+                    .iter()
+                    .any(|(_, d)| d.ends_with(b"all-done\r\n"))
+        }),
+    )
+    .await
+    .unwrap();
+    assert!(s.resyncs <= 1);
+    println!("slow viewer: {} resyncs, {} bytes", s.resyncs, s.data.len());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_link_is_unreachable_then_reachable_with_every_frame() {
+    let cluster = Cluster::start_with(&["a", "b", "c"], BIG_RINGS);
+    let script = "stty -onlcr -echo; i=0; while [ $i -lt 100000 ]; do i=$((i+1)); echo \"tick $i\"; sleep 0.01; done";
+    let session = create(&cluster, 1, "a", script).await;
+    let window = 1 << 20;
+    let mut c = connect(&cluster, 1).await;
+    subscribe(&mut c, &session, Some(0), window).await.unwrap();
+    let mut s = Stream::new(window);
+    within(
+        PATIENCE,
+        "ticks through b",
+        pump_until(&mut c, &session, &mut s, true, |s| s.data.len() > 200),
+    )
+    .await
+    .unwrap();
+    let a = nix::unistd::Pid::from_raw(cluster.pid(0) as i32);
+    nix::sys::signal::kill(a, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    let mut events = Vec::new();
+    let result = within(PATIENCE * 2, "unreachable, then reachable", async {
+        loop {
+            if s.should_ack() {
+                s.unacked = 0;
+                c.send(&ClientMsg::Ack {
+                    session: session.clone(),
+                    seq: s.last_seq,
+                })
+                .await
+                .unwrap();
+            }
+            let msg = next(&mut c).await;
+            s.apply(&session, &msg);
+            if let ServerMsg::Event { event, .. } = &msg {
+                match event {
+                    EventKind::Unreachable => {
+                        events.push(("unreachable", s.last_seq));
+                        nix::sys::signal::kill(a, nix::sys::signal::Signal::SIGCONT).unwrap();
+                    }
+                    EventKind::Reachable => {
+                        events.push(("reachable", s.last_seq));
+                        return;
+                    }
+                    _ => {}
+                }
+            }
+        }
+    });
+    let result = tokio::time::timeout(PATIENCE * 2, result).await;
+    let _ = nix::sys::signal::kill(a, nix::sys::signal::Signal::SIGCONT);
+    result.unwrap_or_else(|_| panic!("no unreachable/reachable; b's log:\n{}", cluster.log(1)));
+    println!("events (kind, last seq seen): {events:?}");
+    let before = s.last_seq;
+    // Output continues with every frame: the Stream panics on a hole.
+    within(
+        PATIENCE,
+        "ticks after the link is back",
+        pump_until(&mut c, &session, &mut s, true, |s| s.last_seq > before + 20),
+    )
+    .await
+    .unwrap();
+    assert_eq!(s.resyncs, 0, "the owner's ring held the gap");
+    let text = String::from_utf8_lossy(&s.data);
+    let ticks: Vec<u64> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("tick ")?.parse().ok())
+        .collect();
+    assert!(
+        ticks.windows(2).all(|w| w[1] == w[0] + 1),
+        "every tick once, in order"
+    );
+}

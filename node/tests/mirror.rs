@@ -250,8 +250,14 @@ async fn ten_viewers_on_one_node_cost_one_copy_over_the_link() {
     }
     let sent = metric_of(&cluster, 0, series) - before;
     let ratio = sent / output as f64;
+    let lost = metric_of(
+        &cluster,
+        0,
+        "termesh_peer_lost_packets_total{node=\"a\",peer=\"b\"}",
+    );
     println!(
-        "session output {output} bytes; a->b link {sent} bytes: {ratio:.3}x for 10 viewers on b"
+        "session output {output} bytes; a->b link {sent} bytes ({lost} packets lost): \
+         {ratio:.3}x for 10 viewers on b"
     );
     assert!(output as u64 > numbered_lines(LINES).len() as u64);
     assert!(ratio < 1.1, "{ratio:.3}x the output crossed the link");
@@ -298,7 +304,11 @@ async fn a_slow_viewer_on_a_mirror_delays_only_itself() {
     )
     .await
     .ok();
-    assert!(s.unacked <= window + (64 << 10), "credit held: {}", s.unacked);
+    assert!(
+        s.unacked <= window + (64 << 10),
+        "credit held: {}",
+        s.unacked
+    );
     within(
         PATIENCE,
         "the slow viewer to catch up",

@@ -144,18 +144,6 @@ impl ConnectionActor {
             | ClientMsg::Remove { session, .. }
             | ClientMsg::Screen { session, .. }
             | ClientMsg::History { session, .. } => self.node.route_session(session)?,
-            ClientMsg::Subscribe { session, .. } => match self.node.route_session(session)? {
-                Route::Owner(node) => {
-                    return Err(ApiError::new(
-                        ErrorCode::Unavailable,
-                        format!(
-                            "session `{session}` runs on node `{node}`: attach through that node \
-                             (streaming another node's sessions comes with mirrors)"
-                        ),
-                    ))
-                }
-                Route::Here => Route::Here,
-            },
             _ => Route::Here,
         };
         Ok(match route {

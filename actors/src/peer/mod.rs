@@ -65,22 +65,34 @@ pub struct LinkStats {
 
 #[derive(Debug, Default)]
 struct LinkBytes {
-    ended_in: u64,
-    ended_out: u64,
+    ended: LinkTotals,
     open: HashMap<usize, quinn::Connection>,
 }
 
+/// UDP bytes each way and packets lost (sent again) over a link so far.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct LinkTotals {
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    pub lost_packets: u64,
+}
+
+impl LinkTotals {
+    fn add(mut self, c: &quinn::Connection) -> Self {
+        let s = c.stats();
+        self.bytes_in += s.udp_rx.bytes;
+        self.bytes_out += s.udp_tx.bytes;
+        self.lost_packets += s.path.lost_packets;
+        self
+    }
+}
+
 impl LinkStats {
-    /// UDP bytes (in, out) of every connection of the link so far, the
-    /// open ones counted up to this moment.
-    pub fn bytes(&self) -> (u64, u64) {
+    /// Every connection of the link so far, the open ones counted up to
+    /// this moment.
+    pub fn totals(&self) -> LinkTotals {
         let b = self.bytes.lock().unwrap_or_else(|e| e.into_inner());
-        b.open
-            .values()
-            .fold((b.ended_in, b.ended_out), |(i, o), c| {
-                let s = c.stats();
-                (i + s.udp_rx.bytes, o + s.udp_tx.bytes)
-            })
+        b.open.values().fold(b.ended, LinkTotals::add)
     }
 
     /// Counts `conn` from now until [`LinkStats::conn_ended`].
@@ -93,9 +105,7 @@ impl LinkStats {
     pub(crate) fn conn_ended(&self, conn: &quinn::Connection) {
         let mut b = self.bytes.lock().unwrap_or_else(|e| e.into_inner());
         if b.open.remove(&conn.stable_id()).is_some() {
-            let s = conn.stats();
-            b.ended_in += s.udp_rx.bytes;
-            b.ended_out += s.udp_tx.bytes;
+            b.ended = b.ended.add(conn);
         }
     }
 

@@ -36,7 +36,7 @@ pub fn list(state: &AppState) -> Vec<Value> {
     })];
     for peer in node.peers.all() {
         let s = &peer.stats;
-        let (bytes_in, bytes_out) = s.bytes();
+        let t = s.totals();
         let mut entry = json!({
             "name": peer.entry.name,
             "http": peer.entry.http.to_string(),
@@ -46,8 +46,8 @@ pub fn list(state: &AppState) -> Vec<Value> {
             "breaker": s.breaker_name(),
             "stall_ms": s.peer_stall_ms.load(Relaxed),
             "sessions": node.cluster.count(&peer.entry.name),
-            "bytes_in": bytes_in,
-            "bytes_out": bytes_out,
+            "bytes_in": t.bytes_in,
+            "bytes_out": t.bytes_out,
         });
         let rtt = s.rtt_us.load(Relaxed);
         if rtt > 0 && s.state_name() == "up" {
@@ -65,7 +65,7 @@ pub fn metrics(state: &AppState) -> String {
         return String::new();
     }
     type Get = fn(&termesh_actors::peer::LinkStats) -> f64;
-    let series: [(&str, &str, &str, Get); 8] = [
+    let series: [(&str, &str, &str, Get); 9] = [
         (
             "termesh_peer_up",
             "gauge",
@@ -106,13 +106,19 @@ pub fn metrics(state: &AppState) -> String {
             "termesh_peer_bytes_in_total",
             "counter",
             "UDP bytes received from the peer.",
-            |s| s.bytes().0 as f64,
+            |s| s.totals().bytes_in as f64,
         ),
         (
             "termesh_peer_bytes_out_total",
             "counter",
             "UDP bytes sent to the peer.",
-            |s| s.bytes().1 as f64,
+            |s| s.totals().bytes_out as f64,
+        ),
+        (
+            "termesh_peer_lost_packets_total",
+            "counter",
+            "QUIC packets to the peer declared lost (and sent again).",
+            |s| s.totals().lost_packets as f64,
         ),
     ];
     let mut out = String::new();

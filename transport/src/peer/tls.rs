@@ -179,11 +179,35 @@ impl Identity {
     /// A QUIC endpoint on `addr` that accepts peers and dials them. Must
     /// be called inside a tokio runtime.
     pub fn endpoint(&self, addr: SocketAddr) -> Result<quinn::Endpoint, TlsError> {
-        let mut endpoint = quinn::Endpoint::server(self.server_config()?, addr)
-            .map_err(|e| TlsError::Setup(format!("cannot listen on {addr} (UDP): {e}")))?;
+        let cannot =
+            |e: std::io::Error| TlsError::Setup(format!("cannot listen on {addr} (UDP): {e}"));
+        let socket = udp_socket(addr).map_err(cannot)?;
+        let runtime = quinn::default_runtime()
+            .ok_or_else(|| TlsError::Setup("no async runtime for the QUIC endpoint".into()))?;
+        let mut endpoint = quinn::Endpoint::new(
+            quinn::EndpointConfig::default(),
+            Some(self.server_config()?),
+            socket,
+            runtime,
+        )
+        .map_err(cannot)?;
         endpoint.set_default_client_config(self.client_config()?);
         Ok(endpoint)
     }
+}
+
+/// Socket buffers the mesh asks for (the kernel caps them at
+/// `net.core.rmem_max` / `wmem_max`): a window of output arrives in a
+/// burst, and a datagram the socket has no room for is lost and sent again.
+const UDP_BUFFER: usize = 4 << 20;
+
+fn udp_socket(addr: SocketAddr) -> std::io::Result<std::net::UdpSocket> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+    let _ = socket.set_recv_buffer_size(UDP_BUFFER);
+    let _ = socket.set_send_buffer_size(UDP_BUFFER);
+    socket.bind(&addr.into())?;
+    Ok(socket.into())
 }
 
 /// The ring provider, the only one the mesh uses.

@@ -396,3 +396,126 @@ async fn a_dropped_link_is_unreachable_then_reachable_with_every_frame() {
         "every tick once, in order"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn termesh_attach_on_any_node_drives_a_session_of_another() {
+    let cluster = Cluster::start(&["a", "b", "c"]);
+    // A shell-like loop on a: echoes each line typed, exits on `bye`.
+    let script = "stty -echo; echo prompt-ready; while read l; do \
+                  [ \"$l\" = bye ] && exit 5; echo \"got:$l\"; done";
+    let session = create(&cluster, 0, "a", script).await;
+    let url = format!("http://{}", cluster.nodes[2].http);
+    let pane = common::tmux::Tmux::start(
+        80,
+        24,
+        &format!("{} attach {session}", env!("CARGO_BIN_EXE_termesh")),
+        &[("TERMESH_URL", &url), ("TERMESH_TOKEN", &cluster.token)],
+    );
+    pane.wait_for("prompt-ready").await;
+    pane.type_text("through-c\r");
+    pane.wait_for("got:through-c").await;
+    pane.type_text("bye\r");
+    assert_eq!(pane.exit_code().await, 5, "{}", pane.text());
+    assert!(
+        pane.text().contains("exited with code 5"),
+        "{}",
+        pane.text()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn control_frames_do_not_wait_behind_a_flood_on_the_same_link() {
+    let cluster = Cluster::start(&["a", "b", "c"]);
+    let flood = create(
+        &cluster,
+        1,
+        "a",
+        "exec yes 'flood flood flood flood flood flood flood'",
+    )
+    .await;
+    let echo = create(&cluster, 1, "a", "stty raw -echo; exec cat").await;
+    // A viewer on b drains the flood as fast as it can, acking.
+    let mut viewer = connect(&cluster, 1).await;
+    subscribe(&mut viewer, &flood, None, 1 << 20).await.unwrap();
+    let drained = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let counter = drained.clone();
+    let flood_id = flood.clone();
+    let drain = tokio::spawn(async move {
+        let mut unacked = 0u64;
+        while let Ok(msg) = viewer.recv().await {
+            if let ServerMsg::Output { seq, data, .. } = msg {
+                counter.fetch_add(data.len() as u64, std::sync::atomic::Ordering::Relaxed);
+                unacked += data.len() as u64;
+                if unacked >= 256 << 10 {
+                    unacked = 0;
+                    let ack = ClientMsg::Ack {
+                        session: flood_id.clone(),
+                        seq,
+                    };
+                    if viewer.send(&ack).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    });
+    within(PATIENCE, "the flood to cross the link", async {
+        while drained.load(std::sync::atomic::Ordering::Relaxed) < 8 << 20 {
+            poll_pause().await;
+        }
+    })
+    .await;
+    // Keystrokes and forwarded requests from b while the flood runs.
+    let mut c = connect(&cluster, 1).await;
+    subscribe(&mut c, &echo, None, 1 << 20).await.unwrap();
+    let flood_before = drained.load(std::sync::atomic::Ordering::Relaxed);
+    let started = std::time::Instant::now();
+    let mut times = Vec::new();
+    for i in 0..100 {
+        let key = format!("<k{i}>");
+        let sent = std::time::Instant::now();
+        c.send(&ClientMsg::Input {
+            session: echo.clone(),
+            data: key.clone().into_bytes(),
+        })
+        .await
+        .unwrap();
+        let mut seen = String::new();
+        within(PATIENCE, "the echo", async {
+            while !seen.contains(&key) {
+                if let ServerMsg::Output { data, .. } = next(&mut c).await {
+                    seen.push_str(&String::from_utf8_lossy(&data));
+                }
+            }
+        })
+        .await;
+        times.push(sent.elapsed());
+        let renamed = c
+            .request(|id| ClientMsg::Rename {
+                id,
+                session: echo.clone(),
+                name: format!("echo-{}", i % 2),
+            })
+            .await
+            .unwrap();
+        assert!(matches!(renamed, ServerMsg::Ok { .. }), "{renamed:?}");
+    }
+    let flood_rate = (drained.load(std::sync::atomic::Ordering::Relaxed) - flood_before) as f64
+        / started.elapsed().as_secs_f64()
+        / 1e6;
+    times.sort();
+    println!(
+        "echo through b for a session on a, while {flood_rate:.1} MB/s of another session \
+         crosses the same link: p50 {:?}, p99 {:?}",
+        times[times.len() / 2],
+        times[times.len() * 99 / 100]
+    );
+    assert!(flood_rate > 0.0, "the flood kept flowing");
+    for series in [
+        "termesh_peer_request_timeouts_total{node=\"b\",peer=\"a\"}",
+        "termesh_peer_breaker_trips_total{node=\"b\",peer=\"a\"}",
+    ] {
+        assert_eq!(metric_of(&cluster, 1, series), 0.0, "{series}");
+    }
+    drain.abort();
+}

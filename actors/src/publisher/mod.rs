@@ -423,6 +423,10 @@ impl<S: Sink> Publisher<S> {
             return;
         }
         if result.seq > self.ring.last_seq() {
+            // What it needs now is what follows its own seq: frames up to
+            // there may go, or a full ring could never reach it.
+            self.pins.insert((id, generation), result.seq);
+            self.repin();
             self.parked.push((id, generation, result));
             return;
         }

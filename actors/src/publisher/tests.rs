@@ -225,7 +225,7 @@ fn a_resume_ahead_of_a_mirror_waits_for_the_frames() {
 }
 
 #[test]
-fn a_snapshot_ahead_of_the_ring_is_parked_and_pins_hold_frames() {
+fn a_snapshot_ahead_of_the_ring_is_parked_until_the_ring_reaches_it() {
     let rec = Rec::default();
     let mut p: Publisher<Rec> = Publisher::new(
         Arc::from("s"),
@@ -239,13 +239,39 @@ fn a_snapshot_ahead_of_the_ring_is_parked_and_pins_hold_frames() {
     p.snapshot_done(1, w.generation, snap(3));
     assert!(seqs(&rec.take_for(1)).is_empty());
     p.push_at(2, Bytes::from(vec![b'x'; 10])).unwrap();
-    // Frames after the pin (seq 1) stay: 25 more bytes would evict seq 2.
-    assert!(p.would_pause(25));
-    assert!(!p.would_pause(10), "seq 1 may go");
+    // Parked at 3: frames through 3 may go, none after it yet.
+    assert!(!p.would_pause(25));
     p.push_at(3, Bytes::from(vec![b'x'; 10])).unwrap();
     let got = rec.take_for(1);
     assert!(matches!(got[0], Delivery::Snapshot { seq: 3, .. }));
     assert!(!p.would_pause(25), "delivered: unpinned");
+}
+
+#[test]
+fn a_parked_snapshot_moves_the_pin_so_a_full_ring_reaches_it() {
+    let rec = Rec::default();
+    let mut p: Publisher<Rec> = Publisher::new(
+        Arc::from("s"),
+        Ring::starting_at(0, 30, 100),
+        true,
+        Arc::new(Metrics::default()),
+    );
+    p.subscribe(sub(&rec, 1, None, 1000, Kind::Viewer), (80, 24));
+    let w = p.take_wanted()[0];
+    for seq in 1..=3 {
+        p.push_at(seq, Bytes::from(vec![b'x'; 10])).unwrap();
+    }
+    assert!(p.would_pause(10), "pinned at 0 and full");
+    // The owner rendered at 5: frames up to 5 may go now.
+    p.snapshot_done(1, w.generation, snap(5));
+    assert!(!p.would_pause(10));
+    p.push_at(4, Bytes::from(vec![b'x'; 10])).unwrap();
+    p.push_at(5, Bytes::from(vec![b'x'; 10])).unwrap();
+    let got = rec.take_for(1);
+    assert!(matches!(
+        got.last(),
+        Some(Delivery::Snapshot { seq: 5, .. })
+    ));
 }
 
 #[test]

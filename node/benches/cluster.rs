@@ -162,6 +162,56 @@ async fn main() {
         );
     }
 
+    // Output of a session on a to a client on b (through b's mirror),
+    // beside the raw PTY, alternating rounds, medians.
+    let mib: usize = std::env::var("TERMESH_BENCH_MIB")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(64);
+    let file = dir.path().join("payload.txt");
+    common::payload(&file, mib);
+    let (mut raw, mut mirrored, mut behind) = (Vec::new(), Vec::new(), 0);
+    for _ in 0..3 {
+        let (bytes, time) = common::raw_pty(&file);
+        raw.push(bytes as f64 / time.as_secs_f64() / 1e6);
+        match common::through_termesh(&target(1), Some("a"), &file, bytes).await {
+            Some(t) => mirrored.push(bytes as f64 / t.as_secs_f64() / 1e6),
+            None => behind += 1,
+        }
+    }
+    if mirrored.is_empty() {
+        mirrored.push(0.0);
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(|a, b| a.total_cmp(b));
+        v[v.len() / 2]
+    };
+    let (raw_rate, mirror_rate) = (median(&mut raw), median(&mut mirrored));
+    println!("\nthroughput, {mib} MiB of cat through a PTY (median of 3 alternating rounds)");
+    println!("  raw PTY, local reader (limit)            {raw_rate:8.1} MB/s   rounds {raw:.0?}");
+    println!(
+        "  session on a, client on b (mirror)       {mirror_rate:8.1} MB/s   rounds {mirrored:.0?}   {:5.1}% of raw (target >= 80%)",
+        100.0 * mirror_rate / raw_rate
+    );
+    if behind > 0 {
+        println!(
+            "    {behind} round(s) not timed: the client fell a whole ring behind and was resynced"
+        );
+    }
+    let (idle50, idle99) = common::echo(&target(1), Some("a"), 1000, false).await;
+    let (flood50, flood99) = common::echo(&target(1), Some("a"), 1000, true).await;
+    println!("\nkeystroke echo round trip, client on b, session on a (input forwarded on the control stream, output through the mirror)");
+    println!(
+        "  idle                                     p50 {:7.3} ms   p99 {:7.3} ms",
+        ms(idle50),
+        ms(idle99)
+    );
+    println!(
+        "  while another session on a floods to b   p50 {:7.3} ms   p99 {:7.3} ms",
+        ms(flood50),
+        ms(flood99)
+    );
+
     // An idle peer link's memory: a node with two links beside a node
     // alone (same binary, no sessions).
     let single = common::Node::start("");

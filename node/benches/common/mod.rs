@@ -2,9 +2,12 @@
 //! process, and the client calls they all make.
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use portable_pty::{native_pty_system, CommandBuilder, PtySize};
 
 use termesh_node::client::{Client, Target};
 use termesh_transport::{ClientMsg, CreateRequest, ServerMsg};
@@ -82,8 +85,14 @@ pub fn rss_kib(pid: u32) -> u64 {
 }
 
 pub async fn create(c: &mut Client, command: &str) -> String {
+    create_on(c, None, command).await
+}
+
+/// Creates `sh -c command` on node `on` (this one when `None`).
+pub async fn create_on(c: &mut Client, on: Option<&str>, command: &str) -> String {
     let req = CreateRequest {
         command: Some(vec!["sh".into(), "-c".into(), command.into()]),
+        node: on.map(str::to_string),
         ..Default::default()
     };
     match c.request(|id| ClientMsg::Create { id, req }).await.unwrap() {
@@ -112,4 +121,183 @@ pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
 
 pub fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
+}
+
+pub fn payload(path: &Path, mib: usize) {
+    let line =
+        b"termesh benchmark payload: the quick brown fox jumps over the lazy dog 0123456789\n";
+    let mut f = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
+    let mut written = 0;
+    while written < mib << 20 {
+        f.write_all(line).unwrap();
+        written += line.len();
+    }
+}
+
+/// The machine's own limit: a local reader draining `cat` through a PTY.
+pub fn raw_pty(path: &Path) -> (usize, Duration) {
+    let pair = native_pty_system()
+        .openpty(PtySize {
+            rows: 30,
+            cols: 120,
+            pixel_width: 0,
+            pixel_height: 0,
+        })
+        .unwrap();
+    let mut cmd = CommandBuilder::new("sh");
+    cmd.args([
+        "-c",
+        &format!("stty raw -echo; exec cat {}", path.display()),
+    ]);
+    let start = Instant::now();
+    let mut child = pair.slave.spawn_command(cmd).unwrap();
+    drop(pair.slave);
+    let mut reader = pair.master.try_clone_reader().unwrap();
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut total = 0;
+    while let Ok(n) = reader.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        total += n;
+    }
+    let elapsed = start.elapsed();
+    let _ = child.wait();
+    (total, elapsed)
+}
+
+/// Same payload through a node to a WebSocket client that acks per protocol.
+/// `None` when the client fell a whole ring behind the program (a resync:
+/// the node does not slow a program for its viewers), so the round has no
+/// time to give.
+pub async fn through_termesh(
+    target: &Target,
+    on: Option<&str>,
+    path: &Path,
+    expected: usize,
+) -> Option<Duration> {
+    let mut c = Client::connect(target).await.unwrap();
+    let session = create_on(
+        &mut c,
+        on,
+        &format!("stty raw -echo; read go; exec cat {}", path.display()),
+    )
+    .await;
+    subscribe(&mut c, &session, Some(0)).await;
+    let start = Instant::now();
+    c.send(&ClientMsg::Input {
+        session: session.clone(),
+        data: b"\n".to_vec(),
+    })
+    .await
+    .unwrap();
+    let (mut got, mut unacked, mut resynced) = (0usize, 0u64, false);
+    while got < expected {
+        match c.recv().await.unwrap() {
+            ServerMsg::Output { seq, data, .. } => {
+                got += data.len();
+                unacked += data.len() as u64;
+                if unacked >= WINDOW / 4 {
+                    unacked = 0;
+                    c.send(&ClientMsg::Ack {
+                        session: session.clone(),
+                        seq,
+                    })
+                    .await
+                    .unwrap();
+                }
+            }
+            ServerMsg::ResyncRequired { .. } => resynced = true,
+            // The program has ended: after a resync its bytes never all come.
+            ServerMsg::Event {
+                event: termesh_transport::EventKind::Exited { .. },
+                ..
+            } if resynced => return None,
+            _ => {}
+        }
+    }
+    Some(start.elapsed())
+}
+
+/// Keystroke to echo through the node; optionally with a flood on the same
+/// connection (subscribed and acked by the same client).
+pub async fn echo(
+    target: &Target,
+    on: Option<&str>,
+    samples: usize,
+    flood: bool,
+) -> (Duration, Duration) {
+    let mut c = Client::connect(target).await.unwrap();
+    let session = create_on(&mut c, on, "stty raw -echo; exec cat").await;
+    subscribe(&mut c, &session, Some(0)).await;
+    let flood_id = if flood {
+        let id = create_on(
+            &mut c,
+            on,
+            "exec yes 'flood flood flood flood flood flood flood flood flood flood'",
+        )
+        .await;
+        subscribe(&mut c, &id, None).await;
+        Some(id)
+    } else {
+        None
+    };
+    let mut flood_unacked = 0u64;
+    let mut times = Vec::with_capacity(samples);
+    for i in 0..samples + 20 {
+        let key = format!("<{i}>");
+        let sent = Instant::now();
+        c.send(&ClientMsg::Input {
+            session: session.clone(),
+            data: key.clone().into_bytes(),
+        })
+        .await
+        .unwrap();
+        let mut seen = String::new();
+        loop {
+            match c.recv().await.unwrap() {
+                ServerMsg::Output {
+                    session: s, data, ..
+                } if s == session => {
+                    seen.push_str(&String::from_utf8_lossy(&data));
+                    if seen.contains(&key) {
+                        break;
+                    }
+                }
+                ServerMsg::Output {
+                    session: s,
+                    seq,
+                    data,
+                } if Some(&s) == flood_id.as_ref() => {
+                    flood_unacked += data.len() as u64;
+                    if flood_unacked >= WINDOW / 4 {
+                        flood_unacked = 0;
+                        c.send(&ClientMsg::Ack { session: s, seq }).await.unwrap();
+                    }
+                }
+                _ => {}
+            }
+        }
+        if i >= 20 {
+            times.push(sent.elapsed());
+        }
+        // The echo session's window: ack what was echoed.
+        c.send(&ClientMsg::Ack {
+            session: session.clone(),
+            seq: u64::MAX,
+        })
+        .await
+        .unwrap();
+    }
+    if let Some(id) = flood_id {
+        let _ = c
+            .request(|rid| ClientMsg::Remove {
+                id: rid,
+                session: id,
+                purge: None,
+            })
+            .await;
+    }
+    times.sort();
+    (percentile(&times, 0.5), percentile(&times, 0.99))
 }

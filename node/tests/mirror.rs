@@ -6,84 +6,14 @@
 
 mod common;
 
-use common::cluster::Cluster;
+use common::cluster::{connect, create, type_line, Cluster};
 use common::*;
 use rand::{Rng, SeedableRng};
 use termesh_node::client::Client;
-use termesh_transport::{ClientMsg, CreateRequest, EventKind, ServerMsg};
+use termesh_transport::{ClientMsg, EventKind, ServerMsg};
 
 /// Rings large enough that no test here loses frames to eviction.
 const BIG_RINGS: &str = "\n[session]\nring_bytes = \"64MiB\"\nring_frames = 4194304\n";
-
-async fn connect(cluster: &Cluster, i: usize) -> Client {
-    within(PATIENCE, "a connection", async {
-        loop {
-            if let Ok(c) = Client::connect(&cluster.target(i)).await {
-                return c;
-            }
-            poll_pause().await;
-        }
-    })
-    .await
-}
-
-/// Creates `script` (sh -c) on node `on`, asked through node `via` once
-/// every node knows every other.
-async fn create(cluster: &Cluster, via: usize, on: &str, script: &str) -> String {
-    let req = CreateRequest {
-        command: Some(vec!["sh".into(), "-c".into(), script.into()]),
-        node: Some(on.into()),
-        ..Default::default()
-    };
-    let id = within(PATIENCE, "the session to be created", async {
-        loop {
-            let mut c = connect(cluster, via).await;
-            let reply = c
-                .request(|id| ClientMsg::Create {
-                    id,
-                    req: req.clone(),
-                })
-                .await;
-            if let Ok(ServerMsg::Created { session, .. }) = reply {
-                return session.id;
-            }
-            poll_pause().await;
-        }
-    })
-    .await;
-    // Every node lists it (its owner's directory reached them).
-    for i in 0..cluster.nodes.len() {
-        within(PATIENCE, "every node to know the session", async {
-            loop {
-                let mut c = connect(cluster, i).await;
-                if let Ok(ServerMsg::Sessions { sessions, .. }) =
-                    c.request(|id| ClientMsg::List { id }).await
-                {
-                    if sessions.iter().any(|s| s.id == id) {
-                        return;
-                    }
-                }
-                poll_pause().await;
-            }
-        })
-        .await;
-    }
-    id
-}
-
-/// Types a line into the session through node `via`.
-async fn type_line(cluster: &Cluster, via: usize, session: &str, line: &str) {
-    let mut c = connect(cluster, via).await;
-    c.send(&ClientMsg::Input {
-        session: session.into(),
-        data: format!("{line}\n").into_bytes(),
-    })
-    .await
-    .unwrap();
-    // Answered after the input was handled (forwarded in order).
-    let _ = c.request(|id| ClientMsg::List { id }).await;
-    c.close().await;
-}
 
 fn numbered_lines(n: u64) -> Vec<u8> {
     let mut out = Vec::new();
@@ -414,6 +344,17 @@ async fn termesh_attach_on_any_node_drives_a_session_of_another() {
     pane.wait_for("prompt-ready").await;
     pane.type_text("through-c\r");
     pane.wait_for("got:through-c").await;
+    // The owner cut off from c: the status row says so, then clears, and
+    // keys typed meanwhile arrive.
+    let a = nix::unistd::Pid::from_raw(cluster.pid(0) as i32);
+    nix::sys::signal::kill(a, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    let shown = tokio::time::timeout(PATIENCE, pane.wait_for("node is unreachable")).await;
+    nix::sys::signal::kill(a, nix::sys::signal::Signal::SIGCONT).unwrap();
+    shown.expect("the status row names the unreachable node");
+    pane.wait_until("the status row to clear", |t| !t.contains("unreachable"))
+        .await;
+    pane.type_text("after-the-cut\r");
+    pane.wait_for("got:after-the-cut").await;
     pane.type_text("bye\r");
     assert_eq!(pane.exit_code().await, 5, "{}", pane.text());
     assert!(

@@ -6,7 +6,8 @@ use std::net::{SocketAddr, TcpListener, UdpSocket};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 
-use termesh_node::client::Target;
+use termesh_node::client::{Client, Target};
+use termesh_transport::{ClientMsg, CreateRequest, ServerMsg};
 
 const BIN: &str = env!("CARGO_BIN_EXE_termesh");
 
@@ -44,6 +45,11 @@ impl Cluster {
     /// As `start`, with `extra` appended to every node's config (sections
     /// the generated configs do not have, such as `[session]`).
     pub fn start_with(names: &[&str], extra: &str) -> Cluster {
+        Self::start_edited(names, |text| format!("{text}{extra}"))
+    }
+
+    /// As `start`, with every node's config text passed through `edit`.
+    pub fn start_edited(names: &[&str], edit: impl Fn(&str) -> String) -> Cluster {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("cluster");
         let mut args = vec!["cluster".to_string(), "init".into(), "--out".into()];
@@ -73,9 +79,8 @@ impl Cluster {
             .trim()
             .to_string();
         for node in &nodes {
-            let mut text = std::fs::read_to_string(&node.config).unwrap();
-            text.push_str(extra);
-            std::fs::write(&node.config, text).unwrap();
+            let text = std::fs::read_to_string(&node.config).unwrap();
+            std::fs::write(&node.config, edit(&text)).unwrap();
         }
         let mut cluster = Cluster { dir, token, nodes };
         for i in 0..cluster.nodes.len() {
@@ -152,4 +157,74 @@ impl Drop for Cluster {
             }
         }
     }
+}
+
+pub async fn connect(cluster: &Cluster, i: usize) -> Client {
+    super::within(super::PATIENCE, "a connection", async {
+        loop {
+            if let Ok(c) = Client::connect(&cluster.target(i)).await {
+                return c;
+            }
+            super::poll_pause().await;
+        }
+    })
+    .await
+}
+
+/// Creates `script` (sh -c) on node `on`, asked through node `via` once
+/// every node knows every other.
+pub async fn create(cluster: &Cluster, via: usize, on: &str, script: &str) -> String {
+    let req = CreateRequest {
+        command: Some(vec!["sh".into(), "-c".into(), script.into()]),
+        node: Some(on.into()),
+        ..Default::default()
+    };
+    let id = super::within(super::PATIENCE, "the session to be created", async {
+        loop {
+            let mut c = connect(cluster, via).await;
+            let reply = c
+                .request(|id| ClientMsg::Create {
+                    id,
+                    req: req.clone(),
+                })
+                .await;
+            if let Ok(ServerMsg::Created { session, .. }) = reply {
+                return session.id;
+            }
+            super::poll_pause().await;
+        }
+    })
+    .await;
+    // Every node lists it (its owner's directory reached them).
+    for i in 0..cluster.nodes.len() {
+        super::within(super::PATIENCE, "every node to know the session", async {
+            loop {
+                let mut c = connect(cluster, i).await;
+                if let Ok(ServerMsg::Sessions { sessions, .. }) =
+                    c.request(|id| ClientMsg::List { id }).await
+                {
+                    if sessions.iter().any(|s| s.id == id) {
+                        return;
+                    }
+                }
+                super::poll_pause().await;
+            }
+        })
+        .await;
+    }
+    id
+}
+
+/// Types a line into the session through node `via`.
+pub async fn type_line(cluster: &Cluster, via: usize, session: &str, line: &str) {
+    let mut c = connect(cluster, via).await;
+    c.send(&ClientMsg::Input {
+        session: session.into(),
+        data: format!("{line}\n").into_bytes(),
+    })
+    .await
+    .unwrap();
+    // Answered after the input was handled (forwarded in order).
+    let _ = c.request(|id| ClientMsg::List { id }).await;
+    c.close().await;
 }

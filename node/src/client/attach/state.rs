@@ -50,6 +50,9 @@ pub struct State {
     retry_at: Option<Instant>,
     /// The link is up but the node has been silent this long.
     quiet_for: Option<Duration>,
+    /// Since when the session's own node is unreachable from the node this
+    /// client is connected to (`event{unreachable}`).
+    owner_unreachable: Option<Instant>,
     last_ping: Instant,
     notice: Option<(String, Instant)>,
     redraw_at: Option<Instant>,
@@ -76,6 +79,7 @@ impl State {
             offline_since: None,
             retry_at: None,
             quiet_for: None,
+            owner_unreachable: None,
             last_ping: Instant::now(),
             notice: None,
             redraw_at: None,
@@ -136,6 +140,7 @@ impl State {
                 // The stream is back: the backoff starts over.
                 self.backoff.reset();
                 self.offline_since = None;
+                self.owner_unreachable = None;
                 self.retry_at = None;
             }
             ServerMsg::Snapshot {
@@ -185,6 +190,14 @@ impl State {
                 EventKind::Resized { cols, rows } => {
                     self.view.session_resized(cols, rows);
                     self.schedule_redraw();
+                }
+                EventKind::Unreachable => {
+                    self.owner_unreachable = Some(Instant::now());
+                    self.refresh_status();
+                }
+                EventKind::Reachable => {
+                    self.owner_unreachable = None;
+                    self.refresh_status();
                 }
                 _ => {}
             },
@@ -325,6 +338,12 @@ impl State {
                 "[termesh] no word from the node for {}s; reconnecting after {}s",
                 quiet.as_secs(),
                 self.stale_after.as_secs()
+            ))
+        } else if let Some(since) = self.owner_unreachable {
+            Some(format!(
+                "[termesh] the session's node is unreachable ({}s); its output resumes when it is back · {} d detaches",
+                since.elapsed().as_secs(),
+                key_name(self.opts.prefix)
             ))
         } else if self.keys.armed() {
             Some(self.help())

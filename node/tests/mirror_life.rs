@@ -1,0 +1,150 @@
+//! What a mirror shows and how long it lives, on three real nodes: the
+//! snapshot, `screen` and `history` of another node's session are the
+//! owner's, byte for byte; a mirror without viewers lingers, then goes;
+//! a session removed on its owner ends its remote viewers' subscriptions.
+
+mod common;
+
+use common::cluster::{connect, create, Cluster};
+use common::*;
+use termesh_transport::{ClientMsg, ServerMsg};
+
+fn mirrors_on(cluster: &Cluster, i: usize) -> f64 {
+    let url = format!("http://{}/metrics", cluster.nodes[i].http);
+    let text = ureq::get(&url).call().unwrap().into_string().unwrap();
+    text.lines()
+        .find_map(|l| {
+            l.strip_prefix("termesh_mirrors{")?
+                .rsplit(' ')
+                .next()?
+                .parse()
+                .ok()
+        })
+        .or_else(|| {
+            text.lines()
+                .find_map(|l| l.strip_prefix("termesh_mirrors ")?.parse().ok())
+        })
+        .unwrap_or_else(|| panic!("no termesh_mirrors in\n{text}"))
+}
+
+/// A fresh subscription's snapshot: (seq, cols, rows, data).
+async fn fresh_snapshot(cluster: &Cluster, i: usize, session: &str) -> (u64, u16, u16, Vec<u8>) {
+    let mut c = connect(cluster, i).await;
+    c.request(|id| ClientMsg::Subscribe {
+        id,
+        session: session.into(),
+        from_seq: None,
+        window: None,
+        scrollback: Some(100),
+    })
+    .await
+    .unwrap();
+    loop {
+        if let ServerMsg::Snapshot {
+            seq,
+            cols,
+            rows,
+            data,
+            id: None,
+            ..
+        } = next(&mut c).await
+        {
+            return (seq, cols, rows, data);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn screens_of_a_remote_session_are_the_owners() {
+    let cluster = Cluster::start(&["a", "b", "c"]);
+    let script = r#"i=0; while [ $i -lt 80 ]; do printf '\033[3%dm%03d\033[0m coloured \033[4munderlined\033[0m line\n' $((i % 8)) $i; i=$((i+1)); done; printf '\033[?25l\033[5;10Hcursor-here'; echo; echo settled; exec sleep 100000"#;
+    let session = create(&cluster, 1, "a", script).await;
+    let mut c = connect(&cluster, 0).await;
+    let mut s = Stream::new(1 << 20);
+    subscribe(&mut c, &session, Some(0), 1 << 20).await.unwrap();
+    within(
+        PATIENCE,
+        "the output to settle",
+        pump_until(&mut c, &session, &mut s, true, |s| {
+            String::from_utf8_lossy(&s.data).contains("settled")
+        }),
+    )
+    .await
+    .unwrap();
+    let owner = fresh_snapshot(&cluster, 0, &session).await;
+    for i in [1, 2] {
+        let mirrored = fresh_snapshot(&cluster, i, &session).await;
+        assert_eq!(mirrored.0, owner.0, "node {i}: the seq");
+        assert_eq!((mirrored.1, mirrored.2), (owner.1, owner.2));
+        assert!(mirrored.3 == owner.3, "node {i}: the snapshot differs");
+    }
+    let ask = |i: usize, make: fn(u64, String) -> ClientMsg| {
+        let session = session.clone();
+        let cluster = &cluster;
+        async move {
+            let mut c = connect(cluster, i).await;
+            c.request(|id| make(id, session)).await.unwrap()
+        }
+    };
+    let history = |id, session| ClientMsg::History {
+        id,
+        session,
+        limit: None,
+    };
+    let screen = |id, session| ClientMsg::Screen {
+        id,
+        session,
+        scrollback: Some(20),
+    };
+    for make in [history as fn(u64, String) -> ClientMsg, screen] {
+        let at_owner = format!("{:?}", ask(0, make).await);
+        assert_eq!(format!("{:?}", ask(2, make).await), at_owner);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mirror_lingers_then_goes_and_removal_reaches_remote_viewers() {
+    let cluster = Cluster::start_edited(&["a", "b", "c"], |text| {
+        text.replacen("[cluster]\n", "[cluster]\nmirror_linger_secs = 2\n", 1)
+    });
+    let session = create(&cluster, 0, "a", "echo hello; exec sleep 100000").await;
+    let mut c = connect(&cluster, 1).await;
+    subscribe(&mut c, &session, Some(0), 1 << 20).await.unwrap();
+    assert_eq!(mirrors_on(&cluster, 1), 1.0);
+    assert_eq!(mirrors_on(&cluster, 0), 0.0, "the owner needs none");
+    c.close().await;
+    within(PATIENCE, "the mirror to go after its linger", async {
+        while mirrors_on(&cluster, 1) != 0.0 {
+            poll_pause().await;
+        }
+    })
+    .await;
+
+    // A viewer on b of a session removed on a is told, as on a.
+    let mut c = connect(&cluster, 1).await;
+    subscribe(&mut c, &session, Some(0), 1 << 20).await.unwrap();
+    let mut owner = connect(&cluster, 0).await;
+    owner
+        .request(|id| ClientMsg::Remove {
+            id,
+            session: session.clone(),
+            purge: None,
+        })
+        .await
+        .unwrap();
+    let told = within(PATIENCE, "the removal to reach b's viewer", async {
+        loop {
+            if let ServerMsg::Error { id: None, code, .. } = next(&mut c).await {
+                return code;
+            }
+        }
+    })
+    .await;
+    assert_eq!(told, termesh_transport::ErrorCode::NotFound);
+    within(PATIENCE, "the mirror to go with its session", async {
+        while mirrors_on(&cluster, 1) != 0.0 {
+            poll_pause().await;
+        }
+    })
+    .await;
+}

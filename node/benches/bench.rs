@@ -141,13 +141,7 @@ async fn idle_memory(node: &Node, n: usize) -> (u64, u64, u64) {
         drop(viewer);
     }
     for id in ids {
-        let _ = c
-            .request(|rid| ClientMsg::Remove {
-                id: rid,
-                session: id,
-                purge: None,
-            })
-            .await;
+        remove(&mut c, id).await;
     }
     (before, with_sessions, with_clients)
 }

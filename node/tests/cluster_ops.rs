@@ -55,15 +55,6 @@ fn node<'a>(list: &'a [Value], name: &str) -> &'a Value {
     list.iter().find(|n| n["name"] == name).expect("listed")
 }
 
-fn metric(cluster: &Cluster, i: usize, series: &str) -> f64 {
-    let text = get(cluster, i, "/metrics").unwrap().into_string().unwrap();
-    text.lines()
-        .find(|l| l.starts_with(series))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no {series} in\n{text}"))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nodes_metrics_and_rest_cover_the_cluster() {
     let cluster = Cluster::start(&["a", "b", "c"]);
@@ -165,16 +156,10 @@ async fn nodes_metrics_and_rest_cover_the_cluster() {
 
     // Per-peer series.
     assert_eq!(
-        metric(&cluster, 0, "termesh_peer_up{node=\"a\",peer=\"c\"}"),
+        cluster.metric(0, "termesh_peer_up{node=\"a\",peer=\"c\"}"),
         1.0
     );
-    assert!(
-        metric(
-            &cluster,
-            0,
-            "termesh_peer_bytes_out_total{node=\"a\",peer=\"b\"}"
-        ) > 0.0
-    );
+    assert!(cluster.metric(0, "termesh_peer_bytes_out_total{node=\"a\",peer=\"b\"}") > 0.0);
 
     // The CLI shows the same.
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_termesh"))
@@ -209,13 +194,7 @@ async fn a_peer_that_stops_answering_trips_the_breaker_and_links_again() {
     })
     .await;
     assert_eq!(node(&list, "c")["breaker"], "open");
-    assert!(
-        metric(
-            &cluster,
-            0,
-            "termesh_peer_breaker_trips_total{node=\"a\",peer=\"c\"}"
-        ) >= 1.0
-    );
+    assert!(cluster.metric(0, "termesh_peer_breaker_trips_total{node=\"a\",peer=\"c\"}") >= 1.0);
     assert!(
         cluster.log(0).contains("breaker tripped"),
         "{}",
@@ -235,10 +214,10 @@ async fn a_peer_that_stops_answering_trips_the_breaker_and_links_again() {
     for peer in ["a", "b"] {
         let series = format!("termesh_peer_breaker_trips_total{{node=\"c\",peer=\"{peer}\"}}");
         assert_eq!(
-            metric(&cluster, 2, &series),
+            cluster.metric(2, &series),
             0.0,
             "c tripped its link to {peer}"
         );
     }
-    assert!(metric(&cluster, 2, "termesh_host_stall_seconds_total") >= 5.0);
+    assert!(cluster.metric(2, "termesh_host_stall_seconds_total") >= 5.0);
 }

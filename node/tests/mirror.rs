@@ -8,7 +8,6 @@ mod common;
 
 use common::cluster::{connect, create, type_line, Cluster};
 use common::*;
-use rand::{Rng, SeedableRng};
 use termesh_node::client::Client;
 use termesh_transport::{ClientMsg, EventKind, ServerMsg};
 
@@ -23,16 +22,6 @@ fn numbered_lines(n: u64) -> Vec<u8> {
     out
 }
 
-fn metric_of(cluster: &Cluster, i: usize, series: &str) -> f64 {
-    let url = format!("http://{}/metrics", cluster.nodes[i].http);
-    let text = ureq::get(&url).call().unwrap().into_string().unwrap();
-    text.lines()
-        .find(|l| l.starts_with(series))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no {series} in\n{text}"))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lossless_through_mirrors_resuming_on_other_nodes() {
     let cluster = Cluster::start_with(&["a", "b", "c"], BIG_RINGS);
@@ -44,15 +33,7 @@ async fn lossless_through_mirrors_resuming_on_other_nodes() {
     let script = format!("stty -onlcr -echo; echo ready; read go; exec seq 1 {LINES}");
     let session = create(&cluster, 1, "a", &script).await;
 
-    let seed: u64 = std::env::var("TERMESH_TEST_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(rand::random);
-    println!("drop points seed: {seed} (set TERMESH_TEST_SEED to replay)");
-    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    let mut drops: Vec<usize> = (0..6).map(|_| rng.gen_range(0..expected.len())).collect();
-    drops.sort_unstable();
-    println!("drop points: {drops:?}");
+    let drops = drop_points(6, expected.len());
 
     let window = 1 << 20;
     let mut stream = Stream::new(window);
@@ -169,7 +150,7 @@ async fn ten_viewers_on_one_node_cost_one_copy_over_the_link() {
         tasks.push(tokio::spawn(frames_until_exit(c, session.clone())));
     }
     let series = "termesh_peer_bytes_out_total{node=\"a\",peer=\"b\"}";
-    let before = metric_of(&cluster, 0, series);
+    let before = cluster.metric(0, series);
     type_line(&cluster, 0, &session, "go").await;
     let mut output = 0usize;
     for t in tasks {
@@ -178,13 +159,9 @@ async fn ten_viewers_on_one_node_cost_one_copy_over_the_link() {
         assert!(output == 0 || bytes == output, "every viewer got it all");
         output = bytes;
     }
-    let sent = metric_of(&cluster, 0, series) - before;
+    let sent = cluster.metric(0, series) - before;
     let ratio = sent / output as f64;
-    let lost = metric_of(
-        &cluster,
-        0,
-        "termesh_peer_lost_packets_total{node=\"a\",peer=\"b\"}",
-    );
+    let lost = cluster.metric(0, "termesh_peer_lost_packets_total{node=\"a\",peer=\"b\"}");
     println!(
         "session output {output} bytes; a->b link {sent} bytes ({lost} packets lost): \
          {ratio:.3}x for 10 viewers on b"
@@ -456,7 +433,7 @@ async fn control_frames_do_not_wait_behind_a_flood_on_the_same_link() {
         "termesh_peer_request_timeouts_total{node=\"b\",peer=\"a\"}",
         "termesh_peer_breaker_trips_total{node=\"b\",peer=\"a\"}",
     ] {
-        assert_eq!(metric_of(&cluster, 1, series), 0.0, "{series}");
+        assert_eq!(cluster.metric(1, series), 0.0, "{series}");
     }
     drain.abort();
 }

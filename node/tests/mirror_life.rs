@@ -10,21 +10,7 @@ use common::*;
 use termesh_transport::{ClientMsg, ServerMsg};
 
 fn mirrors_on(cluster: &Cluster, i: usize) -> f64 {
-    let url = format!("http://{}/metrics", cluster.nodes[i].http);
-    let text = ureq::get(&url).call().unwrap().into_string().unwrap();
-    text.lines()
-        .find_map(|l| {
-            l.strip_prefix("termesh_mirrors{")?
-                .rsplit(' ')
-                .next()?
-                .parse()
-                .ok()
-        })
-        .or_else(|| {
-            text.lines()
-                .find_map(|l| l.strip_prefix("termesh_mirrors ")?.parse().ok())
-        })
-        .unwrap_or_else(|| panic!("no termesh_mirrors in\n{text}"))
+    cluster.metric(i, "termesh_mirrors ")
 }
 
 /// A fresh subscription's snapshot: (seq, cols, rows, data).

@@ -5,7 +5,6 @@
 mod common;
 
 use common::*;
-use rand::{Rng, SeedableRng};
 use termesh_transport::{ClientMsg, ServerMsg};
 
 const LINES: u64 = 2_800_000;
@@ -26,15 +25,7 @@ async fn lossless_resume_across_random_drops() {
     });
     let expected = numbered_lines(LINES);
     assert!(expected.len() > 19 << 20, "about 20 MiB of output");
-    let seed: u64 = std::env::var("TERMESH_TEST_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(rand::random);
-    println!("drop points seed: {seed} (set TERMESH_TEST_SEED to replay)");
-    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    let mut drops: Vec<usize> = (0..6).map(|_| rng.gen_range(0..expected.len())).collect();
-    drops.sort_unstable();
-    println!("drop points: {drops:?}");
+    let drops = drop_points(6, expected.len());
 
     // -onlcr: the terminal passes the generator's bytes through unchanged.
     // "ready" once echo is off: the go keystroke must not be echoed.

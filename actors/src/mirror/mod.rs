@@ -22,7 +22,7 @@ use crate::forward::unreachable_node;
 use crate::metrics::Metrics;
 use crate::ops::NodeCtx;
 use crate::peer::PeerActor;
-use crate::publisher::{Publisher, SnapshotWanted, Subscription};
+use crate::publisher::{Publisher, SnapshotWanted};
 use crate::session::{Ack, Delivery, Subscribe, Unsubscribe};
 
 pub use upstream::{FromOwner, ToOwner};
@@ -182,18 +182,7 @@ impl MirrorActor {
             }
         }
         let (sub, from_seq) = (msg.sub, msg.from_seq);
-        publisher.subscribe(
-            Subscription {
-                sub: msg.sub,
-                sink: msg.sink,
-                req_id: msg.req_id,
-                from_seq: msg.from_seq,
-                window: msg.window,
-                scrollback: msg.scrollback,
-                kind: msg.kind,
-            },
-            self.size,
-        );
+        publisher.subscribe(msg.into(), self.size);
         if self.told_unreachable {
             publisher.send_to(sub, Delivery::Event(EventKind::Unreachable));
         }

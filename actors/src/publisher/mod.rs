@@ -54,6 +54,20 @@ pub struct Subscription<S> {
     pub kind: Kind,
 }
 
+impl From<crate::session::Subscribe> for Subscription<Recipient<Deliver>> {
+    fn from(msg: crate::session::Subscribe) -> Self {
+        Subscription {
+            sub: msg.sub,
+            sink: msg.sink,
+            req_id: msg.req_id,
+            from_seq: msg.from_seq,
+            window: msg.window,
+            scrollback: msg.scrollback,
+            kind: msg.kind,
+        }
+    }
+}
+
 /// A snapshot the publisher wants for a subscriber.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SnapshotWanted {

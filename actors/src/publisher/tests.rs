@@ -38,6 +38,20 @@ fn publisher(ring_bytes: usize, ahead_waits: bool) -> Publisher<Rec> {
     )
 }
 
+/// A mirror's publisher: its ring starts at `start`, ahead waits.
+fn mirror_publisher(start: u64, ring_bytes: usize) -> Publisher<Rec> {
+    mirror_publisher_frames(start, ring_bytes, 100)
+}
+
+fn mirror_publisher_frames(start: u64, ring_bytes: usize, frames: usize) -> Publisher<Rec> {
+    Publisher::new(
+        Arc::from("s"),
+        Ring::starting_at(start, ring_bytes, frames),
+        true,
+        Arc::new(Metrics::default()),
+    )
+}
+
 fn sub(rec: &Rec, sub: SubId, from_seq: Option<u64>, window: u64, kind: Kind) -> Subscription<Rec> {
     Subscription {
         sub,
@@ -181,12 +195,7 @@ fn a_mirror_subscriber_skips_a_gap_without_a_snapshot() {
 #[test]
 fn a_mirror_takes_the_owners_seqs_and_jumps() {
     let rec = Rec::default();
-    let mut p: Publisher<Rec> = Publisher::new(
-        Arc::from("s"),
-        Ring::starting_at(100, 1000, 10),
-        true,
-        Arc::new(Metrics::default()),
-    );
+    let mut p = mirror_publisher_frames(100, 1000, 10);
     p.subscribe(sub(&rec, 1, Some(100), 1000, Kind::Viewer), (80, 24));
     assert_eq!(p.push_at(102, Bytes::from_static(b"x")).err(), Some(101));
     p.push_at(101, Bytes::from_static(b"a")).unwrap();
@@ -204,12 +213,7 @@ fn a_mirror_takes_the_owners_seqs_and_jumps() {
 #[test]
 fn a_resume_ahead_of_a_mirror_waits_for_the_frames() {
     let rec = Rec::default();
-    let mut p: Publisher<Rec> = Publisher::new(
-        Arc::from("s"),
-        Ring::starting_at(10, 1000, 100),
-        true,
-        Arc::new(Metrics::default()),
-    );
+    let mut p = mirror_publisher(10, 1000);
     p.subscribe(sub(&rec, 1, Some(12), 1000, Kind::Viewer), (80, 24));
     assert!(p.is_waiting_ahead(1));
     for seq in 11..=14 {
@@ -227,12 +231,7 @@ fn a_resume_ahead_of_a_mirror_waits_for_the_frames() {
 #[test]
 fn a_snapshot_ahead_of_the_ring_is_parked_until_the_ring_reaches_it() {
     let rec = Rec::default();
-    let mut p: Publisher<Rec> = Publisher::new(
-        Arc::from("s"),
-        Ring::starting_at(0, 30, 100),
-        true,
-        Arc::new(Metrics::default()),
-    );
+    let mut p = mirror_publisher(0, 30);
     p.push_at(1, Bytes::from(vec![b'x'; 10])).unwrap();
     p.subscribe(sub(&rec, 1, None, 1000, Kind::Viewer), (80, 24));
     let w = p.take_wanted()[0];
@@ -250,12 +249,7 @@ fn a_snapshot_ahead_of_the_ring_is_parked_until_the_ring_reaches_it() {
 #[test]
 fn a_parked_snapshot_moves_the_pin_so_a_full_ring_reaches_it() {
     let rec = Rec::default();
-    let mut p: Publisher<Rec> = Publisher::new(
-        Arc::from("s"),
-        Ring::starting_at(0, 30, 100),
-        true,
-        Arc::new(Metrics::default()),
-    );
+    let mut p = mirror_publisher(0, 30);
     p.subscribe(sub(&rec, 1, None, 1000, Kind::Viewer), (80, 24));
     let w = p.take_wanted()[0];
     for seq in 1..=3 {

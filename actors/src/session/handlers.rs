@@ -27,20 +27,10 @@ impl Handler<Subscribe> for SessionActor {
     type Result = ();
 
     fn handle(&mut self, msg: Subscribe, ctx: &mut Context<Self>) {
-        let done = self.publisher.subscribe(
-            Subscription {
-                sub: msg.sub,
-                sink: msg.sink,
-                req_id: msg.req_id,
-                from_seq: msg.from_seq,
-                window: msg.window,
-                scrollback: msg.scrollback,
-                kind: msg.kind,
-            },
-            self.size,
-        );
+        let viewer = msg.kind == Kind::Viewer;
+        let done = self.publisher.subscribe(Subscription::from(msg), self.size);
         self.after_publish(ctx);
-        if done.resumed && msg.kind == Kind::Viewer {
+        if done.resumed && viewer {
             self.repaint();
         }
         self.set_viewers();

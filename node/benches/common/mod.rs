@@ -101,6 +101,17 @@ pub async fn create_on(c: &mut Client, on: Option<&str>, command: &str) -> Strin
     }
 }
 
+/// Removes a session, whatever the answer.
+pub async fn remove(c: &mut Client, session: String) {
+    let _ = c
+        .request(|id| ClientMsg::Remove {
+            id,
+            session,
+            purge: None,
+        })
+        .await;
+}
+
 pub async fn subscribe(c: &mut Client, session: &str, from_seq: Option<u64>) {
     let reply = c
         .request(|id| ClientMsg::Subscribe {
@@ -290,13 +301,7 @@ pub async fn echo(
         .unwrap();
     }
     if let Some(id) = flood_id {
-        let _ = c
-            .request(|rid| ClientMsg::Remove {
-                id: rid,
-                session: id,
-                purge: None,
-            })
-            .await;
+        remove(&mut c, id).await;
     }
     times.sort();
     (percentile(&times, 0.5), percentile(&times, 0.99))

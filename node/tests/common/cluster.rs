@@ -137,6 +137,17 @@ impl Cluster {
         }
     }
 
+    /// The value of one `/metrics` series (name with labels) of node `i`.
+    pub fn metric(&self, i: usize, series: &str) -> f64 {
+        let url = format!("http://{}/metrics", self.nodes[i].http);
+        let text = ureq::get(&url).call().unwrap().into_string().unwrap();
+        text.lines()
+            .find(|l| l.starts_with(series))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {series} in\n{text}"))
+    }
+
     pub fn log(&self, i: usize) -> String {
         std::fs::read_to_string(self.nodes[i].config.with_file_name("node.log")).unwrap_or_default()
     }

@@ -272,6 +272,22 @@ pub async fn subscribe(
     Ok(reply)
 }
 
+/// `n` random byte offsets below `len`, sorted, where a test drops its
+/// connection; the seed is printed (`TERMESH_TEST_SEED` replays it).
+pub fn drop_points(n: usize, len: usize) -> Vec<usize> {
+    use rand::{Rng, SeedableRng};
+    let seed: u64 = std::env::var("TERMESH_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random);
+    println!("drop points seed: {seed} (set TERMESH_TEST_SEED to replay)");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut drops: Vec<usize> = (0..n).map(|_| rng.gen_range(0..len)).collect();
+    drops.sort_unstable();
+    println!("drop points: {drops:?}");
+    drops
+}
+
 /// Reads one message, failing on a timeout.
 pub async fn next(c: &mut Client) -> ServerMsg {
     within(PATIENCE, "a message from the node", c.recv())

@@ -221,3 +221,70 @@ async fn a_peer_that_stops_answering_trips_the_breaker_and_links_again() {
     }
     assert!(cluster.metric(2, "termesh_host_stall_seconds_total") >= 5.0);
 }
+
+/// Sends SIGCONT to the pids on drop, so a failed test leaves none stopped.
+struct Resume(Vec<nix::unistd::Pid>);
+
+impl Drop for Resume {
+    fn drop(&mut self) {
+        for pid in &self.0 {
+            let _ = nix::sys::signal::kill(*pid, nix::sys::signal::Signal::SIGCONT);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_stalled_itself_holds_its_link_instead_of_blaming_the_peer() {
+    let cluster = Cluster::start(&["a", "b", "c"]);
+    for i in 0..3 {
+        wait_nodes(&cluster, i, "links up", |l| {
+            l.iter().filter(|n| n["state"] == "up").count() == 3
+        })
+        .await;
+    }
+    // a stops answering; once c has counted one unanswered ping, c itself
+    // stalls (stopped) in the middle of the streak.
+    let pid = |i| nix::unistd::Pid::from_raw(cluster.pid(i) as i32);
+    let (a, c) = (pid(0), pid(2));
+    let _resume = Resume(vec![a, c]);
+    nix::sys::signal::kill(a, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    let timeouts = "termesh_peer_request_timeouts_total{node=\"c\",peer=\"a\"}";
+    within(PATIENCE, "c's first unanswered ping to a", async {
+        while cluster.metric(2, timeouts) < 1.0 {
+            poll_pause().await;
+        }
+    })
+    .await;
+    nix::sys::signal::kill(c, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    // Long enough for b's breaker to give up on c: c was stalled 20 s+.
+    wait_nodes(&cluster, 1, "b to drop its link to c", |l| {
+        node(l, "c")["state"] == "down"
+    })
+    .await;
+    nix::sys::signal::kill(c, nix::sys::signal::Signal::SIGCONT).unwrap();
+    // The streak of c's unanswered pings to a spans c's own stall: held.
+    let held = "termesh_peer_breaker_holds_total{node=\"c\",peer=\"a\"}";
+    let holding = tokio::time::timeout(PATIENCE, async {
+        while cluster.metric(2, held) < 1.0 {
+            poll_pause().await;
+        }
+    })
+    .await;
+    assert!(
+        holding.is_ok(),
+        "c never held; its log:\n{}",
+        cluster.log(2)
+    );
+    assert!(
+        cluster.log(2).contains("breaker held"),
+        "{}",
+        cluster.log(2)
+    );
+    nix::sys::signal::kill(a, nix::sys::signal::Signal::SIGCONT).unwrap();
+    for i in 0..3 {
+        wait_nodes(&cluster, i, "every link back", |l| {
+            l.iter().filter(|n| n["state"] == "up").count() == 3
+        })
+        .await;
+    }
+}

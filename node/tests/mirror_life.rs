@@ -10,7 +10,7 @@ use common::*;
 use termesh_transport::{ClientMsg, ServerMsg};
 
 fn mirrors_on(cluster: &Cluster, i: usize) -> f64 {
-    cluster.metric(i, "termesh_mirrors ")
+    cluster.metric(i, "termesh_mirrors{")
 }
 
 /// A fresh subscription's snapshot: (seq, cols, rows, data).
@@ -129,6 +129,48 @@ async fn a_mirror_lingers_then_goes_and_removal_reaches_remote_viewers() {
     assert_eq!(told, termesh_transport::ErrorCode::NotFound);
     within(PATIENCE, "the mirror to go with its session", async {
         while mirrors_on(&cluster, 1) != 0.0 {
+            poll_pause().await;
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_raw_endpoint_of_any_node_streams_and_drives_a_remote_session() {
+    use futures_util::SinkExt;
+    use tokio_tungstenite::tungstenite::Message;
+    let cluster = Cluster::start(&["a", "b", "c"]);
+    let script = "stty -echo; echo ready; while read l; do echo \"got $l\"; done";
+    let session = create(&cluster, 0, "a", script).await;
+    let url = format!(
+        "ws://{}/sessions/{session}/raw?token={}",
+        cluster.nodes[2].http, cluster.token
+    );
+    let (mut ws, _) = tokio_tungstenite::connect_async(url).await.unwrap();
+    let mut seen = Vec::new();
+    wire::raw_read_until(&mut ws, "ready", &mut seen).await;
+    ws.send(Message::Binary(b"via-raw-on-c\n".to_vec()))
+        .await
+        .unwrap();
+    wire::raw_read_until(&mut ws, "got via-raw-on-c", &mut seen).await;
+    ws.send(Message::Text(
+        r#"{"type":"resize","cols":101,"rows":33}"#.into(),
+    ))
+    .await
+    .unwrap();
+    within(PATIENCE, "the owner to take the raw client's size", async {
+        loop {
+            let mut c = connect(&cluster, 0).await;
+            if let Ok(ServerMsg::Sessions { sessions, .. }) =
+                c.request(|id| ClientMsg::List { id }).await
+            {
+                if sessions
+                    .iter()
+                    .any(|s| s.id == session && (s.cols, s.rows) == (101, 33))
+                {
+                    return;
+                }
+            }
             poll_pause().await;
         }
     })

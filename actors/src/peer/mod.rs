@@ -31,6 +31,8 @@ use view::ClusterView;
 const PING_EVERY: Duration = Duration::from_secs(2);
 /// A ping unanswered this long counts as an unanswered request.
 const PING_TIMEOUT: Duration = crate::forward::REQUEST_TIMEOUT;
+/// A ping tick this late means this node itself was just stalled.
+const TICK_LATE: Duration = Duration::from_secs(1);
 
 /// Link states as `/api/v1/nodes` names them.
 pub const CONNECTING: u8 = 0;
@@ -153,6 +155,8 @@ pub struct PeerActor {
     waiting: HashMap<u64, tokio::sync::oneshot::Sender<ServerMsg>>,
     next_req: u64,
     breaker: breaker::Breaker,
+    /// When the ping tick last ran (its lateness tells of this node's own stall).
+    last_tick: Instant,
 }
 
 /// Forward a client's request to this peer; the answer is the message the
@@ -206,6 +210,7 @@ impl PeerActor {
             waiting: HashMap::new(),
             next_req: 1,
             breaker: breaker::Breaker::default(),
+            last_tick: ago(PING_EVERY),
         }
     }
 
@@ -414,17 +419,32 @@ impl PeerActor {
         if self.out.is_none() {
             return;
         }
+        let since = self.last_tick.elapsed();
+        if since < PING_EVERY / 2 {
+            // A tick of a burst after a stall (or the one at link up).
+            return;
+        }
+        self.last_tick = Instant::now();
         let nonce = self.next_nonce;
         self.next_nonce += 1;
+        // Right after this node was stalled, answers may still wait unread
+        // and the stall may not be credited yet: unanswered pings are
+        // judged at the next tick, not blamed on the peer now.
+        let judge = since < PING_EVERY + TICK_LATE;
         // A ping unanswered in time counts for the breaker, once.
-        let late: Vec<Duration> = self
-            .pings
-            .values()
-            .filter(|(sent, _)| sent.elapsed() >= PING_TIMEOUT)
-            .map(|(_, stall)| *stall)
-            .collect();
-        self.pings
-            .retain(|_, (sent, _)| sent.elapsed() < PING_TIMEOUT);
+        let late: Vec<Duration> = if !judge {
+            Vec::new()
+        } else {
+            let late = self
+                .pings
+                .values()
+                .filter(|(sent, _)| sent.elapsed() >= PING_TIMEOUT)
+                .map(|(_, stall)| *stall)
+                .collect();
+            self.pings
+                .retain(|_, (sent, _)| sent.elapsed() < PING_TIMEOUT);
+            late
+        };
         for sent_at in late {
             self.timed_out(sent_at);
         }
@@ -465,6 +485,7 @@ impl Handler<LinkEvent> for PeerActor {
             LinkEvent::Up { out, data, boot } => {
                 self.on_up(out, data, boot);
                 // An RTT at once, not one ping interval later.
+                self.last_tick = ago(PING_EVERY);
                 self.ping(ctx);
             }
             LinkEvent::Msg(msg) => self.on_msg(msg, ctx),
@@ -535,6 +556,12 @@ impl Handler<WatchReady> for PeerActor {
             self.send(msg);
         }
     }
+}
+
+/// `d` before now (now itself on a clock younger than `d`).
+fn ago(d: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_sub(d).unwrap_or(now)
 }
 
 /// Watcher ids of peers, apart from connection ids (which count up from 1).

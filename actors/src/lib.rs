@@ -24,5 +24,6 @@ pub mod ring;
 pub mod screen;
 pub mod session;
 pub mod stall;
+pub mod store;
 pub mod watch;
 pub mod watchdog;

@@ -1,0 +1,364 @@
+//! The node's store over sled 0.34 (ARCHITECTURE.md, "Persistence"): the
+//! one module that knows the key layouts. It is synchronous; the store
+//! actor runs it off the session actors, in batches.
+//!
+//! Trees:
+//! - `sessions`: session id -> record (bytes the caller encodes), plus a
+//!   tombstone mark for removed sessions (`tombstones`: id -> removed at);
+//! - `output`: `key(id) ‖ seq (u64 BE)` -> `stored at ms (u64 BE) ‖ frame`;
+//! - `events`: `key(id) ‖ event id (u64 BE)` -> `at ms (u64 BE) ‖ event`;
+//! - `event_ids`: id -> the last event id given (u64 BE), so an id is
+//!   never given twice, a purge and a restart included.
+//!
+//! `key(id)` is the id's length (one byte) then its bytes, so one
+//! session's keys are one contiguous, seq-ordered range.
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use bytes::Bytes;
+
+/// Session ids are short (the node makes 12 hex digits); this bounds what
+/// a key may hold.
+pub const MAX_ID: usize = 64;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("the store at {path} is in use by another process (is a node already running on this data dir?)")]
+    Locked { path: String },
+    #[error("the store at {path} cannot be opened: {cause}")]
+    Open { path: String, cause: String },
+    #[error("session id {0:?} is not a valid store key")]
+    BadId(String),
+    #[error("store: {0}")]
+    Sled(#[from] sled::Error),
+}
+
+/// One write of a batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Write {
+    Output {
+        session: String,
+        seq: u64,
+        at_ms: u64,
+        data: Bytes,
+    },
+    /// Gets the session's next event id.
+    Event {
+        session: String,
+        at_ms: u64,
+        data: Bytes,
+    },
+    Record {
+        session: String,
+        data: Bytes,
+    },
+}
+
+/// A stored frame or event: its number (seq or event id), when it was
+/// stored, and its bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    pub n: u64,
+    pub at_ms: u64,
+    pub data: Bytes,
+}
+
+/// What the vacuum keeps.
+#[derive(Debug, Clone, Copy)]
+pub struct Retention {
+    pub output_bytes: u64,
+    pub event_age_ms: u64,
+    pub events: usize,
+}
+
+pub struct Store {
+    path: PathBuf,
+    db: sled::Db,
+    sessions: sled::Tree,
+    tombstones: sled::Tree,
+    output: sled::Tree,
+    events: sled::Tree,
+    last_ids: sled::Tree,
+    /// Last event id per session, read from `last_ids` on first use.
+    event_ids: HashMap<String, u64>,
+}
+
+fn key(id: &str) -> Result<Vec<u8>, StoreError> {
+    if id.is_empty() || id.len() > MAX_ID {
+        return Err(StoreError::BadId(id.to_string()));
+    }
+    let mut k = Vec::with_capacity(1 + id.len() + 8);
+    k.push(id.len() as u8);
+    k.extend_from_slice(id.as_bytes());
+    Ok(k)
+}
+
+fn numbered(id: &str, n: u64) -> Result<Vec<u8>, StoreError> {
+    let mut k = key(id)?;
+    k.extend_from_slice(&n.to_be_bytes());
+    Ok(k)
+}
+
+fn number_of(k: &[u8]) -> u64 {
+    let tail: [u8; 8] = k[k.len() - 8..].try_into().expect("8 bytes");
+    u64::from_be_bytes(tail)
+}
+
+fn stamped(at_ms: u64, data: &[u8]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(8 + data.len());
+    v.extend_from_slice(&at_ms.to_be_bytes());
+    v.extend_from_slice(data);
+    v
+}
+
+fn entry(k: &[u8], v: sled::IVec) -> Entry {
+    let at: [u8; 8] = v[..8].try_into().expect("stamped values");
+    Entry {
+        n: number_of(k),
+        at_ms: u64::from_be_bytes(at),
+        data: Bytes::copy_from_slice(&v[8..]),
+    }
+}
+
+impl Store {
+    /// Opens (or creates) the store in `dir`.
+    pub fn open(dir: &Path) -> Result<Store, StoreError> {
+        let path = dir.to_path_buf();
+        let shown = path.display().to_string();
+        let db = sled::Config::new().path(&path).open().map_err(|e| {
+            let cause = e.to_string();
+            if cause.contains("lock") || cause.contains("WouldBlock") {
+                StoreError::Locked {
+                    path: shown.clone(),
+                }
+            } else {
+                StoreError::Open {
+                    path: shown.clone(),
+                    cause,
+                }
+            }
+        })?;
+        let tree = |name: &str| db.open_tree(name);
+        Ok(Store {
+            sessions: tree("sessions")?,
+            tombstones: tree("tombstones")?,
+            output: tree("output")?,
+            events: tree("events")?,
+            last_ids: tree("event_ids")?,
+            event_ids: HashMap::new(),
+            db,
+            path,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Applies a batch: every tree's part atomically.
+    pub fn apply(&mut self, writes: Vec<Write>) -> Result<(), StoreError> {
+        let (mut out, mut ev, mut rec, mut ids) = (
+            sled::Batch::default(),
+            sled::Batch::default(),
+            sled::Batch::default(),
+            sled::Batch::default(),
+        );
+        for w in writes {
+            match w {
+                Write::Output {
+                    session,
+                    seq,
+                    at_ms,
+                    data,
+                } => out.insert(numbered(&session, seq)?, stamped(at_ms, &data)),
+                Write::Event {
+                    session,
+                    at_ms,
+                    data,
+                } => {
+                    let n = self.last_event_id(&session)? + 1;
+                    self.event_ids.insert(session.clone(), n);
+                    ev.insert(numbered(&session, n)?, stamped(at_ms, &data));
+                    ids.insert(key(&session)?, &n.to_be_bytes());
+                }
+                Write::Record { session, data } => rec.insert(key(&session)?, data.to_vec()),
+            }
+        }
+        self.output.apply_batch(out)?;
+        self.events.apply_batch(ev)?;
+        self.last_ids.apply_batch(ids)?;
+        self.sessions.apply_batch(rec)?;
+        Ok(())
+    }
+
+    fn last_event_id(&mut self, session: &str) -> Result<u64, StoreError> {
+        if let Some(n) = self.event_ids.get(session) {
+            return Ok(*n);
+        }
+        let n = self
+            .last_ids
+            .get(key(session)?)?
+            .map_or(0, |v| number_of(&v));
+        self.event_ids.insert(session.to_string(), n);
+        Ok(n)
+    }
+
+    /// Every session record, removed ones included (with their mark).
+    pub fn records(&self) -> Result<Vec<(String, Bytes, bool)>, StoreError> {
+        let mut all = Vec::new();
+        for item in self.sessions.iter() {
+            let (k, v) = item?;
+            let id = String::from_utf8_lossy(&k[1..]).into_owned();
+            let removed = self.tombstones.contains_key(&k)?;
+            all.push((id, Bytes::copy_from_slice(&v), removed));
+        }
+        Ok(all)
+    }
+
+    /// The newest stored seq of a session (0: none).
+    pub fn last_seq(&self, session: &str) -> Result<u64, StoreError> {
+        Ok(self
+            .output
+            .scan_prefix(key(session)?)
+            .next_back()
+            .transpose()?
+            .map_or(0, |(k, _)| number_of(&k)))
+    }
+
+    /// Frames after `after`, oldest first, up to `max_bytes` of data (at
+    /// least one frame when there is one).
+    pub fn output_after(
+        &self,
+        session: &str,
+        after: u64,
+        max_bytes: usize,
+    ) -> Result<Vec<Entry>, StoreError> {
+        let from = numbered(session, after.saturating_add(1))?;
+        let prefix = key(session)?;
+        let mut out = Vec::new();
+        let mut bytes = 0;
+        for item in self.output.range(from..) {
+            let (k, v) = item?;
+            if !k.starts_with(&prefix) || k.len() != prefix.len() + 8 {
+                break;
+            }
+            if !out.is_empty() && bytes + v.len() - 8 > max_bytes {
+                break;
+            }
+            bytes += v.len() - 8;
+            out.push(entry(&k, v));
+        }
+        Ok(out)
+    }
+
+    /// Events after `after`, oldest first, at most `limit`.
+    pub fn events_after(
+        &self,
+        session: &str,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<Entry>, StoreError> {
+        let from = numbered(session, after.saturating_add(1))?;
+        let prefix = key(session)?;
+        let mut out = Vec::new();
+        for item in self.events.range(from..) {
+            let (k, v) = item?;
+            if !k.starts_with(&prefix) || k.len() != prefix.len() + 8 || out.len() >= limit {
+                break;
+            }
+            out.push(entry(&k, v));
+        }
+        Ok(out)
+    }
+
+    /// Marks a session removed: hidden, its data kept until vacuum or purge.
+    pub fn remove(&self, session: &str, at_ms: u64) -> Result<(), StoreError> {
+        self.tombstones
+            .insert(key(session)?, &at_ms.to_be_bytes())?;
+        Ok(())
+    }
+
+    /// Wipes a session's output and events now (its record stays).
+    pub fn purge(&mut self, session: &str) -> Result<(), StoreError> {
+        let prefix = key(session)?;
+        for tree in [&self.output, &self.events] {
+            let mut batch = sled::Batch::default();
+            for k in tree.scan_prefix(&prefix).keys() {
+                batch.remove(k?);
+            }
+            tree.apply_batch(batch)?;
+        }
+        // Event ids keep counting: an id is never reused.
+        Ok(())
+    }
+
+    /// Trims every session to `keep`, and drops removed sessions whole.
+    /// Returns the entries deleted.
+    pub fn vacuum(&mut self, now_ms: u64, keep: Retention) -> Result<u64, StoreError> {
+        let mut deleted = 0;
+        for (id, _, removed) in self.records()? {
+            if removed {
+                deleted += self.count(&id)?;
+                self.purge(&id)?;
+                let k = key(&id)?;
+                self.sessions.remove(&k)?;
+                self.tombstones.remove(&k)?;
+                self.last_ids.remove(&k)?;
+                self.event_ids.remove(&id);
+                continue;
+            }
+            deleted += self.trim(&id, now_ms, keep)?;
+        }
+        Ok(deleted)
+    }
+
+    fn count(&self, session: &str) -> Result<u64, StoreError> {
+        let prefix = key(session)?;
+        Ok(
+            (self.output.scan_prefix(&prefix).count() + self.events.scan_prefix(&prefix).count())
+                as u64,
+        )
+    }
+
+    /// Oldest output past the byte cap, oldest events past the count or age.
+    fn trim(&mut self, session: &str, now_ms: u64, keep: Retention) -> Result<u64, StoreError> {
+        let prefix = key(session)?;
+        let mut batch = sled::Batch::default();
+        let mut deleted = 0;
+        let mut bytes = 0u64;
+        for item in self.output.scan_prefix(&prefix).rev() {
+            let (k, v) = item?;
+            bytes += (v.len() - 8) as u64;
+            if bytes > keep.output_bytes {
+                batch.remove(k);
+                deleted += 1;
+            }
+        }
+        self.output.apply_batch(batch)?;
+        let mut batch = sled::Batch::default();
+        for (i, item) in self.events.scan_prefix(&prefix).rev().enumerate() {
+            let (k, v) = item?;
+            let at = entry(&k, v).at_ms;
+            if i >= keep.events || now_ms.saturating_sub(at) > keep.event_age_ms {
+                batch.remove(k);
+                deleted += 1;
+            }
+        }
+        self.events.apply_batch(batch)?;
+        Ok(deleted)
+    }
+
+    /// Everything written is on disk.
+    pub fn flush(&self) -> Result<usize, StoreError> {
+        Ok(self.db.flush()?)
+    }
+
+    /// Bytes the store takes on disk.
+    pub fn size_on_disk(&self) -> Result<u64, StoreError> {
+        Ok(self.db.size_on_disk()?)
+    }
+}

@@ -1,0 +1,193 @@
+//! The store against a simple in-memory model: random appends, events,
+//! records, removes, purges, vacuums and reopens on a real sled directory.
+
+use std::collections::BTreeMap;
+
+use proptest::prelude::*;
+
+use super::*;
+
+#[derive(Debug, Default, Clone)]
+struct Session {
+    record: Option<Vec<u8>>,
+    removed: bool,
+    output: BTreeMap<u64, (u64, Vec<u8>)>,
+    events: BTreeMap<u64, (u64, Vec<u8>)>,
+    last_event: u64,
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Output { s: usize, len: usize },
+    Event { s: usize, len: usize },
+    Record { s: usize },
+    Remove { s: usize },
+    Purge { s: usize },
+    Vacuum,
+    Reopen,
+    Clock(u64),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        // Sizes that add up to the cap exactly, to try its boundary.
+        8 => (0usize..3, prop::sample::select(vec![1usize, 100, 250, 500, 1000]))
+            .prop_map(|(s, len)| Op::Output { s, len }),
+        4 => (0usize..3, 1usize..50).prop_map(|(s, len)| Op::Event { s, len }),
+        2 => (0usize..3).prop_map(|s| Op::Record { s }),
+        1 => (0usize..3).prop_map(|s| Op::Remove { s }),
+        1 => (0usize..3).prop_map(|s| Op::Purge { s }),
+        1 => Just(Op::Vacuum),
+        1 => Just(Op::Reopen),
+        2 => (1u64..5_000).prop_map(Op::Clock),
+    ]
+}
+
+const KEEP: Retention = Retention {
+    output_bytes: 2_000,
+    event_age_ms: 10_000,
+    events: 8,
+};
+
+fn id(s: usize) -> String {
+    format!("session{s}")
+}
+
+/// The model's vacuum: removed sessions go whole; the rest are trimmed
+/// (the vacuum goes by records: output of a session without one stays).
+fn vacuum(model: &mut BTreeMap<String, Session>, now: u64) {
+    model.retain(|_, s| !s.removed);
+    for s in model.values_mut().filter(|s| s.record.is_some()) {
+        let mut bytes = 0u64;
+        let keep_from = s
+            .output
+            .iter()
+            .rev()
+            .find(|(_, (_, d))| {
+                bytes += d.len() as u64;
+                bytes > KEEP.output_bytes
+            })
+            .map(|(seq, _)| *seq + 1);
+        if let Some(from) = keep_from {
+            s.output = s.output.split_off(&from);
+        }
+        let newest: Vec<u64> = s.events.keys().rev().take(KEEP.events).copied().collect();
+        s.events.retain(|n, (at, _)| {
+            newest.contains(n) && now.saturating_sub(*at) <= KEEP.event_age_ms
+        });
+    }
+}
+
+fn check(store: &Store, model: &BTreeMap<String, Session>) -> Result<(), TestCaseError> {
+    let records: BTreeMap<String, (Bytes, bool)> = store
+        .records()
+        .unwrap()
+        .into_iter()
+        .map(|(id, r, removed)| (id, (r, removed)))
+        .collect();
+    for (name, s) in model {
+        if let Some(r) = &s.record {
+            let (got, removed) = records.get(name).expect("a stored record");
+            prop_assert_eq!(&got[..], &r[..]);
+            prop_assert_eq!(*removed, s.removed);
+        }
+        let out = store.output_after(name, 0, usize::MAX).unwrap();
+        let want: Vec<(u64, u64, Vec<u8>)> = s
+            .output
+            .iter()
+            .map(|(n, (at, d))| (*n, *at, d.clone()))
+            .collect();
+        let got: Vec<(u64, u64, Vec<u8>)> = out
+            .iter()
+            .map(|e| (e.n, e.at_ms, e.data.to_vec()))
+            .collect();
+        prop_assert_eq!(got, want);
+        prop_assert_eq!(
+            store.last_seq(name).unwrap(),
+            s.output.keys().last().copied().unwrap_or(0)
+        );
+        let ev = store.events_after(name, 0, usize::MAX).unwrap();
+        let want: Vec<(u64, u64, Vec<u8>)> = s
+            .events
+            .iter()
+            .map(|(n, (at, d))| (*n, *at, d.clone()))
+            .collect();
+        let got: Vec<(u64, u64, Vec<u8>)> =
+            ev.iter().map(|e| (e.n, e.at_ms, e.data.to_vec())).collect();
+        prop_assert_eq!(got, want);
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+    #[test]
+    fn the_store_agrees_with_a_model(ops in proptest::collection::vec(op(), 1..120)) {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(dir.path()).unwrap();
+        let mut model: BTreeMap<String, Session> = BTreeMap::new();
+        let mut now = 1_000u64;
+        let mut fill = 0u8;
+        for op in ops {
+            fill = fill.wrapping_add(1);
+            match op {
+                Op::Output { s, len } => {
+                    let m = model.entry(id(s)).or_default();
+                    let seq = store.last_seq(&id(s)).unwrap().max(m.output.keys().last().copied().unwrap_or(0)) + 1;
+                    let data = vec![fill; len];
+                    store.apply(vec![Write::Output { session: id(s), seq, at_ms: now, data: Bytes::from(data.clone()) }]).unwrap();
+                    m.output.insert(seq, (now, data));
+                }
+                Op::Event { s, len } => {
+                    let m = model.entry(id(s)).or_default();
+                    let data = vec![fill; len];
+                    store.apply(vec![Write::Event { session: id(s), at_ms: now, data: Bytes::from(data.clone()) }]).unwrap();
+                    m.last_event += 1;
+                    m.events.insert(m.last_event, (now, data));
+                }
+                Op::Record { s } => {
+                    let data = vec![fill; 10];
+                    store.apply(vec![Write::Record { session: id(s), data: Bytes::from(data.clone()) }]).unwrap();
+                    model.entry(id(s)).or_default().record = Some(data);
+                }
+                Op::Remove { s } => {
+                    if let Some(m) = model.get_mut(&id(s)).filter(|m| m.record.is_some()) {
+                        store.remove(&id(s), now).unwrap();
+                        m.removed = true;
+                    }
+                }
+                Op::Purge { s } => {
+                    store.purge(&id(s)).unwrap();
+                    if let Some(m) = model.get_mut(&id(s)) {
+                        m.output.clear();
+                        m.events.clear();
+                    }
+                }
+                Op::Vacuum => {
+                    store.vacuum(now, KEEP).unwrap();
+                    vacuum(&mut model, now);
+                }
+                Op::Reopen => {
+                    store.flush().unwrap();
+                    drop(store);
+                    store = Store::open(dir.path()).unwrap();
+                }
+                Op::Clock(ms) => now += ms,
+            }
+            check(&store, &model)?;
+        }
+    }
+}
+
+#[test]
+fn a_second_open_of_the_same_dir_is_refused_as_locked() {
+    let dir = tempfile::tempdir().unwrap();
+    let _first = Store::open(dir.path()).unwrap();
+    match Store::open(dir.path()) {
+        Err(StoreError::Locked { path }) => {
+            assert!(path.contains(&dir.path().display().to_string()))
+        }
+        Err(other) => panic!("expected Locked, got {other}"),
+        Ok(_) => panic!("a second open succeeded"),
+    }
+}

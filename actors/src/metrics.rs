@@ -19,6 +19,10 @@ pub struct Metrics {
     /// Connections closed for silence (only ever ones without subscriptions).
     pub reaps: AtomicU64,
     pub bad_frames: AtomicU64,
+    /// Output that could not be stored (a failed write), in bytes.
+    pub store_lost_bytes: AtomicU64,
+    /// The store's size on disk, as of its last vacuum (or start).
+    pub store_bytes: AtomicU64,
 }
 
 impl Metrics {
@@ -34,7 +38,7 @@ impl Metrics {
     pub fn render(&self, node: &str, stall: std::time::Duration) -> String {
         let g = |v: &AtomicI64| v.load(Ordering::Relaxed);
         let c = |v: &AtomicU64| v.load(Ordering::Relaxed);
-        let rows: [(&str, &str, &str, String); 13] = [
+        let rows: [(&str, &str, &str, String); 15] = [
             (
                 "termesh_sessions",
                 "gauge",
@@ -112,6 +116,18 @@ impl Metrics {
                 "counter",
                 "Inbound frames refused.",
                 c(&self.bad_frames).to_string(),
+            ),
+            (
+                "termesh_store_lost_bytes_total",
+                "counter",
+                "Output that could not be stored (failed writes).",
+                c(&self.store_lost_bytes).to_string(),
+            ),
+            (
+                "termesh_store_bytes",
+                "gauge",
+                "The store's size on disk (as of start or the last vacuum).",
+                c(&self.store_bytes).to_string(),
             ),
         ];
         let mut out = String::new();

@@ -278,8 +278,74 @@ impl Registry {
         Metrics::gauge(&self.metrics.sessions, 1);
         tracing::info!(session = %id, command = ?spec.command, "session created");
         let info = shared.info();
+        self.persist(&info);
         self.tell_watchers(WatchEvent::Changed(info.clone()));
         info
+    }
+
+    fn persist(&self, info: &SessionInfo) {
+        if let Some(store) = &self.config.settings.store {
+            store.record(info);
+        }
+    }
+
+    /// Puts a session found in the store back in the directory: `lost`
+    /// if it was running when the node went down.
+    fn restore(&mut self, stored: crate::store::Restored, ctx: &mut Context<Self>) {
+        let info = &stored.info;
+        let id: Arc<str> = info.id.as_str().into();
+        if self.dir.get(&id).is_some() {
+            return;
+        }
+        let status = match info.status {
+            SessionStatus::Exited => SessionStatus::Exited,
+            _ => SessionStatus::Lost,
+        };
+        let shared = Arc::new(SessionShared {
+            id: id.clone(),
+            node: self.config.node.clone(),
+            command: info.command.clone(),
+            cwd: info.cwd.clone(),
+            created_at: info.created_at,
+            last_seq: stored.last_seq.into(),
+            last_output_ms: stored
+                .tail
+                .last()
+                .map_or(info.created_at, |e| e.at_ms)
+                .into(),
+            viewers: 0.into(),
+            at_prompt: false.into(),
+            exited: true.into(),
+            meta: std::sync::Mutex::new(Meta {
+                name: info.name.clone(),
+                tags: info.tags.clone(),
+                cols: info.cols,
+                rows: info.rows,
+                status,
+                exit_code: info.exit_code,
+                phase: info.phase.clone(),
+            }),
+        });
+        let arbiter = &self.arbiters[self.next_arbiter % self.arbiters.len()];
+        self.next_arbiter += 1;
+        let (settings, metrics) = (self.config.settings.clone(), self.metrics.clone());
+        let changed = ctx.address().recipient();
+        let session_shared = shared.clone();
+        let addr = SessionActor::start_in_arbiter(&arbiter.handle(), move |_| {
+            SessionActor::restored(session_shared, stored, settings, metrics, changed)
+        });
+        // Input goes nowhere: the session is not running.
+        let (input, _) = mpsc::channel(1);
+        self.dir.insert(SessionHandle {
+            id,
+            addr,
+            input,
+            shared: shared.clone(),
+        });
+        Metrics::gauge(&self.metrics.sessions, 1);
+        let info = shared.info();
+        self.persist(&info);
+        self.tell_watchers(WatchEvent::Changed(info));
     }
 }
 
@@ -353,6 +419,9 @@ impl Handler<Remove> for Registry {
             .remove(&msg.id)
             .ok_or_else(|| ApiError::not_found(&msg.id))?;
         handle.addr.do_send(Close { removed: true });
+        if let Some(store) = &self.config.settings.store {
+            store.removed(&msg.id, false);
+        }
         Metrics::gauge(&self.metrics.sessions, -1);
         tracing::info!(session = %msg.id, "session removed");
         self.tell_watchers(WatchEvent::Removed(msg.id));
@@ -416,8 +485,27 @@ impl Handler<SessionChanged> for Registry {
 
     fn handle(&mut self, msg: SessionChanged, _: &mut Context<Self>) {
         if let Some(handle) = self.dir.get(&msg.id) {
-            self.tell_watchers(WatchEvent::Changed(handle.shared.info()));
+            let info = handle.shared.info();
+            self.persist(&info);
+            self.tell_watchers(WatchEvent::Changed(info));
         }
+    }
+}
+
+/// Sessions found in the store at start.
+#[derive(Message)]
+#[rtype(result = "usize")]
+pub struct Restore(pub Vec<crate::store::Restored>);
+
+impl Handler<Restore> for Registry {
+    type Result = usize;
+
+    fn handle(&mut self, msg: Restore, ctx: &mut Context<Self>) -> usize {
+        let n = msg.0.len();
+        for stored in msg.0 {
+            self.restore(stored, ctx);
+        }
+        n
     }
 }
 

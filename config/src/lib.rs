@@ -6,6 +6,8 @@
 
 mod auth;
 mod cluster;
+mod store;
+pub use store::StoreConfig;
 mod units;
 
 use std::net::SocketAddr;
@@ -87,6 +89,7 @@ pub struct Config {
     pub watchdog: WatchdogConfig,
     /// `None`: a single node (no `[cluster]` section).
     pub cluster: Option<ClusterConfig>,
+    pub store: StoreConfig,
 }
 
 #[derive(Debug, Clone)]
@@ -394,9 +397,11 @@ impl Config {
             Some(c) => Some(cluster::parse(c, &name, file)?),
             None => None,
         };
+        let store = store::parse(raw.store, file)?;
 
         Ok(Config {
             cluster,
+            store,
             node: NodeConfig { name, data_dir },
             http: HttpConfig {
                 listen,
@@ -501,6 +506,8 @@ struct RawConfig {
     ws: RawWs,
     #[serde(default)]
     watchdog: RawWatchdog,
+    #[serde(default)]
+    store: store::RawStore,
     cluster: Option<cluster::RawCluster>,
 }
 
@@ -567,7 +574,7 @@ struct RawWs {
 
 #[derive(Debug, Deserialize)]
 #[serde(untagged)]
-enum SizeValue {
+pub(crate) enum SizeValue {
     Int(i64),
     Text(String),
 }

@@ -44,10 +44,11 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         "s" => 1_000,
         "m" => 60_000,
         "h" => 3_600_000,
-        "" => return Err(format!("`{text}` needs a unit (ms, s, m, h)")),
+        "d" => 86_400_000,
+        "" => return Err(format!("`{text}` needs a unit (ms, s, m, h, d)")),
         other => {
             return Err(format!(
-                "unknown duration unit `{other}` in `{text}` (use ms, s, m, h)"
+                "unknown duration unit `{other}` in `{text}` (use ms, s, m, h, d)"
             ))
         }
     };

@@ -56,6 +56,11 @@ enum Command {
         /// Node name [default: the config's, else the host name]
         #[arg(long)]
         name: Option<String>,
+        /// Run without persistence: sessions, output and events are not
+        /// stored and die with the process [default: stored in the data
+        /// dir's store/]
+        #[arg(long)]
+        no_store: bool,
     },
     /// Config file tools.
     Config {
@@ -224,6 +229,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             listen,
             data_dir,
             name,
+            no_store,
         } => {
             init_logging();
             let mut cfg = match &config {
@@ -239,6 +245,9 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             }
             if let Some(dir) = data_dir {
                 cfg.node.data_dir = dir;
+            }
+            if no_store {
+                cfg.store.enabled = false;
             }
             if let Some(name) = name {
                 termesh_config::check_name(&name)

@@ -47,7 +47,9 @@ impl SessionActor {
         if self.finished || self.reap_guard.is_none() {
             return;
         }
-        pty::signal_foreground(self.pid, &self.master, Signal::SIGWINCH, true);
+        if let Some(master) = &self.master {
+            pty::signal_foreground(self.pid, master, Signal::SIGWINCH, true);
+        }
     }
 
     fn prune_marks(&mut self) {
@@ -89,7 +91,7 @@ impl Handler<Resize> for SessionActor {
             return;
         }
         self.size = (msg.cols, msg.rows);
-        if let Ok(master) = self.master.lock() {
+        if let Some(Ok(master)) = self.master.as_ref().map(|m| m.lock()) {
             let _ = master.resize(PtySize {
                 rows: msg.rows,
                 cols: msg.cols,

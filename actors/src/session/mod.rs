@@ -40,6 +40,8 @@ const IDLE_CATCHUP: Duration = Duration::from_millis(100);
 /// A cached screen model unused for this long is dropped: with full history
 /// it can hold megabytes, and most sessions are not looked at most of the time.
 const MODEL_TTL: Duration = Duration::from_secs(600);
+/// How soon a session held by the store's backlog looks again.
+const STORE_RETRY: Duration = Duration::from_millis(20);
 
 /// Told to the registry whenever what `list` shows changes (not per frame).
 #[derive(Message, Debug, Clone)]
@@ -54,6 +56,8 @@ pub struct SessionSettings {
     pub ring_bytes: usize,
     pub ring_frames: usize,
     pub kill_grace: Duration,
+    /// Where output, events and records are persisted (`None`: nowhere).
+    pub store: Option<crate::store::StoreHandle>,
 }
 
 pub struct SessionActor {
@@ -67,7 +71,9 @@ pub struct SessionActor {
     /// alive or an unreaped zombie, so `pid` still names our group. Dropped
     /// when the session finishes; no signal is sent after that.
     reap_guard: Option<pty::ReapGuard>,
-    master: Arc<Mutex<Box<dyn MasterPty + Send>>>,
+    /// `None` for a session restored from the store (its program died
+    /// with an earlier run of the node).
+    master: Option<Arc<Mutex<Box<dyn MasterPty + Send>>>>,
     /// The PTY threads' events; held by the pending read while one runs.
     events: Option<tokio::sync::mpsc::Receiver<PtyEvent>>,
     /// Intake is paused: a snapshot pins the ring and it is full. The
@@ -95,6 +101,8 @@ pub struct SessionActor {
     exit: Option<ExitInfo>,
     eof: bool,
     finished: bool,
+    /// A look at the store's backlog is scheduled.
+    store_wait: bool,
 }
 
 enum ScreenTo {
@@ -111,22 +119,78 @@ impl SessionActor {
         metrics: Arc<Metrics>,
         changed: Recipient<SessionChanged>,
     ) -> Self {
+        let ring = Ring::new(settings.ring_bytes, settings.ring_frames);
+        let mut actor = Self::build(shared, ring, size, settings, metrics, changed);
+        actor.pid = pty.pid;
+        actor.reap_guard = Some(pty.reap_guard);
+        actor.master = Some(pty.master);
+        actor.events = Some(pty.events);
+        actor
+    }
+
+    /// A session found in the store at start: its program is gone, its
+    /// newest output is in the ring with its seqs, and seqs continue above
+    /// the last one stored.
+    pub fn restored(
+        shared: Arc<SessionShared>,
+        stored: crate::store::Restored,
+        settings: SessionSettings,
+        metrics: Arc<Metrics>,
+        changed: Recipient<SessionChanged>,
+    ) -> Self {
+        let first = stored.tail.first().map_or(stored.last_seq, |e| e.n - 1);
+        let ring = Ring::starting_at(first, settings.ring_bytes, settings.ring_frames);
+        let size = (stored.info.cols, stored.info.rows);
+        let mut actor = Self::build(shared, ring, size, settings, metrics, changed);
+        for entry in stored.tail {
+            actor.modes.feed(&entry.data);
+            if actor
+                .publisher
+                .push_at(entry.n, entry.data.clone())
+                .is_err()
+            {
+                // A hole (a write that failed): continue after it.
+                actor.publisher.jump(entry.n - 1);
+                let _ = actor.publisher.push_at(entry.n, entry.data);
+            }
+        }
+        if actor.publisher.last_seq() < stored.last_seq {
+            actor.publisher.jump(stored.last_seq);
+        }
+        actor.finished = true;
+        actor.eof = true;
+        if let Some(code) = stored
+            .info
+            .exit_code
+            .filter(|_| stored.info.status == SessionStatus::Exited)
+        {
+            actor.publisher.finish(EventKind::Exited {
+                exit_code: code,
+                signal: None,
+            });
+        }
+        actor
+    }
+
+    fn build(
+        shared: Arc<SessionShared>,
+        ring: Ring,
+        size: (u16, u16),
+        settings: SessionSettings,
+        metrics: Arc<Metrics>,
+        changed: Recipient<SessionChanged>,
+    ) -> Self {
         SessionActor {
             id: shared.id.clone(),
-            publisher: Publisher::new(
-                shared.id.clone(),
-                Ring::new(settings.ring_bytes, settings.ring_frames),
-                false,
-                metrics.clone(),
-            ),
+            publisher: Publisher::new(shared.id.clone(), ring, false, metrics.clone()),
             shared,
             settings,
             metrics,
             changed,
-            pid: pty.pid,
-            reap_guard: Some(pty.reap_guard),
-            master: pty.master,
-            events: Some(pty.events),
+            pid: 0,
+            reap_guard: None,
+            master: None,
+            events: None,
             intake_paused: false,
             held: std::collections::VecDeque::new(),
             modes: ModeTracker::default(),
@@ -143,13 +207,37 @@ impl SessionActor {
             exit: None,
             eof: false,
             finished: false,
+            store_wait: false,
         }
     }
 
     /// Tells subscribers of an event and watchers that the session changed.
     fn announce(&self, event: EventKind) {
+        self.persist_event(&event);
         self.publisher.broadcast(Delivery::Event(event));
         self.notify_changed();
+    }
+
+    fn persist_event(&self, event: &EventKind) {
+        if let Some(store) = &self.settings.store {
+            store.event(&self.id, event);
+        }
+    }
+
+    /// While the store is behind, output waits in the PTY (the program
+    /// blocks on a full terminal); looked at again shortly.
+    fn store_behind(&mut self, ctx: &mut Context<Self>) -> bool {
+        if !self.settings.store.as_ref().is_some_and(|s| s.is_behind()) {
+            return false;
+        }
+        if !self.store_wait {
+            self.store_wait = true;
+            ctx.run_later(STORE_RETRY, |act, ctx| {
+                act.store_wait = false;
+                act.apply_held(ctx);
+            });
+        }
+        true
     }
 
     fn notify_changed(&self) {
@@ -198,6 +286,10 @@ impl SessionActor {
                     self.intake_paused = true;
                     return;
                 }
+                if self.store_behind(ctx) {
+                    self.held.push_front(event);
+                    return;
+                }
             }
             self.on_event(event, ctx);
         }
@@ -233,6 +325,9 @@ impl SessionActor {
     fn on_output(&mut self, data: Bytes, ctx: &mut Context<Self>) {
         self.modes.feed(&data);
         let frame = self.publisher.push(data);
+        if let Some(store) = &self.settings.store {
+            store.output(&self.id, frame.seq, frame.data.clone());
+        }
         self.after_publish(ctx);
         self.shared.last_seq.store(frame.seq, Ordering::Relaxed);
         self.shared
@@ -290,6 +385,10 @@ impl SessionActor {
             m.exit_code = Some(exit.code);
         });
         tracing::info!(session = %self.id, code = exit.code, "session exited");
+        self.persist_event(&EventKind::Exited {
+            exit_code: exit.code,
+            signal: exit.signal_name(),
+        });
         self.publisher.finish(EventKind::Exited {
             exit_code: exit.code,
             signal: exit.signal_name(),
@@ -301,7 +400,9 @@ impl SessionActor {
     /// (then its ids may belong to someone else now).
     fn signal(&self, signal: nix::sys::signal::Signal) {
         if self.reap_guard.is_some() {
-            pty::signal_groups(self.pid, &self.master, signal);
+            if let Some(master) = &self.master {
+                pty::signal_groups(self.pid, master, signal);
+            }
         }
     }
 

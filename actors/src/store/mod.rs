@@ -13,8 +13,11 @@
 //! `key(id)` is the id's length (one byte) then its bytes, so one
 //! session's keys are one contiguous, seq-ordered range.
 
+mod actor;
 #[cfg(test)]
 mod tests;
+
+pub use actor::{Restored, StoreActor, StoreHandle};
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -252,6 +255,23 @@ impl Store {
             bytes += v.len() - 8;
             out.push(entry(&k, v));
         }
+        Ok(out)
+    }
+
+    /// The newest frames holding at most `max_bytes` of data (at least
+    /// the newest frame), oldest first.
+    pub fn output_tail(&self, session: &str, max_bytes: usize) -> Result<Vec<Entry>, StoreError> {
+        let mut out = Vec::new();
+        let mut bytes = 0;
+        for item in self.output.scan_prefix(key(session)?).rev() {
+            let (k, v) = item?;
+            if !out.is_empty() && bytes + v.len() - 8 > max_bytes {
+                break;
+            }
+            bytes += v.len() - 8;
+            out.push(entry(&k, v));
+        }
+        out.reverse();
         Ok(out)
     }
 

@@ -22,9 +22,10 @@ use termesh_actors::create::CreateDefaults;
 use termesh_actors::hook::HookSecret;
 use termesh_actors::metrics::Metrics;
 use termesh_actors::ops::NodeCtx;
-use termesh_actors::registry::{Directory, Registry, RegistryConfig, Shutdown};
+use termesh_actors::registry::{Directory, Registry, RegistryConfig, Restore, Shutdown};
 use termesh_actors::session::SessionSettings;
 use termesh_actors::stall::StallClock;
+use termesh_actors::store::StoreHandle;
 use termesh_actors::watchdog::WatchdogActor;
 use termesh_config::{defaults, Config, Role, TokenEntry};
 use tokio::sync::oneshot;
@@ -96,6 +97,7 @@ pub fn run(
             config.watchdog.psi_path.clone(),
         )
         .start();
+        let (store, restored) = open_store(&config, &metrics)?;
         let registry = Registry::new(
             RegistryConfig {
                 node: config.node.name.clone(),
@@ -108,6 +110,7 @@ pub fn run(
                     ring_bytes: config.session.ring_bytes,
                     ring_frames: config.session.ring_frames,
                     kill_grace: config.session.kill_grace,
+                    store: store.clone(),
                 },
                 max_sessions: config.session.max_sessions,
                 http_base: format!("http://{addr}"),
@@ -117,6 +120,13 @@ pub fn run(
             metrics.clone(),
         )
         .start();
+        if !restored.is_empty() {
+            let n = registry.send(Restore(restored)).await.unwrap_or(0);
+            tracing::info!(
+                sessions = n,
+                "sessions restored from the store (lost: their programs died with the last run)"
+            );
+        }
         let cluster_view = termesh_actors::peer::view::ClusterView::default();
         let state = AppState {
             node: NodeCtx {
@@ -188,6 +198,14 @@ pub fn run(
         // One place for shutdown: stop accepting, tell clients, stop sessions.
         let closing = state.connections.close_all(1001);
         let stopped = registry.send(Shutdown).await.unwrap_or(0);
+        if let Some(store) = &store {
+            // What the sessions handed over before they stopped, on disk.
+            actix_rt::time::sleep(Duration::from_millis(50)).await;
+            match store.flush().await {
+                Ok(()) => tracing::info!("store flushed"),
+                Err(e) => tracing::error!("store flush failed: {e}"),
+            }
+        }
         tracing::info!(
             connections = closing,
             sessions = stopped,
@@ -204,6 +222,26 @@ pub fn run(
         anyhow::Ok(())
     })?;
     Ok(())
+}
+
+/// The store in `<data dir>/store`, and the sessions it holds; `None`
+/// when persistence is off (said loudly). A store that cannot be opened
+/// stops the start with the path and the cause.
+fn open_store(
+    config: &Config,
+    metrics: &Arc<Metrics>,
+) -> anyhow::Result<(Option<StoreHandle>, Vec<termesh_actors::store::Restored>)> {
+    if !config.store.enabled {
+        tracing::warn!(
+            "persistence is OFF (--no-store): sessions, output and events die with this process"
+        );
+        return Ok((None, Vec::new()));
+    }
+    let path = config.node.data_dir.join("store");
+    let (store, restored) = StoreHandle::open(&path, config.session.ring_bytes, metrics.clone())
+        .map_err(|e| anyhow::anyhow!("{e}; to run without persistence, start with --no-store"))?;
+    tracing::info!(path = %path.display(), sessions = restored.len(), "store opened");
+    Ok((Some(store), restored))
 }
 
 /// Starts a `PeerActor` per peer and the mesh thread that links them.

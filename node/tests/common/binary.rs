@@ -32,6 +32,21 @@ impl BinaryNode {
         BinaryNode::start_in(old, &self.addr.to_string(), extra)
     }
 
+    /// SIGKILL (a crash: nothing flushed, nothing said), then a node on
+    /// the same address and data dir.
+    pub fn crash_and_restart(mut self, extra: &str) -> BinaryNode {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let dir = tempfile::tempdir().unwrap();
+        let old = std::mem::replace(&mut self.dir, dir);
+        BinaryNode::start_in(old, &self.addr.to_string(), extra)
+    }
+
+    /// The config file this node was started with.
+    pub fn config_path(&self) -> std::path::PathBuf {
+        self.dir.path().join("termesh.toml")
+    }
+
     fn start_in(dir: tempfile::TempDir, listen: &str, extra: &str) -> BinaryNode {
         let mut config = format!(
             "[node]\nname = \"bin\"\ndata_dir = {:?}\n\n{extra}\n",

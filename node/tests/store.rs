@@ -1,0 +1,222 @@
+//! Persistence: a restarted node still shows its earlier sessions (`lost`
+//! when they were running) with their history and seqs; a node killed
+//! with SIGKILL during a flood restarts with its stored output intact and
+//! byte-identical to what a client received; a second node on the same
+//! data dir is refused.
+
+mod common;
+
+use common::binary::BinaryNode;
+use common::*;
+use termesh_node::client::Client;
+use termesh_transport::{ClientMsg, CreateRequest, ServerMsg, SessionInfo, SessionStatus};
+
+const BIG_RING: &str = "[session]\nring_bytes = \"64MiB\"\nring_frames = 4194304\n";
+
+async fn client(node: &BinaryNode) -> Client {
+    Client::connect(&node.target(OPERATOR))
+        .await
+        .expect("connects")
+}
+
+async fn create(node: &BinaryNode, script: &str) -> SessionInfo {
+    let mut c = client(node).await;
+    let req = CreateRequest {
+        command: Some(vec!["sh".into(), "-c".into(), script.into()]),
+        ..Default::default()
+    };
+    match c.request(|id| ClientMsg::Create { id, req }).await.unwrap() {
+        ServerMsg::Created { session, .. } => session,
+        other => panic!("{other:?}"),
+    }
+}
+
+async fn list(node: &BinaryNode) -> Vec<SessionInfo> {
+    let mut c = client(node).await;
+    match c.request(|id| ClientMsg::List { id }).await.unwrap() {
+        ServerMsg::Sessions { sessions, .. } => sessions,
+        other => panic!("{other:?}"),
+    }
+}
+
+async fn info(node: &BinaryNode, id: &str) -> SessionInfo {
+    list(node)
+        .await
+        .into_iter()
+        .find(|s| s.id == id)
+        .unwrap_or_else(|| panic!("no session {id}; log:\n{}", node.log()))
+}
+
+/// Everything the node holds of a session, from seq 1, through `subscribe`.
+async fn replay(node: &BinaryNode, session: &str, last_seq: u64) -> Stream {
+    let mut c = client(node).await;
+    let mut s = Stream::new(1 << 20);
+    subscribe(&mut c, session, Some(0), 1 << 20).await.unwrap();
+    within(
+        PATIENCE,
+        "the stored output",
+        pump_until(&mut c, session, &mut s, true, |s| s.last_seq >= last_seq),
+    )
+    .await
+    .unwrap();
+    s
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_node_shows_its_sessions_lost_with_their_history() {
+    let node = BinaryNode::start("");
+    let running = create(&node, "echo before-restart; exec sleep 100000").await;
+    let ended = create(&node, "echo all-done; exit 3").await;
+    let mut c = client(&node).await;
+    let mut s = Stream::new(1 << 20);
+    subscribe(&mut c, &running.id, Some(0), 1 << 20)
+        .await
+        .unwrap();
+    within(
+        PATIENCE,
+        "the output",
+        pump_until(&mut c, &running.id, &mut s, true, |s| {
+            String::from_utf8_lossy(&s.data).contains("before-restart")
+        }),
+    )
+    .await
+    .unwrap();
+    drop(c);
+    within(PATIENCE, "the other to end", async {
+        while info(&node, &ended.id).await.status != SessionStatus::Exited {
+            poll_pause().await;
+        }
+    })
+    .await;
+    let before = info(&node, &running.id).await;
+
+    let node = node.restart("");
+    let lost = info(&node, &running.id).await;
+    assert_eq!(lost.status, SessionStatus::Lost, "{lost:?}");
+    assert_eq!(lost.last_seq, before.last_seq, "the seq did not go back");
+    assert_eq!(lost.command, before.command);
+    let exited = info(&node, &ended.id).await;
+    assert_eq!(
+        (exited.status, exited.exit_code),
+        (SessionStatus::Exited, Some(3))
+    );
+    // Its output, as a client saw it before the restart.
+    let replayed = replay(&node, &running.id, before.last_seq).await;
+    assert_eq!(replayed.data, s.data);
+    let mut c = client(&node).await;
+    let history = c
+        .request(|id| ClientMsg::History {
+            id,
+            session: running.id.clone(),
+            limit: None,
+        })
+        .await
+        .unwrap();
+    let ServerMsg::History {
+        lines: Some(lines), ..
+    } = history
+    else {
+        panic!("{history:?}");
+    };
+    assert!(
+        lines.iter().any(|l| l.contains("before-restart")),
+        "{lines:?}"
+    );
+    // Input to a lost session is refused as to an ended one.
+    let err = c
+        .request(|id| ClientMsg::Kill {
+            id,
+            session: running.id.clone(),
+            signal: None,
+        })
+        .await;
+    println!("kill of a lost session: {err:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_during_a_flood_keeps_the_stored_output_intact() {
+    const LINES: u64 = 1_500_000;
+    let expected = {
+        let mut out = b"ready\n".to_vec();
+        for i in 1..=LINES {
+            out.extend_from_slice(format!("{i}\n").as_bytes());
+        }
+        out
+    };
+    let points = drop_points(3, expected.len() * 9 / 10);
+    let mut node = BinaryNode::start(BIG_RING);
+    for (round, point) in points.iter().enumerate() {
+        let script = format!("stty -onlcr -echo; echo ready; read go; exec seq 1 {LINES}");
+        let session = create(&node, &script).await.id;
+        let mut c = client(&node).await;
+        let mut s = Stream::new(1 << 20);
+        subscribe(&mut c, &session, Some(0), 1 << 20).await.unwrap();
+        within(
+            PATIENCE,
+            "ready",
+            pump_until(&mut c, &session, &mut s, true, |s| {
+                s.data.starts_with(b"ready\n")
+            }),
+        )
+        .await
+        .unwrap();
+        c.send(&ClientMsg::Input {
+            session: session.clone(),
+            data: b"\n".to_vec(),
+        })
+        .await
+        .unwrap();
+        within(
+            PATIENCE,
+            "the flood up to the crash point",
+            pump_until(&mut c, &session, &mut s, true, |s| s.data.len() >= *point),
+        )
+        .await
+        .unwrap();
+        node = node.crash_and_restart(BIG_RING);
+        let lost = info(&node, &session).await;
+        assert_eq!(lost.status, SessionStatus::Lost);
+        let stored = replay(&node, &session, lost.last_seq).await;
+        println!(
+            "round {round}: killed at {} bytes received (seq {}); stored {} bytes (seq {})",
+            s.data.len(),
+            s.last_seq,
+            stored.data.len(),
+            lost.last_seq
+        );
+        assert_eq!(stored.resyncs, 0, "no hole in what was stored");
+        assert!(
+            expected.starts_with(&stored.data),
+            "the stored output is a prefix of the generator's"
+        );
+        let common = stored.data.len().min(s.data.len());
+        assert!(
+            stored.data[..common] == s.data[..common],
+            "stored and received output agree"
+        );
+        assert!(lost.last_seq > 0, "something was stored");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_node_on_the_same_data_dir_is_refused() {
+    let node = BinaryNode::start("");
+    let out = tokio::task::spawn_blocking({
+        let config = node.config_path();
+        move || {
+            std::process::Command::new(env!("CARGO_BIN_EXE_termesh"))
+                .args(["node", "--listen", "127.0.0.1:0", "--config"])
+                .arg(config)
+                .output()
+                .unwrap()
+        }
+    });
+    let out = within(PATIENCE, "the second node to give up", out)
+        .await
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("in use by another process"), "{err}");
+    assert!(err.contains("store"), "names the path: {err}");
+    assert!(err.contains("--no-store"), "says the way out: {err}");
+}

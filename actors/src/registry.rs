@@ -525,20 +525,29 @@ impl Handler<Broadcast> for Registry {
     }
 }
 
-/// Node shutdown: kill every session's program and stop the arbiters.
+/// Node shutdown: kill every session's program; answers (with how many)
+/// once every session has stopped, so all the output they read has been
+/// handed to the store before the store's flush is asked for.
 #[derive(Message)]
 #[rtype(result = "usize")]
 pub struct Shutdown;
 
 impl Handler<Shutdown> for Registry {
-    type Result = usize;
+    type Result = ResponseFuture<usize>;
 
-    fn handle(&mut self, _: Shutdown, _: &mut Context<Self>) -> usize {
+    fn handle(&mut self, _: Shutdown, _: &mut Context<Self>) -> Self::Result {
         let handles = self.dir.drain();
-        for handle in &handles {
-            handle.addr.do_send(Close { removed: false });
-        }
         Metrics::gauge(&self.metrics.sessions, -(handles.len() as i64));
-        handles.len()
+        let n = handles.len();
+        let closing: Vec<_> = handles
+            .iter()
+            .map(|h| h.addr.send(Close { removed: false }))
+            .collect();
+        Box::pin(async move {
+            for close in closing {
+                let _ = close.await;
+            }
+            n
+        })
     }
 }

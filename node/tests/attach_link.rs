@@ -118,9 +118,10 @@ async fn a_silent_link_is_dropped_and_the_stream_resumes() {
     proxy.stall(false);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_session_gone_after_a_node_restart_ends_the_attach() {
-    let node = BinaryNode::start("");
+/// Attaches, restarts the node with `config`, and returns what the
+/// attach printed once it ended (with exit code 1, without hammering).
+async fn restart_under_attach(config: &'static str) -> String {
+    let node = BinaryNode::start(config);
     let target = node.target(OPERATOR);
     let session = termesh_node::client::commands::new(&target, shell())
         .await
@@ -130,14 +131,28 @@ async fn a_session_gone_after_a_node_restart_ends_the_attach() {
     let pane = attach_via(&proxy, OPERATOR, &session);
     pane.wait_for("PROMPT>").await;
     let before = proxy.accepted();
-    let node = tokio::task::spawn_blocking(move || node.restart(""))
+    let node = tokio::task::spawn_blocking(move || node.restart(config))
         .await
         .unwrap();
     assert_eq!(pane.exit_code().await, 1);
     let text = pane.text();
-    assert!(text.contains("no longer exists"), "{text}");
     let attempts = proxy.accepted() - before;
     println!("connections to the restarted node before the attach gave up: {attempts}");
     assert!(attempts <= 6, "{attempts} connections to a restarted node");
     drop(node);
+    text
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_lost_in_a_node_restart_ends_the_attach() {
+    let text = restart_under_attach("").await;
+    assert!(text.contains("was lost"), "{text}");
+    // The screen stays, above the note.
+    assert!(text.contains("PROMPT>"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_gone_after_a_restart_without_a_store_ends_the_attach() {
+    let text = restart_under_attach("[store]\nenabled = false\n").await;
+    assert!(text.contains("no longer exists"), "{text}");
 }

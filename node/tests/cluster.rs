@@ -1,7 +1,9 @@
 //! Three real nodes from `termesh cluster init` on 127.0.0.1-3, joined by
 //! the QUIC mesh: each lists every session with its owner, a watcher on
 //! one sees sessions made on another, an owner killed with SIGKILL shows
-//! its sessions `unreachable`, and a restarted owner links up by itself.
+//! its sessions `unreachable`, and a restarted owner links up by itself
+//! with its earlier sessions `lost` everywhere, their history and screen
+//! (from its store) readable through every node.
 
 mod common;
 
@@ -24,7 +26,11 @@ async fn list(cluster: &Cluster, i: usize) -> Vec<SessionInfo> {
 
 async fn create(cluster: &Cluster, i: usize, name: &str) -> SessionInfo {
     let req = CreateRequest {
-        command: Some(vec!["sleep".into(), "100000".into()]),
+        command: Some(vec![
+            "sh".into(),
+            "-c".into(),
+            format!("echo said-{name}; exec sleep 100000"),
+        ]),
         name: Some(name.into()),
         ..Default::default()
     };
@@ -54,19 +60,22 @@ async fn wait_list(
     what: &str,
     done: impl Fn(&[SessionInfo]) -> bool,
 ) -> Vec<SessionInfo> {
+    let last = std::sync::Mutex::new(Vec::new());
     let result = tokio::time::timeout(PATIENCE, async {
         loop {
             let sessions = list(cluster, i).await;
             if done(&sessions) {
                 return sessions;
             }
+            *last.lock().unwrap() = sessions;
             poll_pause().await;
         }
     })
     .await;
     result.unwrap_or_else(|_| {
         panic!(
-            "node {i}: timed out waiting for {what}; its log:\n{}",
+            "node {i}: timed out waiting for {what}; it listed {:#?}\nits log:\n{}",
+            last.lock().unwrap(),
             cluster.log(i)
         )
     })
@@ -136,16 +145,47 @@ async fn three_nodes_share_one_directory_and_survive_an_owner_crash() {
     .await;
     assert!(told.id == late.id || told.id == made[2].id);
 
-    // c comes back (its programs died with it): the links re-form by
-    // themselves and its new directory replaces the old.
+    // c comes back (its programs died with it, its store kept them): the
+    // links re-form by themselves and its new directory replaces the old,
+    // with the earlier sessions `lost` on every node.
     cluster.start_node(2);
     let fresh = create(&cluster, 2, "after-restart").await;
-    for i in 0..2 {
+    for i in 0..3 {
         wait_list(&cluster, i, "c's new directory", |l| {
-            let on_c: Vec<&SessionInfo> = l.iter().filter(|s| s.node == "c").collect();
-            on_c.len() == 1 && on_c[0].id == fresh.id && on_c[0].status == SessionStatus::Running
+            let status = |id: &str| l.iter().find(|s| s.id == id).map(|s| s.status);
+            l.iter().filter(|s| s.node == "c").count() == 3
+                && status(&fresh.id) == Some(SessionStatus::Running)
+                && status(&late.id) == Some(SessionStatus::Lost)
+                && status(&made[2].id) == Some(SessionStatus::Lost)
         })
         .await;
+    }
+    // Their history and screen, from the store, read through every node.
+    for i in 0..3 {
+        let reply = ask(&cluster, i, |id| ClientMsg::History {
+            id,
+            session: made[2].id.clone(),
+            limit: None,
+        })
+        .await;
+        let Ok(ServerMsg::History { lines, .. }) = reply else {
+            panic!("node {i}: {reply:?}");
+        };
+        let lines = lines.unwrap_or_default();
+        assert!(
+            lines.iter().any(|l| l == "said-on-c"),
+            "node {i}: {lines:?}"
+        );
+        let reply = ask(&cluster, i, |id| ClientMsg::Screen {
+            id,
+            session: made[2].id.clone(),
+            scrollback: None,
+        })
+        .await;
+        let Ok(ServerMsg::Snapshot { data, .. }) = reply else {
+            panic!("node {i}: {reply:?}");
+        };
+        assert!(String::from_utf8_lossy(&data).contains("said-on-c"));
     }
     assert!(
         cluster

@@ -19,11 +19,16 @@ use crate::metrics::Metrics;
 
 /// Output handed to the store and not yet written, at most (all sessions).
 pub const MAX_BACKLOG: u64 = 32 << 20;
+/// A session record (created, renamed, exited...) is flushed at once, so
+/// a crash soon after forgets no session; flushes this close together are
+/// left to sled's own periodic flush (every 500 ms).
+const RECORD_FLUSH_GAP: std::time::Duration = std::time::Duration::from_millis(20);
 
 pub struct StoreActor {
     store: Store,
     backlog: Arc<AtomicU64>,
     metrics: Arc<Metrics>,
+    last_record_flush: Option<std::time::Instant>,
 }
 
 impl Actor for StoreActor {
@@ -62,7 +67,17 @@ impl Handler<Persist> for StoreActor {
     type Result = ();
 
     fn handle(&mut self, msg: Persist, _: &mut SyncContext<Self>) {
-        let result = self.store.apply(msg.0);
+        let record = msg.0.iter().any(|w| matches!(w, Write::Record { .. }));
+        let mut result = self.store.apply(msg.0);
+        if record
+            && result.is_ok()
+            && self
+                .last_record_flush
+                .is_none_or(|at| at.elapsed() >= RECORD_FLUSH_GAP)
+        {
+            result = self.store.flush().map(|_| ());
+            self.last_record_flush = Some(std::time::Instant::now());
+        }
         self.backlog.fetch_sub(msg.1, Ordering::Relaxed);
         if let Err(e) = result {
             Metrics::add(&self.metrics.store_lost_bytes, msg.1);
@@ -164,6 +179,7 @@ impl StoreHandle {
                 .expect("the store thread starts once"),
             backlog: shared.clone(),
             metrics: metrics.clone(),
+            last_record_flush: None,
         });
         Ok((StoreHandle { addr, backlog }, restored))
     }

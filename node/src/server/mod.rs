@@ -195,12 +195,15 @@ pub fn run(
 
         wait_for_stop(signals, stop).await;
         tracing::info!("shutting down");
-        // One place for shutdown: stop accepting, tell clients, stop sessions.
+        // One place for shutdown: stop accepting (a client reconnecting now
+        // must not find the sessions gone and give up on them), tell
+        // clients, stop sessions, flush the store.
+        server_handle.pause().await;
         let closing = state.connections.close_all(1001);
         let stopped = registry.send(Shutdown).await.unwrap_or(0);
         if let Some(store) = &store {
-            // What the sessions handed over before they stopped, on disk.
-            actix_rt::time::sleep(Duration::from_millis(50)).await;
+            // Every session has stopped: what they read is in the store's
+            // queue, ahead of this flush.
             match store.flush().await {
                 Ok(()) => tracing::info!("store flushed"),
                 Err(e) => tracing::error!("store flush failed: {e}"),

@@ -43,6 +43,9 @@ pub enum Ended {
         signal: Option<String>,
     },
     Removed,
+    /// The session's program died with its node (a restart): its screen
+    /// and history are kept, nothing runs.
+    Lost,
     /// This client was told to stop by a signal (its number).
     Signal(i32),
 }
@@ -52,7 +55,7 @@ impl Ended {
         match self {
             Ended::Detached => 0,
             Ended::Exited { code, .. } => *code as i32,
-            Ended::Removed => 1,
+            Ended::Removed | Ended::Lost => 1,
             Ended::Signal(n) => 128 + n,
         }
     }
@@ -70,6 +73,9 @@ impl Ended {
                 signal: Some(name),
             } => format!("[termesh: session ended by signal {name} (exit code {code})]"),
             Ended::Removed => format!("[termesh: session {label} was removed]"),
+            Ended::Lost => format!(
+                "[termesh: session {label} was lost: its program ended with its node's restart; `termesh revive` runs it again]"
+            ),
             Ended::Signal(n) => format!(
                 "[termesh: stopped by signal {}; session {label} keeps running]",
                 signal_name(*n)

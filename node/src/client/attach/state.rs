@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::anyhow;
-use termesh_transport::{ClientMsg, ErrorCode, EventKind, ServerMsg};
+use termesh_transport::{ClientMsg, ErrorCode, EventKind, ServerMsg, SessionStatus};
 
 use super::backoff::Backoff;
 use super::keys::{Key, KeyFilter};
@@ -20,6 +20,9 @@ const MAX_PENDING_INPUT: usize = 64 * 1024;
 const WINDOW: u64 = 1 << 20;
 /// The id of this client's `subscribe` request.
 const SUBSCRIBE_ID: u64 = 1;
+/// The id of the `list` that asks, once subscribed, whether the session's
+/// program is gone with its node (`lost`): no event says so.
+const LIST_ID: u64 = 2;
 /// How long a notice (read-only, help) stays in the status row.
 const NOTICE: Duration = Duration::from_secs(4);
 /// Output is drawn into a cropped view at most this often.
@@ -60,6 +63,8 @@ pub struct State {
     /// means the link is gone.
     probe_after: Duration,
     stale_after: Duration,
+    /// The session is `lost`: the attach ends once its screen is shown.
+    lost: bool,
 }
 
 impl State {
@@ -85,6 +90,7 @@ impl State {
             redraw_at: None,
             probe_after: Duration::from_secs(5),
             stale_after: Duration::from_secs(30),
+            lost: false,
         };
         if st.read_only {
             st.notify(st.read_only_note.into());
@@ -142,6 +148,22 @@ impl State {
                 self.offline_since = None;
                 self.owner_unreachable = None;
                 self.retry_at = None;
+                conn.send(&ClientMsg::List { id: LIST_ID }).await?;
+            }
+            ServerMsg::Sessions {
+                id: LIST_ID,
+                sessions,
+            } => {
+                let status = sessions
+                    .iter()
+                    .find(|s| s.id == self.opts.session)
+                    .map(|s| s.status);
+                if status == Some(SessionStatus::Lost) {
+                    self.lost = true;
+                    if self.shown() {
+                        return Ok(self.end_lost());
+                    }
+                }
             }
             ServerMsg::Snapshot {
                 seq,
@@ -157,6 +179,9 @@ impl State {
                 self.view.snapshot(cols, rows, &data, reset);
                 self.last_seq = Some(seq);
                 self.schedule_redraw();
+                if self.lost {
+                    return Ok(self.end_lost());
+                }
                 // The first attach takes the size (the last to attach or
                 // resize wins, as in tmux). Sent after the snapshot, so
                 // the `resized` event comes after it too.
@@ -207,6 +232,11 @@ impl State {
             _ => {}
         }
         Ok(Step::Continue)
+    }
+
+    fn end_lost(&mut self) -> Step {
+        self.view.keep_screen();
+        Step::End(Ended::Lost)
     }
 
     fn on_error(

@@ -2,9 +2,10 @@
 # Runs the test suite (the README's test command). First installs, when
 # missing, what the tests drive besides the Rust toolchain: programs run in
 # real PTYs (bash, coreutils), tmux (an independent terminal that snapshots
-# are checked against) and bindfs with FUSE (a mount whose daemon the test
-# stops, as a dead network mount). The suite runs as root, as CI does: it
-# mounts FUSE and steers pid allocation (/proc/sys/kernel/ns_last_pid).
+# are checked against), bindfs with FUSE (a mount whose daemon the test
+# stops, as a dead network mount) and asciinema (plays exported casts).
+# The suite runs as root, as CI does: it mounts FUSE and steers pid
+# allocation (/proc/sys/kernel/ns_last_pid).
 # Extra arguments go to `cargo test`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,6 +17,7 @@ need stty coreutils
 need tmux tmux
 need bindfs bindfs
 need fusermount3 fuse3
+need asciinema asciinema
 if [ ${#missing[@]} -gt 0 ]; then
   echo "installing ${missing[*]}"
   sudo=""

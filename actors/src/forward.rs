@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use actix::Addr;
 use bytes::Bytes;
-use termesh_transport::{ClientMsg, ErrorCode, ServerMsg, MAX_SCROLLBACK};
+use termesh_transport::{
+    ClientMsg, ErrorCode, ServerMsg, MAX_EVENTS, MAX_READ_OUTPUT, MAX_SCROLLBACK,
+};
 
 use crate::error::ApiError;
 use crate::feed::Feed;
@@ -205,7 +207,10 @@ pub async fn answer_later(node: NodeCtx, msg: ClientMsg) -> ServerMsg {
         ClientMsg::Create { id, .. } => (*id, None),
         ClientMsg::Screen { id, session, .. }
         | ClientMsg::History { id, session, .. }
-        | ClientMsg::Remove { id, session, .. } => (*id, Some(session.clone())),
+        | ClientMsg::Remove { id, session, .. }
+        | ClientMsg::Events { id, session, .. }
+        | ClientMsg::ReadOutput { id, session, .. }
+        | ClientMsg::Revive { id, session } => (*id, Some(session.clone())),
         _ => {
             return ApiError::bad_request(format!("`{}` cannot be forwarded", msg.kind()))
                 .to_message(None, None)
@@ -267,8 +272,42 @@ pub async fn answer_later(node: NodeCtx, msg: ClientMsg) -> ServerMsg {
                     data: None,
                 }),
         },
-        ClientMsg::Remove { id, session, .. } => {
-            node.remove(&session).await.map(|_| ServerMsg::Ok { id })
+        ClientMsg::Remove { id, session, purge } => node
+            .remove(&session, purge.unwrap_or(false))
+            .await
+            .map(|_| ServerMsg::Ok { id }),
+        ClientMsg::Events {
+            id,
+            session,
+            after,
+            limit,
+        } => node
+            .events(&session, after.unwrap_or(0), limit.unwrap_or(MAX_EVENTS))
+            .await
+            .map(|events| ServerMsg::Events {
+                id,
+                session,
+                events,
+            }),
+        ClientMsg::ReadOutput {
+            id,
+            session,
+            after,
+            max_bytes,
+        } => node
+            .read_output(
+                &session,
+                after.unwrap_or(0),
+                max_bytes.unwrap_or(MAX_READ_OUTPUT),
+            )
+            .await
+            .map(|frames| ServerMsg::StoredOutput {
+                id,
+                session,
+                frames,
+            }),
+        ClientMsg::Revive { id, session } => {
+            node.revive(&session).await.map(|_| ServerMsg::Ok { id })
         }
         _ => unreachable!("sorted above"),
     };

@@ -20,6 +20,7 @@ pub mod pty;
 pub mod publisher;
 pub mod raw;
 pub mod registry;
+pub mod revive;
 pub mod ring;
 pub mod screen;
 pub mod session;

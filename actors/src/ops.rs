@@ -20,6 +20,10 @@ use crate::session::{
     Tag,
 };
 
+/// Bytes of events one `events` reply holds at most (hook payloads can be
+/// large; a forwarded reply must fit a peer frame).
+const EVENTS_REPLY_BYTES: usize = 2 << 20;
+
 /// What every front end needs to reach the node's sessions.
 #[derive(Clone)]
 pub struct NodeCtx {
@@ -36,6 +40,8 @@ pub struct NodeCtx {
     pub hook_secret: crate::hook::HookSecret,
     pub default_window: u64,
     pub window_bounds: (u64, u64),
+    /// Where events and output are kept (`None`: `--no-store`).
+    pub store: Option<crate::store::StoreHandle>,
     /// The other nodes' sessions (empty on a single node).
     pub cluster: crate::peer::view::ClusterView,
     /// The other nodes' links, for forwarded requests.
@@ -187,12 +193,85 @@ impl NodeCtx {
             .map_err(|_| ApiError::new(ErrorCode::Internal, "the registry is not running"))?
     }
 
-    pub async fn remove(&self, id: &str) -> Result<(), ApiError> {
+    pub async fn remove(&self, id: &str, purge: bool) -> Result<(), ApiError> {
         // The registry's `Remove` kills a running session first.
         self.registry
-            .send(Remove { id: id.to_string() })
+            .send(Remove {
+                id: id.to_string(),
+                purge,
+            })
             .await
             .map_err(|_| ApiError::new(ErrorCode::Internal, "the registry is not running"))?
+    }
+
+    /// Runs an exited or lost session's command again (same id, seqs
+    /// continuing).
+    pub async fn revive(&self, id: &str) -> Result<SessionInfo, ApiError> {
+        self.session(id)?;
+        self.registry
+            .send(crate::revive::Revive { id: id.to_string() })
+            .await
+            .map_err(|_| ApiError::new(ErrorCode::Internal, "the registry is not running"))?
+    }
+
+    /// The store, or the error that says this node keeps nothing.
+    pub fn store(&self) -> Result<&crate::store::StoreHandle, ApiError> {
+        self.store.as_ref().ok_or_else(|| {
+            ApiError::new(
+                ErrorCode::Unavailable,
+                "this node runs without a store (--no-store): it keeps no events or stored output",
+            )
+        })
+    }
+
+    /// Stored events of a session of this node after the id `after`.
+    pub async fn events(
+        &self,
+        id: &str,
+        after: u64,
+        limit: u64,
+    ) -> Result<Vec<serde_json::Value>, ApiError> {
+        self.session(id)?;
+        let limit = limit.clamp(1, termesh_transport::MAX_EVENTS) as usize;
+        let entries = self
+            .store()?
+            .events_after(id, after, limit)
+            .await
+            .map_err(|e| ApiError::new(ErrorCode::Internal, e))?;
+        // A reply must fit a peer frame when it is forwarded.
+        let mut bytes = 0;
+        Ok(entries
+            .iter()
+            .take_while(|e| {
+                bytes += e.data.len() + 64;
+                bytes <= EVENTS_REPLY_BYTES
+            })
+            .map(|e| e.event_json())
+            .collect())
+    }
+
+    /// Stored output of a session of this node after seq `after`.
+    pub async fn read_output(
+        &self,
+        id: &str,
+        after: u64,
+        max_bytes: u64,
+    ) -> Result<Vec<termesh_transport::StoredFrame>, ApiError> {
+        self.session(id)?;
+        let max = max_bytes.clamp(1, termesh_transport::MAX_READ_OUTPUT) as usize;
+        let entries = self
+            .store()?
+            .output_after(id, after, max)
+            .await
+            .map_err(|e| ApiError::new(ErrorCode::Internal, e))?;
+        Ok(entries
+            .into_iter()
+            .map(|e| termesh_transport::StoredFrame {
+                seq: e.n,
+                ts: e.at_ms,
+                data: e.data.to_vec(),
+            })
+            .collect())
     }
 
     /// Clamps a requested window to the protocol's bounds.

@@ -83,7 +83,7 @@ impl Directory {
         self.len() == 0
     }
 
-    fn insert(&self, handle: SessionHandle) {
+    pub(crate) fn insert(&self, handle: SessionHandle) {
         if let Ok(mut map) = self.0.write() {
             map.insert(handle.id.clone(), handle);
         }
@@ -120,15 +120,14 @@ pub struct RegistryConfig {
 
 pub struct Registry {
     config: RegistryConfig,
-    dir: Directory,
+    pub(crate) dir: Directory,
     metrics: Arc<Metrics>,
     arbiters: Vec<Arbiter>,
     next_arbiter: usize,
     watchers: HashMap<u64, Watcher>,
-    /// Ids of sessions whose program is being started off this thread.
     /// Ids of sessions whose program is being started off this thread,
-    /// with the names they will carry.
-    starting: HashMap<Arc<str>, Option<String>>,
+    /// with the names they will carry (revived ones included).
+    pub(crate) starting: HashMap<Arc<str>, Option<String>>,
 }
 
 struct Watcher {
@@ -156,7 +155,7 @@ impl Registry {
 
     /// Coalesces `event` into every watcher's queue; nudges those that
     /// have not been nudged since they last drained.
-    fn tell_watchers(&self, event: WatchEvent) {
+    pub(crate) fn tell_watchers(&self, event: WatchEvent) {
         self.tell(event, true);
     }
 
@@ -208,16 +207,8 @@ impl Registry {
                 break candidate;
             }
         };
-        let hook_key = self.config.hook_secret.key(&id);
         let mut env = spec.env.clone();
-        env.insert("TERMESH_SESSION_ID".into(), id.to_string());
-        env.insert(
-            "TERMESH_HOOK_URL".into(),
-            format!(
-                "{}/api/v1/sessions/{id}/hook?key={hook_key}",
-                self.config.http_base
-            ),
-        );
+        env.extend(self.session_env(id.clone()));
         self.starting.insert(id.clone(), spec.name.clone());
         let spawn = SpawnSpec {
             command: spec.command.clone(),
@@ -227,6 +218,20 @@ impl Registry {
             rows: spec.rows,
         };
         Ok((id, spawn))
+    }
+
+    /// What every run of a session's program gets in its environment.
+    pub(crate) fn session_env(&self, id: Arc<str>) -> std::collections::BTreeMap<String, String> {
+        let hook_key = self.config.hook_secret.key(&id);
+        let url = format!(
+            "{}/api/v1/sessions/{id}/hook?key={hook_key}",
+            self.config.http_base
+        );
+        [
+            ("TERMESH_SESSION_ID".to_string(), id.to_string()),
+            ("TERMESH_HOOK_URL".to_string(), url),
+        ]
+        .into()
     }
 
     /// Starts the session actor for a program that has started.
@@ -279,11 +284,27 @@ impl Registry {
         tracing::info!(session = %id, command = ?spec.command, "session created");
         let info = shared.info();
         self.persist(&info);
+        self.record_event(
+            &id,
+            serde_json::json!({
+                "kind": "created",
+                "command": info.command,
+                "cwd": info.cwd,
+                "cols": info.cols,
+                "rows": info.rows,
+            }),
+        );
         self.tell_watchers(WatchEvent::Changed(info.clone()));
         info
     }
 
-    fn persist(&self, info: &SessionInfo) {
+    pub(crate) fn record_event(&self, id: &str, event: serde_json::Value) {
+        if let Some(store) = &self.config.settings.store {
+            store.record_event(id, event);
+        }
+    }
+
+    pub(crate) fn persist(&self, info: &SessionInfo) {
         if let Some(store) = &self.config.settings.store {
             store.record(info);
         }
@@ -301,6 +322,16 @@ impl Registry {
             SessionStatus::Exited => SessionStatus::Exited,
             _ => SessionStatus::Lost,
         };
+        if info.status == SessionStatus::Running {
+            self.record_event(
+                &id,
+                serde_json::json!({
+                    "kind": "node_restarted",
+                    "status": "lost",
+                    "message": "the node restarted; the session's program died with it",
+                }),
+            );
+        }
         let shared = Arc::new(SessionShared {
             id: id.clone(),
             node: self.config.node.clone(),
@@ -358,7 +389,7 @@ pub fn name_taken(name: &str, other: &str) -> ApiError {
 
 /// Checks the cwd and starts the program: blocking work (a `stat`, a
 /// fork and exec), run off every actor thread.
-fn spawn_program(id: &str, spec: &SpawnSpec) -> Result<pty::Pty, ApiError> {
+pub(crate) fn spawn_program(id: &str, spec: &SpawnSpec) -> Result<pty::Pty, ApiError> {
     if let Some(cwd) = &spec.cwd {
         check_cwd(cwd)?;
     }
@@ -408,6 +439,8 @@ impl Handler<Create> for Registry {
 #[rtype(result = "Result<(), ApiError>")]
 pub struct Remove {
     pub id: String,
+    /// Wipe its stored output and events now (else kept until the vacuum).
+    pub purge: bool,
 }
 
 impl Handler<Remove> for Registry {
@@ -419,8 +452,12 @@ impl Handler<Remove> for Registry {
             .remove(&msg.id)
             .ok_or_else(|| ApiError::not_found(&msg.id))?;
         handle.addr.do_send(Close { removed: true });
+        self.record_event(
+            &msg.id,
+            serde_json::json!({ "kind": "removed", "purge": msg.purge }),
+        );
         if let Some(store) = &self.config.settings.store {
-            store.removed(&msg.id, false);
+            store.removed(&msg.id, msg.purge);
         }
         Metrics::gauge(&self.metrics.sessions, -1);
         tracing::info!(session = %msg.id, "session removed");

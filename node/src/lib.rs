@@ -3,5 +3,6 @@
 
 pub mod client;
 pub mod cluster_init;
+pub mod export;
 pub mod server;
 pub mod token;

@@ -8,7 +8,7 @@ use clap::{Parser, Subcommand};
 use termesh_config::Config;
 use termesh_node::client::attach::{attach, AttachOptions};
 use termesh_node::client::resolve::describe;
-use termesh_node::client::{commands, Target};
+use termesh_node::client::{commands, stored, Target};
 use termesh_node::server;
 use termesh_transport::CreateRequest;
 
@@ -141,6 +141,42 @@ enum Command {
         /// Sessions: ids, id prefixes or names
         #[arg(required = true)]
         sessions: Vec<String>,
+        /// Also wipe their stored output and events now [default: kept
+        /// until the store's vacuum]
+        #[arg(long)]
+        purge: bool,
+    },
+    /// Run an exited or lost session's command again (same id, in its
+    /// cwd; its output continues after the old).
+    Revive {
+        #[command(flatten)]
+        client: ClientArgs,
+        /// Session: id, id prefix or name
+        session: String,
+    },
+    /// Print a session's stored events as JSON lines.
+    Events {
+        #[command(flatten)]
+        client: ClientArgs,
+        /// Session: id, id prefix or name
+        session: String,
+        /// Only events after this id
+        #[arg(long, default_value_t = 0)]
+        after: u64,
+        /// Keep printing new events as they come
+        #[arg(long, short)]
+        follow: bool,
+    },
+    /// Write a session's stored output as an asciicast v2 file (play it
+    /// with `asciinema play`).
+    Export {
+        #[command(flatten)]
+        client: ClientArgs,
+        /// Session: id, id prefix or name
+        session: String,
+        /// File to write [default: standard output]
+        #[arg(long, short)]
+        output: Option<PathBuf>,
     },
     /// Print a session's recent raw output, or its rendered history.
     Logs {
@@ -386,7 +422,29 @@ async fn run_client(command: Command) -> anyhow::Result<i32> {
             sessions,
             signal,
         } => commands::kill(&target(client)?, &sessions, &signal).await,
-        Command::Rm { client, sessions } => commands::rm(&target(client)?, &sessions).await,
+        Command::Rm {
+            client,
+            sessions,
+            purge,
+        } => commands::rm(&target(client)?, &sessions, purge).await,
+        Command::Revive { client, session } => {
+            stored::revive(&target(client)?, &session).await.map(|_| 0)
+        }
+        Command::Events {
+            client,
+            session,
+            after,
+            follow,
+        } => stored::events(&target(client)?, &session, after, follow)
+            .await
+            .map(|_| 0),
+        Command::Export {
+            client,
+            session,
+            output,
+        } => stored::export(&target(client)?, &session, output.as_deref())
+            .await
+            .map(|_| 0),
         Command::Logs {
             client,
             session,

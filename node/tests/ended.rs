@@ -39,13 +39,7 @@ async fn exited_comes_after_the_last_output_even_when_credit_holds_it_back() {
     assert_eq!(s.exited, None, "exited overtook output held back by credit");
 
     // Acking as the protocol says: everything, then `exited`, then nothing.
-    within(
-        PATIENCE,
-        "the rest and exited",
-        pump_until(&mut c, &session, &mut s, true, |s| s.exited.is_some()),
-    )
-    .await
-    .unwrap();
+    pump_to_exit(&mut c, &session, &mut s, "the rest and exited").await;
     let text = String::from_utf8_lossy(&s.data);
     assert!(text.trim_end().ends_with("40000"), "output ended early");
     assert_eq!(s.exited, Some(5));
@@ -71,13 +65,7 @@ async fn a_new_subscriber_of_an_exited_session_gets_the_screen_then_exited() {
             .await
             .unwrap();
         let mut s = Stream::new(1 << 20);
-        within(
-            PATIENCE,
-            "exited for a late subscriber",
-            pump_until(&mut c, &session, &mut s, true, |s| s.exited.is_some()),
-        )
-        .await
-        .unwrap();
+        pump_to_exit(&mut c, &session, &mut s, "exited for a late subscriber").await;
         assert_eq!(s.exited, Some(4), "from_seq {from_seq:?}");
         if from_seq.is_none() {
             let (_, snap) = s.snapshots.last().expect("a fresh attach gets a snapshot");

@@ -51,13 +51,7 @@ async fn exit_code_and_signal_are_reported() {
     .await
     .unwrap();
     let mut s = Stream::new(1 << 20);
-    within(
-        PATIENCE,
-        "exit event",
-        pump_until(&mut c, &session, &mut s, true, |s| s.exited.is_some()),
-    )
-    .await
-    .unwrap();
+    pump_to_exit(&mut c, &session, &mut s, "exit event").await;
     assert_eq!(s.exited, Some(7));
     let info = node
         .wait_info(&session, "exited status", |i| {

@@ -150,6 +150,31 @@ pub enum ClientMsg {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         purge: Option<bool>,
     },
+    /// Stored events after the id `after` (default 0: from the oldest
+    /// kept), at most `limit` (default and most `MAX_EVENTS`); reply
+    /// `events`.
+    Events {
+        id: u64,
+        session: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        after: Option<u64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        limit: Option<u64>,
+    },
+    /// Stored output frames after seq `after` (default 0: from the oldest
+    /// kept), up to `max_bytes` of data (default and most
+    /// `MAX_READ_OUTPUT`; at least one frame); reply `stored_output`.
+    ReadOutput {
+        id: u64,
+        session: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        after: Option<u64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        max_bytes: Option<u64>,
+    },
+    /// Run an exited or lost session's command again in its cwd, same id,
+    /// seqs continuing; reply `ok`.
+    Revive { id: u64, session: String },
     /// Reply `pong` echoing `nonce`.
     Ping {
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -176,6 +201,9 @@ impl ClientMsg {
             ClientMsg::Rename { .. } => "rename",
             ClientMsg::Tag { .. } => "tag",
             ClientMsg::Remove { .. } => "remove",
+            ClientMsg::Events { .. } => "events",
+            ClientMsg::Revive { .. } => "revive",
+            ClientMsg::ReadOutput { .. } => "read_output",
             ClientMsg::Ping { .. } => "ping",
         }
     }
@@ -198,8 +226,26 @@ pub const CLIENT_TYPES: &[&str] = &[
     "rename",
     "tag",
     "remove",
+    "events",
+    "revive",
+    "read_output",
     "ping",
 ];
+
+/// Most output bytes one `stored_output` reply carries.
+pub const MAX_READ_OUTPUT: u64 = 1 << 20;
+
+/// One stored frame: its seq, when it was stored (unix ms), its bytes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StoredFrame {
+    pub seq: u64,
+    pub ts: u64,
+    #[serde(with = "serde_bytes")]
+    pub data: Vec<u8>,
+}
+
+/// Most events one `events` reply carries.
+pub const MAX_EVENTS: u64 = 1_000;
 
 /// Status of a session in `SessionInfo.status`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -300,6 +346,19 @@ pub enum ServerMsg {
         oldest_seq: u64,
         cols: u16,
         rows: u16,
+    },
+    /// Stored events, oldest first: objects with `id`, `ts` (unix ms),
+    /// `kind` and the kind's fields.
+    Events {
+        id: u64,
+        session: String,
+        events: Vec<serde_json::Value>,
+    },
+    /// Stored output, oldest first; empty when nothing follows `after`.
+    StoredOutput {
+        id: u64,
+        session: String,
+        frames: Vec<StoredFrame>,
     },
     /// One frame of output; hot path, see `codec::encode_output`.
     Output {

@@ -225,6 +225,22 @@ mod tests {
                 session: "s".into(),
                 purge: Some(true),
             },
+            ClientMsg::Events {
+                id: 12,
+                session: "s".into(),
+                after: Some(3),
+                limit: None,
+            },
+            ClientMsg::ReadOutput {
+                id: 13,
+                session: "s".into(),
+                after: None,
+                max_bytes: Some(4096),
+            },
+            ClientMsg::Revive {
+                id: 14,
+                session: "s".into(),
+            },
             ClientMsg::Ping {
                 nonce: Some(rmpv::Value::from(42)),
             },
@@ -345,6 +361,22 @@ mod tests {
                 },
             },
             ServerMsg::Pong { nonce: None },
+            ServerMsg::Events {
+                id: 4,
+                session: "s".into(),
+                events: vec![serde_json::json!({
+                    "id": 7, "ts": 1, "kind": "hook", "payload": {"a": [1, "x", null]}
+                })],
+            },
+            ServerMsg::StoredOutput {
+                id: 5,
+                session: "s".into(),
+                frames: vec![crate::StoredFrame {
+                    seq: 9,
+                    ts: 2,
+                    data: vec![0, 255],
+                }],
+            },
         ];
         for msg in msgs {
             let back: ServerMsg = rmp_serde::from_slice(&encode_server(&msg)).unwrap();

@@ -27,6 +27,8 @@ pub fn required_role(msg: &ClientMsg) -> Role {
         | ClientMsg::Ack { .. }
         | ClientMsg::Screen { .. }
         | ClientMsg::History { .. }
+        | ClientMsg::Events { .. }
+        | ClientMsg::ReadOutput { .. }
         | ClientMsg::Ping { .. } => Role::Viewer,
         ClientMsg::Create { .. }
         | ClientMsg::Input { .. }
@@ -34,7 +36,8 @@ pub fn required_role(msg: &ClientMsg) -> Role {
         | ClientMsg::Kill { .. }
         | ClientMsg::Rename { .. }
         | ClientMsg::Tag { .. }
-        | ClientMsg::Remove { .. } => Role::Operator,
+        | ClientMsg::Remove { .. }
+        | ClientMsg::Revive { .. } => Role::Operator,
     }
 }
 
@@ -51,7 +54,10 @@ fn ids(msg: &ClientMsg) -> (Option<u64>, Option<String>) {
         | ClientMsg::Kill { id, session, .. }
         | ClientMsg::Rename { id, session, .. }
         | ClientMsg::Tag { id, session, .. }
-        | ClientMsg::Remove { id, session, .. } => (Some(*id), Some(session.clone())),
+        | ClientMsg::Remove { id, session, .. }
+        | ClientMsg::Events { id, session, .. }
+        | ClientMsg::ReadOutput { id, session, .. }
+        | ClientMsg::Revive { id, session } => (Some(*id), Some(session.clone())),
         ClientMsg::Unsubscribe { session }
         | ClientMsg::Ack { session, .. }
         | ClientMsg::Input { session, .. }
@@ -143,7 +149,10 @@ impl ConnectionActor {
             | ClientMsg::Tag { session, .. }
             | ClientMsg::Remove { session, .. }
             | ClientMsg::Screen { session, .. }
-            | ClientMsg::History { session, .. } => self.node.route_session(session)?,
+            | ClientMsg::History { session, .. }
+            | ClientMsg::Events { session, .. }
+            | ClientMsg::ReadOutput { session, .. }
+            | ClientMsg::Revive { session, .. } => self.node.route_session(session)?,
             _ => Route::Here,
         };
         Ok(match route {
@@ -321,15 +330,13 @@ impl ConnectionActor {
                 self.node.tag(&session, tags)?;
                 self.send(ctx, &ServerMsg::Ok { id });
             }
-            ClientMsg::Remove {
-                id,
-                session,
-                purge: _,
-            } => {
-                // Nothing is persisted yet, so purge has nothing more to wipe.
-                let node = self.node.clone();
-                self.reply_async(ctx, id, Some(session.clone()), async move {
-                    node.remove(&session).await.map(|_| ServerMsg::Ok { id })
+            msg @ (ClientMsg::Remove { id, .. }
+            | ClientMsg::Events { id, .. }
+            | ClientMsg::ReadOutput { id, .. }
+            | ClientMsg::Revive { id, .. }) => {
+                let (node, session) = (self.node.clone(), ids(&msg).1);
+                self.reply_async(ctx, id, session, async move {
+                    Ok(crate::forward::answer_later(node, msg).await)
                 });
             }
         }

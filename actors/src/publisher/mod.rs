@@ -182,6 +182,14 @@ impl<S: Sink> Publisher<S> {
         }
     }
 
+    /// The session runs again (revived): a later end is told anew.
+    pub fn resume(&mut self) {
+        self.ended = None;
+        for sub in self.subs.values_mut() {
+            sub.told_exit = false;
+        }
+    }
+
     pub fn is_finished(&self) -> bool {
         self.ended.is_some()
     }

@@ -6,6 +6,7 @@
 
 mod handlers;
 mod messages;
+mod relaunch;
 mod screen_job;
 mod screens;
 mod shared;
@@ -21,6 +22,7 @@ use termesh_transport::{EventKind, SessionStatus};
 use tokio::sync::oneshot;
 
 pub use messages::*;
+pub use relaunch::Relaunch;
 pub use screen_job::FAIL_SCREEN_JOBS;
 pub use shared::{now_ms, Meta, SessionShared};
 
@@ -103,6 +105,9 @@ pub struct SessionActor {
     finished: bool,
     /// A look at the store's backlog is scheduled.
     store_wait: bool,
+    /// Which run of the program the PTY events are from: a read still
+    /// pending on an earlier run's PTY (revived since) is dropped.
+    run: u64,
 }
 
 enum ScreenTo {
@@ -208,6 +213,7 @@ impl SessionActor {
             eof: false,
             finished: false,
             store_wait: false,
+            run: 0,
         }
     }
 
@@ -252,20 +258,27 @@ impl SessionActor {
         let Some(mut events) = self.events.take() else {
             return;
         };
+        let run = self.run;
         let read = async move {
             let mut batch = Vec::with_capacity(16);
             let n = events.recv_many(&mut batch, 16).await;
             (events, batch, n)
         };
-        ctx.spawn(read.into_actor(self).map(|(events, batch, n), act, ctx| {
-            act.events = Some(events);
-            if n == 0 {
-                // Every PTY thread is gone; the session stays readable.
-                return;
-            }
-            act.held.extend(batch);
-            act.apply_held(ctx);
-        }));
+        ctx.spawn(
+            read.into_actor(self)
+                .map(move |(events, batch, n), act, ctx| {
+                    if act.run != run {
+                        return;
+                    }
+                    act.events = Some(events);
+                    if n == 0 {
+                        // Every PTY thread is gone; the session stays readable.
+                        return;
+                    }
+                    act.held.extend(batch);
+                    act.apply_held(ctx);
+                }),
+        );
     }
 
     /// Applies read events until one would evict frames a pending snapshot
@@ -362,7 +375,13 @@ impl SessionActor {
         match (self.exit, self.eof) {
             (Some(_), true) => self.finish(),
             (Some(_), false) => {
-                ctx.run_later(EOF_GRACE, |act, _| act.finish());
+                // Not for a later run (the session may be revived by then).
+                let run = self.run;
+                ctx.run_later(EOF_GRACE, move |act, _| {
+                    if act.run == run {
+                        act.finish();
+                    }
+                });
             }
             _ => {}
         }

@@ -24,11 +24,25 @@ pub const MAX_BACKLOG: u64 = 32 << 20;
 /// left to sled's own periodic flush (every 500 ms).
 const RECORD_FLUSH_GAP: std::time::Duration = std::time::Duration::from_millis(20);
 
+/// Live events a slow reader may fall behind by before it reads the
+/// store again (`RecvError::Lagged`).
+const LIVE_EVENTS: usize = 1024;
+
 pub struct StoreActor {
     store: Store,
     backlog: Arc<AtomicU64>,
     metrics: Arc<Metrics>,
     last_record_flush: Option<std::time::Instant>,
+    live: tokio::sync::broadcast::Sender<LiveEvent>,
+}
+
+/// An event as stored (with its id), told to live readers after the
+/// write: a reader that subscribes, then reads the store, misses nothing
+/// (what it read is not told again after it, ids tell repeats apart).
+#[derive(Debug, Clone)]
+pub struct LiveEvent {
+    pub session: Arc<str>,
+    pub entry: Entry,
 }
 
 impl Actor for StoreActor {
@@ -46,6 +60,7 @@ impl Actor for StoreActor {
 pub struct StoreHandle {
     addr: Addr<StoreActor>,
     backlog: Arc<AtomicU64>,
+    live: tokio::sync::broadcast::Sender<LiveEvent>,
 }
 
 impl std::fmt::Debug for StoreHandle {
@@ -68,7 +83,14 @@ impl Handler<Persist> for StoreActor {
 
     fn handle(&mut self, msg: Persist, _: &mut SyncContext<Self>) {
         let record = msg.0.iter().any(|w| matches!(w, Write::Record { .. }));
-        let mut result = self.store.apply(msg.0);
+        let mut result = self.store.apply(msg.0).map(|stored| {
+            for e in stored {
+                let _ = self.live.send(LiveEvent {
+                    session: e.session.into(),
+                    entry: e.entry,
+                });
+            }
+        });
         if record
             && result.is_ok()
             && self
@@ -122,6 +144,44 @@ impl Handler<Removed> for StoreActor {
     }
 }
 
+/// Stored events of a session after an id, at most `limit`.
+#[derive(Message)]
+#[rtype(result = "Result<Vec<Entry>, String>")]
+struct ReadEvents {
+    session: String,
+    after: u64,
+    limit: usize,
+}
+
+impl Handler<ReadEvents> for StoreActor {
+    type Result = Result<Vec<Entry>, String>;
+
+    fn handle(&mut self, msg: ReadEvents, _: &mut SyncContext<Self>) -> Self::Result {
+        self.store
+            .events_after(&msg.session, msg.after, msg.limit)
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// Stored output of a session after a seq, up to `max_bytes`.
+#[derive(Message)]
+#[rtype(result = "Result<Vec<Entry>, String>")]
+struct ReadOutput {
+    session: String,
+    after: u64,
+    max_bytes: usize,
+}
+
+impl Handler<ReadOutput> for StoreActor {
+    type Result = Result<Vec<Entry>, String>;
+
+    fn handle(&mut self, msg: ReadOutput, _: &mut SyncContext<Self>) -> Self::Result {
+        self.store
+            .output_after(&msg.session, msg.after, msg.max_bytes)
+            .map_err(|e| e.to_string())
+    }
+}
+
 /// Runs the vacuum; answers the entries it deleted.
 #[derive(Message)]
 #[rtype(result = "Result<u64, String>")]
@@ -161,15 +221,19 @@ impl StoreHandle {
     pub fn open(
         dir: &std::path::Path,
         tail_bytes: usize,
+        output_cap: u64,
         metrics: Arc<Metrics>,
     ) -> Result<(StoreHandle, Vec<Restored>), StoreError> {
-        let store = Store::open(dir)?;
+        let mut store = Store::open(dir)?;
+        store.set_output_cap(output_cap);
         let restored = load(&store, tail_bytes)?;
         if let Ok(size) = store.size_on_disk() {
             metrics.store_bytes.store(size, Ordering::Relaxed);
         }
         let backlog = Arc::new(AtomicU64::new(0));
         let shared = backlog.clone();
+        let (live, _) = tokio::sync::broadcast::channel(LIVE_EVENTS);
+        let live_tx = live.clone();
         let cell = std::sync::Mutex::new(Some(store));
         let addr = SyncArbiter::start(1, move || StoreActor {
             store: cell
@@ -180,8 +244,16 @@ impl StoreHandle {
             backlog: shared.clone(),
             metrics: metrics.clone(),
             last_record_flush: None,
+            live: live_tx.clone(),
         });
-        Ok((StoreHandle { addr, backlog }, restored))
+        Ok((
+            StoreHandle {
+                addr,
+                backlog,
+                live,
+            },
+            restored,
+        ))
     }
 
     /// Output of `session` as frame `seq`.
@@ -199,8 +271,14 @@ impl StoreHandle {
         ));
     }
 
+    /// A session event of the protocol (`resized`, `exited`, ...).
     pub fn event(&self, session: &str, event: &EventKind) {
-        let data = serde_json::to_vec(event).unwrap_or_default();
+        self.record_event(session, serde_json::to_value(event).unwrap_or_default());
+    }
+
+    /// An event as stored: a JSON object with `kind` and its fields.
+    pub fn record_event(&self, session: &str, event: serde_json::Value) {
+        let data = serde_json::to_vec(&event).unwrap_or_default();
         self.addr.do_send(Persist(
             vec![Write::Event {
                 session: session.to_string(),
@@ -239,6 +317,43 @@ impl StoreHandle {
 
     pub async fn flush(&self) -> Result<(), String> {
         self.addr.send(Flush).await.map_err(|e| e.to_string())?
+    }
+
+    /// Live events from now on (every session's).
+    pub fn live_events(&self) -> tokio::sync::broadcast::Receiver<LiveEvent> {
+        self.live.subscribe()
+    }
+
+    pub async fn events_after(
+        &self,
+        session: &str,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<Entry>, String> {
+        self.addr
+            .send(ReadEvents {
+                session: session.to_string(),
+                after,
+                limit,
+            })
+            .await
+            .map_err(|e| e.to_string())?
+    }
+
+    pub async fn output_after(
+        &self,
+        session: &str,
+        after: u64,
+        max_bytes: usize,
+    ) -> Result<Vec<Entry>, String> {
+        self.addr
+            .send(ReadOutput {
+                session: session.to_string(),
+                after,
+                max_bytes,
+            })
+            .await
+            .map_err(|e| e.to_string())?
     }
 
     pub async fn vacuum(&self, keep: Retention) -> Result<u64, String> {

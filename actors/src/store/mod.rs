@@ -17,7 +17,7 @@ mod actor;
 #[cfg(test)]
 mod tests;
 
-pub use actor::{Restored, StoreActor, StoreHandle};
+pub use actor::{LiveEvent, Restored, StoreActor, StoreHandle};
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -70,6 +70,22 @@ pub struct Entry {
     pub data: Bytes,
 }
 
+impl Entry {
+    /// A stored event as clients see it: its JSON object with `id` and
+    /// `ts` (unix ms) added.
+    pub fn event_json(&self) -> serde_json::Value {
+        let mut v = serde_json::from_slice::<serde_json::Value>(&self.data)
+            .ok()
+            .filter(|v| v.is_object())
+            .unwrap_or_else(|| serde_json::json!({ "kind": "unreadable" }));
+        if let Some(map) = v.as_object_mut() {
+            map.insert("id".into(), self.n.into());
+            map.insert("ts".into(), self.at_ms.into());
+        }
+        v
+    }
+}
+
 /// What the vacuum keeps.
 #[derive(Debug, Clone, Copy)]
 pub struct Retention {
@@ -88,6 +104,18 @@ pub struct Store {
     last_ids: sled::Tree,
     /// Last event id per session, read from `last_ids` on first use.
     event_ids: HashMap<String, u64>,
+    /// Output kept per session: past it by an eighth, the oldest frames
+    /// go at once (not only at the vacuum), so the cap holds under a flood.
+    output_cap: u64,
+    /// Output bytes stored per session, counted on first use.
+    output_bytes: HashMap<String, u64>,
+}
+
+/// An event `apply` stored: its session and the id it was given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stored {
+    pub session: String,
+    pub entry: Entry,
 }
 
 fn key(id: &str) -> Result<Vec<u8>, StoreError> {
@@ -153,6 +181,8 @@ impl Store {
             events: tree("events")?,
             last_ids: tree("event_ids")?,
             event_ids: HashMap::new(),
+            output_cap: u64::MAX,
+            output_bytes: HashMap::new(),
             db,
             path,
         })
@@ -162,8 +192,17 @@ impl Store {
         &self.path
     }
 
-    /// Applies a batch: every tree's part atomically.
-    pub fn apply(&mut self, writes: Vec<Write>) -> Result<(), StoreError> {
+    /// Output kept per session from now on (the vacuum uses its own).
+    pub fn set_output_cap(&mut self, bytes: u64) {
+        self.output_cap = bytes;
+    }
+
+    /// Applies a batch, every tree's part atomically; answers the events
+    /// stored, with their ids. A session whose output went past its cap
+    /// by an eighth is trimmed to the cap, oldest frames first.
+    pub fn apply(&mut self, writes: Vec<Write>) -> Result<Vec<Stored>, StoreError> {
+        let mut stored = Vec::new();
+        let mut grew: Vec<(String, u64)> = Vec::new();
         let (mut out, mut ev, mut rec, mut ids) = (
             sled::Batch::default(),
             sled::Batch::default(),
@@ -177,7 +216,13 @@ impl Store {
                     seq,
                     at_ms,
                     data,
-                } => out.insert(numbered(&session, seq)?, stamped(at_ms, &data)),
+                } => {
+                    out.insert(numbered(&session, seq)?, stamped(at_ms, &data));
+                    match grew.iter_mut().find(|(s, _)| *s == session) {
+                        Some((_, n)) => *n += data.len() as u64,
+                        None => grew.push((session, data.len() as u64)),
+                    }
+                }
                 Write::Event {
                     session,
                     at_ms,
@@ -187,6 +232,10 @@ impl Store {
                     self.event_ids.insert(session.clone(), n);
                     ev.insert(numbered(&session, n)?, stamped(at_ms, &data));
                     ids.insert(key(&session)?, &n.to_be_bytes());
+                    stored.push(Stored {
+                        session,
+                        entry: Entry { n, at_ms, data },
+                    });
                 }
                 Write::Record { session, data } => rec.insert(key(&session)?, data.to_vec()),
             }
@@ -195,6 +244,46 @@ impl Store {
         self.events.apply_batch(ev)?;
         self.last_ids.apply_batch(ids)?;
         self.sessions.apply_batch(rec)?;
+        if self.output_cap != u64::MAX {
+            for (session, added) in grew {
+                self.count_output(&session, added)?;
+            }
+        }
+        Ok(stored)
+    }
+
+    /// Adds `added` to what `session` stores; trims past the cap.
+    fn count_output(&mut self, session: &str, added: u64) -> Result<(), StoreError> {
+        let total = match self.output_bytes.get_mut(session) {
+            Some(n) => {
+                *n += added;
+                *n
+            }
+            None => {
+                let mut n = 0u64;
+                for v in self.output.scan_prefix(key(session)?).values() {
+                    n += (v?.len() - 8) as u64;
+                }
+                self.output_bytes.insert(session.to_string(), n);
+                n
+            }
+        };
+        if total <= self.output_cap.saturating_add(self.output_cap / 8) {
+            return Ok(());
+        }
+        let excess = total - self.output_cap;
+        let mut freed = 0u64;
+        let mut batch = sled::Batch::default();
+        for item in self.output.scan_prefix(key(session)?) {
+            if freed >= excess {
+                break;
+            }
+            let (k, v) = item?;
+            freed += (v.len() - 8) as u64;
+            batch.remove(k);
+        }
+        self.output.apply_batch(batch)?;
+        self.output_bytes.insert(session.to_string(), total - freed);
         Ok(())
     }
 
@@ -312,6 +401,7 @@ impl Store {
             }
             tree.apply_batch(batch)?;
         }
+        self.output_bytes.remove(session);
         // Event ids keep counting: an id is never reused.
         Ok(())
     }
@@ -333,6 +423,8 @@ impl Store {
             }
             deleted += self.trim(&id, now_ms, keep)?;
         }
+        // Counted afresh on the next write.
+        self.output_bytes.clear();
         Ok(deleted)
     }
 

@@ -53,6 +53,20 @@ fn id(s: usize) -> String {
     format!("session{s}")
 }
 
+/// The model's cap on write: past the cap by an eighth, the oldest frames
+/// go until the cap holds.
+fn cap(m: &mut Session) {
+    let total: u64 = m.output.values().map(|(_, d)| d.len() as u64).sum();
+    if total <= KEEP.output_bytes + KEEP.output_bytes / 8 {
+        return;
+    }
+    let mut freed = 0;
+    while freed < total - KEEP.output_bytes {
+        let (_, (_, d)) = m.output.pop_first().unwrap();
+        freed += d.len() as u64;
+    }
+}
+
 /// The model's vacuum: removed sessions go whole; the rest are trimmed
 /// (the vacuum goes by records: output of a session without one stays).
 fn vacuum(model: &mut BTreeMap<String, Session>, now: u64) {
@@ -125,6 +139,7 @@ proptest! {
     fn the_store_agrees_with_a_model(ops in proptest::collection::vec(op(), 1..120)) {
         let dir = tempfile::tempdir().unwrap();
         let mut store = Store::open(dir.path()).unwrap();
+        store.set_output_cap(KEEP.output_bytes);
         let mut model: BTreeMap<String, Session> = BTreeMap::new();
         let mut now = 1_000u64;
         let mut fill = 0u8;
@@ -137,12 +152,15 @@ proptest! {
                     let data = vec![fill; len];
                     store.apply(vec![Write::Output { session: id(s), seq, at_ms: now, data: Bytes::from(data.clone()) }]).unwrap();
                     m.output.insert(seq, (now, data));
+                    cap(m);
                 }
                 Op::Event { s, len } => {
                     let m = model.entry(id(s)).or_default();
                     let data = vec![fill; len];
-                    store.apply(vec![Write::Event { session: id(s), at_ms: now, data: Bytes::from(data.clone()) }]).unwrap();
+                    let stored = store.apply(vec![Write::Event { session: id(s), at_ms: now, data: Bytes::from(data.clone()) }]).unwrap();
                     m.last_event += 1;
+                    prop_assert_eq!(stored.len(), 1);
+                    prop_assert_eq!(stored[0].entry.n, m.last_event);
                     m.events.insert(m.last_event, (now, data));
                 }
                 Op::Record { s } => {
@@ -171,6 +189,7 @@ proptest! {
                     store.flush().unwrap();
                     drop(store);
                     store = Store::open(dir.path()).unwrap();
+                    store.set_output_cap(KEEP.output_bytes);
                 }
                 Op::Clock(ms) => now += ms,
             }

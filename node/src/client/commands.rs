@@ -9,7 +9,7 @@ use termesh_transport::{ClientMsg, CreateRequest, ServerMsg, SessionInfo};
 use super::resolve::{describe, most_recent, resolve};
 use super::{Client, Target};
 
-async fn list(client: &mut Client) -> anyhow::Result<Vec<SessionInfo>> {
+pub(super) async fn list(client: &mut Client) -> anyhow::Result<Vec<SessionInfo>> {
     let ServerMsg::Sessions { sessions, .. } = client.request(|id| ClientMsg::List { id }).await?
     else {
         bail!("unexpected reply to list");
@@ -18,7 +18,7 @@ async fn list(client: &mut Client) -> anyhow::Result<Vec<SessionInfo>> {
 }
 
 /// The session `wanted` names (id, id prefix or name).
-async fn lookup(client: &mut Client, wanted: &str) -> anyhow::Result<SessionInfo> {
+pub(super) async fn lookup(client: &mut Client, wanted: &str) -> anyhow::Result<SessionInfo> {
     let sessions = list(client).await?;
     resolve(&sessions, wanted)
         .cloned()
@@ -205,7 +205,7 @@ pub async fn kill(target: &Target, wanted: &[String], signal: &str) -> anyhow::R
 }
 
 /// Removes each session named. Exit code 1 when any could not be.
-pub async fn rm(target: &Target, wanted: &[String]) -> anyhow::Result<i32> {
+pub async fn rm(target: &Target, wanted: &[String], purge: bool) -> anyhow::Result<i32> {
     let mut client = Client::connect(target).await?;
     let sessions = list(&mut client).await?;
     let mut failed = 0;
@@ -216,7 +216,7 @@ pub async fn rm(target: &Target, wanted: &[String]) -> anyhow::Result<i32> {
                 .request(|id| ClientMsg::Remove {
                     id,
                     session: s.id.clone(),
-                    purge: None,
+                    purge: purge.then_some(true),
                 })
                 .await
                 .map(|_| ())

@@ -4,6 +4,7 @@
 pub mod attach;
 pub mod commands;
 pub mod resolve;
+pub mod stored;
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
@@ -315,7 +316,9 @@ pub fn reply_id(msg: &ServerMsg) -> Option<u64> {
         | ServerMsg::Sessions { id, .. }
         | ServerMsg::Created { id, .. }
         | ServerMsg::Subscribed { id, .. }
-        | ServerMsg::History { id, .. } => Some(*id),
+        | ServerMsg::History { id, .. }
+        | ServerMsg::Events { id, .. }
+        | ServerMsg::StoredOutput { id, .. } => Some(*id),
         ServerMsg::Error { id, .. } | ServerMsg::Snapshot { id, .. } => *id,
         _ => None,
     }

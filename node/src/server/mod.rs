@@ -6,6 +6,7 @@ mod auth;
 mod listener;
 mod nodes;
 mod rest;
+mod stored;
 pub mod url_file;
 mod ws;
 
@@ -127,6 +128,9 @@ pub fn run(
                 "sessions restored from the store (lost: their programs died with the last run)"
             );
         }
+        let vacuum = store
+            .clone()
+            .map(|store| actix_rt::spawn(vacuum_loop(store, config.store.clone())));
         let cluster_view = termesh_actors::peer::view::ClusterView::default();
         let state = AppState {
             node: NodeCtx {
@@ -142,6 +146,7 @@ pub fn run(
                 default_window: config.session.default_window,
                 window_bounds: (defaults::WINDOW_MIN, defaults::WINDOW_MAX),
                 cluster: cluster_view,
+                store: store.clone(),
                 peers: Default::default(),
                 mirrors: Default::default(),
                 mirror: termesh_actors::mirror::MirrorSettings {
@@ -199,6 +204,9 @@ pub fn run(
         // must not find the sessions gone and give up on them), tell
         // clients, stop sessions, flush the store.
         server_handle.pause().await;
+        if let Some(vacuum) = vacuum {
+            vacuum.abort();
+        }
         let closing = state.connections.close_all(1001);
         let stopped = registry.send(Shutdown).await.unwrap_or(0);
         if let Some(store) = &store {
@@ -241,10 +249,36 @@ fn open_store(
         return Ok((None, Vec::new()));
     }
     let path = config.node.data_dir.join("store");
-    let (store, restored) = StoreHandle::open(&path, config.session.ring_bytes, metrics.clone())
-        .map_err(|e| anyhow::anyhow!("{e}; to run without persistence, start with --no-store"))?;
+    let (store, restored) = StoreHandle::open(
+        &path,
+        config.session.ring_bytes,
+        config.store.output_bytes,
+        metrics.clone(),
+    )
+    .map_err(|e| anyhow::anyhow!("{e}; to run without persistence, start with --no-store"))?;
     tracing::info!(path = %path.display(), sessions = restored.len(), "store opened");
     Ok((Some(store), restored))
+}
+
+/// Trims the store to the retention config every `vacuum_every`.
+async fn vacuum_loop(store: StoreHandle, config: termesh_config::StoreConfig) {
+    let keep = termesh_actors::store::Retention {
+        output_bytes: config.output_bytes,
+        event_age_ms: config.event_age.as_millis() as u64,
+        events: config.events,
+    };
+    loop {
+        actix_rt::time::sleep(config.vacuum_every).await;
+        let started = std::time::Instant::now();
+        match store.vacuum(keep).await {
+            Ok(deleted) => tracing::info!(
+                deleted,
+                ms = started.elapsed().as_millis() as u64,
+                "store vacuumed"
+            ),
+            Err(e) => tracing::error!("store vacuum failed: {e}"),
+        }
+    }
 }
 
 /// Starts a `PeerActor` per peer and the mesh thread that links them.

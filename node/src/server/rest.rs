@@ -41,6 +41,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
                 .route("/sessions/{id}/screen", web::get().to(screen))
                 .route("/sessions/{id}/history", web::get().to(history))
                 .route("/sessions/{id}/hook", web::post().to(hook))
+                .configure(super::stored::routes)
                 .default_service(web::to(|| async {
                     error_response(&ApiError::new(ErrorCode::NotFound, "no such API route"))
                 })),
@@ -105,7 +106,7 @@ async fn required_json<T: serde::de::DeserializeOwned>(payload: web::Payload) ->
         .ok_or_else(|| ApiError::bad_request("this request needs a JSON body"))
 }
 
-fn query<T: serde::de::DeserializeOwned>(req: &HttpRequest) -> Result<T> {
+pub(super) fn query<T: serde::de::DeserializeOwned>(req: &HttpRequest) -> Result<T> {
     web::Query::<T>::from_query(req.query_string())
         .map(|q| q.into_inner())
         .map_err(|e| ApiError::bad_request(format!("bad query string: {e}")))
@@ -186,7 +187,6 @@ async fn remove(
     respond(
         async {
             require(&req, &state.node.tokens, Role::Operator)?;
-            // Nothing is persisted yet: purge has nothing more to wipe.
             let purge = query::<RemoveQuery>(&req)?.purge;
             let session = path.to_string();
             if remote(&state, &path, || ClientMsg::Remove {
@@ -199,7 +199,7 @@ async fn remove(
             {
                 return Ok(HttpResponse::NoContent().finish());
             }
-            state.node.remove(&path).await?;
+            state.node.remove(&path, purge).await?;
             Ok(HttpResponse::NoContent().finish())
         }
         .await,
@@ -465,10 +465,9 @@ struct HookQuery {
     key: Option<String>,
 }
 
-#[derive(Deserialize)]
-struct HookBody {
-    hook_event_name: String,
-}
+/// Hook payloads are kept up to this size; a larger one is stored cut,
+/// with `truncated: true`.
+const MAX_HOOK_PAYLOAD: usize = 16 * 1024;
 
 /// Agent CLI lifecycle hooks set the session's phase. The program inside
 /// the session authenticates with the key in its `TERMESH_HOOK_URL`.
@@ -490,8 +489,18 @@ async fn hook(
                 require(&req, &state.node.tokens, Role::Operator)?;
             }
             state.node.session(&path)?;
-            let body: HookBody = required_json(payload).await?;
-            let phase = match body.hook_event_name.as_str() {
+            let body: serde_json::Value = required_json(payload).await?;
+            let name = body
+                .get("hook_event_name")
+                .and_then(|v| v.as_str())
+                .ok_or_else(|| {
+                    ApiError::bad_request("the hook body needs `hook_event_name` (a string)")
+                })?
+                .to_string();
+            if let Some(store) = &state.node.store {
+                store.record_event(&path, hook_event(&name, body));
+            }
+            let phase = match name.as_str() {
                 "UserPromptSubmit" => Some("running"),
                 "Stop" => Some("waiting"),
                 "StopFailure" => Some("failed"),
@@ -505,6 +514,26 @@ async fn hook(
         }
         .await,
     )
+}
+
+/// The stored event of a hook: its name and payload (cut when large).
+fn hook_event(name: &str, body: serde_json::Value) -> serde_json::Value {
+    let size = body.to_string().len();
+    if size <= MAX_HOOK_PAYLOAD {
+        return serde_json::json!({ "kind": "hook", "hook_event_name": name, "payload": body });
+    }
+    let text = body.to_string();
+    let mut cut = MAX_HOOK_PAYLOAD;
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    serde_json::json!({
+        "kind": "hook",
+        "hook_event_name": name,
+        "payload": &text[..cut],
+        "truncated": true,
+        "size": size,
+    })
 }
 
 /// Each screen request kind is answered with its own output kind.

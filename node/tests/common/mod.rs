@@ -323,6 +323,17 @@ pub async fn pump_until(
     }
 }
 
+/// Reads and acks the session's output until its `exited` event.
+pub async fn pump_to_exit(c: &mut Client, session: &str, s: &mut Stream, what: &str) {
+    within(
+        PATIENCE,
+        what,
+        pump_until(c, session, s, true, |s| s.exited.is_some()),
+    )
+    .await
+    .expect("the connection stays open");
+}
+
 /// Every pid whose environment names this session.
 pub fn session_pids(session: &str) -> Vec<i32> {
     let needle = format!("TERMESH_SESSION_ID={session}");

@@ -1,0 +1,89 @@
+//! Revive, the registry's side: an exited or lost session's command runs
+//! again, in its cwd, with the same id (PROTOCOL.md, `revive`). The env a
+//! create request gave is not kept (it may hold secrets): the new run gets
+//! the node's `TERMESH_*` variables only. Seqs continue above the last.
+
+use std::sync::Arc;
+
+use actix::prelude::*;
+use termesh_transport::{ErrorCode, SessionInfo};
+
+use crate::error::ApiError;
+use crate::pty::SpawnSpec;
+use crate::registry::{spawn_program, Registry, SessionHandle, WatchEvent};
+use crate::session::Relaunch;
+
+#[derive(Message)]
+#[rtype(result = "Result<SessionInfo, ApiError>")]
+pub struct Revive {
+    pub id: String,
+}
+
+impl Handler<Revive> for Registry {
+    type Result = ResponseActFuture<Self, Result<SessionInfo, ApiError>>;
+
+    fn handle(&mut self, msg: Revive, _: &mut Context<Self>) -> Self::Result {
+        let ready = self.prepare_revive(&msg.id);
+        let (handle, spec) = match ready {
+            Ok(ready) => ready,
+            Err(e) => return Box::pin(actix::fut::ready(Err(e))),
+        };
+        let id = handle.id.clone();
+        self.starting.insert(id.clone(), None);
+        let thread_id = id.clone();
+        let work = async move {
+            let pty = actix_rt::task::spawn_blocking(move || spawn_program(&thread_id, &spec))
+                .await
+                .map_err(|e| {
+                    ApiError::new(ErrorCode::Internal, format!("session start failed: {e}"))
+                })??;
+            let input = pty.input.clone();
+            handle
+                .addr
+                .send(Relaunch(pty))
+                .await
+                .map_err(|_| ApiError::not_found(&handle.id))?;
+            Ok(SessionHandle { input, ..handle })
+        };
+        Box::pin(work.into_actor(self).map(move |done, act, _| {
+            act.starting.remove(&id);
+            let handle = done?;
+            // Still ours (not removed while it started): input goes to the
+            // new run from now on.
+            if act.dir.get(&handle.id).is_none() {
+                return Err(ApiError::not_found(&handle.id));
+            }
+            let info = handle.shared.info();
+            act.dir.insert(handle);
+            act.persist(&info);
+            act.tell_watchers(WatchEvent::Changed(info.clone()));
+            Ok(info)
+        }))
+    }
+}
+
+impl Registry {
+    /// The session to revive and how to start its program again.
+    fn prepare_revive(&self, id: &str) -> Result<(SessionHandle, SpawnSpec), ApiError> {
+        let handle = self.dir.get(id).ok_or_else(|| ApiError::not_found(id))?;
+        if !handle.shared.is_exited() {
+            return Err(ApiError::bad_request(format!(
+                "session `{id}` is running: only an exited or lost session can be revived"
+            )));
+        }
+        if self.starting.contains_key(id) {
+            return Err(ApiError::bad_request(format!(
+                "session `{id}` is being revived already"
+            )));
+        }
+        let info = handle.shared.info();
+        let spec = SpawnSpec {
+            command: info.command.clone(),
+            cwd: info.cwd.as_ref().map(Into::into),
+            env: self.session_env(Arc::clone(&handle.id)),
+            cols: info.cols,
+            rows: info.rows,
+        };
+        Ok((handle, spec))
+    }
+}

@@ -393,6 +393,57 @@ async fn every_request_works_from_any_node() {
             "node {i}: {msg:?}"
         );
     }
+    // The owner's store, read through b: events, stored output, the
+    // export; then a revive from b runs it again on c.
+    let mut on_b = Client::connect(&cluster.target(1)).await.unwrap();
+    let events = events_of(&mut on_b, &id).await;
+    let kinds: Vec<&str> = events.iter().filter_map(|e| e["kind"].as_str()).collect();
+    for kind in ["created", "resized", "renamed", "tagged", "exited"] {
+        assert!(kinds.contains(&kind), "{kind} in {kinds:?}");
+    }
+    let url = format!("{}/api/v1/sessions/{id}/export", cluster.target(1).url);
+    let auth = format!("Bearer {}", cluster.token);
+    let cast = tokio::task::spawn_blocking(move || {
+        ureq::get(&url)
+            .set("authorization", &auth)
+            .call()
+            .unwrap()
+            .into_string()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(
+        cast.starts_with("{\"") && cast.contains("forwarded-three"),
+        "{cast}"
+    );
+    // b's event stream of c's session (b polls c): the last stored event,
+    // then the live `revived`.
+    let last = events.last().unwrap()["id"].as_u64().unwrap();
+    let stream = format!(
+        "{}/api/v1/sessions/{id}/events/stream",
+        cluster.target(1).url
+    );
+    let mut sse = common::sse::sse(stream, &cluster.token, Some(last - 1), usize::MAX);
+    let first = common::sse::take(&mut sse, "the last stored event", |_| true).await;
+    assert_eq!(first[0].0, last);
+    ask(&cluster, 1, |rid| ClientMsg::Revive {
+        id: rid,
+        session: id.clone(),
+    })
+    .await
+    .unwrap();
+    let live = common::sse::take(&mut sse, "the live revived", |_| true).await;
+    assert_eq!(
+        (live[0].0, live[0].1["kind"].as_str()),
+        (last + 1, Some("revived"))
+    );
+    wait_list(&cluster, 1, "the revived session running", |l| {
+        l.iter()
+            .any(|s| s.id == id && s.status == SessionStatus::Running)
+    })
+    .await;
+
     // Remove from b: gone everywhere.
     ask(&cluster, 1, |rid| ClientMsg::Remove {
         id: rid,

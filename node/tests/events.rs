@@ -7,8 +7,7 @@
 
 mod common;
 
-use std::io::BufRead;
-
+use common::sse::take;
 use common::*;
 use serde_json::{json, Value};
 use termesh_transport::{ClientMsg, CreateRequest, ServerMsg};
@@ -47,9 +46,7 @@ fn id_of(e: &Value) -> u64 {
     e["id"].as_u64().expect("an event id")
 }
 
-/// An SSE reader on its own thread: each event (`id`, parsed `data`) goes
-/// to the channel; it stops after `stop_after` events (closing the
-/// connection) or when the stream ends (then the channel closes).
+/// The session's event stream on `node`, resumed by header or query.
 fn sse(
     node: &TestNode,
     session: &str,
@@ -57,62 +54,14 @@ fn sse(
     stop_after: usize,
 ) -> tokio::sync::mpsc::UnboundedReceiver<(u64, Value)> {
     let mut url = format!("{}/api/v1/sessions/{session}/events/stream", node.url());
-    let mut req_header = None;
-    match resume {
-        Some(("query", id)) => url.push_str(&format!("?last_event_id={id}")),
-        Some((_, id)) => req_header = Some(id.to_string()),
-        None => {}
-    }
-    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-    std::thread::spawn(move || {
-        let mut req = ureq::get(&url).set("authorization", &format!("Bearer {VIEWER}"));
-        if let Some(id) = &req_header {
-            req = req.set("Last-Event-ID", id);
+    let header = match resume {
+        Some(("query", id)) => {
+            url.push_str(&format!("?last_event_id={id}"));
+            None
         }
-        let resp = req.call().expect("the stream opens");
-        assert_eq!(resp.content_type(), "text/event-stream");
-        let reader = std::io::BufReader::new(resp.into_reader());
-        let (mut id, mut data, mut sent) = (None, None, 0);
-        for line in reader.lines() {
-            let Ok(line) = line else { return };
-            if let Some(v) = line.strip_prefix("id: ") {
-                id = v.parse::<u64>().ok();
-            } else if let Some(v) = line.strip_prefix("data: ") {
-                data = serde_json::from_str::<Value>(v).ok();
-            } else if line.is_empty() {
-                if let (Some(i), Some(d)) = (id.take(), data.take()) {
-                    assert_eq!(d["id"].as_u64(), Some(i), "the SSE id is the event's");
-                    if tx.send((i, d)).is_err() {
-                        return;
-                    }
-                    sent += 1;
-                    if sent >= stop_after {
-                        return;
-                    }
-                }
-            }
-        }
-    });
-    rx
-}
-
-async fn take(
-    rx: &mut tokio::sync::mpsc::UnboundedReceiver<(u64, Value)>,
-    what: &str,
-    until: impl Fn(&Value) -> bool,
-) -> Vec<(u64, Value)> {
-    within(PATIENCE, what, async {
-        let mut got = Vec::new();
-        while let Some((id, e)) = rx.recv().await {
-            let stop = until(&e);
-            got.push((id, e));
-            if stop {
-                break;
-            }
-        }
-        got
-    })
-    .await
+        other => other.map(|(_, id)| id),
+    };
+    common::sse::sse(url, VIEWER, header, stop_after)
 }
 
 fn consecutive(got: &[(u64, Value)], first: u64) {

@@ -1,8 +1,8 @@
 //! Persistence: a restarted node still shows its earlier sessions (`lost`
 //! when they were running) with their history and seqs; a node killed
 //! with SIGKILL during a flood restarts with its stored output intact and
-//! byte-identical to what a client received; a second node on the same
-//! data dir is refused.
+//! byte-identical to what a client received, and revived continues above
+//! its last stored seq; a second node on the same data dir is refused.
 
 mod common;
 
@@ -195,6 +195,39 @@ async fn a_crash_during_a_flood_keeps_the_stored_output_intact() {
             "stored and received output agree"
         );
         assert!(lost.last_seq > 0, "something was stored");
+
+        // Revived, it runs again with seqs above the old last one; a
+        // subscriber resuming there sees the new run right after.
+        let mut c = client(&node).await;
+        let mut again = Stream::new(1 << 20);
+        again.last_seq = lost.last_seq;
+        subscribe(&mut c, &session, Some(lost.last_seq), 1 << 20)
+            .await
+            .unwrap();
+        c.request(|id| ClientMsg::Revive {
+            id,
+            session: session.clone(),
+        })
+        .await
+        .unwrap();
+        within(
+            PATIENCE,
+            "the revived run's first output",
+            pump_until(&mut c, &session, &mut again, true, |s| {
+                s.data.starts_with(b"ready\n")
+            }),
+        )
+        .await
+        .unwrap();
+        assert!(again.last_seq > lost.last_seq);
+        assert_eq!(info(&node, &session).await.status, SessionStatus::Running);
+        c.request(|id| ClientMsg::Remove {
+            id,
+            session: session.clone(),
+            purge: Some(true),
+        })
+        .await
+        .unwrap();
     }
 }
 

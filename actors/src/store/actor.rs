@@ -34,7 +34,12 @@ pub struct StoreActor {
     metrics: Arc<Metrics>,
     last_record_flush: Option<std::time::Instant>,
     live: tokio::sync::broadcast::Sender<LiveEvent>,
+    /// When `termesh_store_bytes` was last measured.
+    sized_at: std::time::Instant,
 }
+
+/// How often writes re-measure the store's size on disk for `/metrics`.
+const SIZE_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// An event as stored (with its id), told to live readers after the
 /// write: a reader that subscribes, then reads the store, misses nothing
@@ -101,6 +106,12 @@ impl Handler<Persist> for StoreActor {
             self.last_record_flush = Some(std::time::Instant::now());
         }
         self.backlog.fetch_sub(msg.1, Ordering::Relaxed);
+        if self.sized_at.elapsed() >= SIZE_EVERY {
+            self.sized_at = std::time::Instant::now();
+            if let Ok(size) = self.store.size_on_disk() {
+                self.metrics.store_bytes.store(size, Ordering::Relaxed);
+            }
+        }
         if let Err(e) = result {
             Metrics::add(&self.metrics.store_lost_bytes, msg.1);
             tracing::error!(path = %self.store.path().display(), "store write failed ({} bytes of output not stored): {e}", msg.1);
@@ -245,6 +256,7 @@ impl StoreHandle {
             metrics: metrics.clone(),
             last_record_flush: None,
             live: live_tx.clone(),
+            sized_at: std::time::Instant::now(),
         });
         Ok((
             StoreHandle {

@@ -104,6 +104,19 @@ impl BinaryNode {
     }
 }
 
+impl BinaryNode {
+    /// Stops the node cleanly and hands over its dir (config, data, log).
+    pub fn stop_keeping_dir(mut self) -> tempfile::TempDir {
+        self.stop();
+        std::mem::replace(&mut self.dir, tempfile::tempdir().unwrap())
+    }
+
+    /// The store's directory in the node's data dir.
+    pub fn store_path(dir: &tempfile::TempDir) -> std::path::PathBuf {
+        dir.path().join("data").join("store")
+    }
+}
+
 impl Drop for BinaryNode {
     fn drop(&mut self) {
         self.stop();

@@ -6,6 +6,7 @@
 pub mod binary;
 pub mod cluster;
 pub mod proxy;
+pub mod sse;
 pub mod tmux;
 pub mod wire;
 
@@ -320,6 +321,23 @@ pub async fn pump_until(
         }
         let msg = c.recv().await.context("connection lost")?;
         stream.apply(session, &msg);
+    }
+}
+
+/// The session's stored events (the first `MAX_EVENTS`), by `events`.
+pub async fn events_of(c: &mut Client, session: &str) -> Vec<serde_json::Value> {
+    match c
+        .request(|id| ClientMsg::Events {
+            id,
+            session: session.to_string(),
+            after: None,
+            limit: None,
+        })
+        .await
+        .unwrap()
+    {
+        ServerMsg::Events { events, .. } => events,
+        other => panic!("{other:?}"),
     }
 }
 

@@ -3,7 +3,8 @@
 # missing, what the tests drive besides the Rust toolchain: programs run in
 # real PTYs (bash, coreutils), tmux (an independent terminal that snapshots
 # are checked against), bindfs with FUSE (a mount whose daemon the test
-# stops, as a dead network mount) and asciinema (plays exported casts).
+# stops, as a dead network mount), asciinema (plays exported casts) and
+# curl (the shipped agent hook command posts with it).
 # The suite runs as root, as CI does: it mounts FUSE and steers pid
 # allocation (/proc/sys/kernel/ns_last_pid).
 # Extra arguments go to `cargo test`.
@@ -18,6 +19,7 @@ need tmux tmux
 need bindfs bindfs
 need fusermount3 fuse3
 need asciinema asciinema
+need curl curl
 if [ ${#missing[@]} -gt 0 ]; then
   echo "installing ${missing[*]}"
   sudo=""

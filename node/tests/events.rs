@@ -227,6 +227,60 @@ async fn hooks_set_the_phase_and_keep_their_payload() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_shipped_claude_code_hook_config_reports_from_inside_a_session() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../deploy/claude-code-hooks.json"
+    );
+    let config: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    for event in ["UserPromptSubmit", "Stop", "StopFailure", "SessionEnd"] {
+        assert!(config["hooks"][event].is_array(), "{event} is configured");
+    }
+    let command = config["hooks"]["Stop"][0]["hooks"][0]["command"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let node = TestNode::start();
+    // As Claude Code runs it: the hook input JSON on stdin, in the
+    // session's environment (TERMESH_HOOK_URL with its key, no token).
+    let payload =
+        json!({"hook_event_name": "Stop", "session_id": "cc-1", "stop_hook_active": false});
+    let info = node
+        .create_with(CreateRequest {
+            command: Some(vec![
+                "sh".into(),
+                "-c".into(),
+                "printf %s \"$PAYLOAD\" | sh -c \"$HOOK\"; echo hook-exit-$?; exec cat".into(),
+            ]),
+            env: Some(
+                [
+                    ("PAYLOAD".to_string(), payload.to_string()),
+                    ("HOOK".to_string(), command.clone()),
+                ]
+                .into(),
+            ),
+            ..Default::default()
+        })
+        .await;
+    wait_output(&node, &info.id, "hook-exit-0").await;
+    node.wait_info(&info.id, "phase waiting", |s| {
+        s.phase.as_deref() == Some("waiting")
+    })
+    .await;
+    let events = stored_events(&node, &info.id, 0).await;
+    let hook = events.iter().find(|e| e["kind"] == "hook").unwrap();
+    assert_eq!(hook["payload"], payload);
+    // Outside termesh the command does nothing and succeeds.
+    let out = std::process::Command::new("sh")
+        .args(["-c", &command])
+        .env_remove("TERMESH_HOOK_URL")
+        .stdin(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(out.success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_revived_session_continues_its_seqs_for_its_subscribers() {
     let node = TestNode::start();
     let dir = tempfile::tempdir().unwrap();

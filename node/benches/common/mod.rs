@@ -17,13 +17,17 @@ pub const WINDOW: u64 = 1 << 20;
 pub struct Node {
     pub child: Child,
     pub target: Target,
-    _dir: tempfile::TempDir,
+    pub dir: tempfile::TempDir,
 }
 
 impl Node {
     /// Starts a node with the config text `config` (may be empty).
     pub fn start(config: &str) -> Node {
-        let dir = tempfile::tempdir().unwrap();
+        Node::start_in(tempfile::tempdir().unwrap(), config)
+    }
+
+    /// Starts a node on the data dir `dir` (a restart when it has a store).
+    pub fn start_in(dir: tempfile::TempDir, config: &str) -> Node {
         let config_file = dir.path().join("termesh.toml");
         std::fs::write(&config_file, config).unwrap();
         let mut child = Command::new(env!("CARGO_BIN_EXE_termesh"))
@@ -56,8 +60,22 @@ impl Node {
                 token: Some(token),
                 token_source: "the benchmark".into(),
             },
-            _dir: dir,
+            dir,
         }
+    }
+
+    /// Stops the node (SIGTERM, waited for) and hands over its data dir.
+    pub fn stop_keeping_dir(mut self) -> tempfile::TempDir {
+        self.stop();
+        std::mem::replace(&mut self.dir, tempfile::tempdir().unwrap())
+    }
+
+    fn stop(&mut self) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+        let _ = self.child.wait();
     }
 
     pub fn rss_kib(&self) -> u64 {
@@ -67,11 +85,7 @@ impl Node {
 
 impl Drop for Node {
     fn drop(&mut self) {
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(self.child.id() as i32),
-            nix::sys::signal::Signal::SIGTERM,
-        );
-        let _ = self.child.wait();
+        self.stop();
     }
 }
 

@@ -244,7 +244,7 @@ fn open_store(
 ) -> anyhow::Result<(Option<StoreHandle>, Vec<termesh_actors::store::Restored>)> {
     if !config.store.enabled {
         tracing::warn!(
-            "persistence is OFF (--no-store): sessions, output and events die with this process"
+            "persistence is OFF (--no-store or store.enabled = false): sessions, output and events die with this process"
         );
         return Ok((None, Vec::new()));
     }

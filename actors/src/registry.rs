@@ -294,7 +294,6 @@ impl Registry {
                 "rows": info.rows,
             }),
         );
-        self.tell_watchers(WatchEvent::Changed(info.clone()));
         info
     }
 
@@ -424,12 +423,36 @@ impl Handler<Create> for Registry {
         };
         let thread_id = id.clone();
         let work = actix_rt::task::spawn_blocking(move || spawn_program(&thread_id, &spawn));
-        Box::pin(work.into_actor(self).map(move |spawned, act, ctx| {
+        Box::pin(work.into_actor(self).then(move |spawned, act, ctx| {
             act.starting.remove(&id);
-            let pty = spawned.map_err(|e| {
-                ApiError::new(ErrorCode::Internal, format!("session start failed: {e}"))
-            })??;
-            Ok(act.start_session(id, spec, pty, ctx))
+            let started = spawned
+                .map_err(|e| {
+                    ApiError::new(ErrorCode::Internal, format!("session start failed: {e}"))
+                })
+                .and_then(|r| r)
+                .map(|pty| act.start_session(id, spec, pty, ctx));
+            // Nobody hears of the session (the client, watchers, the
+            // other nodes) before its record is on disk: a session anyone
+            // was told about survives a crash.
+            let store = act.config.settings.store.clone();
+            async move {
+                if let (Ok(_), Some(store)) = (&started, store) {
+                    if let Err(e) = store.flush().await {
+                        tracing::error!("store flush after a create failed: {e}");
+                    }
+                }
+                started
+            }
+            .into_actor(act)
+            .map(|started, act, _| {
+                let info = started?;
+                // What it is now (it may have changed while flushing).
+                let now = act.dir.get(&info.id).map(|h| h.shared.info());
+                if let Some(now) = &now {
+                    act.tell_watchers(WatchEvent::Changed(now.clone()));
+                }
+                Ok(now.unwrap_or(info))
+            })
         }))
     }
 }

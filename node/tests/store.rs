@@ -253,3 +253,65 @@ async fn a_second_node_on_the_same_data_dir_is_refused() {
     assert!(err.contains("store"), "names the path: {err}");
     assert!(err.contains("--no-store"), "says the way out: {err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupt_store_stops_the_start_and_no_store_runs_anyway() {
+    let node = BinaryNode::start("");
+    create(&node, "echo some-output; exec sleep 100000").await;
+    let dir = node.stop_keeping_dir();
+    let db = BinaryNode::store_path(&dir).join("db");
+    {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new().write(true).open(&db).unwrap();
+        f.write_all(&[b'X'; 64]).unwrap();
+    }
+    let config = dir.path().join("termesh.toml");
+    let run = |extra: &'static [&'static str]| {
+        let config = config.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_termesh"))
+                .args(["node", "--listen", "127.0.0.1:0", "--config"])
+                .arg(&config)
+                .args(extra)
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            // The banner's first line (it serves), or nothing (it stopped).
+            let mut first = String::new();
+            let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+            let _ = std::io::BufRead::read_line(&mut out, &mut first);
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(child.id() as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+            let status = child.wait().unwrap();
+            let mut err = String::new();
+            let _ = std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err);
+            (first, status, err)
+        })
+    };
+    let (banner, status, err) = within(PATIENCE, "the node on a corrupt store", run(&[]))
+        .await
+        .unwrap();
+    println!("a node on a corrupt store: {err}");
+    assert!(banner.is_empty(), "it did not serve: {banner}");
+    assert!(!status.success());
+    assert!(!err.contains("panicked"), "a clean refusal: {err}");
+    // sled refuses it itself, or it reads back fewer records than the
+    // manifest says were written.
+    assert!(
+        err.contains("cannot be opened") || err.contains("has lost data"),
+        "{err}"
+    );
+    assert!(
+        err.contains(&BinaryNode::store_path(&dir).display().to_string()),
+        "names the path: {err}"
+    );
+    assert!(err.contains("--no-store"), "{err}");
+    let (banner, _, err) = within(PATIENCE, "the node with --no-store", run(&["--no-store"]))
+        .await
+        .unwrap();
+    assert!(banner.contains("serving on"), "{banner}{err}");
+    assert!(err.contains("persistence is OFF"), "said loudly: {err}");
+}

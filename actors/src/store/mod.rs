@@ -1,6 +1,7 @@
 //! The node's store over sled 0.34 (ARCHITECTURE.md, "Persistence"): the
 //! one module that knows the key layouts. It is synchronous; the store
-//! actor runs it off the session actors, in batches.
+//! actor (`actor`) runs it off the session actors, in batches, and
+//! `StoreHandle` (`handle`) is how the rest of the node reaches it.
 //!
 //! Trees:
 //! - `sessions`: session id -> record (bytes the caller encodes), plus a
@@ -14,12 +15,15 @@
 //! session's keys are one contiguous, seq-ordered range.
 
 mod actor;
+mod handle;
+mod manifest;
 #[cfg(test)]
 mod tests;
 
-pub use actor::{LiveEvent, Restored, StoreActor, StoreHandle};
+pub use actor::{LiveEvent, StoreActor};
+pub use handle::{Restored, StoreHandle};
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
@@ -34,6 +38,16 @@ pub enum StoreError {
     Locked { path: String },
     #[error("the store at {path} cannot be opened: {cause}")]
     Open { path: String, cause: String },
+    #[error(
+        "the store at {path} has lost data: {expected} session records were written to it \
+         and {found} can be read back (its files are damaged); move the directory aside to \
+         start with an empty store"
+    )]
+    Damaged {
+        path: String,
+        expected: u64,
+        found: u64,
+    },
     #[error("session id {0:?} is not a valid store key")]
     BadId(String),
     #[error("store: {0}")]
@@ -109,6 +123,9 @@ pub struct Store {
     output_cap: u64,
     /// Output bytes stored per session, counted on first use.
     output_bytes: HashMap<String, u64>,
+    /// Ids with a record on disk (removed ones too), for the manifest.
+    known: HashSet<String>,
+    manifest: PathBuf,
 }
 
 /// An event `apply` stored: its session and the id it was given.
@@ -174,7 +191,7 @@ impl Store {
             }
         })?;
         let tree = |name: &str| db.open_tree(name);
-        Ok(Store {
+        let mut store = Store {
             sessions: tree("sessions")?,
             tombstones: tree("tombstones")?,
             output: tree("output")?,
@@ -183,8 +200,28 @@ impl Store {
             event_ids: HashMap::new(),
             output_cap: u64::MAX,
             output_bytes: HashMap::new(),
+            known: HashSet::new(),
+            manifest: manifest::path_for(&path),
             db,
             path,
+        };
+        store.known = store.records()?.into_iter().map(|(id, _, _)| id).collect();
+        let found = store.known.len() as u64;
+        match manifest::read(&store.manifest) {
+            Some(expected) if found < expected => Err(StoreError::Damaged {
+                path: shown,
+                expected,
+                found,
+            }),
+            _ => Ok(store),
+        }
+    }
+
+    /// Records the session records on disk now (call after a flush).
+    pub fn write_manifest(&self) -> Result<(), StoreError> {
+        manifest::write(&self.manifest, self.known.len() as u64).map_err(|e| StoreError::Open {
+            path: self.manifest.display().to_string(),
+            cause: format!("cannot write the manifest: {e}"),
         })
     }
 
@@ -237,7 +274,10 @@ impl Store {
                         entry: Entry { n, at_ms, data },
                     });
                 }
-                Write::Record { session, data } => rec.insert(key(&session)?, data.to_vec()),
+                Write::Record { session, data } => {
+                    rec.insert(key(&session)?, data.to_vec());
+                    self.known.insert(session);
+                }
             }
         }
         self.output.apply_batch(out)?;
@@ -416,6 +456,7 @@ impl Store {
                 self.purge(&id)?;
                 let k = key(&id)?;
                 self.sessions.remove(&k)?;
+                self.known.remove(&id);
                 self.tombstones.remove(&k)?;
                 self.last_ids.remove(&k)?;
                 self.event_ids.remove(&id);

@@ -210,3 +210,69 @@ fn a_second_open_of_the_same_dir_is_refused_as_locked() {
         Ok(_) => panic!("a second open succeeded"),
     }
 }
+
+#[test]
+fn a_damaged_store_is_refused_not_opened_short() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store");
+    let mut store = Store::open(&path).unwrap();
+    for s in 0..3 {
+        store
+            .apply(vec![Write::Record {
+                session: id(s),
+                data: Bytes::from_static(b"record"),
+            }])
+            .unwrap();
+    }
+    store.flush().unwrap();
+    store.write_manifest().unwrap();
+    drop(store);
+    // Reopens as it was.
+    assert_eq!(Store::open(&path).unwrap().records().unwrap().len(), 3);
+    // The head of sled's log overwritten: sled alone may open it empty.
+    {
+        use std::io::Write as _;
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(path.join("db"))
+            .unwrap();
+        f.write_all(&[b'X'; 64]).unwrap();
+    }
+    match Store::open(&path) {
+        Err(StoreError::Damaged {
+            expected, found, ..
+        }) => assert_eq!((expected, found), (3, 0)),
+        Err(StoreError::Open { cause, .. }) => println!("sled refused it itself: {cause}"),
+        Err(other) => panic!("{other}"),
+        Ok(s) => panic!(
+            "a damaged store opened with {} records",
+            s.records().unwrap().len()
+        ),
+    }
+}
+
+#[test]
+fn a_store_that_reads_back_fewer_records_than_written_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store");
+    let mut store = Store::open(&path).unwrap();
+    store
+        .apply(vec![Write::Record {
+            session: id(0),
+            data: Bytes::from_static(b"record"),
+        }])
+        .unwrap();
+    store.flush().unwrap();
+    drop(store);
+    // As if two more had been flushed and sled had lost them since.
+    manifest::write(&manifest::path_for(&path), 3).unwrap();
+    match Store::open(&path) {
+        Err(e @ StoreError::Damaged { .. }) => {
+            let text = e.to_string();
+            assert!(text.contains("3 session records") && text.contains("1 can be read"));
+            assert!(text.contains(&path.display().to_string()), "{text}");
+        }
+        Err(other) => panic!("{other}"),
+        Ok(_) => panic!("opened"),
+    }
+}

@@ -92,13 +92,15 @@ pub fn run(
         let dir = Directory::default();
         let stall = StallClock::new(config.watchdog.tick);
         let hook_secret = HookSecret::random();
+        // Before any actor starts: a store that cannot be opened ends the
+        // start with its message alone.
+        let (store, restored) = open_store(&config, &metrics)?;
         WatchdogActor::new(
             stall.clone(),
             config.watchdog.tick,
             config.watchdog.psi_path.clone(),
         )
         .start();
-        let (store, restored) = open_store(&config, &metrics)?;
         let registry = Registry::new(
             RegistryConfig {
                 node: config.node.name.clone(),

@@ -1,0 +1,229 @@
+//! `StoreHandle`: how sessions, the registry and the front ends reach the
+//! store actor. Writes go onto the shared queue without waiting (the
+//! first into an empty queue wakes the actor); reads, remove, flush and
+//! vacuum are messages that first apply what is queued. Also the opening
+//! of the store at start and what it restores.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use actix::prelude::*;
+use bytes::Bytes;
+use termesh_transport::{EventKind, SessionInfo};
+
+use super::actor::{
+    Drain, Flush, LiveEvent, Queue, ReadEvents, ReadOutput, Removed, StoreActor, Vacuum,
+    MAX_BACKLOG,
+};
+use super::{Entry, Retention, Store, StoreError, Write};
+use crate::metrics::Metrics;
+
+/// Live events a slow reader may fall behind by before it reads the
+/// store again (`RecvError::Lagged`).
+const LIVE_EVENTS: usize = 1024;
+
+/// What sessions and the registry reach the store by.
+#[derive(Clone)]
+pub struct StoreHandle {
+    addr: Addr<StoreActor>,
+    queue: Arc<Mutex<Queue>>,
+    backlog: Arc<AtomicU64>,
+    live: tokio::sync::broadcast::Sender<LiveEvent>,
+}
+
+impl std::fmt::Debug for StoreHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "StoreHandle(backlog {})",
+            self.backlog.load(Ordering::Relaxed)
+        )
+    }
+}
+
+/// A session found in the store at start: its last record, whether it
+/// was removed, and the newest output (up to a ring's worth).
+#[derive(Debug, Clone)]
+pub struct Restored {
+    pub info: SessionInfo,
+    pub tail: Vec<Entry>,
+    pub last_seq: u64,
+}
+
+impl StoreHandle {
+    /// Opens the store in `dir` (the error names the path and the cause),
+    /// reads every session not removed with the newest `tail_bytes` of its
+    /// output, and starts the store's thread.
+    pub fn open(
+        dir: &std::path::Path,
+        tail_bytes: usize,
+        output_cap: u64,
+        metrics: Arc<Metrics>,
+    ) -> Result<(StoreHandle, Vec<Restored>), StoreError> {
+        let mut store = Store::open(dir)?;
+        store.set_output_cap(output_cap);
+        let restored = load(&store, tail_bytes)?;
+        if let Ok(size) = store.size_on_disk() {
+            metrics.store_bytes.store(size, Ordering::Relaxed);
+        }
+        let backlog = Arc::new(AtomicU64::new(0));
+        let queue = Arc::new(Mutex::new(Queue::default()));
+        let (live, _) = tokio::sync::broadcast::channel(LIVE_EVENTS);
+        let cell = Mutex::new(Some(store));
+        let (b, q, l) = (backlog.clone(), queue.clone(), live.clone());
+        let addr = SyncArbiter::start(1, move || StoreActor {
+            store: cell
+                .lock()
+                .ok()
+                .and_then(|mut s| s.take())
+                .expect("the store thread starts once"),
+            queue: q.clone(),
+            backlog: b.clone(),
+            metrics: metrics.clone(),
+            live: l.clone(),
+            last_record_flush: None,
+            sized_at: std::time::Instant::now(),
+        });
+        let handle = StoreHandle {
+            addr,
+            queue,
+            backlog,
+            live,
+        };
+        Ok((handle, restored))
+    }
+
+    /// Queues a write (`bytes` of output in it); wakes the actor when the
+    /// queue was empty.
+    fn push(&self, write: Write, bytes: u64) {
+        self.backlog.fetch_add(bytes, Ordering::Relaxed);
+        let was_empty = {
+            let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+            q.writes.push(write);
+            q.bytes += bytes;
+            q.writes.len() == 1
+        };
+        if was_empty {
+            self.addr.do_send(Drain);
+        }
+    }
+
+    /// Output of `session` as frame `seq`.
+    pub fn output(&self, session: &str, seq: u64, data: Bytes) {
+        let len = data.len() as u64;
+        let write = Write::Output {
+            session: session.to_string(),
+            seq,
+            at_ms: crate::session::now_ms(),
+            data,
+        };
+        self.push(write, len);
+    }
+
+    /// A session event of the protocol (`resized`, `exited`, ...).
+    pub fn event(&self, session: &str, event: &EventKind) {
+        self.record_event(session, serde_json::to_value(event).unwrap_or_default());
+    }
+
+    /// An event as stored: a JSON object with `kind` and its fields.
+    pub fn record_event(&self, session: &str, event: serde_json::Value) {
+        let data = serde_json::to_vec(&event).unwrap_or_default();
+        let write = Write::Event {
+            session: session.to_string(),
+            at_ms: crate::session::now_ms(),
+            data: data.into(),
+        };
+        self.push(write, 0);
+    }
+
+    pub fn record(&self, info: &SessionInfo) {
+        let Ok(data) = rmp_serde::to_vec_named(info) else {
+            return;
+        };
+        let write = Write::Record {
+            session: info.id.clone(),
+            data: data.into(),
+        };
+        self.push(write, 0);
+    }
+
+    pub fn removed(&self, session: &str, purge: bool) {
+        self.addr.do_send(Removed {
+            session: session.to_string(),
+            at_ms: crate::session::now_ms(),
+            purge,
+        });
+    }
+
+    /// The disk is behind: sessions hold their programs' output.
+    pub fn is_behind(&self) -> bool {
+        self.backlog.load(Ordering::Relaxed) > MAX_BACKLOG
+    }
+
+    pub async fn flush(&self) -> Result<(), String> {
+        self.addr.send(Flush).await.map_err(|e| e.to_string())?
+    }
+
+    /// Live events from now on (every session's).
+    pub fn live_events(&self) -> tokio::sync::broadcast::Receiver<LiveEvent> {
+        self.live.subscribe()
+    }
+
+    pub async fn events_after(
+        &self,
+        session: &str,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<Entry>, String> {
+        let msg = ReadEvents {
+            session: session.to_string(),
+            after,
+            limit,
+        };
+        self.addr.send(msg).await.map_err(|e| e.to_string())?
+    }
+
+    pub async fn output_after(
+        &self,
+        session: &str,
+        after: u64,
+        max_bytes: usize,
+    ) -> Result<Vec<Entry>, String> {
+        let msg = ReadOutput {
+            session: session.to_string(),
+            after,
+            max_bytes,
+        };
+        self.addr.send(msg).await.map_err(|e| e.to_string())?
+    }
+
+    pub async fn vacuum(&self, keep: Retention) -> Result<u64, String> {
+        let now_ms = crate::session::now_ms();
+        self.addr
+            .send(Vacuum { now_ms, keep })
+            .await
+            .map_err(|e| e.to_string())?
+    }
+}
+
+/// Every session not removed, with the newest `tail_bytes` of output.
+fn load(store: &Store, tail_bytes: usize) -> Result<Vec<Restored>, StoreError> {
+    let mut out = Vec::new();
+    for (id, record, removed) in store.records()? {
+        if removed {
+            continue;
+        }
+        let Ok(info) = rmp_serde::from_slice::<SessionInfo>(&record) else {
+            tracing::warn!(session = %id, "store: a session record that does not decode is skipped");
+            continue;
+        };
+        let tail = store.output_tail(&id, tail_bytes)?;
+        let last_seq = store.last_seq(&id)?;
+        out.push(Restored {
+            info,
+            tail,
+            last_seq,
+        });
+    }
+    Ok(out)
+}

@@ -1,7 +1,7 @@
 //! CLI commands over what a node's store keeps: `revive`, `events` and
 //! `export` (asciicast v2), for a session of any node of the cluster.
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::time::Duration;
 
 use anyhow::{bail, Context};
@@ -49,6 +49,14 @@ async fn events_after(
         bail!("unexpected reply to events");
     };
     Ok(events)
+}
+
+fn amount(bytes: u64) -> String {
+    match bytes {
+        0..1024 => format!("{bytes} bytes"),
+        1024..1_048_576 => format!("{:.1} KiB", bytes as f64 / 1024.0),
+        _ => format!("{:.1} MiB", bytes as f64 / 1_048_576.0),
+    }
 }
 
 fn event_id(e: &Value) -> u64 {
@@ -108,6 +116,8 @@ pub async fn export(
         )),
         None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
     };
+    // A running count when a person watches it (a file, and a terminal).
+    let progress = out.is_some() && std::io::stderr().is_terminal();
     let (mut writer, header) = CastWriter::new(&info, &events);
     sink.write_all(header.as_bytes())?;
     let mut bytes = 0u64;
@@ -128,16 +138,17 @@ pub async fn export(
         }
         bytes += frames.iter().map(|f| f.data.len() as u64).sum::<u64>();
         sink.write_all(writer.page(&frames).as_bytes())?;
-        if out.is_some() {
-            eprint!("\rtermesh: {} KiB of output exported", bytes / 1024);
+        if progress {
+            eprint!("\rtermesh: {} of output exported", amount(bytes));
         }
     }
     sink.write_all(writer.finish().as_bytes())?;
     sink.flush()?;
     if let Some(path) = out {
+        let clear = if progress { "\r\x1b[K" } else { "" };
         eprintln!(
-            "\rtermesh: {} KiB of output (seq {}) written to {}",
-            bytes / 1024,
+            "{clear}termesh: {} of output (through seq {}) written to {}",
+            amount(bytes),
             writer.last_seq(),
             path.display()
         );

@@ -6,6 +6,7 @@
 
 mod auth;
 mod cluster;
+pub mod origins;
 mod store;
 pub use store::StoreConfig;
 mod units;
@@ -109,6 +110,8 @@ pub struct HttpConfig {
     pub keepalive_interval: Duration,
     pub keepalive_probes: u32,
     pub user_timeout: Duration,
+    /// Web pages (other than the node's own) that may open WebSockets.
+    pub allowed_origins: Vec<String>,
 }
 
 /// The host-stall watchdog.
@@ -398,6 +401,7 @@ impl Config {
             None => None,
         };
         let store = store::parse(raw.store, file)?;
+        let allowed_origins = origins::parse(raw.http.allowed_origins, file)?;
 
         Ok(Config {
             cluster,
@@ -409,6 +413,7 @@ impl Config {
                 keepalive_interval,
                 keepalive_probes,
                 user_timeout,
+                allowed_origins,
             },
             auth: AuthConfig { tokens },
             session: SessionConfig {
@@ -526,6 +531,7 @@ struct RawHttp {
     keepalive_interval: Option<String>,
     keepalive_probes: Option<i64>,
     user_timeout: Option<String>,
+    allowed_origins: Option<Vec<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]

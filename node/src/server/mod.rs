@@ -43,6 +43,8 @@ pub struct AppState {
     /// Where this node serves HTTP and (in a cluster) QUIC.
     pub http_addr: SocketAddr,
     pub quic_addr: Option<SocketAddr>,
+    /// `http.allowed_origins`: pages of other origins allowed WebSockets.
+    pub allowed_origins: Arc<Vec<String>>,
 }
 
 /// What a started node reports.
@@ -162,6 +164,7 @@ pub fn run(
             },
             connections: Connections::default(),
             http_addr: addr,
+            allowed_origins: Arc::new(config.http.allowed_origins.clone()),
             quic_addr: config
                 .cluster
                 .as_ref()

@@ -1,12 +1,14 @@
 //! WebSocket upgrades: `/ws` (the client protocol) and
-//! `/sessions/{id}/raw` (raw terminal bytes).
+//! `/sessions/{id}/raw` (raw terminal bytes), each behind the origin
+//! check (`http.allowed_origins`).
 
 use actix_web::{web, HttpRequest, HttpResponse};
 use actix_web_actors::ws::WsResponseBuilder;
 use termesh_actors::connection::ConnectionActor;
+use termesh_actors::error::ApiError;
 use termesh_actors::raw::RawActor;
 use termesh_config::Role;
-use termesh_transport::{MAX_INBOUND_FRAME, SUBPROTOCOL};
+use termesh_transport::{ErrorCode, MAX_INBOUND_FRAME, SUBPROTOCOL};
 
 use super::auth::{error_response, require, role_of};
 use super::AppState;
@@ -21,6 +23,9 @@ async fn client_ws(
     stream: web::Payload,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, actix_web::Error> {
+    if let Err(refused) = check_origin(&req, &state) {
+        return Ok(refused);
+    }
     // A wrong token on the upgrade is refused with 401; no token at all
     // leaves the connection to authenticate with an `auth` message.
     let role = match role_of(&req, &state.node.tokens) {
@@ -40,6 +45,9 @@ async fn raw_ws(
     stream: web::Payload,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, actix_web::Error> {
+    if let Err(refused) = check_origin(&req, &state) {
+        return Ok(refused);
+    }
     let role = match require(&req, &state.node.tokens, Role::Viewer) {
         Ok(role) => role,
         Err(e) => return Ok(error_response(&e)),
@@ -52,4 +60,23 @@ async fn raw_ws(
     WsResponseBuilder::new(actor, &req, stream)
         .frame_size(MAX_INBOUND_FRAME)
         .start()
+}
+
+/// A browser page from another origin may not open a WebSocket here
+/// (403 `forbidden`), unless `http.allowed_origins` lists it.
+fn check_origin(req: &HttpRequest, state: &AppState) -> Result<(), HttpResponse> {
+    let header = |name: &str| req.headers().get(name).and_then(|v| v.to_str().ok());
+    let origin = header("origin");
+    if termesh_config::origins::allowed(origin, header("host"), &state.allowed_origins) {
+        return Ok(());
+    }
+    let origin = origin.unwrap_or_default();
+    tracing::warn!(%origin, "WebSocket upgrade from another origin refused");
+    Err(error_response(&ApiError::new(
+        ErrorCode::Forbidden,
+        format!(
+            "origin {origin:?} may not open WebSockets on this node: add it to \
+             http.allowed_origins"
+        ),
+    )))
 }

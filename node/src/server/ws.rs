@@ -23,8 +23,8 @@ async fn client_ws(
     stream: web::Payload,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, actix_web::Error> {
-    if let Err(refused) = check_origin(&req, &state) {
-        return Ok(refused);
+    if let Err(e) = check_origin(&req, &state) {
+        return Ok(error_response(&e));
     }
     // A wrong token on the upgrade is refused with 401; no token at all
     // leaves the connection to authenticate with an `auth` message.
@@ -45,8 +45,8 @@ async fn raw_ws(
     stream: web::Payload,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, actix_web::Error> {
-    if let Err(refused) = check_origin(&req, &state) {
-        return Ok(refused);
+    if let Err(e) = check_origin(&req, &state) {
+        return Ok(error_response(&e));
     }
     let role = match require(&req, &state.node.tokens, Role::Viewer) {
         Ok(role) => role,
@@ -64,7 +64,7 @@ async fn raw_ws(
 
 /// A browser page from another origin may not open a WebSocket here
 /// (403 `forbidden`), unless `http.allowed_origins` lists it.
-fn check_origin(req: &HttpRequest, state: &AppState) -> Result<(), HttpResponse> {
+fn check_origin(req: &HttpRequest, state: &AppState) -> Result<(), ApiError> {
     let header = |name: &str| req.headers().get(name).and_then(|v| v.to_str().ok());
     let origin = header("origin");
     if termesh_config::origins::allowed(origin, header("host"), &state.allowed_origins) {
@@ -72,11 +72,11 @@ fn check_origin(req: &HttpRequest, state: &AppState) -> Result<(), HttpResponse>
     }
     let origin = origin.unwrap_or_default();
     tracing::warn!(%origin, "WebSocket upgrade from another origin refused");
-    Err(error_response(&ApiError::new(
+    Err(ApiError::new(
         ErrorCode::Forbidden,
         format!(
             "origin {origin:?} may not open WebSockets on this node: add it to \
              http.allowed_origins"
         ),
-    )))
+    ))
 }

@@ -26,5 +26,6 @@ pub mod screen;
 pub mod session;
 pub mod stall;
 pub mod store;
+pub mod tokens;
 pub mod watch;
 pub mod watchdog;

@@ -32,7 +32,8 @@ pub struct NodeCtx {
     pub registry: Addr<Registry>,
     pub dir: Directory,
     pub metrics: Arc<Metrics>,
-    pub tokens: Arc<Vec<termesh_config::TokenEntry>>,
+    /// Replaced by a reload; connections check their token again then.
+    pub tokens: crate::tokens::Tokens,
     pub ws: termesh_config::WsConfig,
     /// The node's credited host stall, discounted by liveness decisions.
     pub stall: crate::stall::StallClock,

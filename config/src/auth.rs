@@ -59,7 +59,17 @@ pub fn parse_token_hash(text: &str) -> Result<[u8; 32], String> {
 /// Finds the role of a presented token, comparing every configured hash in
 /// constant time so the answer's timing does not depend on which one matched.
 pub fn verify(tokens: &[TokenEntry], presented: &str) -> Option<Role> {
-    let digest = Sha256::digest(presented.as_bytes());
+    verify_digest(tokens, &digest(presented))
+}
+
+/// The SHA-256 of a presented token: what a connection keeps to check its
+/// token again after a reload, without keeping the token.
+pub fn digest(presented: &str) -> [u8; 32] {
+    Sha256::digest(presented.as_bytes()).into()
+}
+
+/// `verify` for a token already digested.
+pub fn verify_digest(tokens: &[TokenEntry], digest: &[u8; 32]) -> Option<Role> {
     let mut found = None;
     for entry in tokens {
         if bool::from(entry.hash.ct_eq(digest.as_slice())) {

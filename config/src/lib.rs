@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-pub use auth::{hash_token, parse_token_hash, verify, Role, TokenEntry};
+pub use auth::{digest, hash_token, parse_token_hash, verify, verify_digest, Role, TokenEntry};
 pub use cluster::{ClusterConfig, NodeEntry};
 pub use units::{parse_duration, parse_size};
 
@@ -91,6 +91,9 @@ pub struct Config {
     /// `None`: a single node (no `[cluster]` section).
     pub cluster: Option<ClusterConfig>,
     pub store: StoreConfig,
+    /// The file it was read from (`None`: defaults, or parsed text); a
+    /// reload reads it again.
+    pub source: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone)]
@@ -166,6 +169,7 @@ impl Config {
             source,
         })?;
         let mut config = Self::parse(&text, &file)?;
+        config.source = Some(path.to_path_buf());
         let base = path.parent().unwrap_or(Path::new("."));
         if config.node.data_dir.is_relative() && config.node.data_dir != default_data_dir() {
             config.node.data_dir = base.join(&config.node.data_dir);
@@ -406,6 +410,7 @@ impl Config {
         Ok(Config {
             cluster,
             store,
+            source: None,
             node: NodeConfig { name, data_dir },
             http: HttpConfig {
                 listen,

@@ -6,3 +6,4 @@ pub mod cluster_init;
 pub mod export;
 pub mod server;
 pub mod token;
+pub mod token_file;

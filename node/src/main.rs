@@ -72,14 +72,10 @@ enum Command {
         #[command(subcommand)]
         command: ClusterCommand,
     },
-    /// Make a new access token and print the config lines that grant it.
+    /// Access tokens: make one (into a config file), revoke one, list them.
     Token {
-        /// What the token may do
-        #[arg(long, default_value = "operator", value_parser = ["viewer", "operator", "admin"])]
-        role: String,
-        /// A name for the token, shown in logs [default: none]
-        #[arg(long)]
-        name: Option<String>,
+        #[command(subcommand)]
+        command: TokenCommand,
     },
     /// The cluster's nodes: link state, RTT, breaker, stall, sessions (admin).
     Nodes {
@@ -244,6 +240,45 @@ enum ConfigCommand {
         /// The config file (TOML)
         file: PathBuf,
     },
+    /// Make the running node read its config file again and apply token
+    /// changes (as SIGHUP does); needs an admin token.
+    Reload {
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+}
+
+#[derive(Subcommand)]
+enum TokenCommand {
+    /// Make a new token: with --config its hash is added to that file
+    /// (then `termesh config reload`), else the lines to add are printed.
+    /// The token is shown once.
+    Add {
+        /// What the token may do
+        #[arg(long, default_value = "operator", value_parser = ["viewer", "operator", "admin"])]
+        role: String,
+        /// Its name: shown in logs, and how it is revoked
+        #[arg(long)]
+        name: String,
+        /// The config file to add it to [default: print the lines]
+        #[arg(long, short)]
+        config: Option<PathBuf>,
+    },
+    /// Remove the token named NAME from a config file (then `termesh
+    /// config reload`: connections using it are closed).
+    Revoke {
+        /// The token's name
+        name: String,
+        /// The config file
+        #[arg(long, short)]
+        config: PathBuf,
+    },
+    /// The tokens of a config file: names and roles.
+    List {
+        /// The config file
+        #[arg(long, short)]
+        config: PathBuf,
+    },
 }
 
 fn main() {
@@ -355,19 +390,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             );
             Ok(0)
         }
-        Command::Token { role, name } => {
-            let token = termesh_node::token::generate();
-            println!("token: {token}");
-            println!("\n# add to the node's config file:\n[[auth.tokens]]");
-            if let Some(name) = name {
-                println!("name = {name:?}");
-            }
-            println!(
-                "hash = \"{}\"\nrole = \"{role}\"",
-                termesh_config::hash_token(&token)
-            );
-            Ok(0)
-        }
+        Command::Token { command } => token(command),
         other => runtime()?.block_on(run_client(other)),
     }
 }
@@ -377,6 +400,9 @@ async fn run_client(command: Command) -> anyhow::Result<i32> {
     match command {
         Command::Ls { client, json } => commands::ls(&target(client)?, json).await.map(|_| 0),
         Command::Nodes { client, json } => commands::nodes(&target(client)?, json).map(|_| 0),
+        Command::Config {
+            command: ConfigCommand::Reload { client },
+        } => commands::reload(&target(client)?).map(|_| 0),
         Command::New {
             client,
             name,
@@ -484,6 +510,54 @@ async fn run_client(command: Command) -> anyhow::Result<i32> {
         | Command::Cluster { .. }
         | Command::Token { .. } => Ok(0),
     }
+}
+
+/// `termesh token add | revoke | list`.
+fn token(command: TokenCommand) -> anyhow::Result<i32> {
+    use termesh_node::token_file;
+    match command {
+        TokenCommand::Add {
+            role,
+            name,
+            config: Some(file),
+        } => {
+            let token = token_file::add(&file, &role, &name)?;
+            println!("token: {token}");
+            eprintln!(
+                "added {name:?} ({role}) to {}; shown once, only its hash is kept. \
+                 Apply it with `termesh config reload` (or SIGHUP to the node).",
+                file.display()
+            );
+        }
+        TokenCommand::Add {
+            role,
+            name,
+            config: None,
+        } => {
+            let token = termesh_node::token::generate();
+            println!("token: {token}");
+            println!("\n# add to the node's config file:\n[[auth.tokens]]");
+            println!("name = {name:?}");
+            println!(
+                "hash = \"{}\"\nrole = \"{role}\"",
+                termesh_config::hash_token(&token)
+            );
+        }
+        TokenCommand::Revoke { name, config } => {
+            let n = token_file::revoke(&config, &name)?;
+            eprintln!(
+                "revoked {name:?} ({n} entr{}) in {}; apply it with `termesh config reload`",
+                if n == 1 { "y" } else { "ies" },
+                config.display()
+            );
+        }
+        TokenCommand::List { config } => {
+            for (name, role) in token_file::list(&config)? {
+                println!("{name:<24} {role}");
+            }
+        }
+    }
+    Ok(0)
 }
 
 /// `^]` style: a control key.

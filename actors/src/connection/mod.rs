@@ -101,17 +101,27 @@ pub struct ConnectionActor {
     partial: Reassembler,
     /// Screen and history requests awaiting their reply (bounded).
     screens_in_flight: usize,
+    /// The digest of the token this connection authenticated with, and
+    /// the generation of the node's tokens its role was checked against.
+    digest: Option<[u8; 32]>,
+    tokens_seen: u64,
 }
 
 impl ConnectionActor {
     /// `role` is what the upgrade request's token granted, if any.
-    pub fn new(node: NodeCtx, connections: Connections, role: Option<Role>) -> Self {
-        let role = if node.tokens.is_empty() {
-            Some(Role::Admin)
-        } else {
-            role
-        };
+    /// `digest` is that token's (`termesh_config::digest`), kept to check
+    /// it again when the node's tokens are reloaded.
+    pub fn new(
+        node: NodeCtx,
+        connections: Connections,
+        role: Option<Role>,
+        digest: Option<[u8; 32]>,
+    ) -> Self {
+        let open = node.tokens.current().is_empty();
+        let role = if open { Some(Role::Admin) } else { role };
         ConnectionActor {
+            tokens_seen: node.tokens.generation(),
+            digest,
             id: Connections::next_id(),
             liveness: Liveness::new(&node.stall),
             node,
@@ -159,6 +169,10 @@ impl ConnectionActor {
     fn start_timers(&self, ctx: &mut ws::WebsocketContext<Self>) {
         let ws = self.node.ws.clone();
         ctx.run_interval(ws.ping_interval, move |act, ctx| {
+            // A revoked token closes even a connection that only listens.
+            if act.tokens_seen != act.node.tokens.generation() && !act.check_token_again(ctx) {
+                return;
+            }
             ctx.ping(b"");
             let silent = act.liveness.silent(&act.node.stall);
             let reapable = act.subs.is_empty();
@@ -241,7 +255,7 @@ impl Actor for ConnectionActor {
                 node: self.node.node.clone(),
                 version: self.node.version.to_string(),
                 ping_interval_ms: self.node.ws.ping_interval.as_millis() as u64,
-                auth_required: !self.node.tokens.is_empty(),
+                auth_required: !self.node.tokens.current().is_empty(),
             },
         );
         self.start_timers(ctx);

@@ -76,9 +76,10 @@ impl ConnectionActor {
     pub(super) fn dispatch(&mut self, msg: ClientMsg, ctx: &mut Ctx) {
         let (id, session) = ids(&msg);
         if let ClientMsg::Auth { id, token } = &msg {
-            match termesh_config::verify(&self.node.tokens, token) {
+            match termesh_config::verify(&self.node.tokens.current(), token) {
                 Some(role) => {
                     self.role = Some(role);
+                    self.digest = Some(termesh_config::digest(token));
                     self.send(ctx, &ServerMsg::Ok { id: *id });
                 }
                 None => self.send_error(
@@ -88,6 +89,9 @@ impl ConnectionActor {
                     ApiError::new(ErrorCode::Unauthorized, "unknown token"),
                 ),
             }
+            return;
+        }
+        if self.tokens_seen != self.node.tokens.generation() && !self.check_token_again(ctx) {
             return;
         }
         let Some(role) = self.role else {
@@ -112,6 +116,35 @@ impl ConnectionActor {
         }
         if let Err(err) = self.route(msg, ctx) {
             self.send_error(ctx, id, session, err);
+        }
+    }
+
+    /// The node's tokens changed (a reload): the token this connection
+    /// authenticated with gives its role now; a revoked one closes the
+    /// connection (4401). `false` when it closed.
+    pub(super) fn check_token_again(&mut self, ctx: &mut Ctx) -> bool {
+        self.tokens_seen = self.node.tokens.generation();
+        let Some(digest) = self.digest else {
+            return true;
+        };
+        let tokens = self.node.tokens.current();
+        match termesh_config::verify_digest(&tokens, &digest) {
+            Some(role) => {
+                self.role = Some(role);
+                true
+            }
+            None => {
+                tracing::info!(
+                    conn = self.id,
+                    "closing a connection whose token was revoked"
+                );
+                ctx.close(Some(actix_web_actors::ws::CloseReason {
+                    code: actix_web_actors::ws::CloseCode::Other(super::CLOSE_UNAUTHENTICATED),
+                    description: Some("token revoked".into()),
+                }));
+                ctx.stop();
+                false
+            }
         }
     }
 

@@ -79,6 +79,30 @@ pub fn table(sessions: &[SessionInfo]) -> String {
     out
 }
 
+/// `termesh config reload`: the node reads its config file again.
+pub fn reload(target: &Target) -> anyhow::Result<()> {
+    let url = format!("{}/api/v1/config/reload", target.url);
+    let mut req = ureq::post(&url).timeout(std::time::Duration::from_secs(10));
+    if let Some(token) = &target.token {
+        req = req.set("authorization", &format!("Bearer {token}"));
+    }
+    match req.call() {
+        Ok(resp) => {
+            let body: serde_json::Value = resp.into_json()?;
+            println!("reloaded: {} token(s) in force", body["tokens"]);
+            Ok(())
+        }
+        Err(ureq::Error::Status(_, resp)) => {
+            let body: serde_json::Value = resp.into_json().unwrap_or_default();
+            bail!(
+                "{}",
+                body["message"].as_str().unwrap_or("the reload failed")
+            )
+        }
+        Err(e) => bail!("no termesh node at {}: {e}", target.url),
+    }
+}
+
 /// `termesh nodes`: `GET /api/v1/nodes` as a table (or its JSON).
 pub fn nodes(target: &Target, json: bool) -> anyhow::Result<()> {
     let url = format!("{}/api/v1/nodes", target.url);

@@ -4,7 +4,8 @@
 use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse};
 use termesh_actors::error::ApiError;
-use termesh_config::{Role, TokenEntry};
+use termesh_actors::tokens::Tokens;
+use termesh_config::Role;
 use termesh_transport::ErrorCode;
 
 /// The token a request presents, from `Authorization: Bearer` or `?token=`.
@@ -55,20 +56,21 @@ fn percent_decode(text: &str) -> String {
 /// The role of an HTTP request: `Ok(None)` when it presents no token,
 /// an error when it presents a wrong one. With no tokens configured,
 /// everyone is admin.
-pub fn role_of(req: &HttpRequest, tokens: &[TokenEntry]) -> Result<Option<Role>, ApiError> {
+pub fn role_of(req: &HttpRequest, tokens: &Tokens) -> Result<Option<Role>, ApiError> {
+    let tokens = tokens.current();
     if tokens.is_empty() {
         return Ok(Some(Role::Admin));
     }
     match presented_token(req) {
         None => Ok(None),
-        Some(token) => termesh_config::verify(tokens, &token)
+        Some(token) => termesh_config::verify(&tokens, &token)
             .map(Some)
             .ok_or_else(|| ApiError::new(ErrorCode::Unauthorized, "unknown token")),
     }
 }
 
 /// Requires at least `needed`.
-pub fn require(req: &HttpRequest, tokens: &[TokenEntry], needed: Role) -> Result<Role, ApiError> {
+pub fn require(req: &HttpRequest, tokens: &Tokens, needed: Role) -> Result<Role, ApiError> {
     let role = role_of(req, tokens)?.ok_or_else(|| {
         ApiError::new(
             ErrorCode::Unauthorized,

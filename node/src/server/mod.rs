@@ -5,6 +5,7 @@
 mod auth;
 mod listener;
 mod nodes;
+mod reload;
 mod rest;
 mod stored;
 pub mod url_file;
@@ -45,6 +46,9 @@ pub struct AppState {
     pub quic_addr: Option<SocketAddr>,
     /// `http.allowed_origins`: pages of other origins allowed WebSockets.
     pub allowed_origins: Arc<Vec<String>>,
+    /// The config file a reload reads again, and the data dir.
+    pub config_source: Option<PathBuf>,
+    pub data_dir: PathBuf,
 }
 
 /// What a started node reports.
@@ -58,7 +62,9 @@ pub struct Ready {
 
 /// Adds a generated admin token when none is configured (saved in the data
 /// dir for local clients); returns it.
-pub fn ensure_admin_token(config: &mut Config) -> anyhow::Result<Option<(String, PathBuf, bool)>> {
+pub(super) fn ensure_admin_token(
+    config: &mut Config,
+) -> anyhow::Result<Option<(String, PathBuf, bool)>> {
     if !config.auth.tokens.is_empty() {
         return Ok(None);
     }
@@ -143,7 +149,7 @@ pub fn run(
                 registry: registry.clone(),
                 dir,
                 metrics,
-                tokens: Arc::new(config.auth.tokens.clone()),
+                tokens: termesh_actors::tokens::Tokens::new(config.auth.tokens.clone()),
                 ws: config.ws.clone(),
                 stall,
                 hook_secret,
@@ -165,6 +171,8 @@ pub fn run(
             connections: Connections::default(),
             http_addr: addr,
             allowed_origins: Arc::new(config.http.allowed_origins.clone()),
+            config_source: config.source.clone(),
+            data_dir: config.node.data_dir.clone(),
             quic_addr: config
                 .cluster
                 .as_ref()
@@ -195,6 +203,7 @@ pub fn run(
         .run();
         let server_handle = server.handle();
         let serving = actix_rt::spawn(server);
+        let hup = signals.then(|| actix_rt::spawn(reload::on_sighup(state.clone())));
         tracing::info!(node = %config.node.name, %addr, "node serving");
         let url_file = url_file::write(&config.node.data_dir, addr);
         ready(Ready {
@@ -211,6 +220,9 @@ pub fn run(
         server_handle.pause().await;
         if let Some(vacuum) = vacuum {
             vacuum.abort();
+        }
+        if let Some(hup) = hup {
+            hup.abort();
         }
         let closing = state.connections.close_all(1001);
         let stopped = registry.send(Shutdown).await.unwrap_or(0);

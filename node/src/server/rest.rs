@@ -42,6 +42,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
                 .route("/sessions/{id}/history", web::get().to(history))
                 .route("/sessions/{id}/hook", web::post().to(hook))
                 .configure(super::stored::routes)
+                .configure(super::reload::routes)
                 .default_service(web::to(|| async {
                     error_response(&ApiError::new(ErrorCode::NotFound, "no such API route"))
                 })),

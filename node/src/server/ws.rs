@@ -32,7 +32,8 @@ async fn client_ws(
         Ok(role) => role,
         Err(e) => return Ok(error_response(&e)),
     };
-    let actor = ConnectionActor::new(state.node.clone(), state.connections.clone(), role);
+    let digest = super::auth::presented_token(&req).map(|t| termesh_config::digest(&t));
+    let actor = ConnectionActor::new(state.node.clone(), state.connections.clone(), role, digest);
     WsResponseBuilder::new(actor, &req, stream)
         .frame_size(MAX_INBOUND_FRAME)
         .protocols(&[SUBPROTOCOL])

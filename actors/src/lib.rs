@@ -16,6 +16,7 @@ pub mod modes;
 pub mod ops;
 pub mod peer;
 pub mod portable;
+pub mod priority;
 pub mod pty;
 pub mod publisher;
 pub mod raw;

@@ -139,6 +139,7 @@ pub fn spawn(spec: &SpawnSpec, thread_name: &str) -> Result<Pty, SpawnError> {
     // We reap the child ourselves (waitpid) to learn the signal number;
     // dropping portable-pty's handle does not wait or kill.
     drop(child);
+    crate::priority::reset_for_child(pid);
 
     let master = pair.master;
     let master_fd = master.as_raw_fd();

@@ -6,6 +6,7 @@
 
 mod auth;
 mod cluster;
+pub mod fuzz;
 pub mod origins;
 mod store;
 pub use store::StoreConfig;

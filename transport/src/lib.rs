@@ -5,6 +5,7 @@
 
 pub mod client;
 pub mod codec;
+pub mod fuzz;
 pub mod peer;
 
 pub use client::*;

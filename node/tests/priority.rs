@@ -1,0 +1,73 @@
+//! The node's own protection against host load (as the systemd unit sets
+//! it: nice -10, oom_score_adj -900) is not inherited by the programs it
+//! runs: each session's program starts at nice 0 and oom_score_adj 0.
+
+mod common;
+
+use common::binary::BinaryNode;
+use common::*;
+use termesh_actors::priority::nice_of;
+use termesh_node::client::Client;
+use termesh_transport::{ClientMsg, CreateRequest, ServerMsg};
+
+fn oom_adj(pid: i32) -> i32 {
+    std::fs::read_to_string(format!("/proc/{pid}/oom_score_adj"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_do_not_inherit_the_nodes_raised_priority() {
+    let node = BinaryNode::start("");
+    let pid = node.pid().as_raw();
+    // As the unit does (the test runs as root, as CI does).
+    let status = std::process::Command::new("renice")
+        .args(["-n", "-10", "-p", &pid.to_string()])
+        .stdout(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    // Lowering oom_score_adj needs CAP_SYS_RESOURCE, which a container's
+    // root may lack: then only the nice value is checked.
+    let oom = match std::fs::write(format!("/proc/{pid}/oom_score_adj"), "-900") {
+        Ok(()) => true,
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            println!("oom_score_adj cannot be lowered here ({e}): only nice is checked");
+            false
+        }
+        Err(e) => panic!("{e}"),
+    };
+    assert_eq!(nice_of(pid), Some(-10));
+
+    let mut c = Client::connect(&node.target(OPERATOR)).await.unwrap();
+    let req = CreateRequest {
+        command: Some(vec!["sleep".into(), "100000".into()]),
+        ..Default::default()
+    };
+    let session = match c.request(|id| ClientMsg::Create { id, req }).await.unwrap() {
+        ServerMsg::Created { session, .. } => session.id,
+        other => panic!("{other:?}"),
+    };
+    let program = within(PATIENCE, "the session's program", async {
+        loop {
+            if let Some(p) = session_pids(&session).first() {
+                return *p;
+            }
+            poll_pause().await;
+        }
+    })
+    .await;
+    assert_eq!(nice_of(program), Some(0), "nice of the session's program");
+    // The node keeps its own.
+    assert_eq!(nice_of(pid), Some(-10));
+    if oom {
+        assert_eq!(
+            oom_adj(program),
+            0,
+            "oom_score_adj of the session's program"
+        );
+        assert_eq!(oom_adj(pid), -900);
+    }
+}

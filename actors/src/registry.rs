@@ -116,6 +116,9 @@ pub struct RegistryConfig {
     pub http_base: String,
     /// Signs each session's hook key.
     pub hook_secret: crate::hook::HookSecret,
+    /// The CA a session's program trusts to reach this node over HTTPS
+    /// (`TERMESH_CA`: the hook command and the CLI read it).
+    pub ca: Option<std::path::PathBuf>,
 }
 
 pub struct Registry {
@@ -227,11 +230,15 @@ impl Registry {
             "{}/api/v1/sessions/{id}/hook?key={hook_key}",
             self.config.http_base
         );
-        [
+        let mut env: std::collections::BTreeMap<String, String> = [
             ("TERMESH_SESSION_ID".to_string(), id.to_string()),
             ("TERMESH_HOOK_URL".to_string(), url),
         ]
-        .into()
+        .into();
+        if let Some(ca) = &self.config.ca {
+            env.insert("TERMESH_CA".into(), ca.display().to_string());
+        }
+        env
     }
 
     /// Starts the session actor for a program that has started.

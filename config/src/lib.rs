@@ -9,6 +9,7 @@ mod cluster;
 pub mod fuzz;
 pub mod origins;
 mod store;
+pub mod tls;
 pub use store::StoreConfig;
 mod units;
 
@@ -116,6 +117,8 @@ pub struct HttpConfig {
     pub user_timeout: Duration,
     /// Web pages (other than the node's own) that may open WebSockets.
     pub allowed_origins: Vec<String>,
+    /// HTTPS: the listener's certificate chain and key (`None`: plain HTTP).
+    pub tls: Option<tls::TlsFiles>,
 }
 
 /// The host-stall watchdog.
@@ -178,6 +181,10 @@ impl Config {
         if let Some(cluster) = &mut config.cluster {
             cluster.resolve_paths(base);
             cluster.check_files(&file)?;
+        }
+        if let Some(tls) = &mut config.http.tls {
+            tls.resolve(base);
+            tls.check(&file)?;
         }
         Ok(config)
     }
@@ -407,6 +414,7 @@ impl Config {
         };
         let store = store::parse(raw.store, file)?;
         let allowed_origins = origins::parse(raw.http.allowed_origins, file)?;
+        let tls = tls::parse(raw.http.tls_cert, raw.http.tls_key, file)?;
 
         Ok(Config {
             cluster,
@@ -420,6 +428,7 @@ impl Config {
                 keepalive_probes,
                 user_timeout,
                 allowed_origins,
+                tls,
             },
             auth: AuthConfig { tokens },
             session: SessionConfig {
@@ -538,6 +547,8 @@ struct RawHttp {
     keepalive_probes: Option<i64>,
     user_timeout: Option<String>,
     allowed_origins: Option<Vec<String>>,
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
 }
 
 #[derive(Debug, Default, Deserialize)]

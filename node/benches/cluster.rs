@@ -106,6 +106,7 @@ async fn main() {
         url: format!("http://{}", https[i]),
         token: Some(token.clone()),
         token_source: "the benchmark".into(),
+        ca: None,
     };
     // Wait for the nodes and the links.
     let deadline = Instant::now() + Duration::from_secs(60);

@@ -61,7 +61,15 @@ pub struct Written {
     pub configs: Vec<PathBuf>,
 }
 
-pub fn init(out: &Path, nodes: &[NodeSpec], force: bool) -> anyhow::Result<Written> {
+/// Writes the cluster; with `http_tls`, each node also gets an HTTPS
+/// certificate (`NAME/http.pem`, `http.key`) for its HTTP address and name,
+/// from the same CA, and its config serves HTTPS.
+pub fn init(
+    out: &Path,
+    nodes: &[NodeSpec],
+    force: bool,
+    http_tls: bool,
+) -> anyhow::Result<Written> {
     if nodes.is_empty() {
         bail!("name the cluster's nodes with --node NAME,quic=ADDR,http=ADDR (one per node)");
     }
@@ -101,8 +109,23 @@ pub fn init(out: &Path, nodes: &[NodeSpec], force: bool) -> anyhow::Result<Writt
             .with_context(|| format!("cannot issue the certificate of {}", node.name))?;
         write(&dir.join("node.pem"), &issued.cert_pem, false)?;
         write(&dir.join("node.key"), &issued.key_pem, true)?;
+        if http_tls {
+            let mut names = vec![node.name.clone(), "localhost".to_string()];
+            if !node.http.ip().is_unspecified() {
+                names.insert(0, node.http.ip().to_string());
+            }
+            let http = ca
+                .issue_http(&names)
+                .with_context(|| format!("cannot issue the HTTPS certificate of {}", node.name))?;
+            write(&dir.join("http.pem"), &http.cert_pem, false)?;
+            write(&dir.join("http.key"), &http.key_pem, true)?;
+        }
         let path = dir.join("termesh.toml");
-        write(&path, &config_text(&id, node, nodes, &token), false)?;
+        write(
+            &path,
+            &config_text(&id, node, nodes, &token, http_tls),
+            false,
+        )?;
         check(&path).with_context(|| format!("{} was written wrong", path.display()))?;
         configs.push(path);
     }
@@ -126,14 +149,20 @@ pub fn check(path: &Path) -> anyhow::Result<Config> {
     Ok(config)
 }
 
-fn config_text(id: &str, node: &NodeSpec, all: &[NodeSpec], token: &str) -> String {
+fn config_text(id: &str, node: &NodeSpec, all: &[NodeSpec], token: &str, tls: bool) -> String {
+    let https = if tls {
+        "# HTTPS with a certificate from the cluster CA (clients: --ca ../ca.pem).\n\
+         tls_cert = \"http.pem\"\ntls_key = \"http.key\"\n"
+    } else {
+        ""
+    };
     let mut text = format!(
         "# Node `{name}` of cluster `{id}`, written by `termesh cluster init`.\n\
          # Start it with: termesh node --config {name}/termesh.toml\n\
          # Paths are relative to this file.\n\n\
          [node]\nname = \"{name}\"\ndata_dir = \"data\"\n\n\
-         [http]\nlisten = \"{http}\"\n\n\
-         # The cluster admin token (the folder's admin.token); add more with `termesh token`.\n\
+         [http]\nlisten = \"{http}\"\n{https}\n\
+         # The cluster admin token (the folder's admin.token); add more with `termesh token add`.\n\
          [[auth.tokens]]\nname = \"cluster admin\"\nhash = \"{hash}\"\nrole = \"admin\"\n\n\
          [cluster]\nid = \"{id}\"\nca = \"../ca.pem\"\ncert = \"node.pem\"\nkey = \"node.key\"\n",
         name = node.name,

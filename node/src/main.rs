@@ -38,6 +38,10 @@ struct ClientArgs {
     /// token [default: $XDG_DATA_HOME/termesh or ~/.local/share/termesh]
     #[arg(long, env = "TERMESH_DATA_DIR", global = true)]
     data_dir: Option<PathBuf>,
+    /// CA certificate(s) to trust for an https:// node, e.g. a cluster's
+    /// ca.pem [default: the public web roots]
+    #[arg(long, env = "TERMESH_CA", global = true)]
+    ca: Option<PathBuf>,
 }
 
 #[derive(Subcommand)]
@@ -230,6 +234,10 @@ enum ClusterCommand {
         /// Write into a folder that is not empty (files there are replaced)
         #[arg(long)]
         force: bool,
+        /// Also issue each node an HTTPS certificate from the cluster CA and
+        /// serve HTTPS (clients then pass --ca ca.pem)
+        #[arg(long)]
+        http_tls: bool,
     },
 }
 
@@ -331,12 +339,17 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                 // that stopped reading) must not take the node down.
                 use std::io::Write;
                 let mut out = std::io::stdout().lock();
+                let (http, ws) = if ready.tls {
+                    ("https", "wss")
+                } else {
+                    ("http", "ws")
+                };
                 let _ = writeln!(
                     out,
-                    "termesh node `{node_name}` serving on http://{}",
+                    "termesh node `{node_name}` serving on {http}://{}",
                     ready.addr
                 );
-                let _ = writeln!(out, "  websocket: ws://{}/ws", ready.addr);
+                let _ = writeln!(out, "  websocket: {ws}://{}/ws", ready.addr);
                 if let (Some(token), Some(file)) = (&ready.admin_token, &ready.token_file) {
                     let _ = writeln!(out, "  admin token: {token}");
                     let _ = writeln!(
@@ -371,9 +384,15 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             Ok(0)
         }
         Command::Cluster {
-            command: ClusterCommand::Init { out, nodes, force },
+            command:
+                ClusterCommand::Init {
+                    out,
+                    nodes,
+                    force,
+                    http_tls,
+                },
         } => {
-            let written = termesh_node::cluster_init::init(&out, &nodes, force)?;
+            let written = termesh_node::cluster_init::init(&out, &nodes, force, http_tls)?;
             println!(
                 "cluster `{}`: {} nodes written to {}",
                 written.id,
@@ -396,7 +415,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
 }
 
 async fn run_client(command: Command) -> anyhow::Result<i32> {
-    let target = |c: ClientArgs| Target::resolve(c.url, c.token, c.data_dir);
+    let target = |c: ClientArgs| Target::resolve(c.url, c.token, c.data_dir, c.ca);
     match command {
         Command::Ls { client, json } => commands::ls(&target(client)?, json).await.map(|_| 0),
         Command::Nodes { client, json } => commands::nodes(&target(client)?, json).map(|_| 0),

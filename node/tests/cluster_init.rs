@@ -165,3 +165,58 @@ fn a_node_starts_from_a_written_config() {
     let status = node.wait().unwrap();
     assert!(status.success());
 }
+
+#[test]
+fn cluster_init_with_http_tls_issues_https_certificates_a_node_serves() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("cluster");
+    // Its own ports: the other tests here run at the same time.
+    let (ok, text) = termesh(&[
+        "cluster",
+        "init",
+        "--http-tls",
+        "--out",
+        &out.display().to_string(),
+        "--node",
+        "a,quic=127.0.0.1:17621,http=127.0.0.1:17620",
+        "--node",
+        "b,quic=127.0.0.2:17621,http=127.0.0.2:17620",
+    ]);
+    assert!(ok, "{text}");
+    let mode = std::fs::metadata(out.join("a/http.key"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o077, 0, "http.key is private");
+    let config = out.join("a").join("termesh.toml");
+    let (ok, text) = termesh(&["config", "check", &config.display().to_string()]);
+    assert!(ok, "{text}");
+    // Node a serves HTTPS from its config; a client trusting the cluster
+    // CA reaches it by its address (the certificate names it).
+    let mut child = Command::new(BIN)
+        .args(["node", "--config", &config.display().to_string()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut first,
+    )
+    .unwrap();
+    let token = std::fs::read_to_string(out.join("admin.token")).unwrap();
+    let ca = out.join("ca.pem").display().to_string();
+    let url = "https://127.0.0.1:17620";
+    let listed = termesh(&["ls", "--url", url, "--token", token.trim(), "--ca", &ca]);
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    );
+    let _ = child.wait();
+    assert!(
+        first.contains("serving on https://127.0.0.1:17620"),
+        "{first}"
+    );
+    assert!(listed.0, "{}", listed.1);
+}

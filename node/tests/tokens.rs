@@ -29,6 +29,7 @@ fn target(node: &BinaryNode, token: &str) -> Target {
         url: node.url.clone(),
         token: Some(token.to_string()),
         token_source: "the test".into(),
+        ca: None,
     }
 }
 

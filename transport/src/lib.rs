@@ -6,6 +6,7 @@
 pub mod client;
 pub mod codec;
 pub mod fuzz;
+pub mod https;
 pub mod peer;
 
 pub use client::*;

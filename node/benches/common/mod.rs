@@ -59,6 +59,7 @@ impl Node {
                 url,
                 token: Some(token),
                 token_source: "the benchmark".into(),
+                ca: None,
             },
             dir,
         }

@@ -82,7 +82,7 @@ pub fn table(sessions: &[SessionInfo]) -> String {
 /// `termesh config reload`: the node reads its config file again.
 pub fn reload(target: &Target) -> anyhow::Result<()> {
     let url = format!("{}/api/v1/config/reload", target.url);
-    let mut req = ureq::post(&url).timeout(std::time::Duration::from_secs(10));
+    let mut req = target.agent()?.post(&url);
     if let Some(token) = &target.token {
         req = req.set("authorization", &format!("Bearer {token}"));
     }
@@ -106,7 +106,7 @@ pub fn reload(target: &Target) -> anyhow::Result<()> {
 /// `termesh nodes`: `GET /api/v1/nodes` as a table (or its JSON).
 pub fn nodes(target: &Target, json: bool) -> anyhow::Result<()> {
     let url = format!("{}/api/v1/nodes", target.url);
-    let mut req = ureq::get(&url).timeout(std::time::Duration::from_secs(10));
+    let mut req = target.agent()?.get(&url);
     if let Some(token) = &target.token {
         req = req.set("authorization", &format!("Bearer {token}"));
     }

@@ -27,6 +27,9 @@ pub struct Target {
     pub token: Option<String>,
     /// Where the token came from, for error messages.
     pub token_source: String,
+    /// The CA file trusted for an `https://` node (`--ca`, `TERMESH_CA`);
+    /// `None`: the public web roots.
+    pub ca: Option<PathBuf>,
 }
 
 impl Target {
@@ -37,6 +40,7 @@ impl Target {
         url: Option<String>,
         token: Option<String>,
         data_dir: Option<PathBuf>,
+        ca: Option<PathBuf>,
     ) -> anyhow::Result<Target> {
         let dir = data_dir.unwrap_or_else(termesh_config::default_data_dir);
         let url = match url {
@@ -60,16 +64,44 @@ impl Target {
             url,
             token,
             token_source,
+            ca,
         })
     }
 
     pub fn ws_url(&self, path: &str) -> String {
+        if let Some(rest) = self
+            .url
+            .strip_prefix("https://")
+            .or_else(|| self.url.strip_prefix("wss://"))
+        {
+            return format!("wss://{rest}{path}");
+        }
         let rest = self
             .url
             .strip_prefix("http://")
             .or_else(|| self.url.strip_prefix("ws://"))
             .unwrap_or(&self.url);
         format!("ws://{rest}{path}")
+    }
+
+    fn tls(&self) -> bool {
+        self.url.starts_with("https://") || self.url.starts_with("wss://")
+    }
+
+    /// The rustls client config for an https node: trusts `ca`, else the
+    /// public web roots.
+    fn tls_config(&self) -> anyhow::Result<std::sync::Arc<rustls::ClientConfig>> {
+        termesh_transport::https::client(self.ca.as_deref())
+            .map_err(|e| Fatal::wrap(anyhow!("--ca: {e}")))
+    }
+
+    /// An HTTP agent for the REST calls (TLS as for the WebSocket).
+    pub fn agent(&self) -> anyhow::Result<ureq::Agent> {
+        let mut builder = ureq::AgentBuilder::new().timeout(std::time::Duration::from_secs(10));
+        if self.tls() {
+            builder = builder.tls_config(self.tls_config()?);
+        }
+        Ok(builder.build())
     }
 
     /// Why a connection was refused, in words a person can act on.
@@ -94,14 +126,16 @@ impl Target {
 /// `host:port` means `http://host:port`; `https` is refused plainly.
 pub fn normalize_url(url: &str) -> anyhow::Result<String> {
     let url = url.trim().trim_end_matches('/');
-    if url.starts_with("http://") || url.starts_with("ws://") {
+    if ["http://", "ws://", "https://", "wss://"]
+        .iter()
+        .any(|s| url.starts_with(s))
+    {
         return Ok(url.to_string());
     }
-    if url.starts_with("https://") || url.starts_with("wss://") {
-        bail!("--url {url:?}: TLS is not supported by this client yet; use http://HOST:PORT");
-    }
     if url.contains("://") || url.is_empty() {
-        bail!("--url {url:?}: use http://HOST:PORT, e.g. http://127.0.0.1:7420");
+        bail!(
+            "--url {url:?}: use http://HOST:PORT or https://HOST:PORT, e.g. http://127.0.0.1:7420"
+        );
     }
     Ok(format!("http://{url}"))
 }
@@ -199,9 +233,14 @@ impl Client {
         }
         // Keystrokes are small writes: without TCP_NODELAY an input behind an
         // unacknowledged ack waits for the peer's delayed ACK (about 40 ms).
-        let (ws, _) = tokio_tungstenite::connect_async_with_config(request, None, true)
-            .await
-            .map_err(|e| target.explain(e))?;
+        let connector = match target.tls() {
+            true => Some(tokio_tungstenite::Connector::Rustls(target.tls_config()?)),
+            false => None,
+        };
+        let (ws, _) =
+            tokio_tungstenite::connect_async_tls_with_config(request, None, true, connector)
+                .await
+                .map_err(|e| target.explain(e))?;
         let mut client = Client {
             ws,
             next_id: 1,

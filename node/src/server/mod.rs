@@ -55,6 +55,8 @@ pub struct AppState {
 #[derive(Debug, Clone)]
 pub struct Ready {
     pub addr: SocketAddr,
+    /// Serving HTTPS (and WSS).
+    pub tls: bool,
     /// The generated admin token, when none was configured.
     pub admin_token: Option<String>,
     pub token_file: Option<PathBuf>,
@@ -93,6 +95,16 @@ pub fn run(
     raise_fd_limit();
     let generated = ensure_admin_token(&mut config)?;
     let listener = listener::bind(&config.http)?;
+    // HTTPS: the certificate and key are read now; a bad file stops the
+    // start with the path and the cause.
+    let tls = match &config.http.tls {
+        Some(files) => Some(
+            termesh_transport::https::server_config(&files.cert, &files.key)
+                .map_err(|e| anyhow::anyhow!("http TLS: {e}"))?,
+        ),
+        None => None,
+    };
+    let scheme = if tls.is_some() { "https" } else { "http" };
     let addr = listener.local_addr()?;
     let system = actix_rt::System::new();
     system.block_on(async move {
@@ -124,8 +136,16 @@ pub fn run(
                     store: store.clone(),
                 },
                 max_sessions: config.session.max_sessions,
-                http_base: format!("http://{addr}"),
+                http_base: format!("{scheme}://{addr}"),
                 hook_secret: hook_secret.clone(),
+                // HTTPS with a certificate from the cluster CA (as `cluster
+                // init --http-tls` writes it): programs get that CA.
+                ca: config
+                    .http
+                    .tls
+                    .as_ref()
+                    .and(config.cluster.as_ref())
+                    .map(|c| c.ca.clone()),
             },
             dir.clone(),
             metrics.clone(),
@@ -197,17 +217,21 @@ pub fn run(
         })
         .workers(2)
         .disable_signals()
-        .shutdown_timeout(2)
-        .listen(listener)
+        .shutdown_timeout(2);
+        let server = match tls {
+            Some(tls) => server.listen_rustls_0_23(listener, tls),
+            None => server.listen(listener),
+        }
         .context("cannot serve on the listener")?
         .run();
         let server_handle = server.handle();
         let serving = actix_rt::spawn(server);
         let hup = signals.then(|| actix_rt::spawn(reload::on_sighup(state.clone())));
         tracing::info!(node = %config.node.name, %addr, "node serving");
-        let url_file = url_file::write(&config.node.data_dir, addr);
+        let url_file = url_file::write(&config.node.data_dir, &format!("{scheme}://{addr}"));
         ready(Ready {
             addr,
+            tls: scheme == "https",
             admin_token: generated.as_ref().map(|(t, _, _)| t.clone()),
             token_file: generated.map(|(_, p, _)| p),
         });

@@ -2,7 +2,6 @@
 //! given only `--data-dir` (or the default one) find it. Written once the
 //! node serves, removed when it stops (if it is still this node's).
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 pub const URL_FILE: &str = "node.url";
@@ -14,9 +13,9 @@ pub struct UrlFile {
 
 /// Records the URL; a failure is logged, not fatal (clients can be told
 /// the URL instead).
-pub fn write(data_dir: &Path, addr: SocketAddr) -> Option<UrlFile> {
+pub fn write(data_dir: &Path, url: &str) -> Option<UrlFile> {
     let path = data_dir.join(URL_FILE);
-    let text = format!("http://{addr}\n");
+    let text = format!("{url}\n");
     let written = std::fs::create_dir_all(data_dir).and_then(|_| std::fs::write(&path, &text));
     match written {
         Ok(()) => Some(UrlFile { path, text }),
@@ -31,7 +30,8 @@ pub fn write(data_dir: &Path, addr: SocketAddr) -> Option<UrlFile> {
 pub fn read(data_dir: &Path) -> Option<String> {
     let text = std::fs::read_to_string(data_dir.join(URL_FILE)).ok()?;
     let url = text.trim();
-    (url.starts_with("http://") && url.len() < 256).then(|| url.to_string())
+    let known = url.starts_with("http://") || url.starts_with("https://");
+    (known && url.len() < 256).then(|| url.to_string())
 }
 
 impl UrlFile {

@@ -74,10 +74,14 @@ impl BinaryNode {
         std::thread::spawn(move || lines.for_each(drop));
         let url = first
             .split_whitespace()
-            .find(|w| w.starts_with("http://"))
+            .find(|w| w.starts_with("http://") || w.starts_with("https://"))
             .expect("the URL is printed")
             .to_string();
-        let addr = url.trim_start_matches("http://").parse().unwrap();
+        let addr = url
+            .trim_start_matches("https://")
+            .trim_start_matches("http://")
+            .parse()
+            .unwrap();
         BinaryNode {
             child,
             url,
@@ -100,6 +104,7 @@ impl BinaryNode {
             url: self.url.clone(),
             token: Some(token.to_string()),
             token_source: "the test".into(),
+            ca: None,
         }
     }
 }

@@ -134,6 +134,7 @@ impl Cluster {
             url: format!("http://{}", self.nodes[i].http),
             token: Some(self.token.clone()),
             token_source: "the cluster's admin.token".into(),
+            ca: None,
         }
     }
 

@@ -69,6 +69,7 @@ impl TestNode {
             url: self.url(),
             token: token.map(str::to_string),
             token_source: "the test".into(),
+            ca: None,
         }
     }
 

@@ -65,6 +65,26 @@ impl Ca {
             ExtendedKeyUsagePurpose::ServerAuth,
             ExtendedKeyUsagePurpose::ClientAuth,
         ];
+        self.sign(params)
+    }
+}
+
+impl Ca {
+    /// A certificate for a node's HTTPS listener: server only, valid for
+    /// `names` (host names and IP addresses clients use), signed by this CA.
+    pub fn issue_http(&self, names: &[String]) -> Result<Issued, rcgen::Error> {
+        let mut params = CertificateParams::new(names.to_vec())?;
+        if let Some(first) = names.first() {
+            params.distinguished_name.push(DnType::CommonName, first);
+        }
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        self.sign(params)
+    }
+}
+
+impl Ca {
+    /// A leaf for `params` (a signature key only), signed by this CA.
+    fn sign(&self, mut params: CertificateParams) -> Result<Issued, rcgen::Error> {
         params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
         validity(&mut params);
         let key = KeyPair::generate()?;

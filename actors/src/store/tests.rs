@@ -188,7 +188,7 @@ proptest! {
                 Op::Reopen => {
                     store.flush().unwrap();
                     drop(store);
-                    store = Store::open(dir.path()).unwrap();
+                    store = reopen(dir.path());
                     store.set_output_cap(KEEP.output_bytes);
                 }
                 Op::Clock(ms) => now += ms,
@@ -196,6 +196,24 @@ proptest! {
             check(&store, &model)?;
         }
     }
+}
+
+/// Opens a store just dropped: sled's flusher thread may hold the file
+/// lock for a moment after the drop, so `Locked` is retried (bounded).
+fn open_released(path: &std::path::Path) -> Result<Store, StoreError> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        match Store::open(path) {
+            Err(StoreError::Locked { .. }) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            other => return other,
+        }
+    }
+}
+
+fn reopen(path: &std::path::Path) -> Store {
+    open_released(path).unwrap()
 }
 
 #[test]
@@ -228,7 +246,7 @@ fn a_damaged_store_is_refused_not_opened_short() {
     store.write_manifest().unwrap();
     drop(store);
     // Reopens as it was.
-    assert_eq!(Store::open(&path).unwrap().records().unwrap().len(), 3);
+    assert_eq!(reopen(&path).records().unwrap().len(), 3);
     // The head of sled's log overwritten: sled alone may open it empty.
     {
         use std::io::Write as _;
@@ -238,7 +256,7 @@ fn a_damaged_store_is_refused_not_opened_short() {
             .unwrap();
         f.write_all(&[b'X'; 64]).unwrap();
     }
-    match Store::open(&path) {
+    match open_released(&path) {
         Err(StoreError::Damaged {
             expected, found, ..
         }) => assert_eq!((expected, found), (3, 0)),
@@ -266,7 +284,7 @@ fn a_store_that_reads_back_fewer_records_than_written_is_refused() {
     drop(store);
     // As if two more had been flushed and sled had lost them since.
     manifest::write(&manifest::path_for(&path), 3).unwrap();
-    match Store::open(&path) {
+    match open_released(&path) {
         Err(e @ StoreError::Damaged { .. }) => {
             let text = e.to_string();
             assert!(text.contains("3 session records") && text.contains("1 can be read"));

@@ -3,6 +3,7 @@
 //! connections with 1001, stop sessions, exit).
 
 mod auth;
+mod console;
 mod listener;
 mod nodes;
 mod reload;
@@ -208,6 +209,7 @@ pub fn run(
                 .app_data(web::Data::new(app_state.clone()))
                 .configure(ws::routes)
                 .configure(rest::routes)
+                .configure(console::routes)
         })
         .on_connect(|conn, _| {
             // Small frames (keystrokes, echoes, acks) must not wait for Nagle.

@@ -1,0 +1,414 @@
+// The termesh operator console: log in with a token (kept in this browser
+// session only), the cluster's nodes, every session live through `watch`,
+// and terminals on the WebSocket protocol (docs/protocol.md): a fresh
+// attach with scrollback, resume with `from_seq` on every reconnect (no
+// clear), `resync_required` -> reset + snapshot, acks after xterm has
+// rendered what it was given, resize from the element's size, and a
+// stale mark driven by `ping`. Events of a session over SSE.
+import { encode, decode } from "@msgpack/msgpack";
+import { Terminal } from "@xterm/xterm";
+import { FitAddon } from "@xterm/addon-fit";
+import { WebLinksAddon } from "@xterm/addon-web-links";
+
+const WINDOW = 1 << 20;
+const $ = (id) => document.getElementById(id);
+const state = {
+  token: sessionStorage.getItem("termesh.token"),
+  ws: null,
+  nextId: 1,
+  waiting: new Map(), // request id -> resolve
+  sessions: new Map(), // id -> SessionInfo
+  terms: new Map(), // session id -> Term
+  role: "viewer",
+  lastHeard: 0,
+  backoff: 250,
+};
+
+// ---- connection -------------------------------------------------------
+
+function send(msg) {
+  if (state.ws && state.ws.readyState === WebSocket.OPEN) {
+    state.ws.send(encode(msg));
+    return true;
+  }
+  return false;
+}
+
+function request(msg) {
+  const id = state.nextId++;
+  return new Promise((resolve) => {
+    state.waiting.set(id, resolve);
+    if (!send({ ...msg, id })) {
+      state.waiting.delete(id);
+      resolve({ t: "error", code: "unavailable", message: "not connected" });
+    }
+  });
+}
+
+function setLink(text, cls) {
+  const b = $("link");
+  b.textContent = text;
+  b.className = `badge ${cls}`;
+}
+
+function connect() {
+  const proto = location.protocol === "https:" ? "wss" : "ws";
+  const ws = new WebSocket(`${proto}://${location.host}/ws`, "termesh.v1");
+  ws.binaryType = "arraybuffer";
+  state.ws = ws;
+  setLink("connecting", "stale");
+  ws.onmessage = (ev) => onMessage(decode(new Uint8Array(ev.data)));
+  ws.onclose = () => {
+    if (state.ws !== ws) return;
+    state.ws = null;
+    for (const [, resolve] of state.waiting) resolve({ t: "error", code: "unavailable", message: "link lost" });
+    state.waiting.clear();
+    setLink("offline", "down");
+    if (!state.token) return;
+    const delay = state.backoff * (0.5 + Math.random() / 2);
+    state.backoff = Math.min(state.backoff * 2, 8000);
+    setTimeout(connect, delay);
+  };
+}
+
+async function onWelcome() {
+  const ok = await request({ t: "auth", token: state.token });
+  if (ok.t !== "ok") {
+    logout(ok.message || "the token was refused");
+    return;
+  }
+  state.backoff = 250;
+  setLink("up", "up");
+  $("login").hidden = true;
+  $("main").hidden = false;
+  $("logout").hidden = false;
+  await probeRole();
+  const list = await request({ t: "list" });
+  if (list.t === "sessions") {
+    state.sessions = new Map(list.sessions.map((s) => [s.id, s]));
+    renderSessions();
+  }
+  await request({ t: "watch" });
+  // Every open terminal resumes where it stopped: no clear.
+  for (const term of state.terms.values()) term.subscribe();
+}
+
+// A viewer may not resize: the answer for a session that does not exist
+// tells the role without touching anything.
+async function probeRole() {
+  send({ t: "resize", session: "-role-probe-", cols: 80, rows: 24 });
+  const nodes = await fetch("/api/v1/nodes", { headers: auth() });
+  state.role = nodes.ok ? "admin" : state.role;
+  $("who").textContent = state.role;
+}
+
+function onMessage(m) {
+  state.lastHeard = Date.now();
+  if (m.t === "welcome") {
+    state.pingMs = m.ping_interval_ms;
+    onWelcome();
+    return;
+  }
+  if (m.t === "error" && m.session === "-role-probe-") {
+    if (m.code === "not_found" && state.role !== "admin") state.role = "operator";
+    document.body.classList.toggle("viewer", m.code === "forbidden");
+    $("who").textContent = m.code === "forbidden" ? "viewer" : state.role;
+    return;
+  }
+  if (m.id !== undefined && m.id !== null && state.waiting.has(m.id) && m.t !== "snapshot") {
+    state.waiting.get(m.id)(m);
+    state.waiting.delete(m.id);
+    return;
+  }
+  if (m.t === "session_changed") {
+    state.sessions.set(m.session.id, m.session);
+    renderSessions();
+  } else if (m.t === "session_removed") {
+    state.sessions.delete(m.session);
+    renderSessions();
+  } else if (m.session && state.terms.has(m.session)) {
+    state.terms.get(m.session).onMessage(m);
+  }
+}
+
+function auth() {
+  return { Authorization: `Bearer ${state.token}` };
+}
+
+// Liveness: a quiet link is probed; one silent past two probes is marked.
+setInterval(() => {
+  if (!state.ws || state.ws.readyState !== WebSocket.OPEN) return;
+  const quiet = Date.now() - state.lastHeard;
+  if (quiet > 5000) send({ t: "ping" });
+  if (quiet > 12000) setLink(`stale ${Math.round(quiet / 1000)}s`, "stale");
+  else if ($("link").textContent.startsWith("stale")) setLink("up", "up");
+  if (quiet > 30000) state.ws.close();
+}, 2500);
+
+// ---- login ------------------------------------------------------------
+
+function logout(why) {
+  state.token = null;
+  sessionStorage.removeItem("termesh.token");
+  if (state.ws) state.ws.close();
+  $("main").hidden = true;
+  $("logout").hidden = true;
+  $("login").hidden = false;
+  $("login-error").textContent = why || "";
+}
+
+$("login").addEventListener("submit", (ev) => {
+  ev.preventDefault();
+  state.token = $("token").value.trim();
+  sessionStorage.setItem("termesh.token", state.token);
+  connect();
+});
+$("logout").addEventListener("click", () => logout());
+
+// ---- cluster and sessions -----------------------------------------------
+
+async function refreshNodes() {
+  if (!state.token || $("main").hidden) return;
+  const resp = await fetch("/api/v1/nodes", { headers: auth() }).catch(() => null);
+  $("cluster").hidden = !resp || !resp.ok;
+  if (!resp || !resp.ok) return;
+  const nodes = await resp.json();
+  const body = $("nodes").tBodies[0];
+  body.replaceChildren(
+    ...nodes.map((n) =>
+      row([
+        n.name + (n.self ? " *" : ""),
+        n.state,
+        n.rtt_ms === undefined ? "-" : `${n.rtt_ms.toFixed(2)} ms`,
+        n.breaker,
+        `${n.stall_ms} ms`,
+        n.sessions,
+      ]),
+    ),
+  );
+}
+setInterval(refreshNodes, 2000);
+
+function row(cells) {
+  const tr = document.createElement("tr");
+  for (const c of cells) {
+    const td = document.createElement("td");
+    if (c instanceof Node) td.append(c);
+    else td.textContent = String(c);
+    tr.append(td);
+  }
+  return tr;
+}
+
+function button(label, onClick, operator = true) {
+  const b = document.createElement("button");
+  b.textContent = label;
+  if (operator) b.className = "operator";
+  b.addEventListener("click", onClick);
+  return b;
+}
+
+function renderSessions() {
+  const body = $("sessions").tBodies[0];
+  const list = [...state.sessions.values()].sort((a, b) => a.created_at - b.created_at);
+  body.replaceChildren(
+    ...list.map((s) => {
+      const status = s.status === "exited" ? `exit ${s.exit_code}` : s.status;
+      const actions = document.createElement("span");
+      actions.append(
+        button("open", () => openTerm(s.id), false),
+        button("kill", () => request({ t: "kill", session: s.id })),
+        button("rename", () => {
+          const name = prompt("name", s.name || "");
+          if (name) request({ t: "rename", session: s.id, name });
+        }),
+        button("tag", () => {
+          const tags = prompt("tags (comma separated)", (s.tags || []).join(","));
+          if (tags !== null) request({ t: "tag", session: s.id, tags: tags.split(",").map((t) => t.trim()).filter(Boolean) });
+        }),
+        button("revive", () => request({ t: "revive", session: s.id })),
+        button("remove", () => confirm(`remove ${s.name || s.id}?`) && request({ t: "remove", session: s.id })),
+      );
+      const tr = row([s.name ? `${s.name} (${s.id})` : s.id, s.node, status, s.phase || "-", `${Math.round(s.idle_ms / 1000)}s`, s.at_prompt ? "yes" : "", s.viewers, (s.tags || []).join(" "), actions]);
+      tr.dataset.session = s.id;
+      return tr;
+    }),
+  );
+}
+
+$("create").addEventListener("submit", async (ev) => {
+  ev.preventDefault();
+  const f = new FormData(ev.target);
+  const req = { t: "create" };
+  const command = f.get("command").trim();
+  if (command) req.command = ["sh", "-c", command];
+  for (const k of ["node", "cwd", "name"]) if (f.get(k).trim()) req[k] = f.get(k).trim();
+  const reply = await request(req);
+  if (reply.t === "error") alert(reply.message);
+  else ev.target.reset();
+});
+
+// ---- terminals ----------------------------------------------------------
+
+class Term {
+  constructor(session) {
+    this.session = session;
+    this.lastSeq = null; // null: never shown, so the first subscribe is fresh
+    this.unacked = 0;
+    this.resetNext = false;
+    this.pane = document.createElement("div");
+    this.pane.className = "pane";
+    const el = document.createElement("div");
+    el.className = "term";
+    this.events = document.createElement("div");
+    this.events.className = "events";
+    this.pane.append(el, this.events);
+    $("panes").append(this.pane);
+    this.tab = button(session, () => show(this), false);
+    this.tab.append(button("×", (e) => { e.stopPropagation(); this.close(); }, false));
+    $("tabs").append(this.tab);
+    this.xterm = new Terminal({ scrollback: 10000, convertEol: false });
+    this.fit = new FitAddon();
+    this.xterm.loadAddon(this.fit);
+    this.xterm.loadAddon(new WebLinksAddon());
+    this.xterm.open(el);
+    this.xterm.onData((d) => {
+      if (state.role !== "viewer") send({ t: "input", session: this.session, data: new TextEncoder().encode(d) });
+    });
+    new ResizeObserver(() => this.resize()).observe(el);
+    this.eventStream = new EventStream(session, (e) => this.showEvent(e));
+  }
+
+  subscribe() {
+    const msg = { t: "subscribe", session: this.session, window: WINDOW };
+    if (this.lastSeq === null) msg.scrollback = 1000;
+    else msg.from_seq = this.lastSeq;
+    request(msg);
+  }
+
+  resize() {
+    this.fit.fit();
+    if (state.role === "viewer") return;
+    send({ t: "resize", session: this.session, cols: this.xterm.cols, rows: this.xterm.rows });
+  }
+
+  // Ack once xterm has rendered a quarter window (render backpressure).
+  written(seq, len) {
+    this.unacked += len;
+    if (this.unacked >= WINDOW / 4) {
+      this.unacked = 0;
+      send({ t: "ack", session: this.session, seq });
+    }
+  }
+
+  onMessage(m) {
+    if (m.t === "snapshot") {
+      if (this.lastSeq === null || this.resetNext) this.xterm.reset();
+      this.resetNext = false;
+      this.xterm.resize(m.cols, m.rows);
+      this.xterm.write(m.data);
+      this.lastSeq = m.seq;
+      this.resize();
+    } else if (m.t === "output") {
+      const len = m.data.length;
+      this.lastSeq = m.seq;
+      this.xterm.write(m.data, () => this.written(m.seq, len));
+    } else if (m.t === "resync_required") {
+      this.resetNext = true;
+    } else if (m.t === "event" && m.kind === "exited") {
+      this.xterm.write(`\r\n\x1b[2m[session exited with code ${m.exit_code}]\x1b[0m\r\n`);
+    } else if (m.t === "event" && m.kind === "unreachable") {
+      this.tab.classList.add("stale-note");
+    } else if (m.t === "event" && m.kind === "reachable") {
+      this.tab.classList.remove("stale-note");
+    }
+  }
+
+  showEvent(e) {
+    const line = document.createElement("div");
+    line.textContent = `${new Date(e.ts).toLocaleTimeString()} ${e.kind} ${JSON.stringify(e)}`;
+    this.events.prepend(line);
+  }
+
+  close() {
+    send({ t: "unsubscribe", session: this.session });
+    this.eventStream.stop();
+    this.xterm.dispose();
+    this.pane.remove();
+    this.tab.remove();
+    state.terms.delete(this.session);
+  }
+}
+
+function show(term) {
+  for (const t of state.terms.values()) {
+    t.pane.classList.toggle("active", t === term);
+    t.tab.classList.toggle("active", t === term);
+  }
+  term.resize();
+  term.xterm.focus();
+}
+
+function openTerm(session) {
+  let term = state.terms.get(session);
+  if (!term) {
+    term = new Term(session);
+    state.terms.set(session, term);
+    term.subscribe();
+  }
+  show(term);
+}
+
+// ---- events over SSE (fetch, so the token goes in a header) --------------
+
+class EventStream {
+  constructor(session, onEvent) {
+    this.session = session;
+    this.onEvent = onEvent;
+    this.last = 0;
+    this.stopped = false;
+    this.run();
+  }
+
+  async run() {
+    while (!this.stopped) {
+      try {
+        const headers = auth();
+        if (this.last) headers["Last-Event-ID"] = String(this.last);
+        this.abort = new AbortController();
+        const resp = await fetch(`/api/v1/sessions/${this.session}/events/stream`, { headers, signal: this.abort.signal });
+        if (!resp.ok) return;
+        const reader = resp.body.pipeThrough(new TextDecoderStream()).getReader();
+        let buf = "";
+        for (;;) {
+          const { value, done } = await reader.read();
+          if (done) break;
+          buf += value;
+          let at;
+          while ((at = buf.indexOf("\n\n")) >= 0) {
+            const chunk = buf.slice(0, at);
+            buf = buf.slice(at + 2);
+            const data = chunk.split("\n").find((l) => l.startsWith("data: "));
+            if (!data) continue;
+            const e = JSON.parse(data.slice(6));
+            if (e.id) this.last = e.id;
+            this.onEvent(e);
+          }
+        }
+      } catch (_) {
+        // Reconnect below, with Last-Event-ID.
+      }
+      await new Promise((r) => setTimeout(r, 1000));
+    }
+  }
+
+  stop() {
+    this.stopped = true;
+    if (this.abort) this.abort.abort();
+  }
+}
+
+// ---- start ----------------------------------------------------------------
+
+if (state.token) connect();
+else $("login").hidden = false;

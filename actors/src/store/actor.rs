@@ -81,7 +81,7 @@ impl StoreActor {
         let mut result = self.store.apply(writes).map(|stored| {
             for e in stored {
                 let _ = self.live.send(LiveEvent {
-                    session: e.session.into(),
+                    session: e.session,
                     entry: e.entry,
                 });
             }

@@ -108,11 +108,12 @@ impl StoreHandle {
         }
     }
 
-    /// Output of `session` as frame `seq`.
-    pub fn output(&self, session: &str, seq: u64, data: Bytes) {
+    /// Output of `session` as frame `seq`: on the output path, so no
+    /// copy (the id and the frame are shared).
+    pub fn output(&self, session: &Arc<str>, seq: u64, data: Bytes) {
         let len = data.len() as u64;
         let write = Write::Output {
-            session: session.to_string(),
+            session: session.clone(),
             seq,
             at_ms: crate::session::now_ms(),
             data,
@@ -129,7 +130,7 @@ impl StoreHandle {
     pub fn record_event(&self, session: &str, event: serde_json::Value) {
         let data = serde_json::to_vec(&event).unwrap_or_default();
         let write = Write::Event {
-            session: session.to_string(),
+            session: session.into(),
             at_ms: crate::session::now_ms(),
             data: data.into(),
         };
@@ -141,7 +142,7 @@ impl StoreHandle {
             return;
         };
         let write = Write::Record {
-            session: info.id.clone(),
+            session: info.id.as_str().into(),
             data: data.into(),
         };
         self.push(write, 0);

@@ -25,6 +25,7 @@ pub use handle::{Restored, StoreHandle};
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use bytes::Bytes;
 
@@ -58,19 +59,19 @@ pub enum StoreError {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Write {
     Output {
-        session: String,
+        session: Arc<str>,
         seq: u64,
         at_ms: u64,
         data: Bytes,
     },
     /// Gets the session's next event id.
     Event {
-        session: String,
+        session: Arc<str>,
         at_ms: u64,
         data: Bytes,
     },
     Record {
-        session: String,
+        session: Arc<str>,
         data: Bytes,
     },
 }
@@ -131,7 +132,7 @@ pub struct Store {
 /// An event `apply` stored: its session and the id it was given.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Stored {
-    pub session: String,
+    pub session: Arc<str>,
     pub entry: Entry,
 }
 
@@ -239,7 +240,7 @@ impl Store {
     /// by an eighth is trimmed to the cap, oldest frames first.
     pub fn apply(&mut self, writes: Vec<Write>) -> Result<Vec<Stored>, StoreError> {
         let mut stored = Vec::new();
-        let mut grew: Vec<(String, u64)> = Vec::new();
+        let mut grew: Vec<(Arc<str>, u64)> = Vec::new();
         let (mut out, mut ev, mut rec, mut ids) = (
             sled::Batch::default(),
             sled::Batch::default(),
@@ -266,7 +267,7 @@ impl Store {
                     data,
                 } => {
                     let n = self.last_event_id(&session)? + 1;
-                    self.event_ids.insert(session.clone(), n);
+                    self.event_ids.insert(session.to_string(), n);
                     ev.insert(numbered(&session, n)?, stamped(at_ms, &data));
                     ids.insert(key(&session)?, &n.to_be_bytes());
                     stored.push(Stored {
@@ -276,7 +277,7 @@ impl Store {
                 }
                 Write::Record { session, data } => {
                     rec.insert(key(&session)?, data.to_vec());
-                    self.known.insert(session);
+                    self.known.insert(session.to_string());
                 }
             }
         }

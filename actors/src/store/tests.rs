@@ -150,14 +150,14 @@ proptest! {
                     let m = model.entry(id(s)).or_default();
                     let seq = store.last_seq(&id(s)).unwrap().max(m.output.keys().last().copied().unwrap_or(0)) + 1;
                     let data = vec![fill; len];
-                    store.apply(vec![Write::Output { session: id(s), seq, at_ms: now, data: Bytes::from(data.clone()) }]).unwrap();
+                    store.apply(vec![Write::Output { session: id(s).into(), seq, at_ms: now, data: Bytes::from(data.clone()) }]).unwrap();
                     m.output.insert(seq, (now, data));
                     cap(m);
                 }
                 Op::Event { s, len } => {
                     let m = model.entry(id(s)).or_default();
                     let data = vec![fill; len];
-                    let stored = store.apply(vec![Write::Event { session: id(s), at_ms: now, data: Bytes::from(data.clone()) }]).unwrap();
+                    let stored = store.apply(vec![Write::Event { session: id(s).into(), at_ms: now, data: Bytes::from(data.clone()) }]).unwrap();
                     m.last_event += 1;
                     prop_assert_eq!(stored.len(), 1);
                     prop_assert_eq!(stored[0].entry.n, m.last_event);
@@ -165,7 +165,7 @@ proptest! {
                 }
                 Op::Record { s } => {
                     let data = vec![fill; 10];
-                    store.apply(vec![Write::Record { session: id(s), data: Bytes::from(data.clone()) }]).unwrap();
+                    store.apply(vec![Write::Record { session: id(s).into(), data: Bytes::from(data.clone()) }]).unwrap();
                     model.entry(id(s)).or_default().record = Some(data);
                 }
                 Op::Remove { s } => {
@@ -237,7 +237,7 @@ fn a_damaged_store_is_refused_not_opened_short() {
     for s in 0..3 {
         store
             .apply(vec![Write::Record {
-                session: id(s),
+                session: id(s).into(),
                 data: Bytes::from_static(b"record"),
             }])
             .unwrap();
@@ -276,7 +276,7 @@ fn a_store_that_reads_back_fewer_records_than_written_is_refused() {
     let mut store = Store::open(&path).unwrap();
     store
         .apply(vec![Write::Record {
-            session: id(0),
+            session: id(0).into(),
             data: Bytes::from_static(b"record"),
         }])
         .unwrap();

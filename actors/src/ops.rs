@@ -68,6 +68,14 @@ impl NodeCtx {
         all
     }
 
+    /// One session of the cluster, as `list` shows it.
+    pub fn info(&self, id: &str) -> Result<SessionInfo, ApiError> {
+        if let Some((info, _)) = self.cluster.get(id) {
+            return Ok(info);
+        }
+        Ok(self.session(id)?.shared.info())
+    }
+
     pub fn session(&self, id: &str) -> Result<SessionHandle, ApiError> {
         self.dir.get(id).ok_or_else(|| ApiError::not_found(id))
     }

@@ -122,6 +122,18 @@ async fn a_restarted_node_shows_its_sessions_lost_with_their_history() {
         lines.iter().any(|l| l.contains("before-restart")),
         "{lines:?}"
     );
+    // Its events survive too, with the restart told once, only for the
+    // session that was running.
+    let kinds = |events: Vec<serde_json::Value>| -> Vec<String> {
+        events
+            .iter()
+            .filter_map(|e| e["kind"].as_str().map(String::from))
+            .collect()
+    };
+    let lost_kinds = kinds(events_of(&mut c, &running.id).await);
+    assert_eq!(lost_kinds, ["created", "node_restarted"], "{lost_kinds:?}");
+    let ended_kinds = kinds(events_of(&mut c, &ended.id).await);
+    assert_eq!(ended_kinds, ["created", "exited"], "{ended_kinds:?}");
     // Input to a lost session is refused as to an ended one.
     let err = c
         .request(|id| ClientMsg::Kill {

@@ -212,7 +212,7 @@ impl Client {
                 auth_required: true,
                 ..
             } if target.token.is_none() => Err(Fatal::wrap(anyhow!(
-                "the node at {} needs a token and none was found in {}: pass one with --token or TERMESH_TOKEN (`termesh token` makes one)",
+                "the node at {} needs a token and none was found in {}: pass one with --token or TERMESH_TOKEN (`termesh token add` makes one)",
                 target.url,
                 target.token_source
             ))),

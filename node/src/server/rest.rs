@@ -167,10 +167,7 @@ async fn get_one(
 ) -> HttpResponse {
     respond((|| {
         require(&req, &state.node.tokens, Role::Viewer)?;
-        if let Some((info, _)) = state.node.cluster.get(&path) {
-            return Ok(HttpResponse::Ok().json(info));
-        }
-        Ok(HttpResponse::Ok().json(state.node.session(&path)?.shared.info()))
+        Ok(HttpResponse::Ok().json(state.node.info(&path)?))
     })())
 }
 

@@ -288,11 +288,7 @@ async fn export(
         async {
             require(&req, &state.node.tokens, Role::Viewer)?;
             let node = state.node.clone();
-            let info = node
-                .list()
-                .into_iter()
-                .find(|s| s.id == *path)
-                .ok_or_else(|| ApiError::not_found(&path))?;
+            let info = node.info(&path)?;
             let events = all_events(&node, &path).await?;
             let first = output_page(&node, &path, 0).await?;
             let (writer, header) = CastWriter::new(&info, &events);

@@ -101,6 +101,9 @@ impl Directory {
     }
 }
 
+/// How long a create waits for its record to reach the disk.
+const CREATE_FLUSH_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Sessions being spawned at once (each holds a blocking thread while its
 /// program starts; a hung mount as cwd holds it until the mount answers).
 pub const MAX_STARTING: usize = 64;
@@ -444,8 +447,14 @@ impl Handler<Create> for Registry {
             let store = act.config.settings.store.clone();
             async move {
                 if let (Ok(_), Some(store)) = (&started, store) {
-                    if let Err(e) = store.flush().await {
-                        tracing::error!("store flush after a create failed: {e}");
+                    // Bounded: a stuck disk delays a create, never hangs it.
+                    match tokio::time::timeout(CREATE_FLUSH_WAIT, store.flush()).await {
+                        Ok(Ok(())) => {}
+                        Ok(Err(e)) => tracing::error!("store flush after a create failed: {e}"),
+                        Err(_) => tracing::warn!(
+                            "the store did not flush within {}s; the create is answered anyway",
+                            CREATE_FLUSH_WAIT.as_secs()
+                        ),
                     }
                 }
                 started

@@ -255,9 +255,11 @@ pub fn run(
         if let Some(store) = &store {
             // Every session has stopped: what they read is in the store's
             // queue, ahead of this flush.
-            match store.flush().await {
-                Ok(()) => tracing::info!("store flushed"),
-                Err(e) => tracing::error!("store flush failed: {e}"),
+            // Bounded, so a stuck disk cannot keep the node from stopping.
+            match tokio::time::timeout(Duration::from_secs(10), store.flush()).await {
+                Ok(Ok(())) => tracing::info!("store flushed"),
+                Ok(Err(e)) => tracing::error!("store flush failed: {e}"),
+                Err(_) => tracing::error!("the store did not flush within 10 s; stopping anyway"),
             }
         }
         tracing::info!(

@@ -90,10 +90,15 @@ impl TestNode {
 
     pub async fn create_with(&self, req: CreateRequest) -> SessionInfo {
         let mut c = self.client(OPERATOR).await;
-        let reply = c
-            .request(|id| ClientMsg::Create { id, req })
-            .await
-            .expect("create");
+        // Bounded: a node that never answers fails the test, it does not
+        // hang the suite.
+        let reply = within(
+            PATIENCE,
+            "the node to answer a create",
+            c.request(|id| ClientMsg::Create { id, req }),
+        )
+        .await
+        .expect("create");
         c.close().await;
         match reply {
             ServerMsg::Created { session, .. } => session,

@@ -20,9 +20,12 @@ const state = {
   sessions: new Map(), // id -> SessionInfo
   terms: new Map(), // session id -> Term
   role: "viewer",
+  authRequired: true,
   lastHeard: 0,
   backoff: 250,
 };
+// For the browser tests and a curious operator's devtools.
+window.termesh = state;
 
 // ---- connection -------------------------------------------------------
 
@@ -58,13 +61,14 @@ function connect() {
   state.ws = ws;
   setLink("connecting", "stale");
   ws.onmessage = (ev) => onMessage(decode(new Uint8Array(ev.data)));
-  ws.onclose = () => {
+  ws.onclose = (ev) => {
     if (state.ws !== ws) return;
     state.ws = null;
     for (const [, resolve] of state.waiting) resolve({ t: "error", code: "unavailable", message: "link lost" });
     state.waiting.clear();
     setLink("offline", "down");
-    if (!state.token) return;
+    // Not logged in and closed for it: wait for the login form.
+    if (ev.code === 4401 && !state.token) return;
     const delay = state.backoff * (0.5 + Math.random() / 2);
     state.backoff = Math.min(state.backoff * 2, 8000);
     setTimeout(connect, delay);
@@ -72,10 +76,16 @@ function connect() {
 }
 
 async function onWelcome() {
-  const ok = await request({ t: "auth", token: state.token });
-  if (ok.t !== "ok") {
-    logout(ok.message || "the token was refused");
-    return;
+  if (state.authRequired) {
+    if (!state.token) {
+      showLogin("");
+      return;
+    }
+    const ok = await request({ t: "auth", token: state.token });
+    if (ok.t !== "ok") {
+      logout(ok.message || "the token was refused");
+      return;
+    }
   }
   state.backoff = 250;
   setLink("up", "up");
@@ -96,6 +106,13 @@ async function onWelcome() {
 // A viewer may not resize: the answer for a session that does not exist
 // tells the role without touching anything.
 async function probeRole() {
+  if (!state.authRequired) {
+    // A node without tokens serves everyone as admin.
+    state.role = "admin";
+    document.body.classList.remove("viewer");
+    $("who").textContent = "admin (no tokens configured)";
+    return;
+  }
   send({ t: "resize", session: "-role-probe-", cols: 80, rows: 24 });
   const nodes = await fetch("/api/v1/nodes", { headers: auth() });
   state.role = nodes.ok ? "admin" : state.role;
@@ -106,6 +123,8 @@ function onMessage(m) {
   state.lastHeard = Date.now();
   if (m.t === "welcome") {
     state.pingMs = m.ping_interval_ms;
+    state.authRequired = m.auth_required;
+    state.node = m.node;
     onWelcome();
     return;
   }
@@ -132,7 +151,7 @@ function onMessage(m) {
 }
 
 function auth() {
-  return { Authorization: `Bearer ${state.token}` };
+  return state.token ? { Authorization: `Bearer ${state.token}` } : {};
 }
 
 // Liveness: a quiet link is probed; one silent past two probes is marked.
@@ -147,21 +166,33 @@ setInterval(() => {
 
 // ---- login ------------------------------------------------------------
 
-function logout(why) {
-  state.token = null;
-  sessionStorage.removeItem("termesh.token");
-  if (state.ws) state.ws.close();
+function showLogin(why) {
   $("main").hidden = true;
   $("logout").hidden = true;
   $("login").hidden = false;
   $("login-error").textContent = why || "";
+  $("token").focus();
+}
+
+function logout(why) {
+  state.token = null;
+  sessionStorage.removeItem("termesh.token");
+  for (const term of [...state.terms.values()]) term.close();
+  const ws = state.ws;
+  state.ws = null;
+  if (ws) ws.close();
+  setLink("offline", "down");
+  showLogin(why);
 }
 
 $("login").addEventListener("submit", (ev) => {
   ev.preventDefault();
   state.token = $("token").value.trim();
+  $("token").value = "";
   sessionStorage.setItem("termesh.token", state.token);
-  connect();
+  // The welcome has come already on an open link: log in on it.
+  if (state.ws && state.ws.readyState === WebSocket.OPEN) onWelcome();
+  else connect();
 });
 $("logout").addEventListener("click", () => logout());
 
@@ -256,6 +287,7 @@ class Term {
     this.lastSeq = null; // null: never shown, so the first subscribe is fresh
     this.unacked = 0;
     this.resetNext = false;
+    this.resyncs = 0; // resets after the first screen: each one a resync
     this.pane = document.createElement("div");
     this.pane.className = "pane";
     const el = document.createElement("div");
@@ -264,10 +296,12 @@ class Term {
     this.events.className = "events";
     this.pane.append(el, this.events);
     $("panes").append(this.pane);
-    this.tab = button(session, () => show(this), false);
+    const info = state.sessions.get(session);
+    this.tab = button((info && info.name) || session, () => show(this), false);
     this.tab.append(button("×", (e) => { e.stopPropagation(); this.close(); }, false));
     $("tabs").append(this.tab);
-    this.xterm = new Terminal({ scrollback: 10000, convertEol: false });
+    const viewer = state.role === "viewer";
+    this.xterm = new Terminal({ scrollback: 10000, convertEol: false, disableStdin: viewer });
     this.fit = new FitAddon();
     this.xterm.loadAddon(this.fit);
     this.xterm.loadAddon(new WebLinksAddon());
@@ -275,20 +309,34 @@ class Term {
     this.xterm.onData((d) => {
       if (state.role !== "viewer") send({ t: "input", session: this.session, data: new TextEncoder().encode(d) });
     });
-    new ResizeObserver(() => this.resize()).observe(el);
+    // Layout settles over a few frames (a scrollbar comes and goes): size
+    // the session once it has.
+    let pending = null;
+    new ResizeObserver(() => {
+      clearTimeout(pending);
+      pending = setTimeout(() => this.resize(), 150);
+    }).observe(el);
     this.eventStream = new EventStream(session, (e) => this.showEvent(e));
   }
 
   subscribe() {
+    this.sentSize = null;
     const msg = { t: "subscribe", session: this.session, window: WINDOW };
     if (this.lastSeq === null) msg.scrollback = 1000;
     else msg.from_seq = this.lastSeq;
     request(msg);
   }
 
+  // An operator's terminal follows its element and sizes the session; a
+  // viewer's keeps the session's size (it may not resize), so its screen
+  // never wraps.
   resize() {
-    this.fit.fit();
     if (state.role === "viewer") return;
+    if (!this.pane.offsetParent) return; // hidden: nothing to measure
+    this.fit.fit();
+    const size = `${this.xterm.cols}x${this.xterm.rows}`;
+    if (size === this.sentSize) return;
+    this.sentSize = size;
     send({ t: "resize", session: this.session, cols: this.xterm.cols, rows: this.xterm.rows });
   }
 
@@ -303,7 +351,10 @@ class Term {
 
   onMessage(m) {
     if (m.t === "snapshot") {
-      if (this.lastSeq === null || this.resetNext) this.xterm.reset();
+      if (this.lastSeq === null || this.resetNext) {
+        if (this.lastSeq !== null) this.resyncs++;
+        this.xterm.reset();
+      }
       this.resetNext = false;
       this.xterm.resize(m.cols, m.rows);
       this.xterm.write(m.data);
@@ -315,6 +366,8 @@ class Term {
       this.xterm.write(m.data, () => this.written(m.seq, len));
     } else if (m.t === "resync_required") {
       this.resetNext = true;
+    } else if (m.t === "event" && m.kind === "resized" && state.role === "viewer") {
+      this.xterm.resize(m.cols, m.rows);
     } else if (m.t === "event" && m.kind === "exited") {
       this.xterm.write(`\r\n\x1b[2m[session exited with code ${m.exit_code}]\x1b[0m\r\n`);
     } else if (m.t === "event" && m.kind === "unreachable") {
@@ -324,9 +377,30 @@ class Term {
     }
   }
 
+  // Every line of the buffer, scrollback first (for the tests, and copy);
+  // trailing blanks trimmed (a snapshot writes its rows' blanks).
+  lines() {
+    const b = this.xterm.buffer.active;
+    const out = [];
+    for (let i = 0; i < b.length; i++) out.push(b.getLine(i).translateToString(true).trimEnd());
+    return out;
+  }
+
+  // The visible screen, row by row.
+  screen() {
+    const b = this.xterm.buffer.active;
+    const out = [];
+    for (let i = 0; i < this.xterm.rows; i++) out.push(b.getLine(b.viewportY + i).translateToString(true).trimEnd());
+    return out;
+  }
+
   showEvent(e) {
     const line = document.createElement("div");
-    line.textContent = `${new Date(e.ts).toLocaleTimeString()} ${e.kind} ${JSON.stringify(e)}`;
+    const rest = Object.entries(e)
+      .filter(([k, v]) => !["id", "ts", "kind", "session"].includes(k) && v !== null && v !== undefined)
+      .map(([k, v]) => `${k}=${typeof v === "object" ? JSON.stringify(v) : v}`)
+      .join(" ");
+    line.textContent = `${new Date(e.ts).toLocaleTimeString()} ${e.kind} ${rest}`;
     this.events.prepend(line);
   }
 
@@ -337,6 +411,8 @@ class Term {
     this.pane.remove();
     this.tab.remove();
     state.terms.delete(this.session);
+    const next = state.terms.values().next().value;
+    if (state.active === this && next) show(next);
   }
 }
 
@@ -345,9 +421,17 @@ function show(term) {
     t.pane.classList.toggle("active", t === term);
     t.tab.classList.toggle("active", t === term);
   }
+  state.active = term;
   term.resize();
   term.xterm.focus();
 }
+
+// Split: every open terminal side by side (one column on a phone).
+$("split").addEventListener("click", () => {
+  const on = $("panes").classList.toggle("split");
+  $("split").classList.toggle("active", on);
+  for (const t of state.terms.values()) t.resize();
+});
 
 function openTerm(session) {
   let term = state.terms.get(session);
@@ -410,5 +494,4 @@ class EventStream {
 
 // ---- start ----------------------------------------------------------------
 
-if (state.token) connect();
-else $("login").hidden = false;
+connect();

@@ -61,15 +61,32 @@ pub struct Written {
     pub configs: Vec<PathBuf>,
 }
 
-/// Writes the cluster; with `http_tls`, each node also gets an HTTPS
-/// certificate (`NAME/http.pem`, `http.key`) for its HTTP address and name,
-/// from the same CA, and its config serves HTTPS.
-pub fn init(
-    out: &Path,
-    nodes: &[NodeSpec],
-    force: bool,
-    http_tls: bool,
-) -> anyhow::Result<Written> {
+/// How `init` writes.
+#[derive(Debug, Clone, Default)]
+pub struct InitOptions {
+    /// Write into a folder that is not empty.
+    pub force: bool,
+    /// Each node also gets an HTTPS certificate (`NAME/http.pem`,
+    /// `http.key`) for its HTTP address and name, from the same CA, and
+    /// its config serves HTTPS.
+    pub http_tls: bool,
+    /// Every node's `data_dir` (default `data`, beside its config).
+    pub data_dir: Option<String>,
+}
+
+/// Writes the cluster: the CA and admin token at the top, and one
+/// self-contained folder per node (config, certificates, a copy of the
+/// CA certificate), to be copied as it is to that node's machine.
+pub fn init(out: &Path, nodes: &[NodeSpec], options: &InitOptions) -> anyhow::Result<Written> {
+    let InitOptions {
+        force,
+        http_tls,
+        data_dir,
+    } = options;
+    let data_dir = data_dir.as_deref().unwrap_or("data");
+    if data_dir.is_empty() || data_dir.chars().any(|c| c.is_control()) {
+        bail!("--data-dir {data_dir:?}: a path without control characters");
+    }
     if nodes.is_empty() {
         bail!("name the cluster's nodes with --node NAME,quic=ADDR,http=ADDR (one per node)");
     }
@@ -85,7 +102,7 @@ pub fn init(
         }
     }
     let non_empty = std::fs::read_dir(out).is_ok_and(|mut d| d.next().is_some());
-    if non_empty && !force {
+    if non_empty && !*force {
         bail!(
             "{} is not empty: choose another folder, or pass --force to write over it",
             out.display()
@@ -109,7 +126,8 @@ pub fn init(
             .with_context(|| format!("cannot issue the certificate of {}", node.name))?;
         write(&dir.join("node.pem"), &issued.cert_pem, false)?;
         write(&dir.join("node.key"), &issued.key_pem, true)?;
-        if http_tls {
+        write(&dir.join("ca.pem"), &ca_pem.cert_pem, false)?;
+        if *http_tls {
             let mut names = vec![node.name.clone(), "localhost".to_string()];
             if !node.http.ip().is_unspecified() {
                 names.insert(0, node.http.ip().to_string());
@@ -123,7 +141,7 @@ pub fn init(
         let path = dir.join("termesh.toml");
         write(
             &path,
-            &config_text(&id, node, nodes, &token, http_tls),
+            &config_text(&id, node, nodes, &token, *http_tls, data_dir),
             false,
         )?;
         check(&path).with_context(|| format!("{} was written wrong", path.display()))?;
@@ -149,25 +167,34 @@ pub fn check(path: &Path) -> anyhow::Result<Config> {
     Ok(config)
 }
 
-fn config_text(id: &str, node: &NodeSpec, all: &[NodeSpec], token: &str, tls: bool) -> String {
+fn config_text(
+    id: &str,
+    node: &NodeSpec,
+    all: &[NodeSpec],
+    token: &str,
+    tls: bool,
+    data_dir: &str,
+) -> String {
     let https = if tls {
-        "# HTTPS with a certificate from the cluster CA (clients: --ca ../ca.pem).\n\
+        "# HTTPS with a certificate from the cluster CA (clients: --ca ca.pem).\n\
          tls_cert = \"http.pem\"\ntls_key = \"http.key\"\n"
     } else {
         ""
     };
     let mut text = format!(
         "# Node `{name}` of cluster `{id}`, written by `termesh cluster init`.\n\
-         # Start it with: termesh node --config {name}/termesh.toml\n\
-         # Paths are relative to this file.\n\n\
-         [node]\nname = \"{name}\"\ndata_dir = \"data\"\n\n\
+         # Copy this folder to the node's machine (e.g. as /etc/termesh) and start it with:\n\
+         # termesh node --config {name}/termesh.toml (or deploy/termesh.service).\n\
+         # Relative paths are relative to this file.\n\n\
+         [node]\nname = \"{name}\"\ndata_dir = {data_dir}\n\n\
          [http]\nlisten = \"{http}\"\n{https}\n\
          # The cluster admin token (the folder's admin.token); add more with `termesh token add`.\n\
          [[auth.tokens]]\nname = \"cluster admin\"\nhash = \"{hash}\"\nrole = \"admin\"\n\n\
-         [cluster]\nid = \"{id}\"\nca = \"../ca.pem\"\ncert = \"node.pem\"\nkey = \"node.key\"\n",
+         [cluster]\nid = \"{id}\"\nca = \"ca.pem\"\ncert = \"node.pem\"\nkey = \"node.key\"\n",
         name = node.name,
         http = node.http,
         hash = hash_token(token),
+        data_dir = toml_edit::Value::from(data_dir),
     );
     for n in all {
         text.push_str(&format!(

@@ -238,6 +238,11 @@ enum ClusterCommand {
         /// serve HTTPS (clients then pass --ca ca.pem)
         #[arg(long)]
         http_tls: bool,
+        /// Every node's data dir: a path on the node's machine (e.g.
+        /// /var/lib/termesh for deploy/termesh.service) [default: `data`,
+        /// beside its config]
+        #[arg(long = "nodes-data-dir", value_name = "DIR")]
+        nodes_data_dir: Option<String>,
     },
 }
 
@@ -268,18 +273,19 @@ enum TokenCommand {
         /// Its name: shown in logs, and how it is revoked
         #[arg(long)]
         name: String,
-        /// The config file to add it to [default: print the lines]
+        /// The config file to add it to, repeated for every node of a
+        /// cluster (one token in each) [default: print the lines]
         #[arg(long, short)]
-        config: Option<PathBuf>,
+        config: Vec<PathBuf>,
     },
     /// Remove the token named NAME from a config file (then `termesh
     /// config reload`: connections using it are closed).
     Revoke {
         /// The token's name
         name: String,
-        /// The config file
-        #[arg(long, short)]
-        config: PathBuf,
+        /// The config file, repeated for every node of a cluster
+        #[arg(long, short, required = true)]
+        config: Vec<PathBuf>,
     },
     /// The tokens of a config file: names and roles.
     List {
@@ -390,9 +396,15 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                     nodes,
                     force,
                     http_tls,
+                    nodes_data_dir,
                 },
         } => {
-            let written = termesh_node::cluster_init::init(&out, &nodes, force, http_tls)?;
+            let options = termesh_node::cluster_init::InitOptions {
+                force,
+                http_tls,
+                data_dir: nodes_data_dir,
+            };
+            let written = termesh_node::cluster_init::init(&out, &nodes, &options)?;
             println!(
                 "cluster `{}`: {} nodes written to {}",
                 written.id,
@@ -535,24 +547,7 @@ async fn run_client(command: Command) -> anyhow::Result<i32> {
 fn token(command: TokenCommand) -> anyhow::Result<i32> {
     use termesh_node::token_file;
     match command {
-        TokenCommand::Add {
-            role,
-            name,
-            config: Some(file),
-        } => {
-            let token = token_file::add(&file, &role, &name)?;
-            println!("token: {token}");
-            eprintln!(
-                "added {name:?} ({role}) to {}; shown once, only its hash is kept. \
-                 Apply it with `termesh config reload` (or SIGHUP to the node).",
-                file.display()
-            );
-        }
-        TokenCommand::Add {
-            role,
-            name,
-            config: None,
-        } => {
+        TokenCommand::Add { role, name, config } if config.is_empty() => {
             let token = termesh_node::token::generate();
             println!("token: {token}");
             println!("\n# add to the node's config file:\n[[auth.tokens]]");
@@ -562,12 +557,21 @@ fn token(command: TokenCommand) -> anyhow::Result<i32> {
                 termesh_config::hash_token(&token)
             );
         }
+        TokenCommand::Add { role, name, config } => {
+            let token = token_file::add(&config, &role, &name)?;
+            println!("token: {token}");
+            eprintln!(
+                "added {name:?} ({role}) to {}; shown once, only its hash is kept. \
+                 Apply it with `termesh config reload` (or SIGHUP to the node).",
+                files(&config)
+            );
+        }
         TokenCommand::Revoke { name, config } => {
             let n = token_file::revoke(&config, &name)?;
             eprintln!(
                 "revoked {name:?} ({n} entr{}) in {}; apply it with `termesh config reload`",
                 if n == 1 { "y" } else { "ies" },
-                config.display()
+                files(&config)
             );
         }
         TokenCommand::List { config } => {
@@ -577,6 +581,11 @@ fn token(command: TokenCommand) -> anyhow::Result<i32> {
         }
     }
     Ok(0)
+}
+
+fn files(paths: &[PathBuf]) -> String {
+    let names: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+    names.join(", ")
 }
 
 /// `^]` style: a control key.

@@ -4,7 +4,7 @@
 //! replaces the file (a new file renamed over the old, same permissions),
 //! and never writes a token itself: only its hash.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
 use toml_edit::{ArrayOfTables, DocumentMut, Item, Table};
@@ -16,13 +16,18 @@ fn read(path: &Path) -> anyhow::Result<DocumentMut> {
         .with_context(|| format!("{} is not TOML", path.display()))
 }
 
-/// Checks the edited text as a config, then replaces the file.
-fn write(path: &Path, doc: &DocumentMut) -> anyhow::Result<()> {
+/// Checks the edited text as a config (nothing is written when it fails).
+fn check(path: &Path, doc: &DocumentMut) -> anyhow::Result<String> {
     let text = doc.to_string();
     termesh_config::Config::parse(&text, &path.display().to_string())
-        .context("the edited config would not be valid; the file is unchanged")?;
+        .context("the edited config would not be valid; nothing was changed")?;
+    Ok(text)
+}
+
+/// Replaces the file: a new file renamed over the old, same permissions.
+fn write(path: &Path, text: &str) -> anyhow::Result<()> {
     let tmp = path.with_extension("toml.tmp");
-    std::fs::write(&tmp, &text).with_context(|| format!("cannot write {}", tmp.display()))?;
+    std::fs::write(&tmp, text).with_context(|| format!("cannot write {}", tmp.display()))?;
     if let Ok(meta) = std::fs::metadata(path) {
         let _ = std::fs::set_permissions(&tmp, meta.permissions());
     }
@@ -45,41 +50,61 @@ fn name_of(t: &Table) -> Option<&str> {
     t.get("name").and_then(|v| v.as_str())
 }
 
-/// Adds a new token named `name` with `role`; returns the token (shown
-/// once: the file keeps only its hash).
-pub fn add(path: &Path, role: &str, name: &str) -> anyhow::Result<String> {
+/// Adds one new token named `name` with `role` to every file in `paths`
+/// (a cluster's nodes each read their own); returns the token (shown once:
+/// the files keep only its hash). Every file is checked before any is
+/// written.
+pub fn add(paths: &[PathBuf], role: &str, name: &str) -> anyhow::Result<String> {
     if name.is_empty() || name.len() > 64 || name.chars().any(|c| c.is_control()) {
         bail!("--name {name:?}: 1 to 64 printable characters");
     }
-    let mut doc = read(path)?;
-    let list = tokens(&mut doc)?;
-    if list.iter().any(|t| name_of(t) == Some(name)) {
-        bail!(
-            "{} already has a token named {name:?}: revoke it first or pick another name",
-            path.display()
-        );
-    }
     let token = crate::token::generate();
-    let mut entry = Table::new();
-    entry.insert("name", toml_edit::value(name));
-    entry.insert("hash", toml_edit::value(termesh_config::hash_token(&token)));
-    entry.insert("role", toml_edit::value(role));
-    list.push(entry);
-    write(path, &doc)?;
+    let mut edited = Vec::new();
+    for path in paths {
+        let mut doc = read(path)?;
+        let list = tokens(&mut doc)?;
+        if list.iter().any(|t| name_of(t) == Some(name)) {
+            bail!(
+                "{} already has a token named {name:?}: revoke it first or pick another name; \
+                 nothing was changed",
+                path.display()
+            );
+        }
+        let mut entry = Table::new();
+        entry.insert("name", toml_edit::value(name));
+        entry.insert("hash", toml_edit::value(termesh_config::hash_token(&token)));
+        entry.insert("role", toml_edit::value(role));
+        list.push(entry);
+        edited.push(check(path, &doc)?);
+    }
+    for (path, text) in paths.iter().zip(&edited) {
+        write(path, text)?;
+    }
     Ok(token)
 }
 
-/// Removes every token named `name`; how many went.
-pub fn revoke(path: &Path, name: &str) -> anyhow::Result<usize> {
-    let mut doc = read(path)?;
-    let list = tokens(&mut doc)?;
-    let before = list.len();
-    list.retain(|t| name_of(t) != Some(name));
-    let gone = before - list.len();
-    if gone == 0 {
-        bail!("{} has no token named {name:?}", path.display());
+/// Removes every token named `name` from every file in `paths`; how many
+/// went. A file without it is an error, and then nothing is written.
+pub fn revoke(paths: &[PathBuf], name: &str) -> anyhow::Result<usize> {
+    let mut edited = Vec::new();
+    let mut gone = 0;
+    for path in paths {
+        let mut doc = read(path)?;
+        let list = tokens(&mut doc)?;
+        let before = list.len();
+        list.retain(|t| name_of(t) != Some(name));
+        if before == list.len() {
+            bail!(
+                "{} has no token named {name:?}; nothing was changed",
+                path.display()
+            );
+        }
+        gone += before - list.len();
+        edited.push(check(path, &doc)?);
     }
-    write(path, &doc)?;
+    for (path, text) in paths.iter().zip(&edited) {
+        write(path, text)?;
+    }
     Ok(gone)
 }
 
@@ -103,12 +128,13 @@ mod tests {
     fn tokens_are_added_listed_and_revoked_keeping_the_rest_of_the_file() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("termesh.toml");
+        let one = [path.clone()];
         let original = "# my node\n[node]\nname = \"n1\" # keep me\n";
         std::fs::write(&path, original).unwrap();
-        let alice = add(&path, "operator", "alice").unwrap();
-        let bob = add(&path, "viewer", "bob").unwrap();
-        assert!(add(&path, "admin", "alice").is_err(), "names are unique");
-        assert!(add(&path, "root", "carol").is_err(), "roles are checked");
+        let alice = add(&one, "operator", "alice").unwrap();
+        let bob = add(&one, "viewer", "bob").unwrap();
+        assert!(add(&one, "admin", "alice").is_err(), "names are unique");
+        assert!(add(&one, "root", "carol").is_err(), "roles are checked");
         let text = std::fs::read_to_string(&path).unwrap();
         assert!(text.starts_with(original), "{text}");
         assert!(
@@ -126,11 +152,50 @@ mod tests {
                 ("bob".into(), "viewer".into())
             ]
         );
-        assert_eq!(revoke(&path, "alice").unwrap(), 1);
-        assert!(revoke(&path, "alice").is_err());
+        assert_eq!(revoke(&one, "alice").unwrap(), 1);
+        assert!(revoke(&one, "alice").is_err());
         let text = std::fs::read_to_string(&path).unwrap();
         let config = termesh_config::Config::parse(&text, "t").unwrap();
         assert_eq!(termesh_config::verify(&config.auth.tokens, &alice), None);
         assert!(text.contains("# keep me"));
+    }
+
+    #[test]
+    fn one_token_goes_into_every_file_or_into_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let files: Vec<PathBuf> = ["a", "b", "c"]
+            .iter()
+            .map(|n| {
+                let path = dir.path().join(format!("{n}.toml"));
+                std::fs::write(&path, format!("[node]\nname = \"{n}\"\n")).unwrap();
+                path
+            })
+            .collect();
+        let token = add(&files, "operator", "alice").unwrap();
+        for path in &files {
+            let text = std::fs::read_to_string(path).unwrap();
+            let config = termesh_config::Config::parse(&text, "t").unwrap();
+            let role = termesh_config::verify(&config.auth.tokens, &token);
+            assert_eq!(role, Some(termesh_config::Role::Operator), "{text}");
+        }
+        // c already has "bob": neither a nor b gets one.
+        add(&files[2..], "viewer", "bob").unwrap();
+        let before: Vec<String> = files
+            .iter()
+            .map(|p| std::fs::read_to_string(p).unwrap())
+            .collect();
+        let err = add(&files, "viewer", "bob").unwrap_err().to_string();
+        assert!(
+            err.contains("c.toml") && err.contains("nothing was changed"),
+            "{err}"
+        );
+        let err = revoke(&files, "bob").unwrap_err().to_string();
+        assert!(err.contains("a.toml"), "{err}");
+        let after: Vec<String> = files
+            .iter()
+            .map(|p| std::fs::read_to_string(p).unwrap())
+            .collect();
+        assert_eq!(before, after);
+        assert_eq!(revoke(&files, "alice").unwrap(), 3);
     }
 }

@@ -402,17 +402,7 @@ async fn every_request_works_from_any_node() {
         assert!(kinds.contains(&kind), "{kind} in {kinds:?}");
     }
     let url = format!("{}/api/v1/sessions/{id}/export", cluster.target(1).url);
-    let auth = format!("Bearer {}", cluster.token);
-    let cast = tokio::task::spawn_blocking(move || {
-        ureq::get(&url)
-            .set("authorization", &auth)
-            .call()
-            .unwrap()
-            .into_string()
-            .unwrap()
-    })
-    .await
-    .unwrap();
+    let cast = http_get(&url, &cluster.token).await;
     assert!(
         cast.starts_with("{\"") && cast.contains("forwarded-three"),
         "{cast}"

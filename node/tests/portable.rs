@@ -194,16 +194,7 @@ async fn snapshots_draw_the_live_screen_in_other_emulators() {
         other => panic!("{other:?}"),
     };
     let url = format!("{}/api/v1/sessions/{session}/screen", node.url());
-    let rest: serde_json::Value = tokio::task::spawn_blocking(move || {
-        ureq::get(&url)
-            .set("authorization", &format!("Bearer {VIEWER}"))
-            .call()
-            .unwrap()
-            .into_json()
-            .unwrap()
-    })
-    .await
-    .unwrap();
+    let rest: serde_json::Value = serde_json::from_str(&http_get(&url, VIEWER).await).unwrap();
     let rest = rest["data"].as_str().unwrap().as_bytes().to_vec();
     let raw_url = format!(
         "ws://{}/sessions/{session}/raw?token={VIEWER}",

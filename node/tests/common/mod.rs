@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod binary;
+pub mod browser;
 pub mod cluster;
 pub mod proxy;
 pub mod sse;
@@ -177,6 +178,18 @@ pub async fn wait_output(node: &TestNode, session: &str, needle: &str) -> String
     .await;
     c.close().await;
     text
+}
+
+/// GET `url` with a bearer token (off the async threads); the body as text.
+pub async fn http_get(url: &str, token: &str) -> String {
+    let (url, auth) = (url.to_string(), format!("Bearer {token}"));
+    tokio::task::spawn_blocking(move || {
+        let resp = ureq::get(&url).set("authorization", &auth).call();
+        let resp = resp.unwrap_or_else(|e| panic!("GET {url}: {e}"));
+        resp.into_string().expect("a text body")
+    })
+    .await
+    .unwrap()
 }
 
 /// Runs `fut`, failing the test with `what` if it takes longer than `limit`.

@@ -220,3 +220,58 @@ fn cluster_init_with_http_tls_issues_https_certificates_a_node_serves() {
     );
     assert!(listed.0, "{}", listed.1);
 }
+
+#[test]
+fn the_example_configs_in_deploy_are_what_init_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("cluster").display().to_string();
+    let (ok, text) = termesh(&[
+        "cluster",
+        "init",
+        "--http-tls",
+        "--nodes-data-dir",
+        "/var/lib/termesh",
+        "--out",
+        &out,
+        "--node",
+        "a,quic=10.0.0.1:7521,http=10.0.0.1:7520",
+        "--node",
+        "b,quic=10.0.0.2:7521,http=10.0.0.2:7520",
+        "--node",
+        "c,quic=10.0.0.3:7521,http=10.0.0.3:7520",
+    ]);
+    assert!(ok, "{text}");
+    // The cluster id and the admin token's hash are new each time.
+    let normal = |text: &str| -> Vec<String> {
+        text.lines()
+            .map(|l| {
+                if l.starts_with("hash = ") {
+                    "hash = ...".to_string()
+                } else if l.starts_with("id = ") {
+                    "id = ...".to_string()
+                } else if let Some(i) = l.find(" of cluster `") {
+                    format!("{} of cluster ...", &l[..i])
+                } else {
+                    l.to_string()
+                }
+            })
+            .collect()
+    };
+    let examples = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/cluster-example");
+    for node in ["a", "b", "c"] {
+        let example = std::fs::read_to_string(format!("{examples}/{node}/termesh.toml")).unwrap();
+        let written = std::fs::read_to_string(format!("{out}/{node}/termesh.toml")).unwrap();
+        assert_eq!(
+            normal(&example),
+            normal(&written),
+            "deploy/cluster-example/{node}"
+        );
+        // A node folder is complete: it is copied to its machine as it is.
+        for file in ["ca.pem", "node.pem", "node.key", "http.pem", "http.key"] {
+            assert!(
+                std::path::Path::new(&format!("{out}/{node}/{file}")).exists(),
+                "{node}/{file}"
+            );
+        }
+    }
+}

@@ -288,6 +288,7 @@ class Term {
     this.unacked = 0;
     this.resetNext = false;
     this.resyncs = 0; // resets after the first screen: each one a resync
+    this.eventIds = []; // of the events shown, in order
     this.pane = document.createElement("div");
     this.pane.className = "pane";
     const el = document.createElement("div");
@@ -395,6 +396,7 @@ class Term {
   }
 
   showEvent(e) {
+    this.eventIds.push(e.id);
     const line = document.createElement("div");
     const rest = Object.entries(e)
       .filter(([k, v]) => !["id", "ts", "kind", "session"].includes(k) && v !== null && v !== undefined)

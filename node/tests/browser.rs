@@ -139,14 +139,7 @@ async fn an_admin_logs_in_sees_sessions_live_types_and_splits() {
         }
     })
     .await;
-    b.wait_js(
-        "the form's session in the table",
-        &format!(
-            "return !!document.querySelector(\"#sessions tr[data-session='{}']\")",
-            made.id
-        ),
-    )
-    .await;
+    row_text(&b, &made.id, "the form's session in the table", "").await;
     open_terminal(&b, &made.id).await;
     b.wait_js(
         "the form's session output",
@@ -278,6 +271,20 @@ async fn a_terminal_survives_cuts_mid_output_with_every_line_once_and_no_clear()
         .await;
     assert_eq!(resyncs, serde_json::json!(0), "no resync, so no clear");
     assert!(proxy.accepted() > 5, "the page reconnected after each cut");
+    // The events pane's SSE stream was cut too, and resumed after the last
+    // event it had (Last-Event-ID): each event once, in order.
+    let ids: Vec<u64> = serde_json::from_value(
+        b.js(&format!(
+            "return window.termesh.terms.get('{}').eventIds",
+            gen.id
+        ))
+        .await,
+    )
+    .unwrap();
+    assert!(
+        !ids.is_empty() && ids.windows(2).all(|w| w[0] < w[1]),
+        "{ids:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -302,6 +309,12 @@ async fn a_paused_page_gets_a_resync_that_shows_the_right_screen() {
     proxy.stall(true);
     type_line(&node, &gen.id, "").await;
     wait_output(&node, &gen.id, "green-end").await;
+    // A page that hears nothing (its pings unanswered) says so.
+    b.wait_js(
+        "the stale mark",
+        "return document.getElementById('link').textContent.startsWith('stale')",
+    )
+    .await;
     proxy.cut();
     proxy.stall(false);
 
@@ -353,14 +366,7 @@ async fn a_viewer_sees_but_cannot_type_create_or_kill() {
         !b.displayed("#create").await,
         "a viewer is offered no create"
     );
-    b.wait_js(
-        "the session in the table",
-        &format!(
-            "return !!document.querySelector(\"#sessions tr[data-session='{}']\")",
-            shell.id
-        ),
-    )
-    .await;
+    row_text(&b, &shell.id, "the session in the table", "").await;
     let offered = b
         .js(&format!(
             "return [...document.querySelectorAll(\"#sessions tr[data-session='{}'] button\")]\
@@ -391,6 +397,138 @@ async fn a_viewer_sees_but_cannot_type_create_or_kill() {
         &format!(
             "return window.termesh.terms.get('{}').lines().some(l => l.trim() === 'operator-5')",
             shell.id
+        ),
+    )
+    .await;
+}
+
+/// Clicks the button labelled `label` in the session's row.
+async fn row_button(b: &Browser, session: &str, label: &str) {
+    let xpath = format!("//tr[@data-session='{session}']//button[text()='{label}']");
+    let button = within(PATIENCE, label, async {
+        loop {
+            if let Ok(e) = b.client.find(fantoccini::Locator::XPath(&xpath)).await {
+                return e;
+            }
+            poll_pause().await;
+        }
+    })
+    .await;
+    button.click().await.expect("click");
+}
+
+/// Answers the page's `prompt` (or `confirm`, with `None`).
+async fn answer_dialog(b: &Browser, text: Option<&str>) {
+    within(PATIENCE, "a dialog", async {
+        while b.client.get_alert_text().await.is_err() {
+            poll_pause().await;
+        }
+    })
+    .await;
+    if let Some(text) = text {
+        b.client
+            .send_alert_text(text)
+            .await
+            .expect("type into the prompt");
+    }
+    b.client.accept_alert().await.expect("accept the dialog");
+}
+
+/// Waits until the session's row is in the table and shows `has`.
+async fn row_text(b: &Browser, session: &str, what: &str, has: &str) {
+    b.wait_js(
+        what,
+        &format!(
+            "const r = document.querySelector(\"#sessions tr[data-session='{session}']\"); \
+             return r && r.textContent.includes('{has}')"
+        ),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_manages_sessions_from_the_table_and_a_flood_is_acked_through() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let node = TestNode::start();
+    let s = node
+        .create_with(CreateRequest {
+            command: sh("for i in $(seq 1 300); do echo early-$i; done; exec sleep 600"),
+            ..Default::default()
+        })
+        .await;
+    wait_output(&node, &s.id, "early-300").await;
+    let b = Browser::start(1280, 860).await;
+    log_in(&b, &node.url(), OPERATOR, "operator").await;
+
+    // A fresh attach brings the history above the screen.
+    open_terminal(&b, &s.id).await;
+    let shown = lines(&b, &s.id).await;
+    for line in ["early-1", "early-150", "early-300"] {
+        assert!(shown.iter().any(|l| l == line), "{line} in {shown:?}");
+    }
+
+    row_button(&b, &s.id, "rename").await;
+    answer_dialog(&b, Some("renamed-one")).await;
+    row_text(&b, &s.id, "the new name", "renamed-one").await;
+    row_button(&b, &s.id, "tag").await;
+    answer_dialog(&b, Some("red, blue")).await;
+    row_text(&b, &s.id, "the tags", "red blue").await;
+    let info = node.info(&s.id).await.unwrap();
+    assert_eq!(info.name.as_deref(), Some("renamed-one"));
+    assert_eq!(info.tags, ["red", "blue"]);
+
+    row_button(&b, &s.id, "kill").await;
+    row_text(&b, &s.id, "the session killed", "exit 143").await;
+    // Revived: the same id runs again, its new output after the old in the
+    // open terminal, which is never cleared.
+    row_button(&b, &s.id, "revive").await;
+    row_text(&b, &s.id, "the session revived", "running").await;
+    b.wait_js(
+        "the revived output after the old",
+        &format!(
+            "const l = window.termesh.terms.get('{}').lines(); \
+             return l.filter(x => x === 'early-300').length === 2",
+            s.id
+        ),
+    )
+    .await;
+    let resyncs = b
+        .js(&format!(
+            "return window.termesh.terms.get('{}').resyncs",
+            s.id
+        ))
+        .await;
+    assert_eq!(resyncs, serde_json::json!(0));
+
+    row_button(&b, &s.id, "remove").await;
+    answer_dialog(&b, None).await;
+    b.wait_js(
+        "the row gone",
+        &format!(
+            "return !document.querySelector(\"#sessions tr[data-session='{}']\")",
+            s.id
+        ),
+    )
+    .await;
+    assert!(node.info(&s.id).await.is_none(), "removed on the node");
+
+    // More output than the 1 MiB window: it gets through only if the page
+    // acks what xterm has rendered.
+    let flood = node
+        .create_with(CreateRequest {
+            command: sh("read go; seq 1 200000; echo flood-done; exec sleep 600"),
+            ..Default::default()
+        })
+        .await;
+    row_text(&b, &flood.id, "the flood's row", "").await;
+    open_terminal(&b, &flood.id).await;
+    type_line(&node, &flood.id, "").await;
+    b.wait_js(
+        "the end of the flood in the page",
+        &format!(
+            "const l = window.termesh.terms.get('{}').lines(); \
+             const i = l.indexOf('flood-done'); return i > 0 && l[i - 1] === '200000'",
+            flood.id
         ),
     )
     .await;

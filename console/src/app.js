@@ -145,6 +145,8 @@ function onMessage(m) {
   } else if (m.t === "session_removed") {
     state.sessions.delete(m.session);
     renderSessions();
+    const term = state.terms.get(m.session);
+    if (term) term.note("session removed");
   } else if (m.session && state.terms.has(m.session)) {
     state.terms.get(m.session).onMessage(m);
   }
@@ -325,7 +327,14 @@ class Term {
     const msg = { t: "subscribe", session: this.session, window: WINDOW };
     if (this.lastSeq === null) msg.scrollback = 1000;
     else msg.from_seq = this.lastSeq;
-    request(msg);
+    request(msg).then((reply) => {
+      if (reply.t === "error" && reply.code !== "unavailable") this.note(reply.message);
+    });
+  }
+
+  // A dim line in the terminal: something about the session, not from it.
+  note(text) {
+    this.xterm.write(`\r\n\x1b[2m[${text}]\x1b[0m\r\n`);
   }
 
   // An operator's terminal follows its element and sizes the session; a
@@ -370,7 +379,7 @@ class Term {
     } else if (m.t === "event" && m.kind === "resized" && state.role === "viewer") {
       this.xterm.resize(m.cols, m.rows);
     } else if (m.t === "event" && m.kind === "exited") {
-      this.xterm.write(`\r\n\x1b[2m[session exited with code ${m.exit_code}]\x1b[0m\r\n`);
+      this.note(`session exited with code ${m.exit_code}`);
     } else if (m.t === "event" && m.kind === "unreachable") {
       this.tab.classList.add("stale-note");
     } else if (m.t === "event" && m.kind === "reachable") {

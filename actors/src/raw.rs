@@ -19,7 +19,7 @@ use termesh_config::Role;
 use termesh_transport::peer::HOP_BUDGET;
 use termesh_transport::ClientMsg;
 
-use crate::connection::{CloseConnection, Connections};
+use crate::connection::{CloseConnection, Connections, CLOSE_UNAUTHENTICATED};
 use crate::feed::Feed;
 use crate::forward::Route;
 use crate::fragments::{Assembled, Reassembler};
@@ -27,6 +27,7 @@ use crate::ops::NodeCtx;
 use crate::publisher::Kind;
 use crate::registry::NEXT_SUB_ID;
 use crate::session::{Ack, Deliver, Delivery, SubId, Subscribe, Unsubscribe};
+use crate::tokens::{HeldToken, Recheck};
 use termesh_transport::MAX_INBOUND_FRAME;
 
 /// Window of a raw subscription.
@@ -40,6 +41,9 @@ pub struct RawActor {
     feed: Feed,
     sub: SubId,
     role: Role,
+    /// The token the upgrade presented, followed across reloads: a revoked
+    /// one closes the connection, a changed role applies at once.
+    token: HeldToken,
     /// A resync is under way: the next snapshot repaints from a reset.
     repaint: bool,
     /// A fragmented message being assembled (within the 1 MiB bound).
@@ -55,14 +59,17 @@ struct ResizeText {
 }
 
 impl RawActor {
-    /// `feed` is the session's (or its mirror's), from `NodeCtx::feed`.
+    /// `feed` is the session's (or its mirror's), from `NodeCtx::feed`;
+    /// `digest` the presented token's (`termesh_config::digest`).
     pub fn new(
         node: NodeCtx,
         connections: Connections,
         session: (Arc<str>, Feed),
         role: Role,
+        digest: Option<[u8; 32]>,
     ) -> Self {
         RawActor {
+            token: HeldToken::new(&node.tokens, digest),
             conn: Connections::next_id(),
             node,
             connections,
@@ -131,6 +138,26 @@ impl RawActor {
 }
 
 impl RawActor {
+    /// `false` when the token was revoked and the connection closes.
+    fn token_still_good(&mut self, ctx: &mut ws::WebsocketContext<Self>) -> bool {
+        match self.token.recheck(&self.node.tokens) {
+            Recheck::Same => true,
+            Recheck::Role(role) => {
+                self.role = role;
+                true
+            }
+            Recheck::Revoked => {
+                tracing::info!(session = %self.id, "closing a raw connection whose token was revoked");
+                ctx.close(Some(CloseReason {
+                    code: CloseCode::Other(CLOSE_UNAUTHENTICATED),
+                    description: Some("token revoked".into()),
+                }));
+                ctx.stop();
+                false
+            }
+        }
+    }
+
     fn too_big(ctx: &mut ws::WebsocketContext<Self>) {
         ctx.close(Some(CloseReason {
             code: CloseCode::Size,
@@ -154,7 +181,12 @@ impl Actor for RawActor {
             scrollback: 0,
             kind: Kind::Viewer,
         });
-        ctx.run_interval(self.node.ws.ping_interval, |_, ctx| ctx.ping(b""));
+        ctx.run_interval(self.node.ws.ping_interval, |act, ctx| {
+            // A revoked token closes even a connection that only watches.
+            if act.token_still_good(ctx) {
+                ctx.ping(b"");
+            }
+        });
     }
 
     fn stopped(&mut self, _: &mut Self::Context) {
@@ -230,6 +262,9 @@ impl Handler<CloseConnection> for RawActor {
 
 impl StreamHandler<Result<ws::Message, ws::ProtocolError>> for RawActor {
     fn handle(&mut self, item: Result<ws::Message, ws::ProtocolError>, ctx: &mut Self::Context) {
+        if !self.token_still_good(ctx) {
+            return;
+        }
         match item {
             Ok(ws::Message::Binary(data)) => self.input(data),
             Ok(ws::Message::Text(text)) => self.text(&text),

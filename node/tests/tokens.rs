@@ -1,8 +1,8 @@
 //! Tokens managed while the node runs: `termesh token add --config` puts a
 //! new token's hash in the file, `termesh config reload` (or SIGHUP)
 //! applies it without a restart; `token revoke` and a reload close the
-//! connections that used it, even one that only listens; a broken file
-//! changes nothing.
+//! connections that used it (WebSocket protocol and raw endpoint), even
+//! ones that only listen; a broken file changes nothing.
 
 mod common;
 
@@ -86,6 +86,12 @@ async fn tokens_are_added_and_revoked_without_a_restart() {
     subscribe(&mut listening, &session, None, 1 << 20)
         .await
         .unwrap();
+    // And watches it on the raw endpoint too.
+    let raw_url = format!(
+        "{}/sessions/{session}/raw?token={carol}",
+        node.url.replacen("http", "ws", 1)
+    );
+    let (mut raw, _) = tokio_tungstenite::connect_async(&raw_url).await.unwrap();
     let (code, _, err) = termesh(&["token", "revoke", "carol", "--config", &config]);
     assert_eq!(code, 0, "{err}");
     nix::sys::signal::kill(node.pid(), nix::sys::signal::Signal::SIGHUP).unwrap();
@@ -102,6 +108,19 @@ async fn tokens_are_added_and_revoked_without_a_restart() {
         closed.contains("revoked") || closed.contains("4401"),
         "{closed}"
     );
+    let raw_closed = within(PATIENCE, "the revoked raw connection to close", async {
+        use futures_util::StreamExt;
+        loop {
+            match raw.next().await {
+                Some(Ok(tokio_tungstenite::tungstenite::Message::Close(frame))) => return frame,
+                Some(Ok(_)) => continue,
+                other => panic!("closed without a close frame: {other:?}"),
+            }
+        }
+    })
+    .await
+    .expect("a close frame with a code");
+    assert_eq!(u16::from(raw_closed.code), 4401, "{raw_closed:?}");
     assert!(!lists(&node, &carol).await, "refused after the revoke");
     assert!(lists(&node, OPERATOR).await, "the others still work");
 

@@ -27,6 +27,7 @@ use crate::metrics::Metrics;
 use crate::ops::NodeCtx;
 use crate::registry::Unwatch;
 use crate::session::{SubId, Unsubscribe};
+use crate::tokens::HeldToken;
 use crate::watch::WatchQueue;
 
 pub use deliver::CloseConnection;
@@ -101,10 +102,9 @@ pub struct ConnectionActor {
     partial: Reassembler,
     /// Screen and history requests awaiting their reply (bounded).
     screens_in_flight: usize,
-    /// The digest of the token this connection authenticated with, and
-    /// the generation of the node's tokens its role was checked against.
-    digest: Option<[u8; 32]>,
-    tokens_seen: u64,
+    /// The token this connection authenticated with, followed across
+    /// reloads.
+    token: HeldToken,
 }
 
 impl ConnectionActor {
@@ -120,8 +120,7 @@ impl ConnectionActor {
         let open = node.tokens.current().is_empty();
         let role = if open { Some(Role::Admin) } else { role };
         ConnectionActor {
-            tokens_seen: node.tokens.generation(),
-            digest,
+            token: HeldToken::new(&node.tokens, digest),
             id: Connections::next_id(),
             liveness: Liveness::new(&node.stall),
             node,
@@ -170,7 +169,7 @@ impl ConnectionActor {
         let ws = self.node.ws.clone();
         ctx.run_interval(ws.ping_interval, move |act, ctx| {
             // A revoked token closes even a connection that only listens.
-            if act.tokens_seen != act.node.tokens.generation() && !act.check_token_again(ctx) {
+            if !act.check_token_again(ctx) {
                 return;
             }
             ctx.ping(b"");

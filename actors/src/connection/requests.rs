@@ -14,6 +14,7 @@ use crate::forward::Route;
 use crate::publisher::Kind;
 use crate::registry::{Watch, NEXT_SUB_ID};
 use crate::session::{Ack, ScreenWant, Subscribe, Unsubscribe};
+use crate::tokens::Recheck;
 use crate::watch::WatchQueue;
 
 /// The least role a message needs (PROTOCOL.md section 2).
@@ -79,7 +80,8 @@ impl ConnectionActor {
             match termesh_config::verify(&self.node.tokens.current(), token) {
                 Some(role) => {
                     self.role = Some(role);
-                    self.digest = Some(termesh_config::digest(token));
+                    self.token
+                        .set(&self.node.tokens, termesh_config::digest(token));
                     self.send(ctx, &ServerMsg::Ok { id: *id });
                 }
                 None => self.send_error(
@@ -91,7 +93,7 @@ impl ConnectionActor {
             }
             return;
         }
-        if self.tokens_seen != self.node.tokens.generation() && !self.check_token_again(ctx) {
+        if !self.check_token_again(ctx) {
             return;
         }
         let Some(role) = self.role else {
@@ -123,17 +125,13 @@ impl ConnectionActor {
     /// authenticated with gives its role now; a revoked one closes the
     /// connection (4401). `false` when it closed.
     pub(super) fn check_token_again(&mut self, ctx: &mut Ctx) -> bool {
-        self.tokens_seen = self.node.tokens.generation();
-        let Some(digest) = self.digest else {
-            return true;
-        };
-        let tokens = self.node.tokens.current();
-        match termesh_config::verify_digest(&tokens, &digest) {
-            Some(role) => {
+        match self.token.recheck(&self.node.tokens) {
+            Recheck::Same => true,
+            Recheck::Role(role) => {
                 self.role = Some(role);
                 true
             }
-            None => {
+            Recheck::Revoked => {
                 tracing::info!(
                     conn = self.id,
                     "closing a connection whose token was revoked"

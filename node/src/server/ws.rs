@@ -57,7 +57,14 @@ async fn raw_ws(
         Ok(handle) => handle,
         Err(e) => return Ok(error_response(&e)),
     };
-    let actor = RawActor::new(state.node.clone(), state.connections.clone(), handle, role);
+    let digest = super::auth::presented_token(&req).map(|t| termesh_config::digest(&t));
+    let actor = RawActor::new(
+        state.node.clone(),
+        state.connections.clone(),
+        handle,
+        role,
+        digest,
+    );
     WsResponseBuilder::new(actor, &req, stream)
         .frame_size(MAX_INBOUND_FRAME)
         .start()

@@ -533,3 +533,72 @@ async fn an_operator_manages_sessions_from_the_table_and_a_flood_is_acked_throug
     )
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_works_over_https_and_wss() {
+    use base64::Engine;
+    use sha2::Digest;
+    let _one = ONE_AT_A_TIME.lock().await;
+    let pki = tempfile::tempdir().unwrap();
+    let ca = termesh_transport::peer::certs::Ca::new("browser-https").unwrap();
+    let leaf = ca.issue_http(&["127.0.0.1".to_string()]).unwrap();
+    let (cert, key) = (pki.path().join("http.pem"), pki.path().join("http.key"));
+    std::fs::write(&cert, &leaf.cert_pem).unwrap();
+    std::fs::write(&key, &leaf.key_pem).unwrap();
+    let node = common::binary::BinaryNode::start(&format!(
+        "[http]\ntls_cert = {:?}\ntls_key = {:?}\n",
+        cert.display().to_string(),
+        key.display().to_string()
+    ));
+    assert!(node.url.starts_with("https://"), "{}", node.url);
+    // A browser that does not trust the certificate gets no console.
+    {
+        let untrusting = Browser::start(800, 600).await;
+        let _ = untrusting.client.goto(&format!("{}/", node.url)).await;
+        let page = untrusting
+            .js("return !!document.getElementById('login')")
+            .await;
+        assert_eq!(page, serde_json::json!(false), "an untrusted certificate");
+    }
+    // Chromium trusts exactly this key (its SPKI hash), not any certificate.
+    let spki = rcgen::KeyPair::from_pem(&leaf.key_pem)
+        .unwrap()
+        .public_key_der();
+    let pin = base64::engine::general_purpose::STANDARD.encode(sha2::Sha256::digest(&spki));
+    let b = Browser::start_with(
+        1280,
+        860,
+        &[format!("--ignore-certificate-errors-spki-list={pin}")],
+    )
+    .await;
+    log_in(&b, &format!("{}/", node.url), OPERATOR, "operator").await;
+    let over = b
+        .js("return [location.protocol, window.termesh.ws.url.split(':')[0]]")
+        .await;
+    assert_eq!(over, serde_json::json!(["https:", "wss"]));
+
+    for (field, text) in [("command", "echo over-tls; exec cat"), ("name", "tls")] {
+        let input = b.find(&format!("#create input[name={field}]")).await;
+        input.send_keys(text).await.expect("type into the form");
+    }
+    b.find("#create button").await.click().await.unwrap();
+    let id = b
+        .wait_js(
+            "the session made over https",
+            "const s = [...window.termesh.sessions.values()].find(s => s.name === 'tls'); \
+             return s && s.id",
+        )
+        .await;
+    let id = id.as_str().unwrap().to_string();
+    open_terminal(&b, &id).await;
+    b.type_into_terminal(&format!("typed over wss{}", char::from(Key::Enter)))
+        .await;
+    b.wait_js(
+        "cat's answer over wss",
+        &format!(
+            "return window.termesh.terms.get('{id}').lines()\
+               .filter(l => l === 'typed over wss').length === 2"
+        ),
+    )
+    .await;
+}

@@ -32,6 +32,11 @@ impl Browser {
     /// Starts chromedriver and a headless Chromium with a `width`x`height`
     /// window.
     pub async fn start(width: u32, height: u32) -> Browser {
+        Self::start_with(width, height, &[]).await
+    }
+
+    /// `start` with more Chromium flags.
+    pub async fn start_with(width: u32, height: u32, flags: &[String]) -> Browser {
         for tool in [CHROMIUM, CHROMEDRIVER] {
             assert!(
                 Path::new(tool).exists(),
@@ -69,6 +74,7 @@ impl Browser {
             "--disable-renderer-backgrounding".into(),
             format!("--window-size={width},{height}"),
         ];
+        browser_args.extend_from_slice(flags);
         browser_args.push(format!(
             "--user-data-dir={}",
             profile.path().join("chromium").display()

@@ -64,6 +64,7 @@ function connect() {
   ws.onclose = (ev) => {
     if (state.ws !== ws) return;
     state.ws = null;
+    state.ready = false;
     for (const [, resolve] of state.waiting) resolve({ t: "error", code: "unavailable", message: "link lost" });
     state.waiting.clear();
     setLink("offline", "down");
@@ -93,12 +94,16 @@ async function onWelcome() {
   $("main").hidden = false;
   $("logout").hidden = false;
   await probeRole();
+  // Watch first, then list, on one connection (handled in order): no
+  // session created between the two is missed.
+  const watching = request({ t: "watch" });
   const list = await request({ t: "list" });
   if (list.t === "sessions") {
     state.sessions = new Map(list.sessions.map((s) => [s.id, s]));
     renderSessions();
   }
-  await request({ t: "watch" });
+  await watching;
+  state.ready = true;
   // Every open terminal resumes where it stopped: no clear.
   for (const term of state.terms.values()) term.subscribe();
 }

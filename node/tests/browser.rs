@@ -21,7 +21,7 @@ async fn log_in(b: &Browser, url: &str, token: &str, role: &str) {
     b.wait_js(
         &format!("the console to log in as {role}"),
         &format!(
-            "return !document.getElementById('main').hidden \
+            "return window.termesh.ready && !document.getElementById('main').hidden \
              && document.getElementById('who').textContent === '{role}'"
         ),
     )

@@ -104,6 +104,7 @@ async function onWelcome() {
   }
   await watching;
   state.ready = true;
+  refreshNodes();
   // Every open terminal resumes where it stopped: no clear.
   for (const term of state.terms.values()) term.subscribe();
 }
@@ -206,23 +207,26 @@ $("logout").addEventListener("click", () => logout());
 // ---- cluster and sessions -----------------------------------------------
 
 async function refreshNodes() {
-  if (!state.token || $("main").hidden) return;
+  if (!state.ready) return;
   const resp = await fetch("/api/v1/nodes", { headers: auth() }).catch(() => null);
   $("cluster").hidden = !resp || !resp.ok;
   if (!resp || !resp.ok) return;
   const nodes = await resp.json();
   const body = $("nodes").tBodies[0];
   body.replaceChildren(
-    ...nodes.map((n) =>
-      row([
+    ...nodes.map((n) => {
+      const tr = row([
         n.name + (n.self ? " *" : ""),
         n.state,
-        n.rtt_ms === undefined ? "-" : `${n.rtt_ms.toFixed(2)} ms`,
+        n.rtt_ms == null ? "-" : `${n.rtt_ms.toFixed(2)} ms`,
         n.breaker,
         `${n.stall_ms} ms`,
         n.sessions,
-      ]),
-    ),
+      ]);
+      tr.cells[1].classList.toggle("bad", n.state !== "up");
+      tr.cells[3].classList.toggle("bad", n.breaker !== "closed");
+      return tr;
+    }),
   );
 }
 setInterval(refreshNodes, 2000);
@@ -246,29 +250,43 @@ function button(label, onClick, operator = true) {
   return b;
 }
 
+// A session's action buttons are made once and kept across redraws: a
+// click never lands on a button that a redraw has just replaced.
+const actionsOf = new Map(); // session id -> <span> of buttons
+
+function actions(id) {
+  let span = actionsOf.get(id);
+  if (span) return span;
+  const info = () => state.sessions.get(id) || { id };
+  span = document.createElement("span");
+  span.append(
+    button("open", () => openTerm(id), false),
+    button("kill", () => request({ t: "kill", session: id })),
+    button("rename", () => {
+      const name = prompt("name", info().name || "");
+      if (name) request({ t: "rename", session: id, name });
+    }),
+    button("tag", () => {
+      const tags = prompt("tags (comma separated)", (info().tags || []).join(","));
+      if (tags !== null) request({ t: "tag", session: id, tags: tags.split(",").map((t) => t.trim()).filter(Boolean) });
+    }),
+    button("revive", () => request({ t: "revive", session: id })),
+    button("remove", () => confirm(`remove ${info().name || id}?`) && request({ t: "remove", session: id })),
+  );
+  actionsOf.set(id, span);
+  return span;
+}
+
 function renderSessions() {
   const body = $("sessions").tBodies[0];
   const list = [...state.sessions.values()].sort((a, b) => a.created_at - b.created_at);
+  for (const id of actionsOf.keys()) if (!state.sessions.has(id)) actionsOf.delete(id);
   body.replaceChildren(
     ...list.map((s) => {
       const status = s.status === "exited" ? `exit ${s.exit_code}` : s.status;
-      const actions = document.createElement("span");
-      actions.append(
-        button("open", () => openTerm(s.id), false),
-        button("kill", () => request({ t: "kill", session: s.id })),
-        button("rename", () => {
-          const name = prompt("name", s.name || "");
-          if (name) request({ t: "rename", session: s.id, name });
-        }),
-        button("tag", () => {
-          const tags = prompt("tags (comma separated)", (s.tags || []).join(","));
-          if (tags !== null) request({ t: "tag", session: s.id, tags: tags.split(",").map((t) => t.trim()).filter(Boolean) });
-        }),
-        button("revive", () => request({ t: "revive", session: s.id })),
-        button("remove", () => confirm(`remove ${s.name || s.id}?`) && request({ t: "remove", session: s.id })),
-      );
-      const tr = row([s.name ? `${s.name} (${s.id})` : s.id, s.node, status, s.phase || "-", `${Math.round(s.idle_ms / 1000)}s`, s.at_prompt ? "yes" : "", s.viewers, (s.tags || []).join(" "), actions]);
+      const tr = row([s.name ? `${s.name} (${s.id})` : s.id, s.node, status, s.phase || "-", `${Math.round(s.idle_ms / 1000)}s`, s.at_prompt ? "yes" : "", s.viewers, (s.tags || []).join(" "), actions(s.id)]);
       tr.dataset.session = s.id;
+      tr.cells[2].classList.toggle("bad", s.status === "unreachable" || s.status === "lost");
       return tr;
     }),
   );

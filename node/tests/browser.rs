@@ -31,11 +31,8 @@ async fn log_in(b: &Browser, url: &str, token: &str, role: &str) {
 /// Opens a session's terminal from its row in the sessions table and waits
 /// until the page shows its first screen.
 async fn open_terminal(b: &Browser, session: &str) {
-    b.find(&format!("#sessions tr[data-session='{session}'] button"))
-        .await
-        .click()
-        .await
-        .expect("click open");
+    let open = format!("#sessions tr[data-session='{session}'] button");
+    b.click(fantoccini::Locator::Css(&open)).await;
     b.wait_js(
         "the terminal's first screen",
         &format!("const t = window.termesh.terms.get('{session}'); return t && t.lastSeq !== null"),
@@ -402,19 +399,25 @@ async fn a_viewer_sees_but_cannot_type_create_or_kill() {
     .await;
 }
 
+/// Types a line into a terminal running `cat` and waits for it twice: the
+/// terminal's echo and cat's copy.
+async fn type_to_cat(b: &Browser, session: &str, line: &str) {
+    b.type_into_terminal(&format!("{line}{}", char::from(Key::Enter)))
+        .await;
+    b.wait_js(
+        &format!("{line:?} echoed by cat"),
+        &format!(
+            "return window.termesh.terms.get('{session}').lines()\
+               .filter(l => l === '{line}').length === 2"
+        ),
+    )
+    .await;
+}
+
 /// Clicks the button labelled `label` in the session's row.
 async fn row_button(b: &Browser, session: &str, label: &str) {
     let xpath = format!("//tr[@data-session='{session}']//button[text()='{label}']");
-    let button = within(PATIENCE, label, async {
-        loop {
-            if let Ok(e) = b.client.find(fantoccini::Locator::XPath(&xpath)).await {
-                return e;
-            }
-            poll_pause().await;
-        }
-    })
-    .await;
-    button.click().await.expect("click");
+    b.click(fantoccini::Locator::XPath(&xpath)).await;
 }
 
 /// Answers the page's `prompt` (or `confirm`, with `None`).
@@ -591,14 +594,49 @@ async fn the_console_works_over_https_and_wss() {
         .await;
     let id = id.as_str().unwrap().to_string();
     open_terminal(&b, &id).await;
-    b.type_into_terminal(&format!("typed over wss{}", char::from(Key::Enter)))
-        .await;
+    type_to_cat(&b, &id, "typed over wss").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_in_the_console_its_nodes_a_remote_terminal_and_a_node_lost() {
+    use common::cluster::{create, Cluster};
+    let _one = ONE_AT_A_TIME.lock().await;
+    let mut cluster = Cluster::start(&["a", "b", "c"]);
+    let on_c = create(&cluster, 0, "c", "echo started-on-c; exec cat").await;
+    let b = Browser::start(1280, 860).await;
+    let page = cluster.target(1).url;
+    log_in(&b, &format!("{page}/"), &cluster.token, "admin").await;
+
+    // Every node, as b sees it; the session of c, through b.
+    let node_rows = "[...document.querySelectorAll('#nodes tbody tr')]\
+        .map(r => [...r.cells].map(c => c.textContent))";
     b.wait_js(
-        "cat's answer over wss",
-        &format!(
-            "return window.termesh.terms.get('{id}').lines()\
-               .filter(l => l === 'typed over wss').length === 2"
-        ),
+        "three nodes up",
+        &format!("const r = {node_rows}; return r.length === 3 && r.every(c => c[1] === 'up')"),
     )
     .await;
+    let names = b
+        .js(&format!("return {node_rows}.map(c => c[0]).sort()"))
+        .await;
+    assert_eq!(names, serde_json::json!(["a", "b *", "c"]));
+    row_text(&b, &on_c, "c's session in b's table", "running").await;
+    open_terminal(&b, &on_c).await;
+    type_to_cat(&b, &on_c, "typed through b").await;
+    let shown = lines(&b, &on_c).await;
+    assert!(shown.iter().any(|l| l == "started-on-c"), "{shown:?}");
+
+    // c dies: b's page shows the node down and its session unreachable.
+    cluster.kill_node(2);
+    b.wait_js(
+        "c down in the nodes table",
+        &format!("return {node_rows}.find(c => c[0] === 'c')[1] !== 'up'"),
+    )
+    .await;
+    row_text(&b, &on_c, "c's session unreachable", "unreachable").await;
+    b.wait_js(
+        "the terminal's tab marked",
+        &format!("return window.termesh.terms.get('{on_c}').tab.classList.contains('stale-note')"),
+    )
+    .await;
+    b.screenshot(&docs_path("console-cluster.png")).await;
 }

@@ -152,6 +152,27 @@ impl Browser {
         .await
     }
 
+    /// Clicks what `locator` finds, finding it again when the page
+    /// replaced it meanwhile (the sessions table is redrawn on changes).
+    pub async fn click(&self, locator: Locator<'_>) {
+        let what = format!("{locator:?}");
+        within(PATIENCE, &what, async {
+            loop {
+                if let Ok(e) = self.client.find(locator).await {
+                    match e.click().await {
+                        Ok(()) => return,
+                        Err(fantoccini::error::CmdError::Standard(w))
+                            if w.error == fantoccini::error::ErrorStatus::StaleElementReference => {
+                        }
+                        Err(e) => panic!("click {what}: {e}"),
+                    }
+                }
+                page_pause().await;
+            }
+        })
+        .await
+    }
+
     pub async fn displayed(&self, css: &str) -> bool {
         match self.client.find(Locator::Css(css)).await {
             Ok(e) => e.is_displayed().await.unwrap_or(false),

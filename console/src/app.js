@@ -99,7 +99,8 @@ async function onWelcome() {
   const watching = request({ t: "watch" });
   const list = await request({ t: "list" });
   if (list.t === "sessions") {
-    state.sessions = new Map(list.sessions.map((s) => [s.id, s]));
+    const now = Date.now();
+    state.sessions = new Map(list.sessions.map((s) => [s.id, { ...s, heard_at: now }]));
     renderSessions();
   }
   await watching;
@@ -146,7 +147,7 @@ function onMessage(m) {
     return;
   }
   if (m.t === "session_changed") {
-    state.sessions.set(m.session.id, m.session);
+    state.sessions.set(m.session.id, { ...m.session, heard_at: Date.now() });
     renderSessions();
   } else if (m.t === "session_removed") {
     state.sessions.delete(m.session);
@@ -277,6 +278,19 @@ function actions(id) {
   return span;
 }
 
+// Idle time as of now: the node's figure plus the time since it came.
+function idle(s) {
+  const ms = s.status === "running" ? s.idle_ms + (Date.now() - s.heard_at) : s.idle_ms;
+  const secs = Math.round(ms / 1000);
+  return secs < 120 ? `${secs}s` : secs < 7200 ? `${Math.round(secs / 60)}m` : `${Math.round(secs / 3600)}h`;
+}
+setInterval(() => {
+  for (const tr of $("sessions").tBodies[0].rows) {
+    const s = state.sessions.get(tr.dataset.session);
+    if (s) tr.cells[4].textContent = idle(s);
+  }
+}, 5000);
+
 function renderSessions() {
   const body = $("sessions").tBodies[0];
   const list = [...state.sessions.values()].sort((a, b) => a.created_at - b.created_at);
@@ -284,7 +298,7 @@ function renderSessions() {
   body.replaceChildren(
     ...list.map((s) => {
       const status = s.status === "exited" ? `exit ${s.exit_code}` : s.status;
-      const tr = row([s.name ? `${s.name} (${s.id})` : s.id, s.node, status, s.phase || "-", `${Math.round(s.idle_ms / 1000)}s`, s.at_prompt ? "yes" : "", s.viewers, (s.tags || []).join(" "), actions(s.id)]);
+      const tr = row([s.name ? `${s.name} (${s.id})` : s.id, s.node, status, s.phase || "-", idle(s), s.at_prompt ? "yes" : "", s.viewers, (s.tags || []).join(" "), actions(s.id)]);
       tr.dataset.session = s.id;
       tr.cells[2].classList.toggle("bad", s.status === "unreachable" || s.status === "lost");
       return tr;

@@ -109,6 +109,19 @@ async fn an_admin_logs_in_sees_sessions_live_types_and_splits() {
     )
     .await;
     wait_output(&node, &shell.id, "typed-42").await;
+    // The session took the terminal's size (its element's).
+    let size = b
+        .js(&format!(
+            "const t = window.termesh.terms.get('{}').xterm; return [t.cols, t.rows]",
+            shell.id
+        ))
+        .await;
+    let (cols, rows) = (size[0].as_u64().unwrap(), size[1].as_u64().unwrap());
+    assert!(cols > 80 && rows > 10, "{size}");
+    node.wait_info(&shell.id, "the session sized as the page", |s| {
+        (s.cols as u64, s.rows as u64) == (cols, rows)
+    })
+    .await;
 
     // Create from the page's form; the node runs it.
     for (field, text) in [

@@ -83,6 +83,8 @@ async function onWelcome() {
       return;
     }
     const ok = await request({ t: "auth", token: state.token });
+    // The link dropped meanwhile: the next connection tries again.
+    if (ok.t === "error" && ok.code === "unavailable") return;
     if (ok.t !== "ok") {
       logout(ok.message || "the token was refused");
       return;
@@ -121,8 +123,8 @@ async function probeRole() {
     return;
   }
   send({ t: "resize", session: "-role-probe-", cols: 80, rows: 24 });
-  const nodes = await fetch("/api/v1/nodes", { headers: auth() });
-  state.role = nodes.ok ? "admin" : state.role;
+  const nodes = await fetch("/api/v1/nodes", { headers: auth() }).catch(() => null);
+  if (nodes && nodes.ok) state.role = "admin";
   $("who").textContent = state.role;
 }
 

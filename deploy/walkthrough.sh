@@ -66,8 +66,9 @@ step "4. the cluster, seen from the workstation"
 export TERMESH_CA=$PWD/cluster/ca.pem
 TERMESH_TOKEN=$(cat cluster/admin.token)
 export TERMESH_TOKEN
-all_up() { [ "$(termesh nodes --json --url "https://${ip[a]}:$http_port" | grep -oE '"state": ?"up"' | wc -l)" -eq 3 ]; }
-until_ok all_up
+# Every node sees every other up.
+all_up() { [ "$(termesh nodes --json --url "https://${ip[$1]}:$http_port" | grep -oE '"state": ?"up"' | wc -l)" -eq 3 ]; }
+for n in "${names[@]}"; do until_ok all_up "$n"; done
 termesh nodes --url "https://${ip[a]}:$http_port"
 
 step "5. a token for a person, on every node"

@@ -274,6 +274,20 @@ impl Registry {
                 phase: None,
             }),
         });
+        // Stored before the session's actor starts: its first output and
+        // its `exited` (a program may end at once) queue after these.
+        let info = shared.info();
+        self.persist(&info);
+        self.record_event(
+            &id,
+            serde_json::json!({
+                "kind": "created",
+                "command": info.command,
+                "cwd": info.cwd,
+                "cols": info.cols,
+                "rows": info.rows,
+            }),
+        );
         let input = pty.input.clone();
         let arbiter = &self.arbiters[self.next_arbiter % self.arbiters.len()];
         self.next_arbiter += 1;
@@ -292,18 +306,6 @@ impl Registry {
         });
         Metrics::gauge(&self.metrics.sessions, 1);
         tracing::info!(session = %id, command = ?spec.command, "session created");
-        let info = shared.info();
-        self.persist(&info);
-        self.record_event(
-            &id,
-            serde_json::json!({
-                "kind": "created",
-                "command": info.command,
-                "cwd": info.cwd,
-                "cols": info.cols,
-                "rows": info.rows,
-            }),
-        );
         info
     }
 

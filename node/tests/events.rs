@@ -467,3 +467,36 @@ async fn export_writes_an_asciicast_that_asciinema_plays() {
         .unwrap();
     assert_eq!(std::fs::read_to_string(via_cli.path()).unwrap(), cast);
 }
+
+/// A program that ends at once: its `created` is stored before its
+/// `exited` all the same (a CI run once read them the other way round).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn created_is_stored_before_anything_the_session_does() {
+    let node = TestNode::start();
+    let ids: Vec<String> = {
+        let mut ids = Vec::new();
+        for _ in 0..10 {
+            ids.push(node.create(&["true"]).await.id);
+        }
+        ids
+    };
+    let mut c = node.client(VIEWER).await;
+    for id in &ids {
+        let kinds = within(PATIENCE, "the exit stored", async {
+            loop {
+                let kinds: Vec<String> = events_of(&mut c, id)
+                    .await
+                    .iter()
+                    .map(|e| e["kind"].as_str().unwrap_or("").to_string())
+                    .collect();
+                if kinds.iter().any(|k| k == "exited") {
+                    return kinds;
+                }
+                poll_pause().await;
+            }
+        })
+        .await;
+        assert_eq!(kinds, ["created", "exited"], "{id}");
+    }
+    c.close().await;
+}

@@ -62,18 +62,24 @@ function connect() {
   setLink("connecting", "stale");
   ws.onmessage = (ev) => onMessage(decode(new Uint8Array(ev.data)));
   ws.onclose = (ev) => {
-    if (state.ws !== ws) return;
-    state.ws = null;
-    state.ready = false;
-    for (const [, resolve] of state.waiting) resolve({ t: "error", code: "unavailable", message: "link lost" });
-    state.waiting.clear();
-    setLink("offline", "down");
     // Not logged in and closed for it: wait for the login form.
-    if (ev.code === 4401 && !state.token) return;
-    const delay = state.backoff * (0.5 + Math.random() / 2);
-    state.backoff = Math.min(state.backoff * 2, 8000);
-    setTimeout(connect, delay);
+    lost(ws, !(ev.code === 4401 && !state.token));
   };
+}
+
+// The link `ws` is gone (closed, or given up on): fail what waits on it
+// and, unless told not to, connect again after a jittered backoff.
+function lost(ws, again = true) {
+  if (state.ws !== ws) return;
+  state.ws = null;
+  state.ready = false;
+  for (const [, resolve] of state.waiting) resolve({ t: "error", code: "unavailable", message: "link lost" });
+  state.waiting.clear();
+  setLink("offline", "down");
+  if (!again) return;
+  const delay = state.backoff * (0.5 + Math.random() / 2);
+  state.backoff = Math.min(state.backoff * 2, 8000);
+  setTimeout(connect, delay);
 }
 
 async function onWelcome() {
@@ -172,7 +178,13 @@ setInterval(() => {
   if (quiet > 5000) send({ t: "ping" });
   if (quiet > 12000) setLink(`stale ${Math.round(quiet / 1000)}s`, "stale");
   else if ($("link").textContent.startsWith("stale")) setLink("up", "up");
-  if (quiet > 30000) state.ws.close();
+  // Given up: a dead TCP link may take minutes to report its close, so
+  // the page stops waiting for it and connects anew at once.
+  if (quiet > 30000) {
+    const ws = state.ws;
+    lost(ws);
+    ws.close();
+  }
 }, 2500);
 
 // ---- login ------------------------------------------------------------

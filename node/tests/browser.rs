@@ -319,13 +319,21 @@ async fn a_paused_page_gets_a_resync_that_shows_the_right_screen() {
     proxy.stall(true);
     type_line(&node, &gen.id, "").await;
     wait_output(&node, &gen.id, "green-end").await;
-    // A page that hears nothing (its pings unanswered) says so.
+    // A page that hears nothing (its pings unanswered) says so, then gives
+    // the link up by itself (30 s) and connects anew (a new connection
+    // gets through the proxy).
     b.wait_js(
         "the stale mark",
         "return document.getElementById('link').textContent.startsWith('stale')",
     )
     .await;
-    proxy.cut();
+    let before = proxy.accepted();
+    b.wait_js(
+        "the page to give up the silent link",
+        "return document.getElementById('link').textContent === 'up' && window.termesh.ready",
+    )
+    .await;
+    assert!(proxy.accepted() > before, "the page connected anew");
     proxy.stall(false);
 
     let term = format!("window.termesh.terms.get('{}')", gen.id);

@@ -19,7 +19,7 @@ use termesh_config::Role;
 use termesh_transport::peer::HOP_BUDGET;
 use termesh_transport::ClientMsg;
 
-use crate::connection::{CloseConnection, Connections, CLOSE_UNAUTHENTICATED};
+use crate::connection::{close_revoked, CloseConnection, Connections};
 use crate::feed::Feed;
 use crate::forward::Route;
 use crate::fragments::{Assembled, Reassembler};
@@ -148,11 +148,7 @@ impl RawActor {
             }
             Recheck::Revoked => {
                 tracing::info!(session = %self.id, "closing a raw connection whose token was revoked");
-                ctx.close(Some(CloseReason {
-                    code: CloseCode::Other(CLOSE_UNAUTHENTICATED),
-                    description: Some("token revoked".into()),
-                }));
-                ctx.stop();
+                close_revoked(ctx);
                 false
             }
         }

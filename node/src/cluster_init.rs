@@ -85,7 +85,7 @@ pub fn init(out: &Path, nodes: &[NodeSpec], options: &InitOptions) -> anyhow::Re
     } = options;
     let data_dir = data_dir.as_deref().unwrap_or("data");
     if data_dir.is_empty() || data_dir.chars().any(|c| c.is_control()) {
-        bail!("--data-dir {data_dir:?}: a path without control characters");
+        bail!("--nodes-data-dir {data_dir:?}: a path without control characters");
     }
     if nodes.is_empty() {
         bail!("name the cluster's nodes with --node NAME,quic=ADDR,http=ADDR (one per node)");

@@ -50,19 +50,38 @@ fn name_of(t: &Table) -> Option<&str> {
     t.get("name").and_then(|v| v.as_str())
 }
 
+/// Applies `edit` to the token list of every file in `paths` (each named
+/// once), checks every result as a config, and only then writes them all:
+/// an error in any file changes none.
+fn edit_all(
+    paths: &[PathBuf],
+    mut edit: impl FnMut(&Path, &mut ArrayOfTables) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let mut edited: Vec<(&Path, String)> = Vec::new();
+    for path in paths {
+        if edited.iter().any(|(p, _)| *p == path.as_path()) {
+            continue;
+        }
+        let mut doc = read(path)?;
+        edit(path, tokens(&mut doc)?)?;
+        edited.push((path, check(path, &doc)?));
+    }
+    for (path, text) in &edited {
+        write(path, text)?;
+    }
+    Ok(())
+}
+
 /// Adds one new token named `name` with `role` to every file in `paths`
 /// (a cluster's nodes each read their own); returns the token (shown once:
-/// the files keep only its hash). Every file is checked before any is
-/// written.
+/// the files keep only its hash).
 pub fn add(paths: &[PathBuf], role: &str, name: &str) -> anyhow::Result<String> {
     if name.is_empty() || name.len() > 64 || name.chars().any(|c| c.is_control()) {
         bail!("--name {name:?}: 1 to 64 printable characters");
     }
     let token = crate::token::generate();
-    let mut edited = Vec::new();
-    for path in paths {
-        let mut doc = read(path)?;
-        let list = tokens(&mut doc)?;
+    let hash = termesh_config::hash_token(&token);
+    edit_all(paths, |path, list| {
         if list.iter().any(|t| name_of(t) == Some(name)) {
             bail!(
                 "{} already has a token named {name:?}: revoke it first or pick another name; \
@@ -72,25 +91,19 @@ pub fn add(paths: &[PathBuf], role: &str, name: &str) -> anyhow::Result<String> 
         }
         let mut entry = Table::new();
         entry.insert("name", toml_edit::value(name));
-        entry.insert("hash", toml_edit::value(termesh_config::hash_token(&token)));
+        entry.insert("hash", toml_edit::value(hash.as_str()));
         entry.insert("role", toml_edit::value(role));
         list.push(entry);
-        edited.push(check(path, &doc)?);
-    }
-    for (path, text) in paths.iter().zip(&edited) {
-        write(path, text)?;
-    }
+        Ok(())
+    })?;
     Ok(token)
 }
 
 /// Removes every token named `name` from every file in `paths`; how many
-/// went. A file without it is an error, and then nothing is written.
+/// went. A file without it is an error.
 pub fn revoke(paths: &[PathBuf], name: &str) -> anyhow::Result<usize> {
-    let mut edited = Vec::new();
     let mut gone = 0;
-    for path in paths {
-        let mut doc = read(path)?;
-        let list = tokens(&mut doc)?;
+    edit_all(paths, |path, list| {
         let before = list.len();
         list.retain(|t| name_of(t) != Some(name));
         if before == list.len() {
@@ -100,11 +113,8 @@ pub fn revoke(paths: &[PathBuf], name: &str) -> anyhow::Result<usize> {
             );
         }
         gone += before - list.len();
-        edited.push(check(path, &doc)?);
-    }
-    for (path, text) in paths.iter().zip(&edited) {
-        write(path, text)?;
-    }
+        Ok(())
+    })?;
     Ok(gone)
 }
 
@@ -197,5 +207,9 @@ mod tests {
             .collect();
         assert_eq!(before, after);
         assert_eq!(revoke(&files, "alice").unwrap(), 3);
+        // A file named twice is edited once.
+        let twice = [files[0].clone(), files[0].clone()];
+        add(&twice, "viewer", "dave").unwrap();
+        assert_eq!(revoke(&twice, "dave").unwrap(), 1);
     }
 }

@@ -124,38 +124,21 @@ async fn an_admin_logs_in_sees_sessions_live_types_and_splits() {
     .await;
 
     // Create from the page's form; the node runs it.
-    for (field, text) in [
-        ("command", "printf 'made by the form\\n'; exec sleep 600"),
-        ("name", "from-the-form"),
-    ] {
-        let input = b.find(&format!("#create input[name={field}]")).await;
-        input.send_keys(text).await.expect("type into the form");
-    }
-    b.find("#create button").await.click().await.unwrap();
-    let made = within(PATIENCE, "the session made by the form", async {
-        loop {
-            let mut c = node.client(VIEWER).await;
-            let list = c.request(|id| ClientMsg::List { id }).await.unwrap();
-            c.close().await;
-            if let termesh_transport::ServerMsg::Sessions { sessions, .. } = list {
-                if let Some(s) = sessions
-                    .into_iter()
-                    .find(|s| s.name.as_deref() == Some("from-the-form"))
-                {
-                    return s;
-                }
-            }
-            poll_pause().await;
-        }
-    })
+    let made = create_from_form(
+        &b,
+        "printf 'made by the form\\n'; exec sleep 600",
+        "from-the-form",
+    )
     .await;
-    row_text(&b, &made.id, "the form's session in the table", "").await;
-    open_terminal(&b, &made.id).await;
+    let on_node = node.info(&made).await.expect("the node runs it");
+    assert_eq!(on_node.name.as_deref(), Some("from-the-form"));
+    row_text(&b, &made, "the form's session in the table", "").await;
+    open_terminal(&b, &made).await;
     b.wait_js(
         "the form's session output",
         &format!(
             "return window.termesh.terms.get('{}').lines().some(l => l.includes('made by the form'))",
-            made.id
+            made
         ),
     )
     .await;
@@ -186,7 +169,7 @@ async fn an_admin_logs_in_sees_sessions_live_types_and_splits() {
             "const b = document.querySelector(\"#sessions tr[data-session='{}'] button\"); \
              const r = b.getBoundingClientRect(); \
              return b.offsetParent !== null && r.right <= window.innerWidth",
-            made.id
+            made
         ))
         .await;
     assert_eq!(open, serde_json::json!(true), "a phone can open a terminal");
@@ -420,6 +403,26 @@ async fn a_viewer_sees_but_cannot_type_create_or_kill() {
     .await;
 }
 
+/// Creates a session through the page's form; its id, once the page
+/// lists it.
+async fn create_from_form(b: &Browser, command: &str, name: &str) -> String {
+    for (field, text) in [("command", command), ("name", name)] {
+        let input = b.find(&format!("#create input[name={field}]")).await;
+        input.send_keys(text).await.expect("type into the form");
+    }
+    b.find("#create button").await.click().await.unwrap();
+    let id = b
+        .wait_js(
+            &format!("the session {name:?} made by the form"),
+            &format!(
+                "const s = [...window.termesh.sessions.values()].find(s => s.name === '{name}'); \
+                 return s && s.id"
+            ),
+        )
+        .await;
+    id.as_str().expect("an id").to_string()
+}
+
 /// Types a line into a terminal running `cat` and waits for it twice: the
 /// terminal's echo and cat's copy.
 async fn type_to_cat(b: &Browser, session: &str, line: &str) {
@@ -601,19 +604,7 @@ async fn the_console_works_over_https_and_wss() {
         .await;
     assert_eq!(over, serde_json::json!(["https:", "wss"]));
 
-    for (field, text) in [("command", "echo over-tls; exec cat"), ("name", "tls")] {
-        let input = b.find(&format!("#create input[name={field}]")).await;
-        input.send_keys(text).await.expect("type into the form");
-    }
-    b.find("#create button").await.click().await.unwrap();
-    let id = b
-        .wait_js(
-            "the session made over https",
-            "const s = [...window.termesh.sessions.values()].find(s => s.name === 'tls'); \
-             return s && s.id",
-        )
-        .await;
-    let id = id.as_str().unwrap().to_string();
+    let id = create_from_form(&b, "echo over-tls; exec cat", "tls").await;
     open_terminal(&b, &id).await;
     type_to_cat(&b, &id, "typed over wss").await;
 }

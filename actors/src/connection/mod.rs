@@ -35,6 +35,18 @@ pub use deliver::CloseConnection;
 /// Close code for "not authenticated in time".
 pub const CLOSE_UNAUTHENTICATED: u16 = 4401;
 
+/// Closes a WebSocket (protocol or raw) whose token a reload revoked.
+pub(crate) fn close_revoked<A>(ctx: &mut ws::WebsocketContext<A>)
+where
+    A: Actor<Context = ws::WebsocketContext<A>>,
+{
+    ctx.close(Some(CloseReason {
+        code: CloseCode::Other(CLOSE_UNAUTHENTICATED),
+        description: Some("token revoked".into()),
+    }));
+    ctx.stop();
+}
+
 static NEXT_CONN_ID: AtomicU64 = AtomicU64::new(1);
 
 /// Open connections, so node shutdown can close each with 1001.

@@ -136,11 +136,7 @@ impl ConnectionActor {
                     conn = self.id,
                     "closing a connection whose token was revoked"
                 );
-                ctx.close(Some(actix_web_actors::ws::CloseReason {
-                    code: actix_web_actors::ws::CloseCode::Other(super::CLOSE_UNAUTHENTICATED),
-                    description: Some("token revoked".into()),
-                }));
-                ctx.stop();
+                super::close_revoked(ctx);
                 false
             }
         }

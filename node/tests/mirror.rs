@@ -292,7 +292,13 @@ async fn a_dropped_link_is_unreachable_then_reachable_with_every_frame() {
     )
     .await
     .unwrap();
-    assert_eq!(s.resyncs, 0, "the owner's ring held the gap");
+    assert_eq!(
+        s.resyncs,
+        0,
+        "the owner's ring held the gap; a's log:\n{}\nb's log:\n{}",
+        cluster.log(0),
+        cluster.log(1)
+    );
     let text = String::from_utf8_lossy(&s.data);
     let ticks: Vec<u64> = text
         .lines()
@@ -386,10 +392,24 @@ async fn control_frames_do_not_wait_behind_a_flood_on_the_same_link() {
     // Keystrokes and forwarded requests from b while the flood runs.
     let mut c = connect(&cluster, 1).await;
     subscribe(&mut c, &echo, None, 1 << 20).await.unwrap();
+    // At least 100 keystrokes, and on until 4 MiB more of the flood has
+    // crossed: the flood of an unpaced `yes` comes in bursts (the mirror
+    // falls a ring behind the owner and is resynced), so a fixed count of
+    // keystrokes could all fall between two bursts.
     let flood_before = drained.load(std::sync::atomic::Ordering::Relaxed);
+    let flood_crossed =
+        || drained.load(std::sync::atomic::Ordering::Relaxed) - flood_before >= 4 << 20;
     let started = std::time::Instant::now();
     let mut times = Vec::new();
-    for i in 0..100 {
+    for i in 0.. {
+        if i >= 100 && flood_crossed() {
+            break;
+        }
+        assert!(
+            started.elapsed() < PATIENCE * 2,
+            "the flood stopped crossing the link: {} bytes in {i} keystrokes",
+            drained.load(std::sync::atomic::Ordering::Relaxed) - flood_before
+        );
         let key = format!("<k{i}>");
         let sent = std::time::Instant::now();
         c.send(&ClientMsg::Input {
@@ -423,12 +443,12 @@ async fn control_frames_do_not_wait_behind_a_flood_on_the_same_link() {
         / 1e6;
     times.sort();
     println!(
-        "echo through b for a session on a, while {flood_rate:.1} MB/s of another session \
-         crosses the same link: p50 {:?}, p99 {:?}",
+        "{} echoes through b for a session on a, while {flood_rate:.1} MB/s of another \
+         session crosses the same link: p50 {:?}, p99 {:?}",
+        times.len(),
         times[times.len() / 2],
         times[times.len() * 99 / 100]
     );
-    assert!(flood_rate > 0.0, "the flood kept flowing");
     for series in [
         "termesh_peer_request_timeouts_total{node=\"b\",peer=\"a\"}",
         "termesh_peer_breaker_trips_total{node=\"b\",peer=\"a\"}",

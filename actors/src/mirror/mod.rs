@@ -205,8 +205,10 @@ impl MirrorActor {
         if let DataMsg::Subscribed { .. } = msg {
             return self.on_subscribed(msg, ctx);
         }
-        if self.link == Link::Down {
-            // Left over from a link that is gone.
+        if self.link != Link::Live {
+            // Left over from a link that is gone, or from the subscription
+            // this mirror replaced: the owner sends `subscribed` before
+            // anything of the new one.
             return;
         }
         self.held.push_back(msg);

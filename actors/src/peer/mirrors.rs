@@ -21,10 +21,9 @@ const WINDOW_BOUNDS: (u64, u64) = (64 << 10, 16 << 20);
 
 impl PeerActor {
     pub(super) fn send_data(&mut self, msg: DataMsg) {
+        // As `send`: the link's `Down` follows a failure here.
         if let Some(data) = &self.data {
-            if data.send(msg).is_err() {
-                self.data = None;
-            }
+            let _ = data.send(msg);
         }
     }
 
@@ -150,7 +149,7 @@ impl Handler<ToOwner> for PeerActor {
                 window,
                 sink,
             } => {
-                if self.out.is_none() {
+                if !self.link_open() {
                     sink.do_send(FromOwner::Link(false));
                 } else {
                     self.send(termesh_transport::peer::PeerMsg::Subscribe {

@@ -214,11 +214,19 @@ impl PeerActor {
         }
     }
 
+    /// Whether the link is up and its task still takes messages.
+    fn link_open(&self) -> bool {
+        self.out.as_ref().is_some_and(|out| !out.is_closed())
+    }
+
+    /// Sends on the control stream. A link that has just ended drops the
+    /// message; its `Down` follows and does the clean-up (clearing `out`
+    /// here instead would make that `Down` look like a failed attempt and
+    /// skip it, leaving the peer's mirror subscriptions running into the
+    /// next link).
     fn send(&mut self, msg: PeerMsg) {
         if let Some(out) = &self.out {
-            if out.send(msg).is_err() {
-                self.out = None;
-            }
+            let _ = out.send(msg);
         }
     }
 
@@ -416,7 +424,7 @@ impl PeerActor {
     }
 
     fn ping(&mut self, _: &mut Context<Self>) {
-        if self.out.is_none() {
+        if !self.link_open() {
             return;
         }
         let since = self.last_tick.elapsed();
@@ -448,7 +456,7 @@ impl PeerActor {
         for sent_at in late {
             self.timed_out(sent_at);
         }
-        if self.out.is_none() {
+        if !self.link_open() {
             return;
         }
         // Requests whose callers gave up are forgotten.
@@ -499,7 +507,7 @@ impl Handler<Forward> for PeerActor {
     type Result = ResponseFuture<Result<ServerMsg, ApiError>>;
 
     fn handle(&mut self, msg: Forward, _: &mut Context<Self>) -> Self::Result {
-        if self.out.is_none() {
+        if !self.link_open() {
             let err = crate::forward::unreachable_node(&self.name);
             return Box::pin(async move { Err(err) });
         }
@@ -542,7 +550,7 @@ impl Handler<WatchReady> for PeerActor {
     /// This node's sessions changed: tell the peer (when the link is up).
     fn handle(&mut self, _: WatchReady, _: &mut Context<Self>) {
         let events = self.watch.lock().map(|mut q| q.drain()).unwrap_or_default();
-        if self.out.is_none() {
+        if !self.link_open() {
             return;
         }
         for event in events {

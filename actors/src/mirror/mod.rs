@@ -205,10 +205,29 @@ impl MirrorActor {
         if let DataMsg::Subscribed { .. } = msg {
             return self.on_subscribed(msg, ctx);
         }
-        if self.link != Link::Live {
+        let stale = match (&msg, self.link) {
+            (_, Link::Live) => false,
+            // The owner's answer to a subscribe for a session it no
+            // longer has comes without `subscribed`.
+            (DataMsg::Closed { .. }, Link::Asked) => false,
             // Left over from a link that is gone, or from the subscription
             // this mirror replaced: the owner sends `subscribed` before
-            // anything of the new one.
+            // anything else of the new one.
+            _ => true,
+        };
+        if stale {
+            return;
+        }
+        if let (DataMsg::Closed { removed, .. }, None) = (&msg, &self.publisher) {
+            // Gone at the owner before this mirror's first subscription.
+            for sub in self.pending.drain(..) {
+                sub.sink.do_send(crate::session::Deliver {
+                    sub: sub.sub,
+                    session: self.id.clone(),
+                    item: Delivery::Closed { removed: *removed },
+                });
+            }
+            ctx.stop();
             return;
         }
         self.held.push_back(msg);

@@ -1,7 +1,9 @@
 //! Cluster figures: a forwarded request's round trip (a client of node b
 //! renames a session owned by a) beside the same request answered locally
 //! (the machine's own limit for a request), the link RTT the nodes measure,
-//! and the memory an idle peer link costs. Three real nodes in release
+//! and the memory an idle peer link costs; through a mirror: throughput
+//! beside the raw PTY, keystroke echo, link bytes per output byte with 1
+//! and 10 viewers, and memory per mirror. Three real nodes in release
 //! build, from `termesh cluster init`, on 127.0.0.1-3.
 
 mod common;
@@ -57,6 +59,55 @@ async fn rename_round_trips(target: &Target, session: &str) -> Vec<Duration> {
     }
     times.sort();
     times
+}
+
+/// One `/metrics` series (name with labels) of the node at `http`.
+fn metric(http: SocketAddr, series: &str) -> f64 {
+    let text = ureq::get(&format!("http://{http}/metrics"))
+        .call()
+        .unwrap()
+        .into_string()
+        .unwrap();
+    text.lines()
+        .find(|l| l.starts_with(series))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no {series}"))
+}
+
+/// Bytes a received from b over their link per byte of a session's
+/// output, with `viewers` clients on b (each its own connection, acking
+/// per protocol) reading all of it through b's one mirror.
+async fn link_bytes_per_output_byte(
+    b: &Target,
+    b_http: SocketAddr,
+    file: &std::path::Path,
+    bytes: usize,
+    viewers: usize,
+) -> (f64, usize) {
+    let mut c = Client::connect(b).await.unwrap();
+    let command = format!("stty raw -echo; read go; exec cat {}", file.display());
+    let session = common::create_on(&mut c, Some("a"), &command).await;
+    let mut readers = Vec::new();
+    for _ in 0..viewers {
+        let mut v = Client::connect(b).await.unwrap();
+        common::subscribe(&mut v, &session, Some(0)).await;
+        readers.push(tokio::spawn(common::read_all(v, session.clone(), bytes)));
+    }
+    let series = "termesh_peer_bytes_in_total{peer=\"a\"}";
+    let before = metric(b_http, series);
+    c.send(&ClientMsg::Input {
+        session: session.clone(),
+        data: b"\n".to_vec(),
+    })
+    .await
+    .unwrap();
+    let mut resynced = 0;
+    for r in readers {
+        resynced += usize::from(!r.await.unwrap());
+    }
+    let after = metric(b_http, series);
+    common::remove(&mut c, session).await;
+    ((after - before) / bytes as f64, resynced)
 }
 
 fn line(what: &str, times: &[Duration]) {
@@ -212,6 +263,50 @@ async fn main() {
         ms(flood50),
         ms(flood99)
     );
+
+    // One copy per link: what crosses the a-b link per output byte.
+    let link_file = dir.path().join("link.txt");
+    common::payload(&link_file, 16);
+    let link_bytes = std::fs::metadata(&link_file).unwrap().len() as usize;
+    println!(
+        "\nlink bytes (UDP, a to b) per byte of output, 16 MiB of cat on a read through b's mirror"
+    );
+    for viewers in [1, 10] {
+        let (ratio, resynced) =
+            link_bytes_per_output_byte(&target(1), https[1], &link_file, link_bytes, viewers).await;
+        println!(
+            "  {viewers:>2} viewer(s) on b                            {ratio:6.3} (1 copy = 1.0; {resynced} viewer(s) resynced by b)"
+        );
+    }
+
+    // Memory per mirror: b's RSS before and after one client on b
+    // subscribes to 100 idle sessions of a (b keeps one mirror each).
+    const MIRRORS: usize = 100;
+    let mut c = Client::connect(&target(1)).await.unwrap();
+    let mut idle = Vec::new();
+    for _ in 0..MIRRORS {
+        idle.push(common::create_on(&mut c, Some("a"), "exec sleep 100000").await);
+    }
+    let b_pid = procs.0[1].id();
+    let mirrors_before = metric(https[1], "termesh_mirrors");
+    let rss_before = rss_kib(b_pid);
+    for id in &idle {
+        common::subscribe(&mut c, id, None).await;
+    }
+    let settle = Instant::now() + Duration::from_secs(30);
+    while metric(https[1], "termesh_mirrors") < mirrors_before + MIRRORS as f64 {
+        assert!(Instant::now() < settle, "b did not start {MIRRORS} mirrors");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let rss_after = rss_kib(b_pid);
+    println!(
+        "\nmemory per mirror: node b RSS {rss_before} KiB, {rss_after} KiB with {MIRRORS} more mirrors \
+         (one subscription each, one connection): {:.1} KiB per mirror",
+        rss_after.saturating_sub(rss_before) as f64 / MIRRORS as f64
+    );
+    for id in idle {
+        common::remove(&mut c, id).await;
+    }
 
     // An idle peer link's memory: a node with two links beside a node
     // alone (same binary, no sessions).

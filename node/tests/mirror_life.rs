@@ -1,7 +1,8 @@
 //! What a mirror shows and how long it lives, on three real nodes: the
 //! snapshot, `screen` and `history` of another node's session are the
 //! owner's, byte for byte; a mirror without viewers lingers, then goes;
-//! a session removed on its owner ends its remote viewers' subscriptions.
+//! a session removed on its owner ends its remote viewers' subscriptions;
+//! a client resuming too far behind through a mirror gets one resync.
 
 mod common;
 
@@ -175,4 +176,93 @@ async fn the_raw_endpoint_of_any_node_streams_and_drives_a_remote_session() {
         }
     })
     .await;
+}
+
+/// Resumes `session` on node `on` from `from`, a seq that left every
+/// 64 KiB ring: one `resync_required`, a snapshot, then output that
+/// continues without a hole up to `marker`, typed in after the snapshot.
+async fn resume_too_old(cluster: &Cluster, on: usize, session: &str, from: u64, marker: &str) {
+    let window = 1 << 20;
+    let mut c = connect(cluster, on).await;
+    let ServerMsg::Subscribed { last_seq, .. } = subscribe(&mut c, session, Some(from), window)
+        .await
+        .unwrap()
+    else {
+        unreachable!()
+    };
+    let mut s = Stream::new(window);
+    s.last_seq = from;
+    let first = next(&mut c).await;
+    assert!(
+        matches!(first, ServerMsg::ResyncRequired { .. }),
+        "node {on}: got {first:?}"
+    );
+    s.apply(session, &first);
+    let snap = next(&mut c).await;
+    assert!(
+        matches!(snap, ServerMsg::Snapshot { .. }),
+        "node {on}: got {snap:?}"
+    );
+    s.apply(session, &snap);
+    assert!(s.last_seq >= last_seq, "the snapshot is at least as new");
+    common::cluster::type_line(cluster, 0, session, marker).await;
+    within(
+        PATIENCE,
+        "output after the snapshot",
+        pump_until(&mut c, session, &mut s, true, |s| {
+            String::from_utf8_lossy(&s.data).contains(&format!("after {marker}\n"))
+        }),
+    )
+    .await
+    .unwrap();
+    assert_eq!(s.resyncs, 1, "node {on}: exactly one resync_required");
+    assert_eq!(s.snapshots.len(), 1);
+    assert_eq!(
+        String::from_utf8_lossy(&s.data),
+        format!("after {marker}\n"),
+        "node {on}: contiguous output right after the snapshot"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_too_far_behind_through_a_mirror_gets_one_resync() {
+    let cluster = Cluster::start_with(&["a", "b", "c"], "\n[session]\nring_bytes = \"64KiB\"\n");
+    let script = "stty -onlcr -echo; seq 1 100; read a; seq 1 200000; echo gap-done; \
+                  while read line; do echo \"after $line\"; done";
+    let session = create(&cluster, 0, "a", script).await;
+    let window = 1 << 20;
+
+    // A client on b reads the first lines through b's mirror, then drops.
+    let mut c = connect(&cluster, 1).await;
+    subscribe(&mut c, &session, Some(0), window).await.unwrap();
+    let mut s = Stream::new(window);
+    within(
+        PATIENCE,
+        "the first lines",
+        pump_until(&mut c, &session, &mut s, true, |s| {
+            s.data.ends_with(b"100\n")
+        }),
+    )
+    .await
+    .unwrap();
+    let from = s.last_seq;
+    drop(c);
+
+    // 1.3 MB more while it is away: far past every 64 KiB ring.
+    common::cluster::type_line(&cluster, 0, &session, "").await;
+    within(PATIENCE, "the gap's output on the owner", async {
+        loop {
+            let (_, _, _, screen) = fresh_snapshot(&cluster, 0, &session).await;
+            if String::from_utf8_lossy(&screen).contains("gap-done") {
+                return;
+            }
+            poll_pause().await;
+        }
+    })
+    .await;
+
+    // On c, whose new mirror asks a for the old seq; then on b, whose
+    // lingering mirror went on without it.
+    resume_too_old(&cluster, 2, &session, from, "one").await;
+    resume_too_old(&cluster, 1, &session, from, "two").await;
 }

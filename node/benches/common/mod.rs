@@ -217,6 +217,15 @@ pub async fn through_termesh(
     })
     .await
     .unwrap();
+    read_all(c, session, expected)
+        .await
+        .then(|| start.elapsed())
+}
+
+/// Reads `expected` bytes of `session`'s output, acking per protocol;
+/// false when a resync came first (the program's bytes never all come, so
+/// it reads until the program exits).
+pub async fn read_all(mut c: Client, session: String, expected: usize) -> bool {
     let (mut got, mut unacked, mut resynced) = (0usize, 0u64, false);
     while got < expected {
         match c.recv().await.unwrap() {
@@ -234,15 +243,14 @@ pub async fn through_termesh(
                 }
             }
             ServerMsg::ResyncRequired { .. } => resynced = true,
-            // The program has ended: after a resync its bytes never all come.
             ServerMsg::Event {
                 event: termesh_transport::EventKind::Exited { .. },
                 ..
-            } if resynced => return None,
+            } if resynced => return false,
             _ => {}
         }
     }
-    Some(start.elapsed())
+    !resynced
 }
 
 /// Keystroke to echo through the node; optionally with a flood on the same

@@ -15,7 +15,18 @@ pub struct ClusterNode {
     pub name: String,
     pub http: SocketAddr,
     pub config: PathBuf,
+    /// A command the node runs under (`ip netns exec NS`), or empty.
+    wrap: Vec<String>,
     child: Option<Child>,
+}
+
+/// One node of a cluster a test lays out itself.
+pub struct NodeSpec {
+    pub name: String,
+    pub http: SocketAddr,
+    pub quic: SocketAddr,
+    /// A command the node runs under (`ip netns exec NS`), or empty.
+    pub wrap: Vec<String>,
 }
 
 pub struct Cluster {
@@ -50,21 +61,41 @@ impl Cluster {
 
     /// As `start`, with every node's config text passed through `edit`.
     pub fn start_edited(names: &[&str], edit: impl Fn(&str) -> String) -> Cluster {
+        let specs: Vec<NodeSpec> = names
+            .iter()
+            .enumerate()
+            .map(|(i, name)| {
+                let ip = format!("127.0.0.{}", i + 1);
+                NodeSpec {
+                    name: name.to_string(),
+                    http: format!("{ip}:{}", free_port(&ip)).parse().unwrap(),
+                    quic: format!("{ip}:{}", free_port(&ip)).parse().unwrap(),
+                    wrap: Vec::new(),
+                }
+            })
+            .collect();
+        Self::start_specs(&specs, |_, text| edit(text))
+    }
+
+    /// The cluster of `specs` from `termesh cluster init`, each node's
+    /// config text passed through `edit(name, text)`, every node started.
+    pub fn start_specs(specs: &[NodeSpec], edit: impl Fn(&str, &str) -> String) -> Cluster {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("cluster");
         let mut args = vec!["cluster".to_string(), "init".into(), "--out".into()];
         args.push(out.display().to_string());
         let mut nodes = Vec::new();
-        for (i, name) in names.iter().enumerate() {
-            let ip = format!("127.0.0.{}", i + 1);
-            let http: SocketAddr = format!("{ip}:{}", free_port(&ip)).parse().unwrap();
-            let quic = format!("{ip}:{}", free_port(&ip));
+        for spec in specs {
             args.push("--node".into());
-            args.push(format!("{name},quic={quic},http={http}"));
+            args.push(format!(
+                "{},quic={},http={}",
+                spec.name, spec.quic, spec.http
+            ));
             nodes.push(ClusterNode {
-                name: name.to_string(),
-                http,
-                config: out.join(name).join("termesh.toml"),
+                name: spec.name.clone(),
+                http: spec.http,
+                config: out.join(&spec.name).join("termesh.toml"),
+                wrap: spec.wrap.clone(),
                 child: None,
             });
         }
@@ -80,7 +111,7 @@ impl Cluster {
             .to_string();
         for node in &nodes {
             let text = std::fs::read_to_string(&node.config).unwrap();
-            std::fs::write(&node.config, edit(&text)).unwrap();
+            std::fs::write(&node.config, edit(&node.name, &text)).unwrap();
         }
         let mut cluster = Cluster { dir, token, nodes };
         for i in 0..cluster.nodes.len() {
@@ -97,7 +128,15 @@ impl Cluster {
             .append(true)
             .open(node.config.with_file_name("node.log"))
             .unwrap();
-        let child = Command::new(BIN)
+        let mut command = match node.wrap.split_first() {
+            Some((program, args)) => {
+                let mut c = Command::new(program);
+                c.args(args).arg(BIN);
+                c
+            }
+            None => Command::new(BIN),
+        };
+        let child = command
             .args(["node", "--config"])
             .arg(&node.config)
             .stdout(Stdio::null())
@@ -239,4 +278,73 @@ pub async fn type_line(cluster: &Cluster, via: usize, session: &str, line: &str)
     // Answered after the input was handled (forwarded in order).
     let _ = c.request(|id| ClientMsg::List { id }).await;
     c.close().await;
+}
+
+/// A session on node a that prints `ready`, waits for a line, then `seq 1
+/// lines`, read from the start by a client that drops its connection
+/// without a close at `drops` random points and resumes with `from_seq`
+/// on `nodes[0]`, `nodes[1]`, ... in turn (created and typed into through
+/// `nodes[0]`). Asserts the assembled output is exactly what the program
+/// printed, with no resync; returns the (node, from seq) of every
+/// subscription.
+pub async fn numbered_lines_with_drops(
+    cluster: &Cluster,
+    lines: u64,
+    drops: usize,
+    nodes: &[usize],
+    window: u64,
+) -> Vec<(usize, u64)> {
+    use super::{drop_points, pump_until, subscribe, within, Stream, PATIENCE};
+    let mut expected = b"ready\n".to_vec();
+    for i in 1..=lines {
+        expected.extend_from_slice(format!("{i}\n").as_bytes());
+    }
+    let script = format!("stty -onlcr -echo; echo ready; read go; exec seq 1 {lines}");
+    let session = create(cluster, nodes[0], "a", &script).await;
+    let drops = drop_points(drops, expected.len());
+    let mut stream = Stream::new(window);
+    let mut hops = Vec::new();
+    let started = std::time::Instant::now();
+    within(PATIENCE * 5, "the whole output, resuming", async {
+        loop {
+            let on = nodes[hops.len() % nodes.len()];
+            let mut c = connect(cluster, on).await;
+            subscribe(&mut c, &session, Some(stream.last_seq), window)
+                .await
+                .expect("subscribe");
+            hops.push((on, stream.last_seq));
+            if hops.len() == 1 {
+                pump_until(&mut c, &session, &mut stream, true, |s| {
+                    s.data.starts_with(b"ready\n")
+                })
+                .await
+                .expect("ready");
+                type_line(cluster, nodes[0], &session, "go").await;
+            }
+            let next_drop = drops.iter().copied().find(|d| *d > stream.data.len());
+            let done = |s: &Stream| {
+                s.data.len() >= expected.len() || next_drop.is_some_and(|d| s.data.len() >= d)
+            };
+            pump_until(&mut c, &session, &mut stream, true, done)
+                .await
+                .expect("pump");
+            if stream.data.len() >= expected.len() {
+                break;
+            }
+            // Dropped without a close, as a lost link does.
+            drop(c);
+        }
+    })
+    .await;
+    let secs = started.elapsed().as_secs_f64();
+    println!(
+        "{} bytes in {secs:.1} s ({:.0} KiB/s); subscribed on (node, from seq): {hops:?}",
+        expected.len(),
+        expected.len() as f64 / 1024.0 / secs
+    );
+    assert_eq!(stream.resyncs, 0, "every gap was replayed");
+    assert_eq!(stream.data.len(), expected.len());
+    assert!(stream.data == expected, "assembled output differs");
+    assert!(hops.len() >= 2, "the client dropped and resumed");
+    hops
 }

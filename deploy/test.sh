@@ -5,8 +5,9 @@
 # are checked against), bindfs with FUSE (a mount whose daemon the test
 # stops, as a dead network mount), asciinema (plays exported casts) and
 # curl (the shipped agent hook command posts with it), iproute2 (network
-# namespaces as separate hosts), and Chromium with chromedriver (the
-# console is tested in a real browser over WebDriver).
+# namespaces as separate hosts), setpriv (runs a node as another user),
+# and Chromium with chromedriver (the console is tested in a real browser
+# over WebDriver).
 # The suite runs as root, as CI does: it mounts FUSE and steers pid
 # allocation (/proc/sys/kernel/ns_last_pid).
 # Extra arguments go to `cargo test`.
@@ -23,6 +24,7 @@ need fusermount3 fuse3
 need asciinema asciinema
 need curl curl
 need ip iproute2
+need setpriv util-linux
 need chromium chromium
 need chromedriver chromium-driver
 if [ ${#missing[@]} -gt 0 ]; then

@@ -2,7 +2,8 @@
 //! when they were running) with their history and seqs; a node killed
 //! with SIGKILL during a flood restarts with its stored output intact and
 //! byte-identical to what a client received, and revived continues above
-//! its last stored seq; a second node on the same data dir is refused.
+//! its last stored seq; a second node on the same data dir, a corrupt
+//! store and a store the node may not open each stop the start clearly.
 
 mod common;
 
@@ -326,4 +327,43 @@ async fn a_corrupt_store_stops_the_start_and_no_store_runs_anyway() {
         .unwrap();
     assert!(banner.contains("serving on"), "{banner}{err}");
     assert!(err.contains("persistence is OFF"), "said loudly: {err}");
+}
+
+#[test]
+fn a_store_the_node_may_not_open_stops_the_start() {
+    use std::os::unix::fs::MetadataExt;
+    use std::os::unix::fs::PermissionsExt;
+    // /proc/self belongs to the process's effective user.
+    if std::fs::metadata("/proc/self").unwrap().uid() != 0 {
+        println!("SKIPPED: needs root, to run the node as another user");
+        return;
+    }
+    // A data dir the node's user may write, holding a store it may not.
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let store = data.join("store");
+    std::fs::create_dir_all(&store).unwrap();
+    let mode = |path: &std::path::Path, mode| {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap()
+    };
+    mode(dir.path(), 0o755);
+    mode(&data, 0o777);
+    mode(&store, 0o700);
+    let out = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(env!("CARGO_BIN_EXE_termesh"))
+        .args(["node", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(&data)
+        .env("HOME", &data)
+        .output()
+        .expect("setpriv (util-linux) runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    println!("a node whose store it may not open: {err}");
+    assert!(!out.status.success());
+    assert!(err.contains("Permission denied"), "says why: {err}");
+    assert!(
+        err.contains(&store.display().to_string()),
+        "names the path: {err}"
+    );
+    assert!(err.contains("--no-store"), "says the way out: {err}");
 }

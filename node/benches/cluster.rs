@@ -93,7 +93,7 @@ async fn link_bytes_per_output_byte(
         common::subscribe(&mut v, &session, Some(0)).await;
         readers.push(tokio::spawn(common::read_all(v, session.clone(), bytes)));
     }
-    let series = "termesh_peer_bytes_in_total{peer=\"a\"}";
+    let series = "termesh_peer_bytes_in_total{node=\"b\",peer=\"a\"}";
     let before = metric(b_http, series);
     c.send(&ClientMsg::Input {
         session: session.clone(),
@@ -189,6 +189,37 @@ async fn main() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 
+    // Memory per mirror, first (a node that has carried a flood keeps its
+    // allocator's free memory, which hides small growth): b's RSS before
+    // and after one client on b subscribes to 200 sessions of a that
+    // printed a few lines (b keeps one mirror each).
+    const MIRRORS: usize = 200;
+    let mut c = Client::connect(&target(1)).await.unwrap();
+    let mut idle = Vec::new();
+    for _ in 0..MIRRORS {
+        idle.push(common::create_on(&mut c, Some("a"), "seq 1 20; exec sleep 100000").await);
+    }
+    let b_pid = procs.0[1].id();
+    let mirrors_before = metric(https[1], "termesh_mirrors");
+    let rss_before = rss_kib(b_pid);
+    for id in &idle {
+        common::subscribe(&mut c, id, None).await;
+    }
+    let settle = Instant::now() + Duration::from_secs(30);
+    while metric(https[1], "termesh_mirrors") < mirrors_before + MIRRORS as f64 {
+        assert!(Instant::now() < settle, "b did not start {MIRRORS} mirrors");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let rss_after = rss_kib(b_pid);
+    println!(
+        "memory per mirror: node b RSS {rss_before} KiB, {rss_after} KiB with {MIRRORS} more mirrors \
+         (one subscription each, one connection): {:.1} KiB per mirror",
+        rss_after.saturating_sub(rss_before) as f64 / MIRRORS as f64
+    );
+    for id in idle {
+        common::remove(&mut c, id).await;
+    }
+
     println!("cluster of 3 nodes on loopback, {REQUESTS} sequential requests each");
     let local = rename_round_trips(&target(0), &session).await;
     let forwarded = rename_round_trips(&target(1), &session).await;
@@ -277,35 +308,6 @@ async fn main() {
         println!(
             "  {viewers:>2} viewer(s) on b                            {ratio:6.3} (1 copy = 1.0; {resynced} viewer(s) resynced by b)"
         );
-    }
-
-    // Memory per mirror: b's RSS before and after one client on b
-    // subscribes to 100 idle sessions of a (b keeps one mirror each).
-    const MIRRORS: usize = 100;
-    let mut c = Client::connect(&target(1)).await.unwrap();
-    let mut idle = Vec::new();
-    for _ in 0..MIRRORS {
-        idle.push(common::create_on(&mut c, Some("a"), "exec sleep 100000").await);
-    }
-    let b_pid = procs.0[1].id();
-    let mirrors_before = metric(https[1], "termesh_mirrors");
-    let rss_before = rss_kib(b_pid);
-    for id in &idle {
-        common::subscribe(&mut c, id, None).await;
-    }
-    let settle = Instant::now() + Duration::from_secs(30);
-    while metric(https[1], "termesh_mirrors") < mirrors_before + MIRRORS as f64 {
-        assert!(Instant::now() < settle, "b did not start {MIRRORS} mirrors");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let rss_after = rss_kib(b_pid);
-    println!(
-        "\nmemory per mirror: node b RSS {rss_before} KiB, {rss_after} KiB with {MIRRORS} more mirrors \
-         (one subscription each, one connection): {:.1} KiB per mirror",
-        rss_after.saturating_sub(rss_before) as f64 / MIRRORS as f64
-    );
-    for id in idle {
-        common::remove(&mut c, id).await;
     }
 
     // An idle peer link's memory: a node with two links beside a node

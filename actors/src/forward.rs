@@ -117,8 +117,10 @@ impl NodeCtx {
 
     /// Sends `msg` to `owner` and waits (bounded) for its answer: the
     /// message the client gets, an `error` included. The request is queued
-    /// to the peer before this returns, so requests sent one after another
-    /// reach the owner in that order.
+    /// to the peer before this returns (`do_send`: a busy peer actor's
+    /// mailbox cannot hold it back), so requests sent one after another
+    /// reach the owner in that order, and a client that leaves at once
+    /// (its connection stops, dropping this future) still had it sent.
     pub fn forward(
         &self,
         owner: &str,
@@ -127,21 +129,23 @@ impl NodeCtx {
     ) -> impl std::future::Future<Output = Result<ServerMsg, ApiError>> + 'static {
         let owner = owner.to_string();
         let sent_at = self.stall.total();
-        let sent = self
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let peer = self
             .peers
             .get(&owner)
-            .map(|peer| (peer.send(Forward { msg, hops }), peer));
+            .inspect(|peer| peer.do_send(Forward { msg, hops, reply }));
         let view = self.cluster.clone();
         async move {
-            let (reply, peer) = sent.ok_or_else(|| unreachable_node(&owner))?;
-            match tokio::time::timeout(REQUEST_TIMEOUT, reply).await {
-                Ok(Ok(Ok(ServerMsg::Created { id, session }))) => {
+            let peer = peer.ok_or_else(|| unreachable_node(&owner))?;
+            match tokio::time::timeout(REQUEST_TIMEOUT, answer).await {
+                Ok(Ok(ServerMsg::Created { id, session })) => {
                     // Known here at once, before the owner's delta arrives,
                     // so the client's next request finds it.
                     view.upsert(&owner, session.clone());
                     Ok(ServerMsg::Created { id, session })
                 }
-                Ok(Ok(answer)) => answer,
+                Ok(Ok(answer)) => Ok(answer),
+                // Dropped unanswered: the link is down, or went down.
                 Ok(Err(_)) => Err(unreachable_node(&owner)),
                 Err(_) => {
                     peer.do_send(crate::peer::TimedOut { sent_at });

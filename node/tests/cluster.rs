@@ -3,7 +3,9 @@
 //! one sees sessions made on another, an owner killed with SIGKILL shows
 //! its sessions `unreachable`, and a restarted owner links up by itself
 //! with its earlier sessions `lost` everywhere, their history and screen
-//! (from its store) readable through every node.
+//! (from its store) readable through every node; a burst of keys sent
+//! through another node by a client that leaves at once all reach the
+//! owner, in order.
 
 mod common;
 
@@ -476,4 +478,47 @@ async fn every_request_works_from_any_node() {
     .await
     .unwrap_err();
     assert!(err.starts_with("unavailable"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_keys_from_a_client_that_leaves_at_once_all_reach_the_owner() {
+    use common::cluster::{connect, create};
+    let cluster = Cluster::start(&["a", "b"]);
+    let script = "stty -echo; while read line; do echo \"got $line\"; done";
+    let session = create(&cluster, 1, "a", script).await;
+    let mut viewer = connect(&cluster, 0).await;
+    let mut s = Stream::new(1 << 20);
+    subscribe(&mut viewer, &session, Some(0), 1 << 20)
+        .await
+        .unwrap();
+    // Keys through b, as fast as they come, then the client is gone: b
+    // forwards each to a in order even while its link actor is busy.
+    const KEYS: usize = 300;
+    let mut typist = connect(&cluster, 1).await;
+    for i in 0..KEYS {
+        typist
+            .send(&ClientMsg::Input {
+                session: session.clone(),
+                data: format!("k{i}\n").into_bytes(),
+            })
+            .await
+            .unwrap();
+    }
+    typist.close().await;
+    let last = format!("got k{}\r\n", KEYS - 1);
+    within(
+        PATIENCE,
+        "every key echoed on a",
+        pump_until(&mut viewer, &session, &mut s, true, |s| {
+            String::from_utf8_lossy(&s.data).contains(&last)
+        }),
+    )
+    .await
+    .unwrap();
+    let got: Vec<String> = String::from_utf8_lossy(&s.data)
+        .lines()
+        .filter_map(|l| l.strip_prefix("got ").map(str::to_string))
+        .collect();
+    let sent: Vec<String> = (0..KEYS).map(|i| format!("k{i}")).collect();
+    assert_eq!(got, sent, "every key once, in order");
 }

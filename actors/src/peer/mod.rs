@@ -159,13 +159,16 @@ pub struct PeerActor {
     last_tick: Instant,
 }
 
-/// Forward a client's request to this peer; the answer is the message the
-/// client gets.
+/// Forward a client's request to this peer; `reply` gets the message the
+/// client gets, and is dropped unanswered when the link is down (or goes
+/// down before the answer). Sent with `do_send`, so it is queued at once
+/// and in order whatever the mailbox holds.
 #[derive(Message)]
-#[rtype(result = "Result<ServerMsg, ApiError>")]
+#[rtype(result = "()")]
 pub struct Forward {
     pub msg: ClientMsg,
     pub hops: u8,
+    pub reply: tokio::sync::oneshot::Sender<ServerMsg>,
 }
 
 /// A forwarded request to this peer went unanswered; `sent_at` is this
@@ -504,27 +507,20 @@ impl Handler<LinkEvent> for PeerActor {
 }
 
 impl Handler<Forward> for PeerActor {
-    type Result = ResponseFuture<Result<ServerMsg, ApiError>>;
+    type Result = ();
 
-    fn handle(&mut self, msg: Forward, _: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, msg: Forward, _: &mut Context<Self>) {
         if !self.link_open() {
-            let err = crate::forward::unreachable_node(&self.name);
-            return Box::pin(async move { Err(err) });
+            return;
         }
         let req = self.next_req;
         self.next_req += 1;
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        self.waiting.insert(req, tx);
+        self.waiting.insert(req, msg.reply);
         self.send(PeerMsg::Request {
             req,
             hops: msg.hops,
             msg: msg.msg,
         });
-        let name = self.name.clone();
-        Box::pin(async move {
-            rx.await
-                .map_err(|_| crate::forward::unreachable_node(&name))
-        })
     }
 }
 

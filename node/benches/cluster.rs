@@ -205,6 +205,7 @@ async fn main() {
     for id in &idle {
         common::subscribe(&mut c, id, None).await;
     }
+    // The mirror count has no event to wait on: poll it, bounded.
     let settle = Instant::now() + Duration::from_secs(30);
     while metric(https[1], "termesh_mirrors") < mirrors_before + MIRRORS as f64 {
         assert!(Instant::now() < settle, "b did not start {MIRRORS} mirrors");

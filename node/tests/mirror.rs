@@ -14,14 +14,6 @@ use termesh_transport::{ClientMsg, EventKind, ServerMsg};
 /// Rings large enough that no test here loses frames to eviction.
 const BIG_RINGS: &str = "\n[session]\nring_bytes = \"64MiB\"\nring_frames = 4194304\n";
 
-fn numbered_lines(n: u64) -> Vec<u8> {
-    let mut out = Vec::new();
-    for i in 1..=n {
-        out.extend_from_slice(format!("{i}\n").as_bytes());
-    }
-    out
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lossless_through_mirrors_resuming_on_other_nodes() {
     let cluster = Cluster::start_with(&["a", "b", "c"], BIG_RINGS);
@@ -203,39 +195,23 @@ async fn a_dropped_link_is_unreachable_then_reachable_with_every_frame() {
     .unwrap();
     let a = nix::unistd::Pid::from_raw(cluster.pid(0) as i32);
     nix::sys::signal::kill(a, nix::sys::signal::Signal::SIGSTOP).unwrap();
-    let mut events = Vec::new();
-    let result = within(PATIENCE * 2, "unreachable, then reachable", async {
-        loop {
-            if s.should_ack() {
-                s.unacked = 0;
-                c.send(&ClientMsg::Ack {
-                    session: session.clone(),
-                    seq: s.last_seq,
-                })
-                .await
-                .unwrap();
-            }
-            let msg = next(&mut c).await;
-            s.apply(&session, &msg);
-            if let ServerMsg::Event { event, .. } = &msg {
-                match event {
-                    EventKind::Unreachable => {
-                        events.push(("unreachable", s.last_seq));
-                        nix::sys::signal::kill(a, nix::sys::signal::Signal::SIGCONT).unwrap();
-                    }
-                    EventKind::Reachable => {
-                        events.push(("reachable", s.last_seq));
-                        return;
-                    }
-                    _ => {}
-                }
-            }
-        }
-    });
-    let result = tokio::time::timeout(PATIENCE * 2, result).await;
+    let told = tokio::time::timeout(
+        PATIENCE * 2,
+        pump_until(&mut c, &session, &mut s, true, |s| s.link_is("unreachable")),
+    )
+    .await;
     let _ = nix::sys::signal::kill(a, nix::sys::signal::Signal::SIGCONT);
-    result.unwrap_or_else(|_| panic!("no unreachable/reachable; b's log:\n{}", cluster.log(1)));
-    println!("events (kind, last seq seen): {events:?}");
+    if !matches!(told, Ok(Ok(()))) {
+        panic!("no unreachable ({told:?}); b's log:\n{}", cluster.log(1));
+    }
+    within(
+        PATIENCE * 2,
+        "reachable after SIGCONT",
+        pump_until(&mut c, &session, &mut s, true, |s| s.link_is("reachable")),
+    )
+    .await
+    .unwrap();
+    println!("events (kind, last seq seen): {:?}", s.links);
     let before = s.last_seq;
     // Output continues with every frame: the Stream panics on a hole.
     within(

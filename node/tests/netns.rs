@@ -13,7 +13,7 @@ use std::time::Duration;
 use common::cluster::{connect, create, numbered_lines_with_drops, Cluster, NodeSpec};
 use common::netns::{at, Hosts, UdpImpair};
 use common::*;
-use termesh_transport::{ClientMsg, EventKind, ServerMsg};
+use termesh_transport::{ClientMsg, ServerMsg};
 
 /// Rings large enough that no frame is lost to eviction here.
 const BIG_RINGS: &str = "\n[session]\nring_bytes = \"64MiB\"\nring_frames = 4194304\n";
@@ -95,53 +95,32 @@ async fn a_partition_heals(cluster: &Cluster, relay: &UdpImpair) {
     let (trips_before, links_before) = (trips(cluster), cluster.metric(1, links));
     relay.partition(true);
     let cut = std::time::Instant::now();
-    let mut events = Vec::new();
-    let (mut unreachable, mut healed) = (false, false);
-    within(PATIENCE * 3, "unreachable, then reachable", async {
-        loop {
-            if s.should_ack() {
-                s.unacked = 0;
-                c.send(&ClientMsg::Ack {
-                    session: session.clone(),
-                    seq: s.last_seq,
-                })
-                .await
-                .unwrap();
-            }
-            let msg = tokio::select! {
-                msg = next(&mut c) => msg,
-                // The partition's length is what is under test.
-                _ = tokio::time::sleep_until(tokio::time::Instant::from_std(cut + PARTITION)),
-                    if unreachable && !healed => {
-                    relay.partition(false);
-                    healed = true;
-                    events.push(("healed", cut.elapsed().as_secs(), s.last_seq));
-                    continue;
-                }
-            };
-            s.apply(&session, &msg);
-            if let ServerMsg::Event { event, .. } = &msg {
-                match event {
-                    EventKind::Unreachable => {
-                        unreachable = true;
-                        events.push(("unreachable", cut.elapsed().as_secs(), s.last_seq))
-                    }
-                    EventKind::Reachable => {
-                        events.push(("reachable", cut.elapsed().as_secs(), s.last_seq));
-                        return;
-                    }
-                    _ => {}
-                }
-            }
-        }
-    })
-    .await;
+    within(
+        PATIENCE * 2,
+        "b to call a unreachable",
+        pump_until(&mut c, &session, &mut s, true, |s| s.link_is("unreachable")),
+    )
+    .await
+    .unwrap();
+    let told = cut.elapsed();
+    // The partition's length is what is under test.
+    tokio::time::sleep_until(tokio::time::Instant::from_std(cut + PARTITION)).await;
     relay.partition(false);
-    println!("partition (event, seconds after the cut, last seq): {events:?}");
-    assert!(
-        events.iter().any(|e| e.0 == "unreachable"),
-        "b said unreachable during the partition"
+    let healed = cut.elapsed();
+    within(
+        PATIENCE * 2,
+        "reachable after the heal",
+        pump_until(&mut c, &session, &mut s, true, |s| s.link_is("reachable")),
+    )
+    .await
+    .unwrap();
+    println!(
+        "partition: unreachable after {told:.1?}, healed after {healed:.1?}, reachable after {:.1?}; \
+         link events (kind, last seq): {:?}",
+        cut.elapsed(),
+        s.links
     );
+    assert_eq!(s.links.len(), 2, "one unreachable, one reachable");
     assert!(trips(cluster) > trips_before, "a breaker dropped the link");
     assert!(
         cluster.metric(1, links) > links_before,

@@ -9,14 +9,6 @@ use termesh_transport::{ClientMsg, ServerMsg};
 
 const LINES: u64 = 2_800_000;
 
-fn numbered_lines(n: u64) -> Vec<u8> {
-    let mut out = Vec::with_capacity(21 << 20);
-    for i in 1..=n {
-        out.extend_from_slice(format!("{i}\n").as_bytes());
-    }
-    out
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lossless_resume_across_random_drops() {
     let node = TestNode::start_with(|c| {

@@ -294,11 +294,9 @@ pub async fn numbered_lines_with_drops(
     nodes: &[usize],
     window: u64,
 ) -> Vec<(usize, u64)> {
-    use super::{drop_points, pump_until, subscribe, within, Stream, PATIENCE};
+    use super::{drop_points, numbered_lines, pump_until, subscribe, within, Stream, PATIENCE};
     let mut expected = b"ready\n".to_vec();
-    for i in 1..=lines {
-        expected.extend_from_slice(format!("{i}\n").as_bytes());
-    }
+    expected.extend_from_slice(&numbered_lines(lines));
     let script = format!("stty -onlcr -echo; echo ready; read go; exec seq 1 {lines}");
     let session = create(cluster, nodes[0], "a", &script).await;
     let drops = drop_points(drops, expected.len());

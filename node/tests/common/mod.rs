@@ -214,6 +214,8 @@ pub struct Stream {
     pub snapshots: Vec<(u64, Vec<u8>)>,
     pub resyncs: u32,
     pub exited: Option<u32>,
+    /// `unreachable` / `reachable` events, each with the last seq seen.
+    pub links: Vec<(&'static str, u64)>,
     /// Bytes consumed since the last ack.
     pub unacked: u64,
     pub window: u64,
@@ -261,8 +263,21 @@ impl Stream {
                 session: s,
                 event: termesh_transport::EventKind::Exited { exit_code, .. },
             } if s == session => self.exited = Some(*exit_code),
+            ServerMsg::Event {
+                session: s,
+                event: termesh_transport::EventKind::Unreachable,
+            } if s == session => self.links.push(("unreachable", self.last_seq)),
+            ServerMsg::Event {
+                session: s,
+                event: termesh_transport::EventKind::Reachable,
+            } if s == session => self.links.push(("reachable", self.last_seq)),
             _ => {}
         }
+    }
+
+    /// Whether the last link event was `kind`.
+    pub fn link_is(&self, kind: &str) -> bool {
+        self.links.last().is_some_and(|l| l.0 == kind)
     }
 
     /// Whether a quarter window was consumed since the last ack.
@@ -291,6 +306,15 @@ pub async fn subscribe(
         bail!("expected subscribed, got {reply:?}");
     }
     Ok(reply)
+}
+
+/// `1\n2\n...n\n`, what `seq 1 n` prints.
+pub fn numbered_lines(n: u64) -> Vec<u8> {
+    let mut out = Vec::new();
+    for i in 1..=n {
+        out.extend_from_slice(format!("{i}\n").as_bytes());
+    }
+    out
 }
 
 /// `n` random byte offsets below `len`, sorted, where a test drops its

@@ -97,6 +97,8 @@ impl Drop for Hosts {
 
 #[derive(Default)]
 struct Impairment {
+    loss: f64,
+    delay: Duration,
     partitioned: AtomicBool,
     passed: AtomicU64,
     dropped: AtomicU64,
@@ -124,56 +126,46 @@ impl UdpImpair {
         let back = Arc::new(UdpSocket::bind((back_ip, 0)).await.expect("bind back"));
         back.connect(upstream).await.expect("connect upstream");
         let addr = front.local_addr().unwrap();
-        let state = Arc::new(Impairment::default());
+        let state = Arc::new(Impairment {
+            loss,
+            delay,
+            ..Default::default()
+        });
         let client: Arc<Mutex<Option<SocketAddr>>> = Arc::default();
         let seed: u64 = rand::random();
         println!("relay {addr} -> {upstream}: delay {delay:?} each way, loss {loss}, seed {seed}");
-        let (to_back, from_front) = mpsc::unbounded_channel::<(Instant, Vec<u8>)>();
-        let (to_front, from_back) = mpsc::unbounded_channel::<(Instant, Vec<u8>)>();
-        let mut tasks = Vec::new();
-        // Front to back.
-        let (sock, st, seen) = (front.clone(), state.clone(), client.clone());
-        tasks.push(tokio::spawn(async move {
-            let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-            let mut buf = vec![0u8; 65536];
-            while let Ok((n, from)) = sock.recv_from(&mut buf).await {
-                *seen.lock().unwrap() = Some(from);
-                if st.partitioned.load(Ordering::SeqCst) || rng.gen_bool(loss) {
-                    st.dropped.fetch_add(1, Ordering::Relaxed);
-                    continue;
+        let (to_back, from_front) = mpsc::unbounded_channel();
+        let (to_front, from_back) = mpsc::unbounded_channel();
+        let tasks = vec![
+            tokio::spawn(impair(
+                front.clone(),
+                state.clone(),
+                seed,
+                to_back,
+                Some(client.clone()),
+            )),
+            tokio::spawn(impair(
+                back.clone(),
+                state.clone(),
+                seed ^ 0x5555,
+                to_front,
+                None,
+            )),
+            tokio::spawn(deliver(from_front, move |d| {
+                let back = back.clone();
+                async move {
+                    let _ = back.send(&d).await;
                 }
-                st.passed.fetch_add(1, Ordering::Relaxed);
-                let _ = to_back.send((Instant::now() + delay, buf[..n].to_vec()));
-            }
-        }));
-        // Back to front.
-        let (sock, st) = (back.clone(), state.clone());
-        tasks.push(tokio::spawn(async move {
-            let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ 0x5555);
-            let mut buf = vec![0u8; 65536];
-            while let Ok(n) = sock.recv(&mut buf).await {
-                if st.partitioned.load(Ordering::SeqCst) || rng.gen_bool(loss) {
-                    st.dropped.fetch_add(1, Ordering::Relaxed);
-                    continue;
+            })),
+            tokio::spawn(deliver(from_back, move |d| {
+                let (front, client) = (front.clone(), *client.lock().unwrap());
+                async move {
+                    if let Some(to) = client {
+                        let _ = front.send_to(&d, to).await;
+                    }
                 }
-                st.passed.fetch_add(1, Ordering::Relaxed);
-                let _ = to_front.send((Instant::now() + delay, buf[..n].to_vec()));
-            }
-        }));
-        tasks.push(tokio::spawn(deliver(from_front, move |d| {
-            let back = back.clone();
-            async move {
-                let _ = back.send(&d).await;
-            }
-        })));
-        tasks.push(tokio::spawn(deliver(from_back, move |d| {
-            let (front, client) = (front.clone(), *client.lock().unwrap());
-            async move {
-                if let Some(to) = client {
-                    let _ = front.send_to(&d, to).await;
-                }
-            }
-        })));
+            })),
+        ];
         UdpImpair { addr, state, tasks }
     }
 
@@ -191,6 +183,33 @@ impl UdpImpair {
     }
 }
 
+type Queue = mpsc::UnboundedSender<(Instant, Vec<u8>)>;
+
+/// One direction's intake: each datagram `sock` receives is dropped (while
+/// partitioned, or with the state's `loss` probability) or queued to leave
+/// after its `delay`; `sender` remembers who sent last (where replies go).
+async fn impair(
+    sock: Arc<UdpSocket>,
+    state: Arc<Impairment>,
+    seed: u64,
+    queue: Queue,
+    sender: Option<Arc<Mutex<Option<SocketAddr>>>>,
+) {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut buf = vec![0u8; 65536];
+    while let Ok((n, from)) = sock.recv_from(&mut buf).await {
+        if let Some(sender) = &sender {
+            *sender.lock().unwrap() = Some(from);
+        }
+        if state.partitioned.load(Ordering::SeqCst) || rng.gen_bool(state.loss) {
+            state.dropped.fetch_add(1, Ordering::Relaxed);
+            continue;
+        }
+        state.passed.fetch_add(1, Ordering::Relaxed);
+        let _ = queue.send((Instant::now() + state.delay, buf[..n].to_vec()));
+    }
+}
+
 /// Sends each queued datagram once its time has come, in order.
 async fn deliver<F, Fut>(mut queue: mpsc::UnboundedReceiver<(Instant, Vec<u8>)>, send: F)
 where
@@ -198,6 +217,7 @@ where
     Fut: std::future::Future<Output = ()>,
 {
     while let Some((at, data)) = queue.recv().await {
+        // The delay is the impairment: the datagram is held until then.
         tokio::time::sleep_until(at).await;
         send(data).await;
     }

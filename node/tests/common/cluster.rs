@@ -275,7 +275,8 @@ pub async fn type_line(cluster: &Cluster, via: usize, session: &str, line: &str)
     })
     .await
     .unwrap();
-    // Answered after the input was handled (forwarded in order).
+    // Answered after the input was handled here (queued to the owner's
+    // link when the session is remote), so closing then loses nothing.
     let _ = c.request(|id| ClientMsg::List { id }).await;
     c.close().await;
 }

@@ -251,7 +251,7 @@ pub async fn answer_later(node: NodeCtx, msg: ClientMsg) -> ServerMsg {
         }
         ClientMsg::History { id, session, limit } => match limit {
             Some(limit) => node
-                .raw_tail(&session, limit.min(usize::MAX as u64) as usize)
+                .raw_tail(&session, crate::connection::raw_limit(limit))
                 .await
                 .map(|tail| ServerMsg::History {
                     id,
@@ -315,5 +315,7 @@ pub async fn answer_later(node: NodeCtx, msg: ClientMsg) -> ServerMsg {
         }
         _ => unreachable!("sorted above"),
     };
-    result.unwrap_or_else(|e| e.to_message(Some(id), session))
+    // Bounded here too, so a forwarded reply is the same on every node
+    // and never too big for the link.
+    result.map_or_else(|e| e.to_message(Some(id), session), ServerMsg::bounded)
 }

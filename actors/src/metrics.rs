@@ -23,9 +23,26 @@ pub struct Metrics {
     pub store_lost_bytes: AtomicU64,
     /// The store's size on disk, as of its last vacuum (or start).
     pub store_bytes: AtomicU64,
+    /// Why the store's last write failed, while it fails (`/healthz` says
+    /// so); cleared by the next write that works.
+    pub store_error: std::sync::Mutex<Option<String>>,
 }
 
 impl Metrics {
+    /// The store's state after a write: `Err` marks it failing.
+    pub fn store_wrote(&self, result: Result<(), String>) {
+        let mut e = self.store_error.lock().unwrap_or_else(|p| p.into_inner());
+        *e = result.err();
+    }
+
+    /// Why the store fails, while it does.
+    pub fn store_failure(&self) -> Option<String> {
+        self.store_error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
     pub fn add(counter: &AtomicU64, n: u64) {
         counter.fetch_add(n, Ordering::Relaxed);
     }

@@ -20,6 +20,9 @@ use crate::session::{
     Tag,
 };
 
+/// How long a create waits for every up peer to list the new session.
+const DIRECTORY_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Bytes of events one `events` reply holds at most (hook payloads can be
 /// large; a forwarded reply must fit a peer frame).
 const EVENTS_REPLY_BYTES: usize = 2 << 20;
@@ -195,11 +198,39 @@ impl NodeCtx {
             .map_err(|_| gone(id))
     }
 
+    /// Creates a session here; answers once every peer whose link is up
+    /// lists it too (PROTOCOL.md section 13), or after `DIRECTORY_WAIT`.
     pub async fn create(&self, req: CreateRequest) -> Result<SessionInfo, ApiError> {
-        self.registry
+        let info = self
+            .registry
             .send(Create(req))
             .await
-            .map_err(|_| ApiError::new(ErrorCode::Internal, "the registry is not running"))?
+            .map_err(|_| ApiError::new(ErrorCode::Internal, "the registry is not running"))??;
+        self.peers_have_directory().await;
+        Ok(info)
+    }
+
+    /// Waits (bounded) until every up peer has applied this node's
+    /// directory changes so far. A peer that does not answer in time is
+    /// not waited for: its link is failing, and the breaker deals with it.
+    async fn peers_have_directory(&self) {
+        let waits: Vec<_> = self
+            .peers
+            .all()
+            .into_iter()
+            .filter(|p| p.stats.state.load(std::sync::atomic::Ordering::Relaxed) == crate::peer::UP)
+            .map(|p| {
+                let (tx, rx) = tokio::sync::oneshot::channel();
+                p.addr.do_send(crate::peer::Barrier(tx));
+                rx
+            })
+            .collect();
+        let all = async {
+            for rx in waits {
+                let _ = rx.await;
+            }
+        };
+        let _ = tokio::time::timeout(DIRECTORY_WAIT, all).await;
     }
 
     pub async fn remove(&self, id: &str, purge: bool) -> Result<(), ApiError> {

@@ -231,7 +231,7 @@ impl Handler<Deliver> for RawActor {
                 }));
                 ctx.stop();
             }
-            Delivery::Failed { message } => {
+            Delivery::Failed { message, .. } => {
                 tracing::error!(session = %self.id, "raw client closed: {message}");
                 ctx.close(Some(CloseReason {
                     code: CloseCode::Error,

@@ -47,6 +47,10 @@ pub struct Ring {
     /// seq is being computed and its successors must survive it). The owner
     /// stops pushing when `over_bounds()` instead.
     pin: Option<u64>,
+    /// The frames held end before `last_seq`: the seqs between were skipped
+    /// (`skip_to`), so no replay crosses them; the frames stay for the
+    /// screen until the next push.
+    gap: bool,
 }
 
 impl Ring {
@@ -59,6 +63,7 @@ impl Ring {
             last_seq: 0,
             end_offset: 0,
             pin: None,
+            gap: false,
         }
     }
 
@@ -84,11 +89,28 @@ impl Ring {
     pub fn jump_to(&mut self, seq: u64) {
         self.frames.clear();
         self.bytes = 0;
+        self.gap = false;
+        self.last_seq = seq;
+    }
+
+    /// Continues after `seq` (above `last_seq`), keeping the frames held
+    /// for the screen: a restarted node skips the seqs it may have sent
+    /// unstored. No replay crosses the skip; the next push drops them.
+    pub fn skip_to(&mut self, seq: u64) {
+        if seq <= self.last_seq {
+            return;
+        }
+        self.gap = !self.frames.is_empty();
         self.last_seq = seq;
     }
 
     /// Assigns the next seq to `data`, stores it and evicts what no longer fits.
     pub fn push(&mut self, data: Bytes) -> Frame {
+        if self.gap {
+            self.frames.clear();
+            self.bytes = 0;
+            self.gap = false;
+        }
         self.last_seq += 1;
         self.end_offset += data.len() as u64;
         let frame = Frame {
@@ -159,6 +181,28 @@ impl Ring {
         self.frames.front().map_or(self.last_seq + 1, |f| f.seq)
     }
 
+    /// First seq a replay can start at (`oldest_seq`, or `last_seq + 1`
+    /// while the frames held end before a skip).
+    pub fn first_resumable(&self) -> u64 {
+        if self.gap {
+            self.last_seq + 1
+        } else {
+            self.oldest_seq()
+        }
+    }
+
+    /// The frames held after `after`, in order, a skip or not (for the
+    /// screen model, which stands at `last_seq` after them).
+    pub fn held_after(&self, after: u64) -> impl Iterator<Item = &Frame> + '_ {
+        let skip = self
+            .frames
+            .front()
+            .map_or(0, |f| after.saturating_add(1).saturating_sub(f.seq));
+        self.frames
+            .iter()
+            .skip(usize::try_from(skip).unwrap_or(usize::MAX))
+    }
+
     pub fn end_offset(&self) -> u64 {
         self.end_offset
     }
@@ -190,7 +234,7 @@ impl Ring {
             return Some(frame.end_offset);
         }
         // The frame just before the oldest: its end is the oldest's start.
-        self.get(seq + 1).map(Frame::start_offset)
+        self.get(seq.checked_add(1)?).map(Frame::start_offset)
     }
 
     /// The frames after `after`, in order, or `TooOld` when some of them
@@ -199,7 +243,10 @@ impl Ring {
         let too_old = TooOld {
             last_seq: self.last_seq,
         };
-        if after > self.last_seq || after + 1 < self.oldest_seq() {
+        if after > self.last_seq
+            || after + 1 < self.oldest_seq()
+            || (self.gap && after < self.last_seq)
+        {
             return Err(too_old);
         }
         let skip = (after + 1 - self.oldest_seq()) as usize;
@@ -219,6 +266,39 @@ mod tests {
 
     fn b(n: usize) -> Bytes {
         Bytes::from(vec![b'x'; n])
+    }
+
+    #[test]
+    fn a_skip_keeps_the_frames_for_the_screen_but_no_replay_crosses_it() {
+        let mut r = Ring::new(100, 10);
+        r.push(b(1));
+        r.push(b(1));
+        r.skip_to(10);
+        assert_eq!(r.last_seq(), 10);
+        assert_eq!(r.held_after(0).map(|f| f.seq).collect::<Vec<_>>(), [1, 2]);
+        assert_eq!(r.held_after(1).map(|f| f.seq).collect::<Vec<_>>(), [2]);
+        for after in [0, 1, 2, 9] {
+            assert!(r.replay_from(after).is_err(), "{after}");
+        }
+        assert_eq!(r.replay_from(10).unwrap().count(), 0);
+        assert_eq!(r.first_resumable(), 11);
+        assert!(r.get(3).is_none());
+        // The next frame follows the skip; the old ones go.
+        assert_eq!(r.push(b(1)).seq, 11);
+        assert_eq!(r.replay_from(10).unwrap().count(), 1);
+        assert_eq!(r.oldest_seq(), 11);
+        // Never back.
+        r.skip_to(5);
+        assert_eq!(r.last_seq(), 11);
+    }
+
+    #[test]
+    fn the_largest_seq_is_too_old_not_an_overflow() {
+        let mut r = Ring::new(100, 10);
+        r.push(b(3));
+        assert_eq!(r.offset_after(u64::MAX), None);
+        assert!(r.replay_from(u64::MAX).is_err());
+        assert!(r.get(u64::MAX).is_none());
     }
 
     #[test]

@@ -131,6 +131,16 @@ impl ScreenModel {
         self.apply_marks(marks, self.seq);
     }
 
+    /// Stands at `seq` without frames for the seqs before it: they were
+    /// skipped (a node that crashed gave them out unstored), so the screen
+    /// is the last one known.
+    pub fn reach(&mut self, seq: u64, marks: &[ResizeMark]) {
+        if seq > self.seq {
+            self.seq = seq;
+            self.apply_marks(marks, seq);
+        }
+    }
+
     fn apply_marks(&mut self, marks: &[ResizeMark], through_seq: u64) {
         for mark in marks {
             if mark.id > self.resize_id && mark.after_seq <= through_seq {

@@ -247,6 +247,66 @@ pub struct StoredFrame {
 /// Most events one `events` reply carries.
 pub const MAX_EVENTS: u64 = 1_000;
 
+/// The largest reply (snapshot, history, events, stored output) any node
+/// gives, in payload bytes (`ServerMsg::payload_len`), whichever node the
+/// client is connected to: a raw `history{limit}` is cut to it (the newest
+/// bytes), anything else over it is answered `too_large` (PROTOCOL.md
+/// section 13). The peer link's frame bound is above it.
+pub const MAX_REPLY: usize = 8 << 20;
+
+impl ServerMsg {
+    /// The bytes a reply carries beyond its fixed fields: what
+    /// [`MAX_REPLY`] bounds (an estimate within a few bytes per item).
+    pub fn payload_len(&self) -> usize {
+        const PER_ITEM: usize = 16;
+        match self {
+            ServerMsg::Snapshot { data, .. } | ServerMsg::Output { data, .. } => data.len(),
+            ServerMsg::History { lines, data, .. } => {
+                lines
+                    .iter()
+                    .flatten()
+                    .map(|l| l.len() + PER_ITEM)
+                    .sum::<usize>()
+                    + data.as_ref().map_or(0, Vec::len)
+            }
+            ServerMsg::Events { events, .. } => {
+                events.iter().map(|e| e.to_string().len() + PER_ITEM).sum()
+            }
+            ServerMsg::StoredOutput { frames, .. } => {
+                frames.iter().map(|f| f.data.len() + PER_ITEM).sum()
+            }
+            ServerMsg::Sessions { sessions, .. } => sessions.len() * 256,
+            _ => 0,
+        }
+    }
+
+    /// This reply, or `too_large` in its place when it is over
+    /// [`MAX_REPLY`]: the one bound every path applies.
+    pub fn bounded(self) -> ServerMsg {
+        let len = self.payload_len();
+        if len <= MAX_REPLY {
+            return self;
+        }
+        let (id, session) = match &self {
+            ServerMsg::Snapshot { id, session, .. } => (*id, Some(session.clone())),
+            ServerMsg::History { id, session, .. }
+            | ServerMsg::Events { id, session, .. }
+            | ServerMsg::StoredOutput { id, session, .. } => (Some(*id), Some(session.clone())),
+            ServerMsg::Sessions { id, .. } => (Some(*id), None),
+            _ => (None, None),
+        };
+        ServerMsg::Error {
+            id,
+            session,
+            code: ErrorCode::TooLarge,
+            message: format!(
+                "the reply would be {len} bytes, over the {MAX_REPLY}-byte bound: \
+                 ask for less (a smaller scrollback or limit)"
+            ),
+        }
+    }
+}
+
 /// Status of a session in `SessionInfo.status`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -306,6 +366,9 @@ pub enum EventKind {
     },
     Unreachable,
     Reachable,
+    /// The session's program did not survive its node's restart (or
+    /// crash): its status is `lost`; its history and screen remain.
+    Lost,
 }
 
 /// A message from the server. Replies carry the request's `id`.

@@ -91,12 +91,12 @@ impl Handler<Deliver> for ConnectionActor {
                     message: format!("session `{}` was removed", msg.session),
                 }
             }
-            Delivery::Failed { message } => {
+            Delivery::Failed { code, message } => {
                 self.subs.remove(&*msg.session);
                 ServerMsg::Error {
                     id: None,
                     session: Some(session()),
-                    code: termesh_transport::ErrorCode::Internal,
+                    code,
                     message,
                 }
             }

@@ -31,6 +31,7 @@ use crate::tokens::HeldToken;
 use crate::watch::WatchQueue;
 
 pub use deliver::CloseConnection;
+pub use requests::raw_limit;
 
 /// Close code for "not authenticated in time".
 pub const CLOSE_UNAUTHENTICATED: u16 = 4401;

@@ -143,14 +143,15 @@ impl ConnectionActor {
     }
 
     /// Sends a request about another node's session (or a create for
-    /// another node) to that node, and relays its answer.
-    fn forward(&mut self, owner: String, msg: ClientMsg, ctx: &mut Ctx) {
+    /// another node) to that node, and relays its answer (`slot`: it holds
+    /// a screen slot, released with the answer).
+    fn forward(&mut self, owner: String, msg: ClientMsg, slot: bool, ctx: &mut Ctx) {
         let (id, session) = ids(&msg);
         let answer = self
             .node
             .forward(&owner, msg, termesh_transport::peer::HOP_BUDGET - 1);
         match id {
-            Some(id) => self.reply_async(ctx, id, session, answer),
+            Some(id) => self.spawn_reply(ctx, id, session, answer, slot),
             // Input and resize: only an error is worth a message.
             None => {
                 ctx.spawn(answer.into_actor(self).map(move |answer, act, ctx| {
@@ -188,9 +189,28 @@ impl ConnectionActor {
         })
     }
 
+    /// Routes a request; screens and histories take a slot first, wherever
+    /// they are answered (a remote session's too).
     fn route(&mut self, msg: ClientMsg, ctx: &mut Ctx) -> Result<(), ApiError> {
+        let slot = matches!(msg, ClientMsg::Screen { .. } | ClientMsg::History { .. });
+        if slot {
+            self.take_screen_slot()?;
+        }
+        let routed = self.route_with_slot(msg, slot, ctx);
+        if routed.is_err() && slot {
+            self.screens_in_flight -= 1;
+        }
+        routed
+    }
+
+    fn route_with_slot(
+        &mut self,
+        msg: ClientMsg,
+        slot: bool,
+        ctx: &mut Ctx,
+    ) -> Result<(), ApiError> {
         if let Some(owner) = self.owner_of(&msg)? {
-            self.forward(owner, msg, ctx);
+            self.forward(owner, msg, slot, ctx);
             return Ok(());
         }
         match msg {
@@ -281,7 +301,6 @@ impl ConnectionActor {
                 session,
                 scrollback,
             } => {
-                self.take_screen_slot()?;
                 let node = self.node.clone();
                 let scrollback = scrollback.unwrap_or(0) as usize;
                 self.reply_screen(ctx, id, Some(session.clone()), async move {
@@ -304,14 +323,11 @@ impl ConnectionActor {
                 });
             }
             ClientMsg::History { id, session, limit } => {
-                self.take_screen_slot()?;
                 let node = self.node.clone();
                 self.reply_screen(ctx, id, Some(session.clone()), async move {
                     match limit {
                         Some(limit) => {
-                            let tail = node
-                                .raw_tail(&session, limit.min(usize::MAX as u64) as usize)
-                                .await?;
+                            let tail = node.raw_tail(&session, raw_limit(limit)).await?;
                             Ok(ServerMsg::History {
                                 id,
                                 session,
@@ -413,11 +429,17 @@ impl ConnectionActor {
                 act.screens_in_flight -= 1;
             }
             match result {
-                Ok(msg) => act.send(ctx, &msg),
+                Ok(msg) => act.send(ctx, &msg.bounded()),
                 Err(err) => act.send_error(ctx, Some(id), session, err),
             }
         }));
     }
+}
+
+/// The bytes a raw `history{limit}` returns: the newest `limit`, at most
+/// a reply's bound.
+pub fn raw_limit(limit: u64) -> usize {
+    limit.min(termesh_transport::MAX_REPLY as u64) as usize
 }
 
 fn not_subscribed(session: &str) -> ApiError {

@@ -30,6 +30,10 @@ pub use upstream::{FromOwner, ToOwner};
 /// Output the owner may send a mirror ahead of its acks.
 pub const MIRROR_WINDOW: u64 = 2 << 20;
 
+/// How long a mirror that left the node's map still answers subscribes
+/// sent to it just before (they found it in the map).
+const LEAVE_GRACE: Duration = Duration::from_secs(1);
+
 /// How a node's mirrors are sized.
 #[derive(Debug, Clone)]
 pub struct MirrorSettings {
@@ -67,6 +71,18 @@ impl Mirrors {
         let addr = make().start();
         map.insert(Arc::from(id), addr.clone());
         addr
+    }
+
+    /// Puts a leaving mirror back, unless another took its place.
+    fn reclaim(&self, id: &str, addr: &Addr<MirrorActor>) -> bool {
+        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        match map.get(id) {
+            Some(other) if other != addr && other.connected() => false,
+            _ => {
+                map.insert(Arc::from(id), addr.clone());
+                true
+            }
+        }
     }
 
     fn remove(&self, id: &str, addr: &Addr<MirrorActor>) {
@@ -112,6 +128,8 @@ pub struct MirrorActor {
     snapshots_waiting: Vec<SnapshotWanted>,
     /// Since when no subscriber is here.
     empty_since: Option<Instant>,
+    /// Out of the node's map after its linger, stopping after a grace.
+    leaving: bool,
     mirrors: Mirrors,
 }
 
@@ -135,6 +153,7 @@ impl MirrorActor {
             ack_scheduled: false,
             snapshots_waiting: Vec::new(),
             empty_since: None,
+            leaving: false,
         }
     }
 
@@ -182,7 +201,15 @@ impl MirrorActor {
             }
         }
         let (sub, from_seq) = (msg.sub, msg.from_seq);
-        publisher.subscribe(msg.into(), self.size);
+        let viewer = msg.kind == crate::publisher::Kind::Viewer;
+        let done = publisher.subscribe(msg.into(), self.size);
+        if done.resumed && viewer && self.link == Link::Live {
+            // As at the owner (PROTOCOL.md section 7): in-place programs
+            // redraw after a resume.
+            self.peer.do_send(ToOwner::Repaint {
+                session: self.id.clone(),
+            });
+        }
         if self.told_unreachable {
             publisher.send_to(sub, Delivery::Event(EventKind::Unreachable));
         }
@@ -219,12 +246,18 @@ impl MirrorActor {
             return;
         }
         if let (DataMsg::Closed { removed, .. }, None) = (&msg, &self.publisher) {
-            // Gone at the owner before this mirror's first subscription.
+            // Gone at the owner before this mirror's first subscription
+            // (removed), or the owner is stopping (out of reach for now).
+            let item = if *removed {
+                Delivery::Closed { removed: true }
+            } else {
+                self.unavailable()
+            };
             for sub in self.pending.drain(..) {
                 sub.sink.do_send(crate::session::Deliver {
                     sub: sub.sub,
                     session: self.id.clone(),
-                    item: Delivery::Closed { removed: *removed },
+                    item: item.clone(),
                 });
             }
             ctx.stop();
@@ -257,36 +290,54 @@ impl MirrorActor {
         match msg {
             DataMsg::Output { seq, data, .. } => {
                 let len = data.len() as u64;
-                match publisher.push_at(seq, data.into()) {
+                if publisher.is_finished() {
+                    // Output after the end: the owner revived the session.
+                    publisher.resume();
+                }
+                let data = bytes::Bytes::from(data);
+                match publisher.push_at(seq, data.clone()) {
                     Ok(_) => {}
                     // Sent twice (a subscription that overlapped the last).
                     Err(expected) if seq < expected => return,
                     Err(expected) => {
+                        // Subscribers that needed the missing frames
+                        // resync; the frame itself is kept.
                         tracing::warn!(session = %self.id, seq, expected, "mirror: a hole in the owner's output; resyncing");
                         publisher.jump(seq - 1);
-                        let _ = publisher.push_at(seq, Default::default());
+                        let _ = publisher.push_at(seq, data);
                     }
                 }
                 self.unacked += len;
                 self.ack_later(ctx);
             }
             DataMsg::Resync { last_seq, .. } => {
+                if last_seq < publisher.last_seq() {
+                    // Seqs never go back (PROTOCOL.md section 4): an owner
+                    // that says so is wrong, and its older seqs are not
+                    // taken as new ones.
+                    tracing::error!(session = %self.id, last_seq, ours = publisher.last_seq(), "mirror: the owner resynced below this mirror's seqs; ignored");
+                    return;
+                }
                 publisher.jump(last_seq);
                 self.unacked += 1;
                 self.ack_later(ctx);
             }
             DataMsg::Event { event, .. } => match event {
-                EventKind::Exited { .. } => publisher.finish(event),
+                EventKind::Exited { .. } | EventKind::Lost => publisher.finish(event),
                 EventKind::Resized { cols, rows } => {
                     self.size = (cols, rows);
                     publisher.broadcast(Delivery::Event(event));
                 }
                 other => publisher.broadcast(Delivery::Event(other)),
             },
-            DataMsg::Closed { removed, .. } => {
-                publisher.broadcast(Delivery::Closed { removed });
+            DataMsg::Closed { removed: true, .. } => {
+                publisher.broadcast(Delivery::Closed { removed: true });
                 ctx.stop();
             }
+            // The owner is stopping: for viewers here that is a link loss
+            // (PROTOCOL.md section 13), and the mirror subscribes again
+            // when the owner is back.
+            DataMsg::Closed { removed: false, .. } => self.owner_away(),
             DataMsg::Subscribed { .. } => {}
         }
     }
@@ -336,11 +387,39 @@ impl MirrorActor {
             }
             return;
         }
+        if self.publisher.is_none() {
+            // Nothing to keep yet: the subscribers waiting for the first
+            // subscription are answered now (PROTOCOL.md section 13).
+            let item = self.unavailable();
+            for sub in self.pending.drain(..) {
+                sub.sink.do_send(crate::session::Deliver {
+                    sub: sub.sub,
+                    session: self.id.clone(),
+                    item: item.clone(),
+                });
+            }
+            ctx.stop();
+            return;
+        }
+        self.owner_away();
+    }
+
+    /// The owner is out of reach (link down, or stopping): the ring is
+    /// kept, subscribers are told `unreachable` once, and the mirror waits
+    /// for the link to come back.
+    fn owner_away(&mut self) {
         self.link = Link::Down;
         self.held.clear();
         if self.publisher.is_some() && !self.told_unreachable {
             self.told_unreachable = true;
             self.broadcast(Delivery::Event(EventKind::Unreachable));
+        }
+    }
+
+    fn unavailable(&self) -> Delivery {
+        Delivery::Failed {
+            code: termesh_transport::ErrorCode::Unavailable,
+            message: unreachable_node(&self.owner).to_string(),
         }
     }
 
@@ -392,6 +471,20 @@ impl MirrorActor {
         ctx.run_later(linger, move |act, ctx| {
             if act.empty_since.is_some_and(|t| t.elapsed() >= linger) {
                 tracing::debug!(session = %act.id, "mirror: no subscriber for {linger:?}, going");
+                act.leave(ctx);
+            }
+        });
+    }
+
+    /// Goes after its linger: first out of the node's map, so no new
+    /// subscriber is sent here; a subscribe already on its way meanwhile
+    /// keeps the mirror (back in the map if no other took its place, else
+    /// answered `unavailable` so the client subscribes again).
+    fn leave(&mut self, ctx: &mut Context<Self>) {
+        self.leaving = true;
+        self.mirrors.remove(&self.id, &ctx.address());
+        ctx.run_later(LEAVE_GRACE, |act, ctx| {
+            if act.leaving {
                 ctx.stop();
             }
         });
@@ -411,13 +504,12 @@ impl Actor for MirrorActor {
         if let Some(p) = self.publisher.as_mut() {
             p.clear();
         }
+        let item = self.unavailable();
         for sub in self.pending.drain(..) {
             sub.sink.do_send(crate::session::Deliver {
                 sub: sub.sub,
                 session: self.id.clone(),
-                item: Delivery::Failed {
-                    message: unreachable_node(&self.owner).to_string(),
-                },
+                item: item.clone(),
             });
         }
         self.peer.do_send(ToOwner::End {
@@ -431,6 +523,17 @@ impl Handler<Subscribe> for MirrorActor {
     type Result = ();
 
     fn handle(&mut self, msg: Subscribe, ctx: &mut Context<Self>) {
+        if self.leaving {
+            if !self.mirrors.reclaim(&self.id, &ctx.address()) {
+                msg.sink.do_send(crate::session::Deliver {
+                    sub: msg.sub,
+                    session: self.id.clone(),
+                    item: self.unavailable(),
+                });
+                return;
+            }
+            self.leaving = false;
+        }
         self.subscribe(msg, ctx);
     }
 }

@@ -41,6 +41,8 @@ pub enum ToOwner {
     Ack { session: Arc<str>, seq: u64 },
     /// The mirror is gone.
     End { session: Arc<str> },
+    /// A client resumed here: the owner's program repaints.
+    Repaint { session: Arc<str> },
 }
 
 /// A snapshot request that failed for want of the link is asked again

@@ -10,6 +10,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use actix::Recipient;
+use futures_util::stream::{FuturesUnordered, StreamExt};
 use termesh_transport::peer::tls::{peer_chain, Identity};
 use termesh_transport::peer::{frame, DataMsg, PeerMsg, PEER_PROTO};
 use tokio::sync::mpsc;
@@ -23,6 +24,8 @@ pub enum LinkEvent {
     Up {
         out: mpsc::UnboundedSender<PeerMsg>,
         data: mpsc::UnboundedSender<DataMsg>,
+        /// Large replies, each on a stream of its own.
+        replies: mpsc::UnboundedSender<PeerMsg>,
         boot: String,
     },
     Msg(PeerMsg),
@@ -59,6 +62,13 @@ const FIRST_RETRY: Duration = Duration::from_millis(200);
 const MAX_RETRY: Duration = Duration::from_secs(5);
 /// A link that stayed up this long resets the backoff.
 const HEALTHY: Duration = Duration::from_secs(10);
+/// The first byte of every unidirectional stream says what it carries:
+/// the sender's data stream (one per link), or one reply.
+const DATA_STREAM: u8 = 0;
+const REPLY_STREAM: u8 = 1;
+/// Replies being written at once on one link; more wait their turn (each
+/// is bounded by `MAX_REPLY`, so this bounds what the link buffers).
+const REPLY_STREAMS: usize = 8;
 
 /// The running mesh; dropping it closes the endpoint and stops the thread.
 pub struct Mesh {
@@ -287,8 +297,14 @@ async fn serve(
     };
     let (out, mut outgoing) = mpsc::unbounded_channel::<PeerMsg>();
     let (data, mut data_outgoing) = mpsc::unbounded_channel::<DataMsg>();
+    let (replies, mut replies_outgoing) = mpsc::unbounded_channel::<PeerMsg>();
     let _counted = Counted::new(&peer.stats, &conn);
-    peer.sink.do_send(LinkEvent::Up { out, data, boot });
+    peer.sink.do_send(LinkEvent::Up {
+        out,
+        data,
+        replies,
+        boot,
+    });
     let writer = async {
         while let Some(msg) = outgoing.recv().await {
             frame::write(&mut send, &msg)
@@ -315,6 +331,9 @@ async fn serve(
             .await
             .map_err(|e| format!("data stream: {e}"))?;
         let _ = send.set_priority(0);
+        send.write_all(&[DATA_STREAM])
+            .await
+            .map_err(|e| format!("data stream: {e}"))?;
         while let Some(msg) = data_outgoing.recv().await {
             frame::write(&mut send, &msg)
                 .await
@@ -322,16 +341,34 @@ async fn serve(
         }
         Ok::<(), String>(())
     };
-    let data_reader = async {
-        let mut recv = match conn.accept_uni().await {
-            Ok(recv) => recv,
-            Err(e) => return format!("data stream: {e}"),
-        };
+    // Replies over a few KiB leave the control stream: each goes on a
+    // stream of its own, so a large one delays no keystroke or ack behind
+    // it, and a failed one fails alone.
+    let reply_writer = async {
+        let mut writing = FuturesUnordered::new();
         loop {
-            match frame::read::<_, DataMsg>(&mut recv).await {
-                Ok(Some(msg)) => peer.sink.do_send(LinkEvent::Data(msg)),
-                Ok(None) => return "the peer closed its data stream".to_string(),
-                Err(e) => return format!("data read: {e}"),
+            tokio::select! {
+                msg = replies_outgoing.recv(), if writing.len() < REPLY_STREAMS => match msg {
+                    Some(msg) => writing.push(write_reply(&conn, msg)),
+                    None => return Ok::<(), String>(()),
+                },
+                Some(done) = writing.next(), if !writing.is_empty() => done?,
+            }
+        }
+    };
+    let uni_reader = async {
+        let mut reading = FuturesUnordered::new();
+        loop {
+            tokio::select! {
+                recv = conn.accept_uni() => match recv {
+                    Ok(recv) => reading.push(read_uni(recv, &peer.sink)),
+                    Err(e) => return format!("incoming stream: {e}"),
+                },
+                Some(done) = reading.next(), if !reading.is_empty() => {
+                    if let Err(e) = done {
+                        return e;
+                    }
+                }
             }
         }
     };
@@ -339,11 +376,55 @@ async fn serve(
         r = writer => r.err().unwrap_or_else(|| "the link was dropped here".into()),
         r = reader => r,
         r = data_writer => r.err().unwrap_or_else(|| "the link was dropped here".into()),
-        r = data_reader => r,
+        r = reply_writer => r.err().unwrap_or_else(|| "the link was dropped here".into()),
+        r = uni_reader => r,
         e = conn.closed() => format!("connection lost: {e}"),
     };
     conn.close(0u32.into(), b"link ended");
     Err(reason)
+}
+
+/// Writes one reply on a stream of its own.
+async fn write_reply(conn: &quinn::Connection, msg: PeerMsg) -> Result<(), String> {
+    let mut send = conn
+        .open_uni()
+        .await
+        .map_err(|e| format!("reply stream: {e}"))?;
+    let _ = send.set_priority(0);
+    let mut bytes = vec![REPLY_STREAM];
+    bytes.extend(frame::encode(&msg).map_err(|e| format!("reply: {e}"))?);
+    send.write_all(&bytes)
+        .await
+        .map_err(|e| format!("reply write: {e}"))?;
+    let _ = send.finish();
+    Ok(())
+}
+
+/// Reads one incoming stream: the peer's data stream (until the link
+/// ends; its end is the link's), or one reply.
+async fn read_uni(mut recv: quinn::RecvStream, sink: &Recipient<LinkEvent>) -> Result<(), String> {
+    let mut kind = [0u8; 1];
+    recv.read_exact(&mut kind)
+        .await
+        .map_err(|e| format!("incoming stream: {e}"))?;
+    match kind[0] {
+        DATA_STREAM => loop {
+            match frame::read::<_, DataMsg>(&mut recv).await {
+                Ok(Some(msg)) => sink.do_send(LinkEvent::Data(msg)),
+                Ok(None) => return Err("the peer closed its data stream".into()),
+                Err(e) => return Err(format!("data read: {e}")),
+            }
+        },
+        REPLY_STREAM => match frame::read::<_, PeerMsg>(&mut recv).await {
+            Ok(Some(msg @ PeerMsg::Reply { .. })) => {
+                sink.do_send(LinkEvent::Msg(msg));
+                Ok(())
+            }
+            Ok(other) => Err(format!("a reply stream carried {other:?}")),
+            Err(e) => Err(format!("reply read: {e}")),
+        },
+        other => Err(format!("an incoming stream of unknown kind {other}")),
+    }
 }
 
 /// Counts a connection's bytes in the link's stats while it lives (also

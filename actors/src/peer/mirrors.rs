@@ -62,6 +62,15 @@ impl PeerActor {
         }
     }
 
+    /// A client resumed through the peer's mirror of `session`.
+    pub(super) fn mirror_repaint(&mut self, session: &str) {
+        if self.upstream.contains_key(session) {
+            if let Some(handle) = self.dir.get(session) {
+                handle.addr.do_send(crate::session::Repaint);
+            }
+        }
+    }
+
     pub(super) fn mirror_unsubscribe(&mut self, session: &str) {
         if let Some((sub, handle)) = self.upstream.remove(session) {
             handle.addr.do_send(Unsubscribe { sub });
@@ -164,6 +173,11 @@ impl Handler<ToOwner> for PeerActor {
                 self.send(termesh_transport::peer::PeerMsg::Ack {
                     session: session.to_string(),
                     seq,
+                });
+            }
+            ToOwner::Repaint { session } => {
+                self.send(termesh_transport::peer::PeerMsg::Repaint {
+                    session: session.to_string(),
                 });
             }
             ToOwner::End { session } => {

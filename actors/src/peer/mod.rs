@@ -135,6 +135,8 @@ pub struct PeerActor {
     out: Option<mpsc::UnboundedSender<PeerMsg>>,
     /// This side's data stream, while the link is up.
     data: Option<mpsc::UnboundedSender<DataMsg>>,
+    /// Large replies, each on a stream of its own, while the link is up.
+    replies: Option<mpsc::UnboundedSender<PeerMsg>>,
     /// This node's sessions the peer mirrors: the subscription of each.
     upstream: HashMap<String, (crate::session::SubId, crate::registry::SessionHandle)>,
     /// This node's mirrors of the peer's sessions.
@@ -153,6 +155,8 @@ pub struct PeerActor {
     node: Option<NodeCtx>,
     /// Requests sent to the peer, awaiting its reply.
     waiting: HashMap<u64, tokio::sync::oneshot::Sender<ServerMsg>>,
+    /// Barriers awaiting their pong, by ping nonce.
+    barriers: HashMap<u64, tokio::sync::oneshot::Sender<()>>,
     next_req: u64,
     breaker: breaker::Breaker,
     /// When the ping tick last ran (its lateness tells of this node's own stall).
@@ -198,6 +202,7 @@ impl PeerActor {
             me,
             out: None,
             data: None,
+            replies: None,
             upstream: HashMap::new(),
             mirrors: HashMap::new(),
             down_since: Some(Instant::now()),
@@ -211,6 +216,7 @@ impl PeerActor {
             stats,
             node: None,
             waiting: HashMap::new(),
+            barriers: HashMap::new(),
             next_req: 1,
             breaker: breaker::Breaker::default(),
             last_tick: ago(PING_EVERY),
@@ -244,6 +250,7 @@ impl PeerActor {
         &mut self,
         out: mpsc::UnboundedSender<PeerMsg>,
         data: mpsc::UnboundedSender<DataMsg>,
+        replies: mpsc::UnboundedSender<PeerMsg>,
         boot: String,
     ) {
         let restarted = self.boot.as_ref().is_some_and(|b| *b != boot);
@@ -255,6 +262,7 @@ impl PeerActor {
         );
         self.out = Some(out);
         self.data = Some(data);
+        self.replies = Some(replies);
         self.boot = Some(boot);
         self.down_since = None;
         self.stats.state.store(UP, Ordering::Relaxed);
@@ -275,6 +283,7 @@ impl PeerActor {
 
     fn on_down(&mut self, reason: String) {
         self.data = None;
+        self.replies = None;
         if self.out.take().is_some() {
             tracing::warn!(peer = %self.name, %reason, "peer link down");
             self.mirrors_link(false);
@@ -285,6 +294,7 @@ impl PeerActor {
             // Requests in flight get no answer now: their callers get
             // `unavailable` (the senders drop).
             self.waiting.clear();
+            self.barriers.clear();
             let shown = self.view.set_up(&self.name, false);
             self.tell_local(shown.into_iter().map(WatchEvent::Changed).collect());
         } else {
@@ -305,7 +315,7 @@ impl PeerActor {
             PeerMsg::Directory { sessions } => {
                 let sessions: Vec<_> = sessions
                     .into_iter()
-                    .filter(|s| s.node == self.name)
+                    .filter(|s| self.may_announce(s))
                     .collect();
                 let gone = self.view.replace(&self.name, sessions.clone());
                 let mut events: Vec<WatchEvent> =
@@ -313,7 +323,7 @@ impl PeerActor {
                 events.extend(sessions.into_iter().map(WatchEvent::Changed));
                 self.tell_local(events);
             }
-            PeerMsg::SessionChanged { session } if session.node == self.name => {
+            PeerMsg::SessionChanged { session } if self.may_announce(&session) => {
                 let id = session.id.clone();
                 self.view.upsert(&self.name, session);
                 if let Some(shown) = self.view.shown(&self.name, &id) {
@@ -332,6 +342,7 @@ impl PeerActor {
             } => self.mirror_subscribe(session, from_seq, window, ctx),
             PeerMsg::Ack { session, seq } => self.mirror_ack(&session, seq),
             PeerMsg::Unsubscribe { session } => self.mirror_unsubscribe(&session),
+            PeerMsg::Repaint { session } => self.mirror_repaint(&session),
             PeerMsg::Ping { nonce, .. } => {
                 let stall_ms = self
                     .node
@@ -344,6 +355,9 @@ impl PeerActor {
                     self.stats.peer_stall_ms.store(ms, Ordering::Relaxed);
                 }
                 self.on_answer();
+                if let Some(barrier) = self.barriers.remove(&nonce) {
+                    let _ = barrier.send(());
+                }
                 if let Some((sent, _)) = self.pings.remove(&nonce) {
                     let rtt = sent.elapsed().as_micros().max(1) as u64;
                     self.stats.rtt_us.store(rtt, Ordering::Relaxed);
@@ -353,6 +367,19 @@ impl PeerActor {
                 tracing::debug!(peer = %self.name, kind = other.kind(), "peer message not handled yet");
             }
         }
+    }
+
+    /// A peer tells only of sessions it owns: never one of this node's,
+    /// nor one another node already owns (ids are cluster-unique; the
+    /// first owner keeps it).
+    fn may_announce(&self, session: &termesh_transport::SessionInfo) -> bool {
+        let ok = session.node == self.name
+            && self.dir.get(&session.id).is_none()
+            && !self.view.claimed_by_other(&self.name, &session.id);
+        if !ok {
+            tracing::warn!(peer = %self.name, session = %session.id, node = %session.node, "a peer announced a session it does not own; ignored");
+        }
+        ok
     }
 
     fn stall_total(&self) -> Duration {
@@ -409,21 +436,35 @@ impl PeerActor {
                 termesh_transport::ErrorCode::Unavailable,
                 "this node is starting",
             );
-            self.send(PeerMsg::Reply {
-                req,
-                msg: err.to_message(None, None),
-            });
+            self.reply(req, err.to_message(None, None));
             return;
         };
         let _ = hops;
         if let Some(answer) = crate::forward::answer_now(&node, &msg) {
-            self.send(PeerMsg::Reply { req, msg: answer });
+            self.reply(req, answer);
             return;
         }
         let work = crate::forward::answer_later(node, msg);
         ctx.spawn(work.into_actor(self).map(move |answer, act, _| {
-            act.send(PeerMsg::Reply { req, msg: answer });
+            act.reply(req, answer);
         }));
+    }
+
+    /// Answers a forwarded request: small answers on the control stream,
+    /// in order with everything else; large ones on a stream of their own,
+    /// so they hold up nothing (ARCHITECTURE.md, "Request table and traffic
+    /// classes").
+    fn reply(&mut self, req: u64, msg: ServerMsg) {
+        let msg = PeerMsg::Reply {
+            req,
+            msg: msg.bounded(),
+        };
+        match &self.replies {
+            Some(replies) if reply_len(&msg) > SMALL_REPLY => {
+                let _ = replies.send(msg);
+            }
+            _ => self.send(msg),
+        }
     }
 
     fn ping(&mut self, _: &mut Context<Self>) {
@@ -493,8 +534,13 @@ impl Handler<LinkEvent> for PeerActor {
 
     fn handle(&mut self, event: LinkEvent, ctx: &mut Context<Self>) {
         match event {
-            LinkEvent::Up { out, data, boot } => {
-                self.on_up(out, data, boot);
+            LinkEvent::Up {
+                out,
+                data,
+                replies,
+                boot,
+            } => {
+                self.on_up(out, data, replies, boot);
                 // An RTT at once, not one ping interval later.
                 self.last_tick = ago(PING_EVERY);
                 self.ping(ctx);
@@ -545,6 +591,39 @@ impl Handler<WatchReady> for PeerActor {
 
     /// This node's sessions changed: tell the peer (when the link is up).
     fn handle(&mut self, _: WatchReady, _: &mut Context<Self>) {
+        self.tell_changes();
+    }
+}
+
+/// Answered once the peer has applied every change of this node's
+/// directory told so far: a ping sent after them, whose pong the peer
+/// sends after handling them (the control stream is in order). Dropped
+/// unanswered when the link is or goes down.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Barrier(pub tokio::sync::oneshot::Sender<()>);
+
+impl Handler<Barrier> for PeerActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: Barrier, _: &mut Context<Self>) {
+        if !self.link_open() {
+            return;
+        }
+        self.tell_changes();
+        let nonce = self.next_nonce;
+        self.next_nonce += 1;
+        self.barriers.insert(nonce, msg.0);
+        self.send(PeerMsg::Ping {
+            nonce,
+            stall_ms: None,
+        });
+    }
+}
+
+impl PeerActor {
+    /// Sends the peer this node's directory changes queued so far.
+    fn tell_changes(&mut self) {
         let events = self.watch.lock().map(|mut q| q.drain()).unwrap_or_default();
         if !self.link_open() {
             return;
@@ -559,6 +638,16 @@ impl Handler<WatchReady> for PeerActor {
             };
             self.send(msg);
         }
+    }
+}
+
+/// Replies larger than this leave the control stream.
+const SMALL_REPLY: usize = 4 << 10;
+
+fn reply_len(msg: &PeerMsg) -> usize {
+    match msg {
+        PeerMsg::Reply { msg, .. } => msg.payload_len(),
+        _ => 0,
     }
 }
 

@@ -80,6 +80,13 @@ impl ClusterView {
         map.get(node).map_or(0, |n| n.sessions.len())
     }
 
+    /// Whether a node other than `node` owns `id` as this view knows it.
+    pub fn claimed_by_other(&self, node: &str, id: &str) -> bool {
+        let map = self.0.read().unwrap_or_else(|p| p.into_inner());
+        map.iter()
+            .any(|(name, n)| name != node && n.sessions.contains_key(id))
+    }
+
     /// A remote session and whether its owner is reachable.
     pub fn get(&self, id: &str) -> Option<(SessionInfo, bool)> {
         let map = self.0.read().unwrap_or_else(|p| p.into_inner());

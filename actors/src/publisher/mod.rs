@@ -209,6 +209,14 @@ impl<S: Sink> Publisher<S> {
         Ok(frame)
     }
 
+    /// Continues after `seq`, keeping what the ring holds for the screen
+    /// (a restarted node skipping seqs it may have sent unstored):
+    /// subscribers that need a skipped seq resync.
+    pub fn skip_to(&mut self, seq: u64) {
+        self.ring.skip_to(seq);
+        self.after_push();
+    }
+
     /// The feed skipped to `seq` (the owner resynced a mirror): what the
     /// ring held is gone, and subscribers that needed it resync.
     pub fn jump(&mut self, seq: u64) {
@@ -276,7 +284,7 @@ impl<S: Sink> Publisher<S> {
         let subscribed = Delivery::Subscribed {
             id: req.req_id,
             last_seq: self.ring.last_seq(),
-            oldest_seq: self.ring.oldest_seq(),
+            oldest_seq: self.ring.first_resumable(),
             cols: size.0,
             rows: size.1,
         };
@@ -497,7 +505,8 @@ impl<S: Sink> Publisher<S> {
         }
         if let Some(s) = self.subs.remove(&id) {
             Metrics::gauge(&self.metrics.subscribers, -1);
-            self.send(id, &s.sink, Delivery::Failed { message });
+            let code = termesh_transport::ErrorCode::Internal;
+            self.send(id, &s.sink, Delivery::Failed { code, message });
         }
         true
     }

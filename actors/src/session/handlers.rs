@@ -14,6 +14,10 @@ impl Actor for SessionActor {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
+        if !self.finished {
+            // The first block, before the program's first output needs it.
+            self.reserve(ctx);
+        }
         self.pull(ctx);
     }
 
@@ -164,6 +168,14 @@ impl Handler<SetPhase> for SessionActor {
     }
 }
 
+impl Handler<Repaint> for SessionActor {
+    type Result = ();
+
+    fn handle(&mut self, _: Repaint, _: &mut Context<Self>) {
+        self.repaint();
+    }
+}
+
 impl Handler<Close> for SessionActor {
     type Result = ();
 
@@ -172,6 +184,11 @@ impl Handler<Close> for SessionActor {
             self.signal(Signal::SIGKILL);
             self.finished = true;
             self.shared.exited.store(true, Ordering::Release);
+        }
+        if let Some(store) = self.settings.store.as_ref().filter(|_| !msg.removed) {
+            // Nothing above the last seq was sent: a restart continues
+            // right after it, without a gap.
+            store.seq_mark(&self.id, self.publisher.last_seq());
         }
         self.publisher.broadcast(Delivery::Closed {
             removed: msg.removed,

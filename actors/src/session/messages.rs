@@ -50,9 +50,11 @@ pub enum Delivery {
     Closed {
         removed: bool,
     },
-    /// The subscription could not be served (its snapshot failed twice)
-    /// and has ended; the client is told why.
+    /// The subscription could not be served (its snapshot failed twice,
+    /// or the owner of a mirrored session is out of reach) and has ended;
+    /// the client is told why, with `code`.
     Failed {
+        code: termesh_transport::ErrorCode,
         message: String,
     },
 }
@@ -191,3 +193,9 @@ pub struct RawTailResult {
     pub last_seq: u64,
     pub data: Bytes,
 }
+
+/// A client resumed through another node's mirror: the program repaints
+/// (SIGWINCH to its foreground group), as after a resume here.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Repaint;

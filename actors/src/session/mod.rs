@@ -44,6 +44,13 @@ const IDLE_CATCHUP: Duration = Duration::from_millis(100);
 const MODEL_TTL: Duration = Duration::from_secs(600);
 /// How soon a session held by the store's backlog looks again.
 const STORE_RETRY: Duration = Duration::from_millis(20);
+/// Seqs reserved at a time in the store's high-water mark: a crash skips
+/// at most this many seqs, and the next block is asked for half a block
+/// ahead, so output never waits for the disk while it keeps up.
+pub const SEQ_BLOCK: u64 = 4096;
+/// How soon a failed reservation is tried again (output waits meanwhile:
+/// a seq is never sent that a restart could give again).
+const RESERVE_RETRY: Duration = Duration::from_secs(1);
 
 /// Told to the registry whenever what `list` shows changes (not per frame).
 #[derive(Message, Debug, Clone)]
@@ -108,6 +115,11 @@ pub struct SessionActor {
     /// Which run of the program the PTY events are from: a read still
     /// pending on an earlier run's PTY (revived since) is dropped.
     run: u64,
+    /// Seqs up to this one may be sent: the store's high-water mark is on
+    /// disk through it (`u64::MAX` without a store).
+    seq_limit: u64,
+    /// A reservation of the next block is on its way to the disk.
+    reserving: bool,
 }
 
 enum ScreenTo {
@@ -159,20 +171,22 @@ impl SessionActor {
                 let _ = actor.publisher.push_at(entry.n, entry.data);
             }
         }
-        if actor.publisher.last_seq() < stored.last_seq {
-            actor.publisher.jump(stored.last_seq);
-        }
+        // Seqs may have been sent above what was stored (a crash): they are
+        // skipped, never given again.
+        actor.publisher.skip_to(stored.last_seq);
+        actor.seq_limit = actor.publisher.last_seq();
         actor.finished = true;
         actor.eof = true;
-        if let Some(code) = stored
-            .info
-            .exit_code
-            .filter(|_| stored.info.status == SessionStatus::Exited)
-        {
-            actor.publisher.finish(EventKind::Exited {
+        match (stored.info.status, stored.info.exit_code) {
+            (SessionStatus::Exited, Some(code)) => actor.publisher.finish(EventKind::Exited {
                 exit_code: code,
                 signal: None,
-            });
+            }),
+            (SessionStatus::Exited, None) => {}
+            // Its program died with an earlier run of the node: every
+            // subscriber (a mirror of another node too) is told `lost`
+            // after the output it is sent.
+            _ => actor.publisher.finish(EventKind::Lost),
         }
         actor
     }
@@ -185,6 +199,7 @@ impl SessionActor {
         metrics: Arc<Metrics>,
         changed: Recipient<SessionChanged>,
     ) -> Self {
+        let settings_has_store = settings.store.is_some();
         SessionActor {
             id: shared.id.clone(),
             publisher: Publisher::new(shared.id.clone(), ring, false, metrics.clone()),
@@ -214,6 +229,8 @@ impl SessionActor {
             finished: false,
             store_wait: false,
             run: 0,
+            seq_limit: if settings_has_store { 0 } else { u64::MAX },
+            reserving: false,
         }
     }
 
@@ -244,6 +261,33 @@ impl SessionActor {
             });
         }
         true
+    }
+
+    /// Asks the store to make seqs through the next block durable; output
+    /// past the current limit waits for it (PROTOCOL.md section 4).
+    fn reserve(&mut self, ctx: &mut Context<Self>) {
+        let Some(store) = &self.settings.store else {
+            return;
+        };
+        if self.reserving {
+            return;
+        }
+        self.reserving = true;
+        let upto = self.publisher.last_seq() + SEQ_BLOCK;
+        let done = store.reserve(&self.id, upto);
+        ctx.spawn(done.into_actor(self).map(move |done, act, ctx| {
+            act.reserving = false;
+            match done {
+                Ok(()) => {
+                    act.seq_limit = act.seq_limit.max(upto);
+                    act.apply_held(ctx);
+                }
+                Err(e) => {
+                    tracing::error!(session = %act.id, "store: seqs cannot be reserved, output waits: {e}");
+                    ctx.run_later(RESERVE_RETRY, |act, ctx| act.apply_held(ctx));
+                }
+            }
+        }));
     }
 
     fn notify_changed(&self) {
@@ -294,6 +338,11 @@ impl SessionActor {
                 }
             }
             if let PtyEvent::Output(data) = &event {
+                if self.publisher.last_seq() >= self.seq_limit {
+                    self.held.push_front(event);
+                    self.reserve(ctx);
+                    return;
+                }
                 if self.publisher.would_pause(data.len()) {
                     self.held.push_front(event);
                     self.intake_paused = true;
@@ -340,6 +389,9 @@ impl SessionActor {
         let frame = self.publisher.push(data);
         if let Some(store) = &self.settings.store {
             store.output(&self.id, frame.seq, frame.data.clone());
+        }
+        if frame.seq + SEQ_BLOCK / 2 >= self.seq_limit {
+            self.reserve(ctx);
         }
         self.after_publish(ctx);
         self.shared.last_seq.store(frame.seq, Ordering::Relaxed);

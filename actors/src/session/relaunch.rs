@@ -46,6 +46,7 @@ impl Handler<Relaunch> for SessionActor {
         }
         tracing::info!(session = %self.id, pid = self.pid, after_seq = after, "session revived");
         self.notify_changed();
+        self.reserve(ctx);
         self.pull(ctx);
         after
     }

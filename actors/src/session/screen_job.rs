@@ -23,6 +23,8 @@ pub struct Job {
     pub model: Box<ScreenModel>,
     pub frames: Vec<Frame>,
     pub marks: Vec<ResizeMark>,
+    /// The ring's last seq: the model stands there after the frames.
+    pub through: u64,
     pub modes: String,
     /// Distinct requests: each is computed once per pass.
     pub wants: Vec<ScreenWant>,
@@ -59,13 +61,11 @@ impl Job {
                 ))
             }
         };
-        let frames = ring
-            .replay_from(model.seq())
-            .map(|frames| frames.cloned().collect())
-            .unwrap_or_default();
+        let frames = ring.held_after(model.seq()).cloned().collect();
         Job {
             model,
             frames,
+            through: ring.last_seq(),
             marks: marks.to_vec(),
             modes,
             wants,
@@ -79,6 +79,8 @@ impl Job {
             panic!("injected screen job failure (FAIL_SCREEN_JOBS)");
         }
         self.model.advance(&self.frames, &self.marks);
+        // Past the frames held: seqs skipped after a crash.
+        self.model.reach(self.through, &self.marks);
         let (cols, rows) = self.model.size();
         let seq = self.model.seq();
         let results = self

@@ -100,10 +100,11 @@ impl StoreActor {
             self.sized_at = Instant::now();
             self.measure();
         }
-        if let Err(e) = result {
+        if let Err(e) = &result {
             Metrics::add(&self.metrics.store_lost_bytes, bytes);
             tracing::error!(path = %self.store.path().display(), "store write failed ({bytes} bytes of output not stored): {e}");
         }
+        self.metrics.store_wrote(result.map_err(|e| e.to_string()));
     }
 
     /// Everything on disk, then the manifest that says so.
@@ -167,6 +168,30 @@ impl Handler<Removed> for StoreActor {
         if let Err(e) = done {
             tracing::error!(session = %msg.session, "store: remove failed: {e}");
         }
+    }
+}
+
+/// Raises a session's seq high-water mark and makes it durable; answers
+/// once it is on disk.
+#[derive(Message)]
+#[rtype(result = "Result<(), String>")]
+pub(super) struct Reserve {
+    pub session: Arc<str>,
+    pub seq: u64,
+}
+
+impl Handler<Reserve> for StoreActor {
+    type Result = Result<(), String>;
+
+    fn handle(&mut self, msg: Reserve, _: &mut SyncContext<Self>) -> Self::Result {
+        // Queued writes first: the flush makes them durable too.
+        self.drain();
+        let done = self
+            .store
+            .reserve(&msg.session, msg.seq)
+            .map_err(|e| e.to_string());
+        self.metrics.store_wrote(done.clone());
+        done
     }
 }
 

@@ -12,7 +12,7 @@ use bytes::Bytes;
 use termesh_transport::{EventKind, SessionInfo};
 
 use super::actor::{
-    Drain, Flush, LiveEvent, Queue, ReadEvents, ReadOutput, Removed, StoreActor, Vacuum,
+    Drain, Flush, LiveEvent, Queue, ReadEvents, ReadOutput, Removed, Reserve, StoreActor, Vacuum,
     MAX_BACKLOG,
 };
 use super::{Entry, Retention, Store, StoreError, Write};
@@ -47,6 +47,8 @@ impl std::fmt::Debug for StoreHandle {
 pub struct Restored {
     pub info: SessionInfo,
     pub tail: Vec<Entry>,
+    /// Where its seqs continue: above the newest stored frame and above
+    /// its high-water mark (seqs that may have been sent unstored).
     pub last_seq: u64,
 }
 
@@ -148,6 +150,30 @@ impl StoreHandle {
         self.push(write, 0);
     }
 
+    /// Reserves seqs through `seq` for `session`: answers once the mark is
+    /// on disk, after which seqs up to it may be sent.
+    pub fn reserve(
+        &self,
+        session: &Arc<str>,
+        seq: u64,
+    ) -> impl std::future::Future<Output = Result<(), String>> + 'static {
+        let sent = self.addr.send(Reserve {
+            session: session.clone(),
+            seq,
+        });
+        async move { sent.await.map_err(|e| e.to_string())? }
+    }
+
+    /// A clean stop: no seq above `seq` was sent, so the mark comes down
+    /// to it and a restart continues without a gap.
+    pub fn seq_mark(&self, session: &Arc<str>, seq: u64) {
+        let write = Write::SeqMark {
+            session: session.clone(),
+            seq,
+        };
+        self.push(write, 0);
+    }
+
     pub fn removed(&self, session: &str, purge: bool) {
         self.addr.do_send(Removed {
             session: session.to_string(),
@@ -219,7 +245,7 @@ fn load(store: &Store, tail_bytes: usize) -> Result<Vec<Restored>, StoreError> {
             continue;
         };
         let tail = store.output_tail(&id, tail_bytes)?;
-        let last_seq = store.last_seq(&id)?;
+        let last_seq = store.last_seq(&id)?.max(store.seq_mark(&id)?);
         out.push(Restored {
             info,
             tail,

@@ -9,7 +9,11 @@
 //! - `output`: `key(id) ‖ seq (u64 BE)` -> `stored at ms (u64 BE) ‖ frame`;
 //! - `events`: `key(id) ‖ event id (u64 BE)` -> `at ms (u64 BE) ‖ event`;
 //! - `event_ids`: id -> the last event id given (u64 BE), so an id is
-//!   never given twice, a purge and a restart included.
+//!   never given twice, a purge and a restart included;
+//! - `seq_marks`: id -> the seq high-water mark (u64 BE): no seq above it
+//!   was ever sent, so a restarted node continues above it (PROTOCOL.md
+//!   section 4). A session reserves seqs in blocks and sends none past the
+//!   mark on disk; a clean stop lowers it to the last seq sent.
 //!
 //! `key(id)` is the id's length (one byte) then its bytes, so one
 //! session's keys are one contiguous, seq-ordered range.
@@ -74,6 +78,12 @@ pub enum Write {
         session: Arc<str>,
         data: Bytes,
     },
+    /// The session's seq high-water mark (written as given: a clean stop
+    /// lowers it to the last seq sent).
+    SeqMark {
+        session: Arc<str>,
+        seq: u64,
+    },
 }
 
 /// A stored frame or event: its number (seq or event id), when it was
@@ -117,6 +127,7 @@ pub struct Store {
     output: sled::Tree,
     events: sled::Tree,
     last_ids: sled::Tree,
+    seq_marks: sled::Tree,
     /// Last event id per session, read from `last_ids` on first use.
     event_ids: HashMap<String, u64>,
     /// Output kept per session: past it by an eighth, the oldest frames
@@ -198,6 +209,7 @@ impl Store {
             output: tree("output")?,
             events: tree("events")?,
             last_ids: tree("event_ids")?,
+            seq_marks: tree("seq_marks")?,
             event_ids: HashMap::new(),
             output_cap: u64::MAX,
             output_bytes: HashMap::new(),
@@ -241,7 +253,8 @@ impl Store {
     pub fn apply(&mut self, writes: Vec<Write>) -> Result<Vec<Stored>, StoreError> {
         let mut stored = Vec::new();
         let mut grew: Vec<(Arc<str>, u64)> = Vec::new();
-        let (mut out, mut ev, mut rec, mut ids) = (
+        let (mut out, mut ev, mut rec, mut ids, mut marks) = (
+            sled::Batch::default(),
             sled::Batch::default(),
             sled::Batch::default(),
             sled::Batch::default(),
@@ -279,12 +292,37 @@ impl Store {
                     rec.insert(key(&session)?, data.to_vec());
                     self.known.insert(session.to_string());
                 }
+                Write::SeqMark { session, seq } => {
+                    marks.insert(key(&session)?, &seq.to_be_bytes());
+                }
             }
         }
-        self.output.apply_batch(out)?;
-        self.events.apply_batch(ev)?;
-        self.last_ids.apply_batch(ids)?;
-        self.sessions.apply_batch(rec)?;
+        // One transaction over every tree: a crash keeps all of a batch or
+        // none of it (an event never without its id, a record never
+        // without the output it describes).
+        let trees = (
+            &self.output,
+            &self.events,
+            &self.last_ids,
+            &self.sessions,
+            &self.seq_marks,
+        );
+        use sled::Transactional;
+        trees
+            .transaction(|(o, e, i, r, m)| {
+                o.apply_batch(&out)?;
+                e.apply_batch(&ev)?;
+                i.apply_batch(&ids)?;
+                r.apply_batch(&rec)?;
+                m.apply_batch(&marks)?;
+                Ok::<_, sled::transaction::ConflictableTransactionError<()>>(())
+            })
+            .map_err(|e| match e {
+                sled::transaction::TransactionError::Storage(e) => StoreError::Sled(e),
+                sled::transaction::TransactionError::Abort(()) => {
+                    StoreError::Sled(sled::Error::ReportableBug("batch aborted".into()))
+                }
+            })?;
         if self.output_cap != u64::MAX {
             for (session, added) in grew {
                 self.count_output(&session, added)?;
@@ -350,6 +388,26 @@ impl Store {
             all.push((id, Bytes::copy_from_slice(&v), removed));
         }
         Ok(all)
+    }
+
+    /// The seq high-water mark of a session (0: none written).
+    pub fn seq_mark(&self, session: &str) -> Result<u64, StoreError> {
+        Ok(self
+            .seq_marks
+            .get(key(session)?)?
+            .map_or(0, |v| number_of(&v)))
+    }
+
+    /// Raises the seq high-water mark to `seq` and makes it durable before
+    /// answering: the caller sends no seq above it until then.
+    pub fn reserve(&self, session: &str, seq: u64) -> Result<(), StoreError> {
+        let k = key(session)?;
+        let old = self.seq_marks.get(&k)?.map_or(0, |v| number_of(&v));
+        if seq > old {
+            self.seq_marks.insert(k, &seq.to_be_bytes())?;
+        }
+        self.db.flush()?;
+        Ok(())
     }
 
     /// The newest stored seq of a session (0: none).
@@ -460,6 +518,7 @@ impl Store {
                 self.known.remove(&id);
                 self.tombstones.remove(&k)?;
                 self.last_ids.remove(&k)?;
+                self.seq_marks.remove(&k)?;
                 self.event_ids.remove(&id);
                 continue;
             }

@@ -338,6 +338,10 @@ fn start_mesh(
     let identity =
         termesh_transport::peer::tls::Identity::load(&cluster.ca, &cluster.cert, &cluster.key)?;
     let mut peers = Vec::new();
+    // The peer actors run on an arbiter of their own: mesh work is neither
+    // delayed by nor counted as the main arbiter's stall (the watchdog's
+    // lateness), so the breaker judges the peer, not this node's load.
+    let arbiter = actix::Arbiter::new().handle();
     for peer in cluster.peers(&me) {
         let stats = Arc::new(LinkStats::default());
         let actor = PeerActor::new(
@@ -347,8 +351,8 @@ fn start_mesh(
             node.registry.clone(),
             node.cluster.clone(),
             stats.clone(),
-        )
-        .start();
+        );
+        let actor = PeerActor::start_in_arbiter(&arbiter, move |_| actor);
         actor.do_send(SetNode(node.clone()));
         node.peers
             .insert(peer.clone(), actor.clone(), stats.clone());

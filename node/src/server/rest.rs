@@ -11,9 +11,7 @@ use termesh_actors::forward::Route;
 use termesh_actors::session::ScreenWant;
 use termesh_config::Role;
 use termesh_transport::peer::HOP_BUDGET;
-use termesh_transport::{
-    ClientMsg, CreateRequest, ErrorCode, ServerMsg, MAX_INPUT, MAX_SCROLLBACK,
-};
+use termesh_transport::{ClientMsg, CreateRequest, ErrorCode, ServerMsg, MAX_INPUT};
 
 use super::auth::{error_response, require};
 use super::AppState;
@@ -22,7 +20,8 @@ use super::AppState;
 const MAX_JSON: usize = 64 * 1024;
 /// Default and largest `logs?tail=`.
 const DEFAULT_TAIL: usize = 64 * 1024;
-const MAX_TAIL: usize = 64 << 20;
+/// The newest bytes `logs` returns at most: a reply's bound, on every node.
+const MAX_TAIL: usize = termesh_transport::MAX_REPLY;
 
 pub fn routes(cfg: &mut web::ServiceConfig) {
     cfg.route("/healthz", web::get().to(healthz))
@@ -53,6 +52,20 @@ type Result<T> = std::result::Result<T, ApiError>;
 
 pub(super) fn respond(result: Result<HttpResponse>) -> HttpResponse {
     result.unwrap_or_else(|e| error_response(&e))
+}
+
+/// The answer to `msg` about `session`, from whichever node owns it,
+/// through the same answer (and reply bound) as the WebSocket protocol;
+/// an error reply as the error.
+async fn ask(state: &AppState, session: &str, msg: ClientMsg) -> Result<ServerMsg> {
+    let reply = match state.node.route_session(session)? {
+        Route::Here => termesh_actors::forward::answer_later(state.node.clone(), msg).await,
+        Route::Owner(owner) => state.node.forward(&owner, msg, HOP_BUDGET - 1).await?,
+    };
+    match ApiError::from_message(&reply) {
+        Some(e) => Err(e),
+        None => Ok(reply),
+    }
 }
 
 /// For a session of another node: its owner's answer to `msg` (an error
@@ -113,8 +126,16 @@ pub(super) fn query<T: serde::de::DeserializeOwned>(req: &HttpRequest) -> Result
         .map_err(|e| ApiError::bad_request(format!("bad query string: {e}")))
 }
 
-async fn healthz() -> HttpResponse {
-    HttpResponse::Ok().content_type("text/plain").body("ok\n")
+/// 200 `ok` while the node serves and can store; 503 naming the cause
+/// while its store fails (output is then not kept, and sessions whose
+/// seqs cannot be reserved wait).
+async fn healthz(state: web::Data<AppState>) -> HttpResponse {
+    match state.node.metrics.store_failure() {
+        None => HttpResponse::Ok().content_type("text/plain").body("ok\n"),
+        Some(e) => HttpResponse::ServiceUnavailable()
+            .content_type("text/plain")
+            .body(format!("store failing: {e}\n")),
+    }
 }
 
 async fn metrics(state: web::Data<AppState>) -> HttpResponse {
@@ -315,22 +336,15 @@ async fn logs(
                 .tail
                 .unwrap_or(DEFAULT_TAIL)
                 .min(MAX_TAIL);
-            let session = path.to_string();
-            let limit = Some(tail as u64);
-            let (seq, data) = match remote(&state, &path, || ClientMsg::History {
+            let msg = ClientMsg::History {
                 id: 1,
-                session,
-                limit,
-            })
-            .await?
-            {
-                Some(ServerMsg::History { seq, data, .. }) => (seq, data.unwrap_or_default()),
-                Some(_) => return Err(mismatch()),
-                None => {
-                    let result = state.node.raw_tail(&path, tail).await?;
-                    (result.last_seq, result.data.to_vec())
-                }
+                session: path.to_string(),
+                limit: Some(tail as u64),
             };
+            let ServerMsg::History { seq, data, .. } = ask(&state, &path, msg).await? else {
+                return Err(mismatch());
+            };
+            let data = data.unwrap_or_default();
             Ok(HttpResponse::Ok()
                 .content_type("text/plain; charset=utf-8")
                 .insert_header(("X-Termesh-Seq", seq.to_string()))
@@ -397,16 +411,25 @@ async fn screen(
                         .body(rows.join("\n") + "\n"))
                 }
                 None | Some("json") => {
-                    let scrollback = q.scrollback.unwrap_or(0);
-                    let r = state
-                        .node
-                        .screen(&path, ScreenWant::Snapshot { scrollback })
-                        .await?;
-                    let data = r.out.into_snapshot().ok_or_else(mismatch)?;
+                    let msg = ClientMsg::Screen {
+                        id: 1,
+                        session: path.to_string(),
+                        scrollback: q.scrollback.map(|n| n as u64),
+                    };
+                    let ServerMsg::Snapshot {
+                        seq,
+                        cols,
+                        rows,
+                        data,
+                        ..
+                    } = ask(&state, &path, msg).await?
+                    else {
+                        return Err(mismatch());
+                    };
                     Ok(HttpResponse::Ok().json(serde_json::json!({
-                        "seq": r.seq,
-                        "cols": r.cols,
-                        "rows": r.rows,
+                        "seq": seq,
+                        "cols": cols,
+                        "rows": rows,
                         "data": String::from_utf8_lossy(&data),
                     })))
                 }
@@ -427,32 +450,16 @@ async fn history(
     respond(
         async {
             require(&req, &state.node.tokens, Role::Viewer)?;
-            let session = path.to_string();
-            let owner = remote(&state, &path, || ClientMsg::History {
+            let msg = ClientMsg::History {
                 id: 1,
-                session,
+                session: path.to_string(),
                 limit: None,
-            });
-            if let Some(reply) = owner.await? {
-                let ServerMsg::History { seq, lines, .. } = reply else {
-                    return Err(mismatch());
-                };
-                let lines = lines.unwrap_or_default();
-                return Ok(
-                    HttpResponse::Ok().json(serde_json::json!({ "seq": seq, "lines": lines }))
-                );
-            }
-            let r = state
-                .node
-                .screen(
-                    &path,
-                    ScreenWant::Lines {
-                        max: MAX_SCROLLBACK as usize,
-                    },
-                )
-                .await?;
-            let lines = r.out.into_lines().ok_or_else(mismatch)?;
-            Ok(HttpResponse::Ok().json(serde_json::json!({ "seq": r.seq, "lines": lines })))
+            };
+            let ServerMsg::History { seq, lines, .. } = ask(&state, &path, msg).await? else {
+                return Err(mismatch());
+            };
+            let lines = lines.unwrap_or_default();
+            Ok(HttpResponse::Ok().json(serde_json::json!({ "seq": seq, "lines": lines })))
         }
         .await,
     )

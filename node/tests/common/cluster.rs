@@ -164,6 +164,18 @@ impl Cluster {
         }
     }
 
+    /// Whether node `i`'s process has exited (it is then reaped).
+    pub fn reap(&mut self, i: usize) -> bool {
+        let node = &mut self.nodes[i];
+        match node.child.as_mut().map(|c| c.try_wait()) {
+            Some(Ok(Some(_))) | None => {
+                node.child = None;
+                true
+            }
+            _ => false,
+        }
+    }
+
     pub fn pid(&self, i: usize) -> u32 {
         self.nodes[i].child.as_ref().expect("the node runs").id()
     }

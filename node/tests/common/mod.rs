@@ -214,6 +214,8 @@ pub struct Stream {
     pub snapshots: Vec<(u64, Vec<u8>)>,
     pub resyncs: u32,
     pub exited: Option<u32>,
+    /// `event{kind:"lost"}` came.
+    pub lost: bool,
     /// `unreachable` / `reachable` events, each with the last seq seen.
     pub links: Vec<(&'static str, u64)>,
     /// Bytes consumed since the last ack.
@@ -271,6 +273,10 @@ impl Stream {
                 session: s,
                 event: termesh_transport::EventKind::Reachable,
             } if s == session => self.links.push(("reachable", self.last_seq)),
+            ServerMsg::Event {
+                session: s,
+                event: termesh_transport::EventKind::Lost,
+            } if s == session => self.lost = true,
             _ => {}
         }
     }

@@ -6,9 +6,10 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-/// The largest frame either stream accepts (a directory of thousands of
-/// sessions fits; output frames are at most 64 KiB).
-pub const MAX_FRAME: usize = 8 << 20;
+/// The largest frame any stream accepts: a reply of `MAX_REPLY` with room
+/// for its fields (a directory of thousands of sessions fits; output
+/// frames are at most 64 KiB).
+pub const MAX_FRAME: usize = crate::MAX_REPLY + (1 << 20);
 
 #[derive(Debug, thiserror::Error)]
 pub enum FrameError {

@@ -13,7 +13,7 @@ use crate::{ClientMsg, EventKind, ServerMsg, SessionInfo};
 
 /// The peer protocol's version, sent in `hello`. A node refuses a peer
 /// that speaks another one (the log names both).
-pub const PEER_PROTO: u32 = 1;
+pub const PEER_PROTO: u32 = 2;
 
 /// The budget of forwards a request may take; each forward takes one, and
 /// a request that arrives with none left is answered where it is.
@@ -64,6 +64,9 @@ pub enum PeerMsg {
     Ack { session: String, seq: u64 },
     /// The mirror of `session` is gone.
     Unsubscribe { session: String },
+    /// A client resumed through the sender's mirror: the owner makes the
+    /// program repaint (SIGWINCH), as for a resume at the owner.
+    Repaint { session: String },
     /// Keepalive and round-trip time: answered at once with `Pong`.
     Ping {
         nonce: u64,
@@ -135,6 +138,7 @@ impl PeerMsg {
             PeerMsg::Subscribe { .. } => "subscribe",
             PeerMsg::Ack { .. } => "ack",
             PeerMsg::Unsubscribe { .. } => "unsubscribe",
+            PeerMsg::Repaint { .. } => "repaint",
             PeerMsg::Ping { .. } => "ping",
             PeerMsg::Pong { .. } => "pong",
         }

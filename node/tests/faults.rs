@@ -347,3 +347,44 @@ fn lost_is_an_event_kind() {
     let json = serde_json::to_value(EventKind::Lost).unwrap();
     assert_eq!(json, serde_json::json!({"kind": "lost"}));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resume_through_a_mirror_makes_the_owners_program_repaint() {
+    let cluster = Cluster::start(&["a", "b"]);
+    // Says so whenever it gets SIGWINCH (a same-size resize sends none).
+    let session = create(
+        &cluster,
+        1,
+        "a",
+        "trap 'echo repainted' WINCH; echo ready; while :; do sleep 0.1; done",
+    )
+    .await;
+    let mut c = connect(&cluster, 1).await;
+    let mut s = Stream::new(1 << 20);
+    subscribe(&mut c, &session, Some(0), 1 << 20).await.unwrap();
+    within(
+        PATIENCE,
+        "the program to start",
+        pump_until(&mut c, &session, &mut s, true, |s| {
+            String::from_utf8_lossy(&s.data).contains("ready")
+        }),
+    )
+    .await
+    .unwrap();
+    // A resume on another connection to b: served by b's mirror.
+    let mut again = connect(&cluster, 1).await;
+    let mut r = Stream::new(1 << 20);
+    r.last_seq = s.last_seq;
+    subscribe(&mut again, &session, Some(s.last_seq), 1 << 20)
+        .await
+        .unwrap();
+    within(
+        PATIENCE,
+        "the owner's program to repaint after a resume on b",
+        pump_until(&mut again, &session, &mut r, true, |r| {
+            String::from_utf8_lossy(&r.data).contains("repainted")
+        }),
+    )
+    .await
+    .unwrap();
+}

@@ -224,6 +224,8 @@ impl State {
                     self.owner_unreachable = None;
                     self.refresh_status();
                 }
+                // Its program died with its node's restart.
+                EventKind::Lost => return Ok(self.end_lost()),
                 _ => {}
             },
             ServerMsg::Error {

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context};
 use termesh_config::{check_name, hash_token, Config};
 use termesh_transport::peer::certs::Ca;
-use termesh_transport::peer::tls::Identity;
+use termesh_transport::peer::tls::{Identity, NameForm};
 
 /// One `--node NAME,quic=ADDR,http=ADDR`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -156,13 +156,22 @@ pub fn check(path: &Path) -> anyhow::Result<Config> {
     let config = Config::load(path)?;
     if let Some(cluster) = &config.cluster {
         let identity = Identity::load(&cluster.ca, &cluster.cert, &cluster.key)?;
-        identity.check_names(&config.node.name).map_err(|reason| {
+        let form = identity.check_names(&config.node.name).map_err(|reason| {
             anyhow::anyhow!(
                 "{}: `cluster.cert` = {:?}: {reason}",
                 path.display(),
                 cluster.cert.display().to_string()
             )
         })?;
+        if form == NameForm::Legacy {
+            tracing::warn!(
+                cert = %cluster.cert.display(),
+                "this node's certificate predates mesh names (SAN {}): it still links, \
+                 but re-issue the cluster's certificates with `termesh cluster init` \
+                 (docs/operations.md, \"Rotate a certificate\")",
+                termesh_transport::peer::tls::mesh_name(&config.node.name)
+            );
+        }
     }
     Ok(config)
 }

@@ -107,9 +107,18 @@ fn config_check_catches_certificates_that_do_not_fit() {
     let (ok, text) = termesh(&["config", "check", &b_config]);
     assert!(!ok, "{text}");
     assert!(
-        text.contains("`cluster.cert`") && text.contains("serving as `b`"),
+        text.contains("`cluster.cert`") && text.contains("mesh certificate of `b`"),
         "{text}"
     );
+
+    // b holding its own HTTPS certificate and key (same CA, its name).
+    let tls = dir.path().join("tls");
+    assert!(init(&tls, &["--http-tls"]).0);
+    std::fs::copy(tls.join("b/http.pem"), tls.join("b/node.pem")).unwrap();
+    std::fs::copy(tls.join("b/http.key"), tls.join("b/node.key")).unwrap();
+    let tls_b = tls.join("b/termesh.toml").display().to_string();
+    let (ok, text) = termesh(&["config", "check", &tls_b]);
+    assert!(!ok && text.contains("mesh certificate of `b`"), "{text}");
 
     // b holding a certificate of another cluster's CA.
     std::fs::copy(other.join("b/node.pem"), one.join("b/node.pem")).unwrap();

@@ -214,7 +214,10 @@ fn config_text(
     text
 }
 
-/// Writes a file; secrets are created readable by their owner only.
+/// Writes a file; secrets are readable by their owner only, also when the
+/// file was there before (`--force`) with a wider mode: `mode` applies only
+/// to files created, so the mode is set on the open file before the secret
+/// is written into it.
 fn write(path: &Path, text: &str, secret: bool) -> anyhow::Result<()> {
     let mut options = std::fs::OpenOptions::new();
     options.write(true).create(true).truncate(true);
@@ -224,6 +227,11 @@ fn write(path: &Path, text: &str, secret: bool) -> anyhow::Result<()> {
     let mut file = options
         .open(path)
         .with_context(|| format!("cannot write {}", path.display()))?;
+    if secret {
+        use std::os::unix::fs::PermissionsExt;
+        file.set_permissions(std::fs::Permissions::from_mode(0o600))
+            .with_context(|| format!("cannot restrict {} to mode 0600", path.display()))?;
+    }
     file.write_all(text.as_bytes())
         .with_context(|| format!("cannot write {}", path.display()))?;
     Ok(())

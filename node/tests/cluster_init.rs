@@ -284,3 +284,27 @@ fn the_example_configs_in_deploy_are_what_init_writes() {
         }
     }
 }
+
+/// `--force` over an earlier cluster leaves every secret owner-only, also
+/// where the earlier files had been opened up.
+#[test]
+fn cluster_init_force_makes_secrets_owner_only_again() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("c");
+    assert!(init(&out, &["--http-tls"]).0);
+    let secrets = ["ca.key", "admin.token", "a/node.key", "a/http.key"];
+    for file in secrets {
+        std::fs::set_permissions(out.join(file), std::fs::Permissions::from_mode(0o644)).unwrap();
+    }
+    let (ok, text) = init(&out, &["--http-tls", "--force"]);
+    assert!(ok, "{text}");
+    for file in secrets {
+        let mode = std::fs::metadata(out.join(file))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777;
+        assert_eq!(mode, 0o600, "{file}");
+    }
+}

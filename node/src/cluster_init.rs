@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context};
 use termesh_config::{check_name, hash_token, Config};
 use termesh_transport::peer::certs::Ca;
-use termesh_transport::peer::tls::Identity;
+use termesh_transport::peer::tls::{Identity, NameForm};
 
 /// One `--node NAME,quic=ADDR,http=ADDR`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -156,13 +156,22 @@ pub fn check(path: &Path) -> anyhow::Result<Config> {
     let config = Config::load(path)?;
     if let Some(cluster) = &config.cluster {
         let identity = Identity::load(&cluster.ca, &cluster.cert, &cluster.key)?;
-        identity.check_names(&config.node.name).map_err(|reason| {
+        let form = identity.check_names(&config.node.name).map_err(|reason| {
             anyhow::anyhow!(
                 "{}: `cluster.cert` = {:?}: {reason}",
                 path.display(),
                 cluster.cert.display().to_string()
             )
         })?;
+        if form == NameForm::Legacy {
+            tracing::warn!(
+                cert = %cluster.cert.display(),
+                "this node's certificate predates mesh names (SAN {}): it still links, \
+                 but re-issue the cluster's certificates with `termesh cluster init` \
+                 (docs/operations.md, \"Rotate a certificate\")",
+                termesh_transport::peer::tls::mesh_name(&config.node.name)
+            );
+        }
     }
     Ok(config)
 }
@@ -205,7 +214,10 @@ fn config_text(
     text
 }
 
-/// Writes a file; secrets are created readable by their owner only.
+/// Writes a file; secrets are readable by their owner only, also when the
+/// file was there before (`--force`) with a wider mode: `mode` applies only
+/// to files created, so the mode is set on the open file before the secret
+/// is written into it.
 fn write(path: &Path, text: &str, secret: bool) -> anyhow::Result<()> {
     let mut options = std::fs::OpenOptions::new();
     options.write(true).create(true).truncate(true);
@@ -215,6 +227,11 @@ fn write(path: &Path, text: &str, secret: bool) -> anyhow::Result<()> {
     let mut file = options
         .open(path)
         .with_context(|| format!("cannot write {}", path.display()))?;
+    if secret {
+        use std::os::unix::fs::PermissionsExt;
+        file.set_permissions(std::fs::Permissions::from_mode(0o600))
+            .with_context(|| format!("cannot restrict {} to mode 0600", path.display()))?;
+    }
     file.write_all(text.as_bytes())
         .with_context(|| format!("cannot write {}", path.display()))?;
     Ok(())

@@ -107,9 +107,18 @@ fn config_check_catches_certificates_that_do_not_fit() {
     let (ok, text) = termesh(&["config", "check", &b_config]);
     assert!(!ok, "{text}");
     assert!(
-        text.contains("`cluster.cert`") && text.contains("serving as `b`"),
+        text.contains("`cluster.cert`") && text.contains("mesh certificate of `b`"),
         "{text}"
     );
+
+    // b holding its own HTTPS certificate and key (same CA, its name).
+    let tls = dir.path().join("tls");
+    assert!(init(&tls, &["--http-tls"]).0);
+    std::fs::copy(tls.join("b/http.pem"), tls.join("b/node.pem")).unwrap();
+    std::fs::copy(tls.join("b/http.key"), tls.join("b/node.key")).unwrap();
+    let tls_b = tls.join("b/termesh.toml").display().to_string();
+    let (ok, text) = termesh(&["config", "check", &tls_b]);
+    assert!(!ok && text.contains("mesh certificate of `b`"), "{text}");
 
     // b holding a certificate of another cluster's CA.
     std::fs::copy(other.join("b/node.pem"), one.join("b/node.pem")).unwrap();
@@ -273,5 +282,29 @@ fn the_example_configs_in_deploy_are_what_init_writes() {
                 "{node}/{file}"
             );
         }
+    }
+}
+
+/// `--force` over an earlier cluster leaves every secret owner-only, also
+/// where the earlier files had been opened up.
+#[test]
+fn cluster_init_force_makes_secrets_owner_only_again() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("c");
+    assert!(init(&out, &["--http-tls"]).0);
+    let secrets = ["ca.key", "admin.token", "a/node.key", "a/http.key"];
+    for file in secrets {
+        std::fs::set_permissions(out.join(file), std::fs::Permissions::from_mode(0o644)).unwrap();
+    }
+    let (ok, text) = init(&out, &["--http-tls", "--force"]);
+    assert!(ok, "{text}");
+    for file in secrets {
+        let mode = std::fs::metadata(out.join(file))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777;
+        assert_eq!(mode, 0o600, "{file}");
     }
 }

@@ -34,6 +34,10 @@ async fn every_node_serves_the_console_and_its_assets() {
         "{html}"
     );
     assert!(csp.contains("default-src 'self'"), "{csp}");
+    // WebSockets to this node only, and no framing by other pages.
+    assert!(csp.contains("connect-src 'self';"), "{csp}");
+    assert!(!csp.contains("ws:") && !csp.contains("wss:"), "{csp}");
+    assert!(csp.contains("frame-ancestors 'none'"), "{csp}");
     assert_eq!(js_type, "text/javascript");
     // The bundle holds xterm.js and the protocol client.
     assert!(js.len() > 100_000 && js.contains("from_seq") && js.contains("resync_required"));

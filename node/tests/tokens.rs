@@ -6,6 +6,8 @@
 
 mod common;
 
+use std::os::unix::fs::OpenOptionsExt;
+
 use common::binary::BinaryNode;
 use common::*;
 use termesh_node::client::{Client, Target};
@@ -135,4 +137,78 @@ async fn tokens_are_added_and_revoked_without_a_restart() {
     );
     assert!(lists(&node, OPERATOR).await);
     assert!(node.log().contains("config reloaded"), "{}", node.log());
+}
+
+/// A reload reads its file off the HTTP workers: reloads stuck on a config
+/// that never finishes reading (here a FIFO nobody writes yet) leave the
+/// node answering other requests.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_stuck_reading_its_file_holds_up_no_other_request() {
+    let node = BinaryNode::start("");
+    let config = node.config_path();
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::remove_file(&config).unwrap();
+    nix::unistd::mkfifo(&config, nix::sys::stat::Mode::S_IRWXU).unwrap();
+    let url = node.url.clone();
+    // More than the node's HTTP workers (2), however they are spread.
+    let reloads: Vec<_> = (0..4)
+        .map(|_| {
+            let url = url.clone();
+            std::thread::spawn(move || {
+                ureq::post(&format!("{url}/api/v1/config/reload"))
+                    .set("authorization", &format!("Bearer {ADMIN}"))
+                    .timeout(std::time::Duration::from_secs(120))
+                    .call()
+                    .map(|r| r.status())
+                    .unwrap_or_else(|e| match e {
+                        ureq::Error::Status(code, _) => code,
+                        other => panic!("{other}"),
+                    })
+            })
+        })
+        .collect();
+    // Each reload waits for the FIFO's writer once the node has read the
+    // request; meanwhile other requests are answered.
+    let health = url.clone();
+    let answered = within(PATIENCE, "healthz while reloads hang", async {
+        tokio::task::spawn_blocking(move || {
+            ureq::get(&format!("{health}/healthz"))
+                .timeout(std::time::Duration::from_secs(15))
+                .call()
+                .map(|r| r.status())
+                .ok()
+        })
+        .await
+        .unwrap()
+    })
+    .await;
+    // Let the reloads go: write the config into the FIFO until all ended.
+    let released = {
+        let (config, text) = (config.clone(), text.clone());
+        std::thread::spawn(move || {
+            for reload in reloads {
+                while !reload.is_finished() {
+                    use std::io::Write;
+                    if let Ok(mut fifo) = std::fs::OpenOptions::new()
+                        .write(true)
+                        .custom_flags(libc::O_NONBLOCK)
+                        .open(&config)
+                    {
+                        let _ = fifo.write_all(text.as_bytes());
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                reload.join().unwrap();
+            }
+        })
+    };
+    within(PATIENCE, "the stuck reloads to end", async {
+        while !released.is_finished() {
+            poll_pause().await;
+        }
+    })
+    .await;
+    std::fs::remove_file(&config).unwrap();
+    std::fs::write(&config, text).unwrap();
+    assert_eq!(answered, Some(200), "healthz was answered");
 }

@@ -2,13 +2,16 @@
 //! nodes of one CA connect and learn each other's names; a node of another
 //! CA, a certificate for the wrong name, or no certificate at all is
 //! refused (a foreign node may see its connect succeed: it fails on its
-//! first stream).
+//! first stream). An HTTPS certificate of the same CA cannot stand in for
+//! a node, neither answering a dial nor dialing; node certificates from
+//! before mesh names still link.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use termesh_transport::peer::certs::Ca;
-use termesh_transport::peer::tls::{peer_chain, provider, Identity, ALPN};
+use termesh_transport::peer::certs::CertError;
+use termesh_transport::peer::tls::{peer_chain, provider, Identity, NameForm, ALPN};
 use termesh_transport::peer::{frame, PeerMsg, PEER_PROTO};
 
 const PATIENCE: Duration = Duration::from_secs(30);
@@ -193,4 +196,83 @@ async fn the_peer_port_refuses_a_client_without_a_certificate() {
     );
     let err = served.await.unwrap().unwrap_err();
     assert!(err.starts_with("handshake"), "{err}");
+}
+
+/// `http.pem`/`http.key` as `cluster init --http-tls` writes them for `b`.
+fn https_identity(ca: &Ca, name: &str) -> Identity {
+    let names = [
+        "127.0.0.1".to_string(),
+        name.to_string(),
+        "localhost".into(),
+    ];
+    let issued = ca.issue_http(&names).unwrap();
+    Identity::from_pem(&ca.pem().cert_pem, &issued.cert_pem, &issued.key_pem).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_https_certificate_cannot_answer_for_its_node() {
+    let ca = Ca::new("c1").unwrap();
+    let http_b = https_identity(&ca, "b");
+    assert!(http_b.check_names("b").is_err(), "config check catches it");
+    // Whoever holds http.key answers on b's QUIC address.
+    let server = http_b.endpoint(local()).unwrap();
+    let addr = server.local_addr().unwrap();
+    let _served = tokio::spawn(serve_one(server, http_b, vec!["a"]));
+    let client = identity(&ca, "a").endpoint(local()).unwrap();
+    let err = tokio::time::timeout(PATIENCE, dial(&client, addr, "a"))
+        .await
+        .unwrap()
+        .expect_err("the dialer took an HTTPS certificate for node b");
+    assert!(err.starts_with("connect"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_https_certificate_cannot_dial_as_its_node() {
+    let ca = Ca::new("c1").unwrap();
+    let a = identity(&ca, "a");
+    let server = a.endpoint(local()).unwrap();
+    let addr = server.local_addr().unwrap();
+    let served = tokio::spawn(serve_one(server, a, vec!["b"]));
+    let client = https_identity(&ca, "b").endpoint(local()).unwrap();
+    let result = tokio::time::timeout(PATIENCE, client.connect(addr, "a").unwrap())
+        .await
+        .unwrap();
+    if let Ok(conn) = result {
+        // TLS 1.3: the client may think itself connected until the server
+        // has judged its certificate.
+        let _ = tokio::time::timeout(PATIENCE, conn.closed()).await.unwrap();
+    }
+    let err = served.await.unwrap().unwrap_err();
+    assert!(err.starts_with("handshake"), "{err}");
+}
+
+#[test]
+fn an_https_certificate_never_carries_a_mesh_name() {
+    let ca = Ca::new("c1").unwrap();
+    let names = ["B.Mesh.Termesh.Invalid".to_string()];
+    assert!(matches!(
+        ca.issue_http(&names),
+        Err(CertError::MeshName(n)) if n == names[0]
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_certificates_from_before_mesh_names_still_link() {
+    let ca = Ca::new("c1").unwrap();
+    let legacy = |name: &str| {
+        let issued = ca.issue_legacy(name).unwrap();
+        Identity::from_pem(&ca.pem().cert_pem, &issued.cert_pem, &issued.key_pem).unwrap()
+    };
+    let (a, b) = (legacy("a"), legacy("b"));
+    assert_eq!(a.check_names("a").unwrap(), NameForm::Legacy);
+    assert_eq!(identity(&ca, "a").check_names("a").unwrap(), NameForm::Mesh);
+    let server = b.endpoint(local()).unwrap();
+    let addr = server.local_addr().unwrap();
+    let served = tokio::spawn(serve_one(server, b, vec!["a", "c"]));
+    let client = a.endpoint(local()).unwrap();
+    let reply = tokio::time::timeout(PATIENCE, dial(&client, addr, "a"))
+        .await
+        .unwrap();
+    assert_eq!(reply.unwrap(), hello("b"));
+    assert_eq!(served.await.unwrap().unwrap(), "a");
 }

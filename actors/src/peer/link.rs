@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use actix::Recipient;
 use futures_util::stream::{FuturesUnordered, StreamExt};
+use termesh_transport::peer::accept::{Acceptor, LogLimit};
 use termesh_transport::peer::tls::{peer_chain, Identity};
 use termesh_transport::peer::{frame, DataMsg, PeerMsg, PEER_PROTO};
 use tokio::sync::mpsc;
@@ -69,6 +70,11 @@ const REPLY_STREAM: u8 = 1;
 /// Replies being written at once on one link; more wait their turn (each
 /// is bounded by `MAX_REPLY`, so this bounds what the link buffers).
 const REPLY_STREAMS: usize = 8;
+/// A refused incoming connection is logged at most this often per remote
+/// address (a misconfigured peer dials again every few seconds).
+const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(60);
+/// Remote addresses the refusal log remembers (bounded memory).
+const REFUSAL_LOG_ADDRESSES: usize = 1024;
 
 /// The running mesh; dropping it closes the endpoint and stops the thread.
 pub struct Mesh {
@@ -137,7 +143,10 @@ async fn run(
 }
 
 /// Takes every incoming connection; hands it to the link of the node its
-/// certificate names, if that node is one this node accepts from.
+/// certificate names, if that node is one this node accepts from. Each
+/// handshake runs beside the others with a time bound (`Acceptor`), so a
+/// client that starts one and goes silent delays no peer. Refusals are
+/// logged, at most once a minute per remote address.
 async fn incoming(
     config: MeshConfig,
     endpoint: quinn::Endpoint,
@@ -145,18 +154,24 @@ async fn incoming(
     accepted: HashMap<String, mpsc::Sender<quinn::Connection>>,
 ) {
     let names: Vec<&str> = names.iter().map(String::as_str).collect();
-    while let Some(connecting) = endpoint.accept().await {
-        let remote = connecting.remote_address();
-        let conn = match connecting.await {
+    let mut acceptor = Acceptor::new(endpoint);
+    let mut refusals = LogLimit::new(REFUSAL_LOG_EVERY, REFUSAL_LOG_ADDRESSES);
+    let mut refused = |remote: SocketAddr, why: &dyn std::fmt::Display| {
+        if let Some(left_out) = refusals.admit(remote.ip(), Instant::now()) {
+            tracing::warn!(%remote, left_out, "refused a peer connection: {why}");
+        }
+    };
+    while let Some((remote, result)) = acceptor.next().await {
+        let conn = match result {
             Ok(conn) => conn,
             Err(e) => {
-                tracing::warn!(%remote, "peer handshake failed: {e}");
+                refused(remote, &e);
                 continue;
             }
         };
         let chain = peer_chain(&conn).unwrap_or_default();
         let Some(name) = config.identity.name_of(&chain, &names) else {
-            tracing::warn!(%remote, "refused a peer whose certificate names no configured node");
+            refused(remote, &"its certificate names no configured node");
             conn.close(1u32.into(), b"unknown node");
             continue;
         };

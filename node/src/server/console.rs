@@ -8,6 +8,9 @@ const INDEX: &str = include_str!("../../assets/console/index.html");
 const APP_JS: &str = include_str!("../../assets/console/app.js");
 const APP_CSS: &str = include_str!("../../assets/console/app.css");
 
+const CSP: &str = "default-src 'self'; connect-src 'self'; style-src 'self' 'unsafe-inline'; \
+     img-src 'self' data:; frame-ancestors 'none'";
+
 pub fn routes(cfg: &mut web::ServiceConfig) {
     cfg.route("/", web::get().to(index))
         .route("/assets/app.js", web::get().to(app_js))
@@ -17,11 +20,10 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
 fn asset(content_type: &str, body: &'static str) -> HttpResponse {
     HttpResponse::Ok()
         .content_type(content_type)
-        // The page talks to this node only (its REST and WebSocket).
-        .insert_header((
-            "Content-Security-Policy",
-            "default-src 'self'; connect-src 'self' ws: wss:; style-src 'self' 'unsafe-inline'; img-src 'self' data:",
-        ))
+        // The page talks to this node only: `connect-src 'self'` covers
+        // its REST and its WebSocket (CSP 3 matches ws:/wss: of the same
+        // host and port to 'self'), and no other page may frame it.
+        .insert_header(("Content-Security-Policy", CSP))
         .insert_header(("X-Content-Type-Options", "nosniff"))
         .insert_header(("Cache-Control", "no-cache"))
         .body(body)

@@ -4,6 +4,7 @@
 
 mod auth;
 mod console;
+mod data_dir;
 mod listener;
 mod nodes;
 mod reload;
@@ -94,6 +95,7 @@ pub fn run(
     ready: impl FnOnce(Ready) + Send + 'static,
 ) -> anyhow::Result<()> {
     raise_fd_limit();
+    data_dir::prepare(&config.node.data_dir)?;
     let generated = ensure_admin_token(&mut config)?;
     let listener = listener::bind(&config.http)?;
     // HTTPS: the certificate and key are read now; a bad file stops the
@@ -294,6 +296,7 @@ fn open_store(
         return Ok((None, Vec::new()));
     }
     let path = config.node.data_dir.join("store");
+    data_dir::prepare_private(&path)?;
     let (store, restored) = StoreHandle::open(
         &path,
         config.session.ring_bytes,

@@ -43,12 +43,21 @@ pub fn reload(state: &AppState) -> Result<usize, ApiError> {
     Ok(n)
 }
 
+/// The file is read on a blocking thread, not on the HTTP worker: a
+/// config on a slow or hung file system delays only this request.
 async fn reload_route(req: HttpRequest, state: web::Data<AppState>) -> HttpResponse {
-    respond((|| {
-        require(&req, &state.node.tokens, Role::Admin)?;
-        let tokens = reload(&state)?;
-        Ok(HttpResponse::Ok().json(serde_json::json!({ "tokens": tokens })))
-    })())
+    if let Err(e) = require(&req, &state.node.tokens, Role::Admin) {
+        return respond(Err(e));
+    }
+    let done = web::block(move || reload(&state)).await;
+    respond(match done {
+        Ok(Ok(tokens)) => Ok(HttpResponse::Ok().json(serde_json::json!({ "tokens": tokens }))),
+        Ok(Err(e)) => Err(e),
+        Err(e) => Err(ApiError::new(
+            ErrorCode::Internal,
+            format!("the reload did not run: {e}"),
+        )),
+    })
 }
 
 /// Reloads on every SIGHUP until the node stops.
@@ -59,8 +68,11 @@ pub async fn on_sighup(state: AppState) {
         return;
     };
     while hup.recv().await.is_some() {
-        if let Err(e) = reload(&state) {
-            tracing::error!("reload on SIGHUP failed: {}", e.message);
+        let state = state.clone();
+        match tokio::task::spawn_blocking(move || reload(&state)).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => tracing::error!("reload on SIGHUP failed: {}", e.message),
+            Err(e) => tracing::error!("reload on SIGHUP did not run: {e}"),
         }
     }
 }

@@ -1,10 +1,13 @@
-//! Issuing the cluster's certificates (rcgen): a CA, and per node a
-//! certificate whose SAN is the node's name, good for serving and dialing
-//! (serverAuth + clientAuth). `termesh cluster init` uses this; so do the
-//! tests, for other CAs and wrong names.
+//! Issuing the cluster's certificates (rcgen): a CA; per node a mesh
+//! certificate whose SAN is the node's mesh name (`NAME.mesh.termesh.invalid`),
+//! good for serving and dialing (serverAuth + clientAuth); and HTTPS
+//! certificates, serverAuth only and never with a mesh name, so they
+//! cannot stand in for a node on the mesh. `termesh cluster init` uses
+//! this; so do the tests, for other CAs and wrong names.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use super::tls::{mesh_name, MESH_SUFFIX};
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
     KeyUsagePurpose,
@@ -12,6 +15,14 @@ use rcgen::{
 
 /// How long issued certificates are valid, in years from now (roughly).
 pub const VALID_YEARS: i32 = 10;
+
+#[derive(Debug, thiserror::Error)]
+pub enum CertError {
+    #[error(transparent)]
+    Rcgen(#[from] rcgen::Error),
+    #[error("`{0}` is a mesh name: an HTTPS certificate may not carry it")]
+    MeshName(String),
+}
 
 /// A certificate and its private key, PEM.
 #[derive(Debug, Clone)]
@@ -57,28 +68,46 @@ impl Ca {
         }
     }
 
-    /// A certificate for the node `name`, signed by this CA.
-    pub fn issue(&self, name: &str) -> Result<Issued, rcgen::Error> {
-        let mut params = CertificateParams::new(vec![name.to_string()])?;
+    /// The mesh certificate of the node `name`, signed by this CA.
+    pub fn issue(&self, name: &str) -> Result<Issued, CertError> {
+        self.issue_node(name, mesh_name(name))
+    }
+
+    /// A node certificate as `cluster init` issued them before mesh names
+    /// (SAN = the plain name): for tests that an older cluster still links.
+    #[doc(hidden)]
+    pub fn issue_legacy(&self, name: &str) -> Result<Issued, CertError> {
+        self.issue_node(name, name.to_string())
+    }
+
+    fn issue_node(&self, name: &str, san: String) -> Result<Issued, CertError> {
+        let mut params = CertificateParams::new(vec![san])?;
         params.distinguished_name.push(DnType::CommonName, name);
         params.extended_key_usages = vec![
             ExtendedKeyUsagePurpose::ServerAuth,
             ExtendedKeyUsagePurpose::ClientAuth,
         ];
-        self.sign(params)
+        Ok(self.sign(params)?)
     }
 }
 
 impl Ca {
-    /// A certificate for a node's HTTPS listener: server only, valid for
-    /// `names` (host names and IP addresses clients use), signed by this CA.
-    pub fn issue_http(&self, names: &[String]) -> Result<Issued, rcgen::Error> {
+    /// A certificate for a node's HTTPS listener: serverAuth only, valid
+    /// for `names` (host names and IP addresses clients use; never a mesh
+    /// name), signed by this CA.
+    pub fn issue_http(&self, names: &[String]) -> Result<Issued, CertError> {
+        if let Some(mesh) = names
+            .iter()
+            .find(|n| n.to_ascii_lowercase().ends_with(MESH_SUFFIX))
+        {
+            return Err(CertError::MeshName(mesh.clone()));
+        }
         let mut params = CertificateParams::new(names.to_vec())?;
         if let Some(first) = names.first() {
             params.distinguished_name.push(DnType::CommonName, first);
         }
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-        self.sign(params)
+        Ok(self.sign(params)?)
     }
 }
 

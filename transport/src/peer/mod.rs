@@ -1,8 +1,10 @@
 //! The peer protocol between the nodes of a cluster (docs/peer-protocol.md):
 //! the messages of the control stream and of the data streams, as data
 //! only, encoded with rmp-serde as maps keyed by `t`; the framing of a QUIC
-//! stream (`frame`); the QUIC endpoint with mutual TLS (`tls`).
+//! stream (`frame`); the QUIC endpoint with mutual TLS (`tls`); incoming
+//! handshakes, concurrent and bounded (`accept`).
 
+pub mod accept;
 pub mod certs;
 pub mod frame;
 pub mod tls;

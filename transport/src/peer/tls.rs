@@ -1,9 +1,10 @@
 //! The QUIC endpoint of the peer mesh: rustls with the ring provider only,
 //! TLS 1.3 only, ALPN `termesh/1`, a certificate required on both sides
-//! and verified against the cluster CA. rustls checks that a dialed peer's
-//! certificate names the node dialed; for an accepted connection the name
-//! is read from the certificate here (`peer_name`) and the caller checks it
-//! against the config and the hello.
+//! and verified against the cluster CA as a *mesh* certificate: serverAuth
+//! and clientAuth, and the node's mesh name (`mesh_name`), on the dialing
+//! side (`MeshVerifier`) and the accepting side (`name_of`) alike. An
+//! HTTPS certificate of the same CA has neither clientAuth nor a mesh
+//! name, so it cannot stand in for a node.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -11,16 +12,26 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
-use rustls::client::danger::ServerCertVerifier;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::server::danger::ClientCertVerifier;
 use rustls::server::WebPkiClientVerifier;
-use rustls::{client::WebPkiServerVerifier, RootCertStore};
+use rustls::{client::WebPkiServerVerifier, DigitallySignedStruct, RootCertStore, SignatureScheme};
 
 /// The application protocol both sides must name.
 pub const ALPN: &[u8] = b"termesh/1";
+
+/// The suffix of every mesh name. `.invalid` is reserved (RFC 2606): no
+/// public CA issues it and no host resolves it, and `cluster init` never
+/// puts it in an HTTPS certificate.
+pub const MESH_SUFFIX: &str = ".mesh.termesh.invalid";
+
+/// The DNS name a node's mesh certificate carries: `NAME.mesh.termesh.invalid`.
+pub fn mesh_name(node: &str) -> String {
+    format!("{node}{MESH_SUFFIX}")
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
@@ -104,43 +115,38 @@ impl Identity {
             .map_err(|e| TlsError::Setup(e.to_string()))
     }
 
-    /// That this node's certificate chains to the CA, may serve and dial
-    /// (serverAuth and clientAuth), is valid now and names `node`.
-    pub fn check_names(&self, node: &str) -> Result<(), String> {
-        let now = UnixTime::now();
-        let (end, rest) = self.chain.split_first().expect("checked non-empty");
-        let name = ServerName::try_from(node.to_string())
-            .map_err(|_| format!("`{node}` cannot be a certificate name"))?;
-        self.server_verifier()
-            .map_err(|e| e.to_string())?
-            .verify_server_cert(end, rest, &name, &[], now)
-            .map_err(|e| format!("not valid for serving as `{node}` under the cluster CA: {e}"))?;
-        self.client_verifier()
-            .map_err(|e| e.to_string())?
-            .verify_client_cert(end, rest, now)
-            .map_err(|e| format!("not valid as a client under the cluster CA: {e}"))?;
-        Ok(())
+    /// The verifier of a peer's certificate as a mesh certificate.
+    fn mesh_verifier(&self) -> Result<Arc<MeshVerifier>, TlsError> {
+        Ok(Arc::new(MeshVerifier {
+            server: self.server_verifier()?,
+            client: self.client_verifier()?,
+        }))
     }
 
-    /// Of `names`, the one a peer's verified certificate `chain` is valid
-    /// for (exactly one; none if the chain names none or several).
+    /// That this node's certificate chains to the CA, may serve and dial
+    /// (serverAuth and clientAuth), is valid now and names `node` (its mesh
+    /// name, or the plain name of a certificate from before mesh names).
+    pub fn check_names(&self, node: &str) -> Result<NameForm, String> {
+        let (end, rest) = self.chain.split_first().expect("checked non-empty");
+        self.mesh_verifier()
+            .map_err(|e| e.to_string())?
+            .verify(end, rest, node, UnixTime::now())
+            .map_err(|e| format!("not a mesh certificate of `{node}` under the cluster CA: {e}"))
+    }
+
+    /// Of `names`, the one a peer's verified certificate `chain` is a mesh
+    /// certificate of (exactly one; none if it names none or several).
     pub fn name_of<'a>(
         &self,
         chain: &[CertificateDer<'static>],
         names: &[&'a str],
     ) -> Option<&'a str> {
         let (end, rest) = chain.split_first()?;
-        let verifier = self.server_verifier().ok()?;
+        let verifier = self.mesh_verifier().ok()?;
         let now = UnixTime::now();
-        let mut found = names.iter().filter(|n| {
-            ServerName::try_from(n.to_string())
-                .ok()
-                .is_some_and(|name| {
-                    verifier
-                        .verify_server_cert(end, rest, &name, &[], now)
-                        .is_ok()
-                })
-        });
+        let mut found = names
+            .iter()
+            .filter(|n| verifier.verify(end, rest, n, now).is_ok());
         match (found.next(), found.next()) {
             (Some(one), None) => Some(one),
             _ => None,
@@ -166,7 +172,7 @@ impl Identity {
             .with_protocol_versions(&[&rustls::version::TLS13])
             .map_err(|e| TlsError::Setup(e.to_string()))?
             .dangerous()
-            .with_custom_certificate_verifier(self.server_verifier()?)
+            .with_custom_certificate_verifier(self.mesh_verifier()?)
             .with_client_auth_cert(self.chain.clone(), self.key.clone_key())
             .map_err(|e| TlsError::Setup(format!("this node's certificate and key: {e}")))?;
         tls.alpn_protocols = vec![ALPN.to_vec()];
@@ -227,6 +233,102 @@ fn transport() -> Arc<quinn::TransportConfig> {
             .expect("60 s is a valid idle timeout"),
     ));
     Arc::new(t)
+}
+
+/// Which name a mesh certificate was found valid for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NameForm {
+    /// `NAME.mesh.termesh.invalid`, as `cluster init` issues now.
+    Mesh,
+    /// The plain node name, as `cluster init` issued before mesh names;
+    /// still accepted when the certificate carries both serverAuth and
+    /// clientAuth (no HTTPS certificate from `cluster init` does).
+    Legacy,
+}
+
+/// Verifies a peer's certificate as a mesh certificate of a node: it
+/// chains to the cluster CA, carries serverAuth *and* clientAuth, and is
+/// valid for the node's mesh name (or, for certificates from before mesh
+/// names, its plain name). The dialer uses it with the name dialed, which
+/// is a node name; the acceptor through `Identity::name_of`.
+#[derive(Debug)]
+struct MeshVerifier {
+    server: Arc<WebPkiServerVerifier>,
+    client: Arc<dyn ClientCertVerifier>,
+}
+
+impl MeshVerifier {
+    fn verify(
+        &self,
+        end: &CertificateDer<'_>,
+        rest: &[CertificateDer<'_>],
+        node: &str,
+        now: UnixTime,
+    ) -> Result<NameForm, rustls::Error> {
+        if node.ends_with(MESH_SUFFIX) {
+            // A node name never holds a dot; this would be a mesh name's
+            // mesh name, or a wrong call: refuse rather than guess.
+            return Err(rustls::Error::General(format!(
+                "`{node}` is not a node name"
+            )));
+        }
+        // clientAuth: no HTTPS certificate from `cluster init` carries it.
+        self.client.verify_client_cert(end, rest, now)?;
+        let server = |name: String| {
+            let name = ServerName::try_from(name).map_err(|_| {
+                rustls::Error::General(format!("`{node}` cannot be a certificate name"))
+            })?;
+            self.server.verify_server_cert(end, rest, &name, &[], now)
+        };
+        match server(mesh_name(node)) {
+            Ok(_) => Ok(NameForm::Mesh),
+            Err(mesh_err) => match server(node.to_string()) {
+                Ok(_) => Ok(NameForm::Legacy),
+                Err(_) => Err(mesh_err),
+            },
+        }
+    }
+}
+
+impl ServerCertVerifier for MeshVerifier {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        let ServerName::DnsName(node) = server_name else {
+            return Err(rustls::Error::General(
+                "a peer is dialed by its node name".into(),
+            ));
+        };
+        self.verify(end_entity, intermediates, node.as_ref(), now)?;
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.server.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.server.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.server.supported_verify_schemes()
+    }
 }
 
 /// The certificate chain a connected peer presented (verified by rustls).

@@ -1,24 +1,20 @@
-//! Requests that travel between nodes. On the node a client is connected
+//! Requests that travel between nodes, on the node a client is connected
 //! to: which node owns what the request names, and the forward itself (to
-//! that owner's `PeerActor`, bounded by the request timeout). On the owner:
-//! the answer, computed exactly as for a local client, so replies and
-//! error codes are the same from any node.
+//! that owner's `PeerActor`, bounded by the request timeout). The owner
+//! answers with the request table's answer (`request`), exactly as for a
+//! local client, so replies and error codes are the same from any node.
 
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use actix::Addr;
-use bytes::Bytes;
-use termesh_transport::{
-    ClientMsg, ErrorCode, ServerMsg, MAX_EVENTS, MAX_READ_OUTPUT, MAX_SCROLLBACK,
-};
+use termesh_transport::{ClientMsg, ErrorCode, ServerMsg};
 
 use crate::error::ApiError;
 use crate::feed::Feed;
 use crate::mirror::MirrorActor;
 use crate::ops::NodeCtx;
 use crate::peer::{Forward, PeerActor};
-use crate::session::ScreenWant;
 
 /// A forwarded request not answered in this long gets `unavailable`.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(8);
@@ -167,155 +163,4 @@ pub fn unreachable_node(node: &str) -> ApiError {
         ErrorCode::Unavailable,
         format!("node `{node}` cannot be reached now"),
     )
-}
-
-/// The answer to a request that needs no waiting (input, resize, kill,
-/// rename, tag), computed at once so that such requests take effect in
-/// the order they came; `None` for the others.
-pub fn answer_now(node: &NodeCtx, msg: &ClientMsg) -> Option<ServerMsg> {
-    let (id, session, result) = match msg {
-        ClientMsg::Input { session, data } => (
-            None,
-            session,
-            node.input(session, Bytes::from(data.clone())),
-        ),
-        ClientMsg::Resize {
-            session,
-            cols,
-            rows,
-        } => (None, session, node.resize(session, *cols, *rows)),
-        ClientMsg::Kill {
-            id,
-            session,
-            signal,
-        } => (Some(*id), session, node.kill(session, signal.as_deref())),
-        ClientMsg::Rename { id, session, name } => {
-            (Some(*id), session, node.rename(session, name.clone()))
-        }
-        ClientMsg::Tag { id, session, tags } => {
-            (Some(*id), session, node.tag(session, tags.clone()))
-        }
-        _ => return None,
-    };
-    Some(match result {
-        Ok(()) => ServerMsg::Ok {
-            id: id.unwrap_or(0),
-        },
-        Err(e) => e.to_message(id, Some(session.clone())),
-    })
-}
-
-/// The answer to a request that waits (create, screen, history, remove).
-pub async fn answer_later(node: NodeCtx, msg: ClientMsg) -> ServerMsg {
-    let (id, session) = match &msg {
-        ClientMsg::Create { id, .. } => (*id, None),
-        ClientMsg::Screen { id, session, .. }
-        | ClientMsg::History { id, session, .. }
-        | ClientMsg::Remove { id, session, .. }
-        | ClientMsg::Events { id, session, .. }
-        | ClientMsg::ReadOutput { id, session, .. }
-        | ClientMsg::Revive { id, session } => (*id, Some(session.clone())),
-        _ => {
-            return ApiError::bad_request(format!("`{}` cannot be forwarded", msg.kind()))
-                .to_message(None, None)
-        }
-    };
-    let result = match msg {
-        ClientMsg::Create { id, mut req } => {
-            // It runs here, whatever node the client named.
-            req.node = None;
-            node.create(req)
-                .await
-                .map(|session| ServerMsg::Created { id, session })
-        }
-        ClientMsg::Screen {
-            id,
-            session,
-            scrollback,
-        } => {
-            let scrollback = scrollback.unwrap_or(0).min(MAX_SCROLLBACK) as usize;
-            node.screen(&session, ScreenWant::Snapshot { scrollback })
-                .await
-                .map(|r| ServerMsg::Snapshot {
-                    id: Some(id),
-                    session,
-                    seq: r.seq,
-                    cols: r.cols,
-                    rows: r.rows,
-                    data: r
-                        .out
-                        .into_snapshot()
-                        .map(|d| d.to_vec())
-                        .unwrap_or_default(),
-                })
-        }
-        ClientMsg::History { id, session, limit } => match limit {
-            Some(limit) => node
-                .raw_tail(&session, crate::connection::raw_limit(limit))
-                .await
-                .map(|tail| ServerMsg::History {
-                    id,
-                    session,
-                    seq: tail.last_seq,
-                    lines: None,
-                    data: Some(tail.data.to_vec()),
-                }),
-            None => node
-                .screen(
-                    &session,
-                    ScreenWant::Lines {
-                        max: MAX_SCROLLBACK as usize,
-                    },
-                )
-                .await
-                .map(|r| ServerMsg::History {
-                    id,
-                    session,
-                    seq: r.seq,
-                    lines: Some(r.out.into_lines().unwrap_or_default()),
-                    data: None,
-                }),
-        },
-        ClientMsg::Remove { id, session, purge } => node
-            .remove(&session, purge.unwrap_or(false))
-            .await
-            .map(|_| ServerMsg::Ok { id }),
-        ClientMsg::Events {
-            id,
-            session,
-            after,
-            limit,
-        } => node
-            .events(&session, after.unwrap_or(0), limit.unwrap_or(MAX_EVENTS))
-            .await
-            .map(|events| ServerMsg::Events {
-                id,
-                session,
-                events,
-            }),
-        ClientMsg::ReadOutput {
-            id,
-            session,
-            after,
-            max_bytes,
-        } => node
-            .read_output(
-                &session,
-                after.unwrap_or(0),
-                max_bytes.unwrap_or(MAX_READ_OUTPUT),
-            )
-            .await
-            .map(|frames| ServerMsg::StoredOutput {
-                id,
-                session,
-                frames,
-            }),
-        ClientMsg::Revive { id, session } => {
-            node.revive(&session).await.map(|_| ServerMsg::Ok { id })
-        }
-        _ => unreachable!("sorted above"),
-    };
-    // Bounded here too, so a forwarded reply is the same on every node
-    // and never too big for the link.
-    result.map_or_else(|e| e.to_message(Some(id), session), ServerMsg::bounded)
 }

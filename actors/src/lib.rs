@@ -21,6 +21,7 @@ pub mod pty;
 pub mod publisher;
 pub mod raw;
 pub mod registry;
+pub mod request;
 pub mod revive;
 pub mod ring;
 pub mod screen;

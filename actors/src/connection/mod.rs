@@ -31,7 +31,6 @@ use crate::tokens::HeldToken;
 use crate::watch::WatchQueue;
 
 pub use deliver::CloseConnection;
-pub use requests::raw_limit;
 
 /// Close code for "not authenticated in time".
 pub const CLOSE_UNAUTHENTICATED: u16 = 4401;

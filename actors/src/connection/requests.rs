@@ -4,8 +4,6 @@ use std::sync::atomic::Ordering;
 
 use actix::prelude::*;
 use actix_web_actors::ws::WebsocketContext;
-use bytes::Bytes;
-use termesh_config::Role;
 use termesh_transport::{ClientMsg, ErrorCode, ServerMsg, MAX_SCROLLBACK};
 
 use super::{ConnectionActor, Sub};
@@ -13,59 +11,10 @@ use crate::error::ApiError;
 use crate::forward::Route;
 use crate::publisher::Kind;
 use crate::registry::{Watch, NEXT_SUB_ID};
-use crate::session::{Ack, ScreenWant, Subscribe, Unsubscribe};
+use crate::request::{answer_later, answer_now, ids, spec, Class};
+use crate::session::{Ack, Subscribe, Unsubscribe};
 use crate::tokens::Recheck;
 use crate::watch::WatchQueue;
-
-/// The least role a message needs (PROTOCOL.md section 2).
-pub fn required_role(msg: &ClientMsg) -> Role {
-    match msg {
-        ClientMsg::Auth { .. }
-        | ClientMsg::List { .. }
-        | ClientMsg::Watch { .. }
-        | ClientMsg::Subscribe { .. }
-        | ClientMsg::Unsubscribe { .. }
-        | ClientMsg::Ack { .. }
-        | ClientMsg::Screen { .. }
-        | ClientMsg::History { .. }
-        | ClientMsg::Events { .. }
-        | ClientMsg::ReadOutput { .. }
-        | ClientMsg::Ping { .. } => Role::Viewer,
-        ClientMsg::Create { .. }
-        | ClientMsg::Input { .. }
-        | ClientMsg::Resize { .. }
-        | ClientMsg::Kill { .. }
-        | ClientMsg::Rename { .. }
-        | ClientMsg::Tag { .. }
-        | ClientMsg::Remove { .. }
-        | ClientMsg::Revive { .. } => Role::Operator,
-    }
-}
-
-/// The request id and session a message names, for its error reply.
-fn ids(msg: &ClientMsg) -> (Option<u64>, Option<String>) {
-    match msg {
-        ClientMsg::Auth { id, .. }
-        | ClientMsg::List { id }
-        | ClientMsg::Watch { id }
-        | ClientMsg::Create { id, .. } => (Some(*id), None),
-        ClientMsg::Subscribe { id, session, .. }
-        | ClientMsg::Screen { id, session, .. }
-        | ClientMsg::History { id, session, .. }
-        | ClientMsg::Kill { id, session, .. }
-        | ClientMsg::Rename { id, session, .. }
-        | ClientMsg::Tag { id, session, .. }
-        | ClientMsg::Remove { id, session, .. }
-        | ClientMsg::Events { id, session, .. }
-        | ClientMsg::ReadOutput { id, session, .. }
-        | ClientMsg::Revive { id, session } => (Some(*id), Some(session.clone())),
-        ClientMsg::Unsubscribe { session }
-        | ClientMsg::Ack { session, .. }
-        | ClientMsg::Input { session, .. }
-        | ClientMsg::Resize { session, .. } => (None, Some(session.clone())),
-        ClientMsg::Ping { .. } => (None, None),
-    }
-}
 
 type Ctx = WebsocketContext<ConnectionActor>;
 
@@ -103,7 +52,7 @@ impl ConnectionActor {
             );
             return self.send_error(ctx, id, session, err);
         };
-        let needed = required_role(&msg);
+        let needed = spec(&msg).role;
         if role < needed {
             let err = ApiError::new(
                 ErrorCode::Forbidden,
@@ -142,9 +91,8 @@ impl ConnectionActor {
         }
     }
 
-    /// Sends a request about another node's session (or a create for
-    /// another node) to that node, and relays its answer (`slot`: it holds
-    /// a screen slot, released with the answer).
+    /// Sends a request to the node that answers it, and relays its answer
+    /// (`slot`: it holds a screen slot, released with the answer).
     fn forward(&mut self, owner: String, msg: ClientMsg, slot: bool, ctx: &mut Ctx) {
         let (id, session) = ids(&msg);
         let answer = self
@@ -166,53 +114,49 @@ impl ConnectionActor {
         }
     }
 
-    /// The node that answers `msg`, when it is not this one.
-    fn owner_of(&self, msg: &ClientMsg) -> Result<Option<String>, ApiError> {
-        let route = match msg {
-            ClientMsg::Create { req, .. } => self.node.route_create(req.node.as_deref())?,
-            ClientMsg::Input { session, .. }
-            | ClientMsg::Resize { session, .. }
-            | ClientMsg::Kill { session, .. }
-            | ClientMsg::Rename { session, .. }
-            | ClientMsg::Tag { session, .. }
-            | ClientMsg::Remove { session, .. }
-            | ClientMsg::Screen { session, .. }
-            | ClientMsg::History { session, .. }
-            | ClientMsg::Events { session, .. }
-            | ClientMsg::ReadOutput { session, .. }
-            | ClientMsg::Revive { session, .. } => self.node.route_session(session)?,
-            _ => Route::Here,
-        };
-        Ok(match route {
-            Route::Here => None,
-            Route::Owner(node) => Some(node),
-        })
-    }
-
-    /// Routes a request; screens and histories take a slot first, wherever
-    /// they are answered (a remote session's too).
+    /// Routes a request by its row of the table: screens and histories
+    /// take a slot first, wherever they are answered (a remote session's
+    /// too); the connection's own kinds are answered here.
     fn route(&mut self, msg: ClientMsg, ctx: &mut Ctx) -> Result<(), ApiError> {
-        let slot = matches!(msg, ClientMsg::Screen { .. } | ClientMsg::History { .. });
+        let class = spec(&msg).class;
+        if class == Class::Connection {
+            return self.connection_request(msg, ctx);
+        }
+        let slot = class == Class::Screen;
         if slot {
             self.take_screen_slot()?;
         }
-        let routed = self.route_with_slot(msg, slot, ctx);
-        if routed.is_err() && slot {
-            self.screens_in_flight -= 1;
+        let routed = self.node.route(&msg);
+        match routed {
+            Ok(Route::Owner(owner)) => self.forward(owner, msg, slot, ctx),
+            Ok(Route::Here) => self.answer_here(msg, slot, ctx),
+            Err(e) => {
+                if slot {
+                    self.screens_in_flight -= 1;
+                }
+                return Err(e);
+            }
         }
-        routed
+        Ok(())
     }
 
-    fn route_with_slot(
-        &mut self,
-        msg: ClientMsg,
-        slot: bool,
-        ctx: &mut Ctx,
-    ) -> Result<(), ApiError> {
-        if let Some(owner) = self.owner_of(&msg)? {
-            self.forward(owner, msg, slot, ctx);
-            return Ok(());
+    /// A request this node answers, through the table's answers.
+    fn answer_here(&mut self, msg: ClientMsg, slot: bool, ctx: &mut Ctx) {
+        if let Some(answer) = answer_now(&self.node, &msg) {
+            // Input and resize answer only when they fail.
+            if ids(&msg).0.is_some() || matches!(answer, ServerMsg::Error { .. }) {
+                self.send(ctx, &answer);
+            }
+            return;
         }
+        let (id, session) = ids(&msg);
+        let node = self.node.clone();
+        let work = async move { Ok(answer_later(node, msg).await) };
+        self.spawn_reply(ctx, id.unwrap_or(0), session, work, slot);
+    }
+
+    /// The kinds that are this connection's own state.
+    fn connection_request(&mut self, msg: ClientMsg, ctx: &mut Ctx) -> Result<(), ApiError> {
         match msg {
             // Answered by `dispatch` before routing.
             ClientMsg::Auth { .. } => {}
@@ -234,15 +178,6 @@ impl ConnectionActor {
                     });
                 }
                 self.send(ctx, &ServerMsg::Ok { id });
-            }
-            ClientMsg::Create { id, req } => {
-                let node = self.node.clone();
-                let session = None;
-                self.reply_async(ctx, id, session, async move {
-                    node.create(req)
-                        .await
-                        .map(|session| ServerMsg::Created { id, session })
-                });
             }
             ClientMsg::Subscribe {
                 id,
@@ -290,97 +225,11 @@ impl ConnectionActor {
                     sub.feed.ack.do_send(Ack { sub: sub.id, seq });
                 }
             }
-            ClientMsg::Input { session, data } => self.node.input(&session, Bytes::from(data))?,
-            ClientMsg::Resize {
-                session,
-                cols,
-                rows,
-            } => self.node.resize(&session, cols, rows)?,
-            ClientMsg::Screen {
-                id,
-                session,
-                scrollback,
-            } => {
-                let node = self.node.clone();
-                let scrollback = scrollback.unwrap_or(0) as usize;
-                self.reply_screen(ctx, id, Some(session.clone()), async move {
-                    let r = node
-                        .screen(&session, ScreenWant::Snapshot { scrollback })
-                        .await?;
-                    let data = r
-                        .out
-                        .into_snapshot()
-                        .map(|d| d.to_vec())
-                        .unwrap_or_default();
-                    Ok(ServerMsg::Snapshot {
-                        id: Some(id),
-                        session,
-                        seq: r.seq,
-                        cols: r.cols,
-                        rows: r.rows,
-                        data,
-                    })
-                });
-            }
-            ClientMsg::History { id, session, limit } => {
-                let node = self.node.clone();
-                self.reply_screen(ctx, id, Some(session.clone()), async move {
-                    match limit {
-                        Some(limit) => {
-                            let tail = node.raw_tail(&session, raw_limit(limit)).await?;
-                            Ok(ServerMsg::History {
-                                id,
-                                session,
-                                seq: tail.last_seq,
-                                lines: None,
-                                data: Some(tail.data.to_vec()),
-                            })
-                        }
-                        None => {
-                            let r = node
-                                .screen(
-                                    &session,
-                                    ScreenWant::Lines {
-                                        max: MAX_SCROLLBACK as usize,
-                                    },
-                                )
-                                .await?;
-                            let lines = r.out.into_lines().unwrap_or_default();
-                            Ok(ServerMsg::History {
-                                id,
-                                session,
-                                seq: r.seq,
-                                lines: Some(lines),
-                                data: None,
-                            })
-                        }
-                    }
-                });
-            }
-            ClientMsg::Kill {
-                id,
-                session,
-                signal,
-            } => {
-                self.node.kill(&session, signal.as_deref())?;
-                self.send(ctx, &ServerMsg::Ok { id });
-            }
-            ClientMsg::Rename { id, session, name } => {
-                self.node.rename(&session, name)?;
-                self.send(ctx, &ServerMsg::Ok { id });
-            }
-            ClientMsg::Tag { id, session, tags } => {
-                self.node.tag(&session, tags)?;
-                self.send(ctx, &ServerMsg::Ok { id });
-            }
-            msg @ (ClientMsg::Remove { id, .. }
-            | ClientMsg::Events { id, .. }
-            | ClientMsg::ReadOutput { id, .. }
-            | ClientMsg::Revive { id, .. }) => {
-                let (node, session) = (self.node.clone(), ids(&msg).1);
-                self.reply_async(ctx, id, session, async move {
-                    Ok(crate::forward::answer_later(node, msg).await)
-                });
+            other => {
+                return Err(ApiError::bad_request(format!(
+                    "`{}` is not a connection request",
+                    other.kind()
+                )))
             }
         }
         Ok(())
@@ -397,23 +246,8 @@ impl ConnectionActor {
         Ok(())
     }
 
-    /// `reply_async` for a request holding a screen slot, released with
-    /// the reply.
-    fn reply_screen<F>(&mut self, ctx: &mut Ctx, id: u64, session: Option<String>, work: F)
-    where
-        F: std::future::Future<Output = Result<ServerMsg, ApiError>> + 'static,
-    {
-        self.spawn_reply(ctx, id, session, work, true);
-    }
-
-    /// Runs `work` without blocking this connection and sends its reply.
-    fn reply_async<F>(&mut self, ctx: &mut Ctx, id: u64, session: Option<String>, work: F)
-    where
-        F: std::future::Future<Output = Result<ServerMsg, ApiError>> + 'static,
-    {
-        self.spawn_reply(ctx, id, session, work, false);
-    }
-
+    /// Runs `work` without blocking this connection and sends its reply
+    /// (bounded by `MAX_REPLY`), releasing a screen slot it held.
     fn spawn_reply<F>(
         &mut self,
         ctx: &mut Ctx,
@@ -434,12 +268,6 @@ impl ConnectionActor {
             }
         }));
     }
-}
-
-/// The bytes a raw `history{limit}` returns: the newest `limit`, at most
-/// a reply's bound.
-pub fn raw_limit(limit: u64) -> usize {
-    limit.min(termesh_transport::MAX_REPLY as u64) as usize
 }
 
 fn not_subscribed(session: &str) -> ApiError {

@@ -440,11 +440,17 @@ impl PeerActor {
             return;
         };
         let _ = hops;
-        if let Some(answer) = crate::forward::answer_now(&node, &msg) {
+        if !crate::request::spec(&msg).forwardable() {
+            let (id, session) = crate::request::ids(&msg);
+            let err = ApiError::bad_request(format!("`{}` cannot be forwarded", msg.kind()));
+            self.reply(req, err.to_message(id, session));
+            return;
+        }
+        if let Some(answer) = crate::request::answer_now(&node, &msg) {
             self.reply(req, answer);
             return;
         }
-        let work = crate::forward::answer_later(node, msg);
+        let work = crate::request::answer_later(node, msg);
         ctx.spawn(work.into_actor(self).map(move |answer, act, _| {
             act.reply(req, answer);
         }));

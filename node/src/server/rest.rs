@@ -8,6 +8,7 @@ use futures_util::StreamExt;
 use serde::Deserialize;
 use termesh_actors::error::ApiError;
 use termesh_actors::forward::Route;
+use termesh_actors::request::spec;
 use termesh_actors::session::ScreenWant;
 use termesh_config::Role;
 use termesh_transport::peer::HOP_BUDGET;
@@ -54,18 +55,12 @@ pub(super) fn respond(result: Result<HttpResponse>) -> HttpResponse {
     result.unwrap_or_else(|e| error_response(&e))
 }
 
-/// The answer to `msg` about `session`, from whichever node owns it,
-/// through the same answer (and reply bound) as the WebSocket protocol;
-/// an error reply as the error.
-async fn ask(state: &AppState, session: &str, msg: ClientMsg) -> Result<ServerMsg> {
-    let reply = match state.node.route_session(session)? {
-        Route::Here => termesh_actors::forward::answer_later(state.node.clone(), msg).await,
-        Route::Owner(owner) => state.node.forward(&owner, msg, HOP_BUDGET - 1).await?,
-    };
-    match ApiError::from_message(&reply) {
-        Some(e) => Err(e),
-        None => Ok(reply),
-    }
+/// `msg` answered through the request table, as over WebSocket: the role
+/// its row needs, then the answer of whichever node answers it (an error
+/// reply as the error).
+async fn ask(req: &HttpRequest, state: &AppState, msg: ClientMsg) -> Result<ServerMsg> {
+    require(req, &state.node.tokens, spec(&msg).role)?;
+    state.node.ask(msg).await
 }
 
 /// For a session of another node: its owner's answer to `msg` (an error
@@ -166,15 +161,10 @@ async fn create(
         async {
             require(&req, &state.node.tokens, Role::Operator)?;
             let body: CreateRequest = read_json(payload).await?.unwrap_or_default();
-            if let Route::Owner(owner) = state.node.route_create(body.node.as_deref())? {
-                let msg = ClientMsg::Create { id: 1, req: body };
-                let reply = state.node.forward(&owner, msg, HOP_BUDGET - 1).await?;
-                return match reply {
-                    ServerMsg::Created { session, .. } => Ok(HttpResponse::Created().json(session)),
-                    other => Err(ApiError::from_message(&other).unwrap_or_else(mismatch)),
-                };
-            }
-            let info = state.node.create(body).await?;
+            let msg = ClientMsg::Create { id: 1, req: body };
+            let ServerMsg::Created { session: info, .. } = ask(&req, &state, msg).await? else {
+                return Err(mismatch());
+            };
             Ok(HttpResponse::Created().json(info))
         }
         .await,
@@ -205,20 +195,13 @@ async fn remove(
 ) -> HttpResponse {
     respond(
         async {
-            require(&req, &state.node.tokens, Role::Operator)?;
             let purge = query::<RemoveQuery>(&req)?.purge;
-            let session = path.to_string();
-            if remote(&state, &path, || ClientMsg::Remove {
+            let msg = ClientMsg::Remove {
                 id: 1,
-                session,
+                session: path.to_string(),
                 purge: Some(purge),
-            })
-            .await?
-            .is_some()
-            {
-                return Ok(HttpResponse::NoContent().finish());
-            }
-            state.node.remove(&path, purge).await?;
+            };
+            ask(&req, &state, msg).await?;
             Ok(HttpResponse::NoContent().finish())
         }
         .await,
@@ -235,16 +218,11 @@ async fn input(
         async {
             require(&req, &state.node.tokens, Role::Operator)?;
             let body = read_body(payload, MAX_INPUT).await?;
-            let session = path.to_string();
-            let data = body.to_vec();
-            if remote(&state, &path, || ClientMsg::Input { session, data })
-                .await?
-                .is_some()
-            {
-                return Ok(HttpResponse::NoContent().finish());
-            }
-            state.node.session(&path)?;
-            state.node.input(&path, body)?;
+            let msg = ClientMsg::Input {
+                session: path.to_string(),
+                data: body.to_vec(),
+            };
+            ask(&req, &state, msg).await?;
             Ok(HttpResponse::NoContent().finish())
         }
         .await,
@@ -267,19 +245,12 @@ async fn resize(
         async {
             require(&req, &state.node.tokens, Role::Operator)?;
             let body: ResizeBody = required_json(payload).await?;
-            let session = path.to_string();
-            let (cols, rows) = (body.cols, body.rows);
-            if remote(&state, &path, || ClientMsg::Resize {
-                session,
-                cols,
-                rows,
-            })
-            .await?
-            .is_some()
-            {
-                return Ok(HttpResponse::NoContent().finish());
-            }
-            state.node.resize(&path, body.cols, body.rows)?;
+            let msg = ClientMsg::Resize {
+                session: path.to_string(),
+                cols: body.cols,
+                rows: body.rows,
+            };
+            ask(&req, &state, msg).await?;
             Ok(HttpResponse::NoContent().finish())
         }
         .await,
@@ -301,18 +272,12 @@ async fn kill(
         async {
             require(&req, &state.node.tokens, Role::Operator)?;
             let body: KillBody = read_json(payload).await?.unwrap_or_default();
-            let (session, signal) = (path.to_string(), body.signal.clone());
-            if remote(&state, &path, || ClientMsg::Kill {
+            let msg = ClientMsg::Kill {
                 id: 1,
-                session,
-                signal,
-            })
-            .await?
-            .is_some()
-            {
-                return Ok(HttpResponse::NoContent().finish());
-            }
-            state.node.kill(&path, body.signal.as_deref())?;
+                session: path.to_string(),
+                signal: body.signal,
+            };
+            ask(&req, &state, msg).await?;
             Ok(HttpResponse::NoContent().finish())
         }
         .await,
@@ -341,7 +306,7 @@ async fn logs(
                 session: path.to_string(),
                 limit: Some(tail as u64),
             };
-            let ServerMsg::History { seq, data, .. } = ask(&state, &path, msg).await? else {
+            let ServerMsg::History { seq, data, .. } = ask(&req, &state, msg).await? else {
                 return Err(mismatch());
             };
             let data = data.unwrap_or_default();
@@ -422,7 +387,7 @@ async fn screen(
                         rows,
                         data,
                         ..
-                    } = ask(&state, &path, msg).await?
+                    } = ask(&req, &state, msg).await?
                     else {
                         return Err(mismatch());
                     };
@@ -455,7 +420,7 @@ async fn history(
                 session: path.to_string(),
                 limit: None,
             };
-            let ServerMsg::History { seq, lines, .. } = ask(&state, &path, msg).await? else {
+            let ServerMsg::History { seq, lines, .. } = ask(&req, &state, msg).await? else {
                 return Err(mismatch());
             };
             let lines = lines.unwrap_or_default();

@@ -11,11 +11,10 @@ use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::Value;
 use termesh_actors::error::ApiError;
-use termesh_actors::forward::{answer_later, Route};
+use termesh_actors::forward::Route;
 use termesh_actors::ops::NodeCtx;
 use termesh_actors::store::LiveEvent;
 use termesh_config::Role;
-use termesh_transport::peer::HOP_BUDGET;
 use termesh_transport::{ClientMsg, ErrorCode, ServerMsg, StoredFrame, MAX_EVENTS};
 use tokio::sync::broadcast::{self, error::RecvError};
 
@@ -37,19 +36,6 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
         .route("/sessions/{id}/export", web::get().to(export));
 }
 
-/// `msg` answered by the session's owner (this node or another); an
-/// `error` reply comes back as the error.
-async fn ask(node: &NodeCtx, session: &str, msg: ClientMsg) -> Result<ServerMsg, ApiError> {
-    let reply = match node.route_session(session)? {
-        Route::Here => answer_later(node.clone(), msg).await,
-        Route::Owner(owner) => node.forward(&owner, msg, HOP_BUDGET - 1).await?,
-    };
-    match ApiError::from_message(&reply) {
-        Some(e) => Err(e),
-        None => Ok(reply),
-    }
-}
-
 fn mismatch(what: &str) -> ApiError {
     ApiError::new(
         ErrorCode::Internal,
@@ -69,7 +55,7 @@ async fn events_page(
         after: Some(after),
         limit: Some(limit),
     };
-    match ask(node, session, msg).await? {
+    match node.ask(msg).await? {
         ServerMsg::Events { events, .. } => Ok(events),
         _ => Err(mismatch("events")),
     }
@@ -86,7 +72,7 @@ async fn output_page(
         after: Some(after),
         max_bytes: None,
     };
-    match ask(node, session, msg).await? {
+    match node.ask(msg).await? {
         ServerMsg::StoredOutput { frames, .. } => Ok(frames),
         _ => Err(mismatch("read_output")),
     }
@@ -271,7 +257,7 @@ async fn revive(
                 id: 1,
                 session: path.to_string(),
             };
-            ask(&state.node, &path, msg).await?;
+            state.node.ask(msg).await?;
             Ok(HttpResponse::NoContent().finish())
         }
         .await,

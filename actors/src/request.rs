@@ -1,0 +1,304 @@
+//! The request table (ARCHITECTURE.md, "Request table and traffic
+//! classes"): every client request kind is declared once here, with the
+//! role it needs, how it is routed, its traffic class (which also says
+//! whether a peer may forward it), and the one answer every front end
+//! gives it: the WebSocket connection, REST, and the peer side of a
+//! forwarded request all call `spec` and `answer_now`/`answer_later`, so a
+//! request behaves the same whichever way it came and on whichever node.
+
+use bytes::Bytes;
+use termesh_config::Role;
+use termesh_transport::{
+    ClientMsg, ServerMsg, MAX_EVENTS, MAX_READ_OUTPUT, MAX_REPLY, MAX_SCROLLBACK,
+};
+
+use crate::error::ApiError;
+use crate::forward::Route;
+use crate::ops::NodeCtx;
+use crate::session::ScreenWant;
+
+/// Who answers a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Routing {
+    /// The node the client is connected to.
+    Here,
+    /// The owner of the session the request names.
+    Owner,
+    /// The node the request names (`create`'s `node`), else this one.
+    Named,
+}
+
+/// What a request costs and how it travels; the in-flight bound of each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Class {
+    /// The connection's own state (auth, list, watch, subscriptions,
+    /// ping): answered by the connection, never forwarded.
+    Connection,
+    /// Small, answered at once and in order (input, resize, kill, rename,
+    /// tag): never waits behind other work; bounded by the input limit.
+    Immediate,
+    /// Renders the screen (screen, history): at most
+    /// `MAX_SCREENS_IN_FLIGHT` per connection, wherever answered; replies
+    /// bounded by `MAX_REPLY`.
+    Screen,
+    /// Waits for the registry or the store (create, remove, revive,
+    /// events, read_output); replies bounded by `MAX_REPLY`.
+    Deferred,
+}
+
+/// One row of the table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Spec {
+    pub role: Role,
+    pub routing: Routing,
+    pub class: Class,
+}
+
+impl Spec {
+    /// Whether a peer may send it here to answer (the connection-state
+    /// kinds mean nothing on another node).
+    pub fn forwardable(&self) -> bool {
+        self.class != Class::Connection
+    }
+}
+
+/// The table: one row per request kind (PROTOCOL.md sections 2 and 5).
+pub fn spec(msg: &ClientMsg) -> Spec {
+    use Class::*;
+    use Routing::*;
+    let (role, routing, class) = match msg {
+        ClientMsg::Auth { .. }
+        | ClientMsg::List { .. }
+        | ClientMsg::Watch { .. }
+        | ClientMsg::Subscribe { .. }
+        | ClientMsg::Unsubscribe { .. }
+        | ClientMsg::Ack { .. }
+        | ClientMsg::Ping { .. } => (Role::Viewer, Here, Connection),
+        ClientMsg::Screen { .. } | ClientMsg::History { .. } => (Role::Viewer, Owner, Screen),
+        ClientMsg::Events { .. } | ClientMsg::ReadOutput { .. } => (Role::Viewer, Owner, Deferred),
+        ClientMsg::Create { .. } => (Role::Operator, Named, Deferred),
+        ClientMsg::Input { .. }
+        | ClientMsg::Resize { .. }
+        | ClientMsg::Kill { .. }
+        | ClientMsg::Rename { .. }
+        | ClientMsg::Tag { .. } => (Role::Operator, Owner, Immediate),
+        ClientMsg::Remove { .. } | ClientMsg::Revive { .. } => (Role::Operator, Owner, Deferred),
+    };
+    Spec {
+        role,
+        routing,
+        class,
+    }
+}
+
+/// The request id and session a message names, for its error reply.
+pub fn ids(msg: &ClientMsg) -> (Option<u64>, Option<String>) {
+    match msg {
+        ClientMsg::Auth { id, .. }
+        | ClientMsg::List { id }
+        | ClientMsg::Watch { id }
+        | ClientMsg::Create { id, .. } => (Some(*id), None),
+        ClientMsg::Subscribe { id, session, .. }
+        | ClientMsg::Screen { id, session, .. }
+        | ClientMsg::History { id, session, .. }
+        | ClientMsg::Kill { id, session, .. }
+        | ClientMsg::Rename { id, session, .. }
+        | ClientMsg::Tag { id, session, .. }
+        | ClientMsg::Remove { id, session, .. }
+        | ClientMsg::Events { id, session, .. }
+        | ClientMsg::ReadOutput { id, session, .. }
+        | ClientMsg::Revive { id, session } => (Some(*id), Some(session.clone())),
+        ClientMsg::Unsubscribe { session }
+        | ClientMsg::Ack { session, .. }
+        | ClientMsg::Input { session, .. }
+        | ClientMsg::Resize { session, .. } => (None, Some(session.clone())),
+        ClientMsg::Ping { .. } => (None, None),
+    }
+}
+
+/// The bytes a raw `history{limit}` returns: the newest `limit`, at most
+/// a reply's bound.
+pub fn raw_limit(limit: u64) -> usize {
+    limit.min(MAX_REPLY as u64) as usize
+}
+
+impl NodeCtx {
+    /// Which node answers `msg`, by its row's routing.
+    pub fn route(&self, msg: &ClientMsg) -> Result<Route, ApiError> {
+        match (spec(msg).routing, msg) {
+            (Routing::Named, ClientMsg::Create { req, .. }) => {
+                self.route_create(req.node.as_deref())
+            }
+            (Routing::Owner, _) => match ids(msg).1 {
+                Some(session) => self.route_session(&session),
+                None => Ok(Route::Here),
+            },
+            _ => Ok(Route::Here),
+        }
+    }
+
+    /// `msg` answered wherever it is answered (here, or by its owner); an
+    /// `error` reply comes back as the error. For front ends without a
+    /// connection's state (REST).
+    pub async fn ask(&self, msg: ClientMsg) -> Result<ServerMsg, ApiError> {
+        let reply = match self.route(&msg)? {
+            Route::Here => match answer_now(self, &msg) {
+                Some(answer) => answer,
+                None => answer_later(self.clone(), msg).await,
+            },
+            Route::Owner(owner) => {
+                self.forward(&owner, msg, termesh_transport::peer::HOP_BUDGET - 1)
+                    .await?
+            }
+        };
+        match ApiError::from_message(&reply) {
+            Some(e) => Err(e),
+            None => Ok(reply),
+        }
+    }
+}
+
+/// The answer to an `Immediate` request (input, resize, kill, rename,
+/// tag), computed at once so that such requests take effect in
+/// the order they came; `None` for the others.
+pub fn answer_now(node: &NodeCtx, msg: &ClientMsg) -> Option<ServerMsg> {
+    let (id, session, result) = match msg {
+        ClientMsg::Input { session, data } => (
+            None,
+            session,
+            node.input(session, Bytes::from(data.clone())),
+        ),
+        ClientMsg::Resize {
+            session,
+            cols,
+            rows,
+        } => (None, session, node.resize(session, *cols, *rows)),
+        ClientMsg::Kill {
+            id,
+            session,
+            signal,
+        } => (Some(*id), session, node.kill(session, signal.as_deref())),
+        ClientMsg::Rename { id, session, name } => {
+            (Some(*id), session, node.rename(session, name.clone()))
+        }
+        ClientMsg::Tag { id, session, tags } => {
+            (Some(*id), session, node.tag(session, tags.clone()))
+        }
+        _ => return None,
+    };
+    Some(match result {
+        Ok(()) => ServerMsg::Ok {
+            id: id.unwrap_or(0),
+        },
+        Err(e) => e.to_message(id, Some(session.clone())),
+    })
+}
+
+/// The answer to a `Screen` or `Deferred` request, bounded by `MAX_REPLY`.
+pub async fn answer_later(node: NodeCtx, msg: ClientMsg) -> ServerMsg {
+    let (id, session) = ids(&msg);
+    let (Some(id), Class::Screen | Class::Deferred) = (id, spec(&msg).class) else {
+        return ApiError::bad_request(format!("`{}` is not answered this way", msg.kind()))
+            .to_message(id, session);
+    };
+    let result = match msg {
+        ClientMsg::Create { id, mut req } => {
+            // It runs here, whatever node the client named.
+            req.node = None;
+            node.create(req)
+                .await
+                .map(|session| ServerMsg::Created { id, session })
+        }
+        ClientMsg::Screen {
+            id,
+            session,
+            scrollback,
+        } => {
+            let scrollback = scrollback.unwrap_or(0).min(MAX_SCROLLBACK) as usize;
+            node.screen(&session, ScreenWant::Snapshot { scrollback })
+                .await
+                .map(|r| ServerMsg::Snapshot {
+                    id: Some(id),
+                    session,
+                    seq: r.seq,
+                    cols: r.cols,
+                    rows: r.rows,
+                    data: r
+                        .out
+                        .into_snapshot()
+                        .map(|d| d.to_vec())
+                        .unwrap_or_default(),
+                })
+        }
+        ClientMsg::History { id, session, limit } => match limit {
+            Some(limit) => {
+                node.raw_tail(&session, raw_limit(limit))
+                    .await
+                    .map(|tail| ServerMsg::History {
+                        id,
+                        session,
+                        seq: tail.last_seq,
+                        lines: None,
+                        data: Some(tail.data.to_vec()),
+                    })
+            }
+            None => node
+                .screen(
+                    &session,
+                    ScreenWant::Lines {
+                        max: MAX_SCROLLBACK as usize,
+                    },
+                )
+                .await
+                .map(|r| ServerMsg::History {
+                    id,
+                    session,
+                    seq: r.seq,
+                    lines: Some(r.out.into_lines().unwrap_or_default()),
+                    data: None,
+                }),
+        },
+        ClientMsg::Remove { id, session, purge } => node
+            .remove(&session, purge.unwrap_or(false))
+            .await
+            .map(|_| ServerMsg::Ok { id }),
+        ClientMsg::Events {
+            id,
+            session,
+            after,
+            limit,
+        } => node
+            .events(&session, after.unwrap_or(0), limit.unwrap_or(MAX_EVENTS))
+            .await
+            .map(|events| ServerMsg::Events {
+                id,
+                session,
+                events,
+            }),
+        ClientMsg::ReadOutput {
+            id,
+            session,
+            after,
+            max_bytes,
+        } => node
+            .read_output(
+                &session,
+                after.unwrap_or(0),
+                max_bytes.unwrap_or(MAX_READ_OUTPUT),
+            )
+            .await
+            .map(|frames| ServerMsg::StoredOutput {
+                id,
+                session,
+                frames,
+            }),
+        ClientMsg::Revive { id, session } => {
+            node.revive(&session).await.map(|_| ServerMsg::Ok { id })
+        }
+        // Every Screen and Deferred kind has its arm above (checked at the top).
+        _ => unreachable!("sorted above"),
+    };
+    // Bounded here too, so a forwarded reply is the same on every node
+    // and never too big for the link.
+    result.map_or_else(|e| e.to_message(Some(id), session), ServerMsg::bounded)
+}

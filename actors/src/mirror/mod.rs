@@ -7,28 +7,29 @@
 //! docs/architecture.md, "Mirrors"). A mirror whose link drops keeps its
 //! ring, tells its subscribers `unreachable`, and resumes from its own last
 //! seq when the link is back; with no subscriber it lingers, then goes.
+//! Its logic, the owner's life as named states, is the plain `core`; the
+//! actor only carries out what the core asks and keeps the timers.
 
+pub mod core;
 mod upstream;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
-use termesh_transport::peer::DataMsg;
-use termesh_transport::EventKind;
 
-use crate::forward::unreachable_node;
 use crate::metrics::Metrics;
 use crate::ops::NodeCtx;
 use crate::peer::PeerActor;
-use crate::publisher::{Publisher, SnapshotWanted};
-use crate::session::{Ack, Delivery, Subscribe, Unsubscribe};
+use crate::session::{Ack, Deliver, Subscribe, Unsubscribe};
+use core::{Ask, MirrorCore};
 
+pub use core::{Owner, MIRROR_WINDOW};
 pub use upstream::{FromOwner, ToOwner};
 
-/// Output the owner may send a mirror ahead of its acks.
-pub const MIRROR_WINDOW: u64 = 2 << 20;
+/// A trickle of output is acked this soon.
+const ACK_DELAY: Duration = Duration::from_millis(5);
 
 /// How long a mirror that left the node's map still answers subscribes
 /// sent to it just before (they found it in the map).
@@ -93,39 +94,14 @@ impl Mirrors {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Link {
-    /// No subscription at the owner (the link is down, or not asked yet).
-    Down,
-    /// Asked; waiting for `subscribed`.
-    Asked,
-    Live,
-}
-
 pub struct MirrorActor {
     id: Arc<str>,
     owner: String,
     node: NodeCtx,
     peer: Addr<PeerActor>,
-    settings: MirrorSettings,
-    /// `None` until the owner's first `subscribed` says where to start.
-    publisher: Option<Publisher>,
-    /// Subscribes that arrived before the publisher.
-    pending: Vec<Subscribe>,
-    /// Where the first subscription to the owner starts.
-    first_from: Option<u64>,
-    size: (u16, u16),
-    link: Link,
-    /// Subscribers were told `unreachable` and wait for `reachable`.
-    told_unreachable: bool,
-    /// What the owner sent that the ring cannot take yet (a snapshot pins
-    /// it and it is full), in order; bounded by the window.
-    held: VecDeque<DataMsg>,
-    /// Output absorbed since the last ack to the owner.
-    unacked: u64,
+    core: MirrorCore<Recipient<Deliver>>,
+    linger: Duration,
     ack_scheduled: bool,
-    /// Snapshots to ask the owner for once the link is live.
-    snapshots_waiting: Vec<SnapshotWanted>,
     /// Since when no subscriber is here.
     empty_since: Option<Instant>,
     /// Out of the node's map after its linger, stopping after a grace.
@@ -135,339 +111,67 @@ pub struct MirrorActor {
 
 impl MirrorActor {
     pub fn new(id: &str, owner: String, node: NodeCtx, peer: Addr<PeerActor>) -> Self {
+        let id: Arc<str> = Arc::from(id);
+        let settings = &node.mirror;
+        let core = MirrorCore::new(
+            id.clone(),
+            &owner,
+            (settings.ring_bytes, settings.ring_frames),
+            node.metrics.clone(),
+        );
         MirrorActor {
-            id: Arc::from(id),
+            id,
             owner,
-            settings: node.mirror.clone(),
+            linger: settings.linger,
             mirrors: node.mirrors.clone(),
+            core,
             node,
             peer,
-            publisher: None,
-            pending: Vec::new(),
-            first_from: None,
-            size: (80, 24),
-            link: Link::Down,
-            told_unreachable: false,
-            held: VecDeque::new(),
-            unacked: 0,
             ack_scheduled: false,
-            snapshots_waiting: Vec::new(),
             empty_since: None,
             leaving: false,
         }
     }
 
-    fn metrics(&self) -> &Metrics {
-        &self.node.metrics
-    }
-
-    /// Subscribes to the owner: after the ring's last seq, or where the
-    /// first subscriber starts.
-    fn ask_owner(&mut self, ctx: &mut Context<Self>) {
-        let from_seq = match &self.publisher {
-            Some(p) => Some(p.last_seq()),
-            None => self.first_from,
-        };
-        self.link = Link::Asked;
-        self.held.clear();
-        self.unacked = 0;
-        self.peer.do_send(ToOwner::Subscribe {
-            session: self.id.clone(),
-            from_seq,
-            window: MIRROR_WINDOW,
-            sink: ctx.address().recipient(),
-        });
-    }
-
-    fn subscribe(&mut self, msg: Subscribe, ctx: &mut Context<Self>) {
-        self.empty_since = None;
-        let Some(publisher) = self.publisher.as_mut() else {
-            if self.pending.is_empty() && self.link == Link::Down {
-                self.first_from = msg.from_seq;
-                self.ask_owner(ctx);
-            }
-            self.pending.push(msg);
-            return;
-        };
-        // Older than this ring and nobody else here: start over from
-        // there at the owner (which may still hold it) rather than resync.
-        if let Some(n) = msg.from_seq {
-            if publisher.is_empty() && n < publisher.last_seq() && !publisher.can_replay(n) {
-                self.publisher = None;
-                self.first_from = Some(n);
-                self.pending.push(msg);
-                self.ask_owner(ctx);
-                return;
-            }
-        }
-        let (sub, from_seq) = (msg.sub, msg.from_seq);
-        let viewer = msg.kind == crate::publisher::Kind::Viewer;
-        let done = publisher.subscribe(msg.into(), self.size);
-        if done.resumed && viewer && self.link == Link::Live {
-            // As at the owner (PROTOCOL.md section 7): in-place programs
-            // redraw after a resume.
-            self.peer.do_send(ToOwner::Repaint {
-                session: self.id.clone(),
-            });
-        }
-        if self.told_unreachable {
-            publisher.send_to(sub, Delivery::Event(EventKind::Unreachable));
-        }
-        if publisher.is_waiting_ahead(sub) {
-            if let Some(n) = from_seq {
-                self.probe_ahead(sub, n, ctx);
-            }
-        }
-        self.after_publish(ctx);
-    }
-
-    fn broadcast(&self, item: Delivery) {
-        if let Some(p) = &self.publisher {
-            p.broadcast(item);
-        }
-    }
-
-    /// Applies (or holds) what the owner sent, in order.
-    fn on_owner_data(&mut self, msg: DataMsg, ctx: &mut Context<Self>) {
-        if let DataMsg::Subscribed { .. } = msg {
-            return self.on_subscribed(msg, ctx);
-        }
-        let stale = match (&msg, self.link) {
-            (_, Link::Live) => false,
-            // The owner's answer to a subscribe for a session it no
-            // longer has comes without `subscribed`.
-            (DataMsg::Closed { .. }, Link::Asked) => false,
-            // Left over from a link that is gone, or from the subscription
-            // this mirror replaced: the owner sends `subscribed` before
-            // anything else of the new one.
-            _ => true,
-        };
-        if stale {
-            return;
-        }
-        if let (DataMsg::Closed { removed, .. }, None) = (&msg, &self.publisher) {
-            // Gone at the owner before this mirror's first subscription
-            // (removed), or the owner is stopping (out of reach for now).
-            let item = if *removed {
-                Delivery::Closed { removed: true }
-            } else {
-                self.unavailable()
-            };
-            for sub in self.pending.drain(..) {
-                sub.sink.do_send(crate::session::Deliver {
-                    sub: sub.sub,
+    /// Carries out what the core asks, in order.
+    fn run(&mut self, ctx: &mut Context<Self>) {
+        for ask in self.core.take_asks() {
+            match ask {
+                Ask::Subscribe { from_seq } => self.peer.do_send(ToOwner::Subscribe {
                     session: self.id.clone(),
-                    item: item.clone(),
-                });
-            }
-            ctx.stop();
-            return;
-        }
-        self.held.push_back(msg);
-        self.drain_held(ctx);
-    }
-
-    fn drain_held(&mut self, ctx: &mut Context<Self>) {
-        while let Some(front) = self.held.front() {
-            let Some(publisher) = self.publisher.as_ref() else {
-                return;
-            };
-            if let DataMsg::Output { data, .. } = front {
-                if publisher.would_pause(data.len()) {
-                    return;
-                }
-            }
-            let msg = self.held.pop_front().expect("non-empty");
-            self.apply(msg, ctx);
-        }
-        self.after_publish(ctx);
-    }
-
-    fn apply(&mut self, msg: DataMsg, ctx: &mut Context<Self>) {
-        let Some(publisher) = self.publisher.as_mut() else {
-            return;
-        };
-        match msg {
-            DataMsg::Output { seq, data, .. } => {
-                let len = data.len() as u64;
-                if publisher.is_finished() {
-                    // Output after the end: the owner revived the session.
-                    publisher.resume();
-                }
-                let data = bytes::Bytes::from(data);
-                match publisher.push_at(seq, data.clone()) {
-                    Ok(_) => {}
-                    // Sent twice (a subscription that overlapped the last).
-                    Err(expected) if seq < expected => return,
-                    Err(expected) => {
-                        // Subscribers that needed the missing frames
-                        // resync; the frame itself is kept.
-                        tracing::warn!(session = %self.id, seq, expected, "mirror: a hole in the owner's output; resyncing");
-                        publisher.jump(seq - 1);
-                        let _ = publisher.push_at(seq, data);
-                    }
-                }
-                self.unacked += len;
-                self.ack_later(ctx);
-            }
-            DataMsg::Resync { last_seq, .. } => {
-                if last_seq < publisher.last_seq() {
-                    // Seqs never go back (PROTOCOL.md section 4): an owner
-                    // that says so is wrong, and its older seqs are not
-                    // taken as new ones.
-                    tracing::error!(session = %self.id, last_seq, ours = publisher.last_seq(), "mirror: the owner resynced below this mirror's seqs; ignored");
-                    return;
-                }
-                publisher.jump(last_seq);
-                self.unacked += 1;
-                self.ack_later(ctx);
-            }
-            DataMsg::Event { event, .. } => match event {
-                EventKind::Exited { .. } | EventKind::Lost => publisher.finish(event),
-                EventKind::Resized { cols, rows } => {
-                    self.size = (cols, rows);
-                    publisher.broadcast(Delivery::Event(event));
-                }
-                other => publisher.broadcast(Delivery::Event(other)),
-            },
-            DataMsg::Closed { removed: true, .. } => {
-                publisher.broadcast(Delivery::Closed { removed: true });
-                ctx.stop();
-            }
-            // The owner is stopping: for viewers here that is a link loss
-            // (PROTOCOL.md section 13), and the mirror subscribes again
-            // when the owner is back.
-            DataMsg::Closed { removed: false, .. } => self.owner_away(),
-            DataMsg::Subscribed { .. } => {}
-        }
-    }
-
-    fn on_subscribed(&mut self, msg: DataMsg, ctx: &mut Context<Self>) {
-        let DataMsg::Subscribed {
-            last_seq,
-            cols,
-            rows,
-            ..
-        } = msg
-        else {
-            return;
-        };
-        self.size = (cols, rows);
-        self.link = Link::Live;
-        if self.publisher.is_none() {
-            let start = self.first_from.unwrap_or(last_seq);
-            self.publisher = Some(Publisher::new(
-                self.id.clone(),
-                crate::ring::Ring::starting_at(
-                    start,
-                    self.settings.ring_bytes,
-                    self.settings.ring_frames,
-                ),
-                true,
-                self.node.metrics.clone(),
-            ));
-            for sub in std::mem::take(&mut self.pending) {
-                self.subscribe(sub, ctx);
-            }
-        }
-        if self.told_unreachable {
-            self.told_unreachable = false;
-            self.broadcast(Delivery::Event(EventKind::Reachable));
-        }
-        for w in std::mem::take(&mut self.snapshots_waiting) {
-            self.ask_snapshot(w, ctx);
-        }
-        self.after_publish(ctx);
-    }
-
-    fn on_link(&mut self, up: bool, ctx: &mut Context<Self>) {
-        if up {
-            if self.link == Link::Down && (self.publisher.is_some() || !self.pending.is_empty()) {
-                self.ask_owner(ctx);
-            }
-            return;
-        }
-        if self.publisher.is_none() {
-            // Nothing to keep yet: the subscribers waiting for the first
-            // subscription are answered now (PROTOCOL.md section 13).
-            let item = self.unavailable();
-            for sub in self.pending.drain(..) {
-                sub.sink.do_send(crate::session::Deliver {
-                    sub: sub.sub,
+                    from_seq,
+                    window: MIRROR_WINDOW,
+                    sink: ctx.address().recipient(),
+                }),
+                Ask::Ack { seq } => self.peer.do_send(ToOwner::Ack {
                     session: self.id.clone(),
-                    item: item.clone(),
-                });
+                    seq,
+                }),
+                Ask::AckSoon if !self.ack_scheduled => {
+                    self.ack_scheduled = true;
+                    ctx.run_later(ACK_DELAY, |act, ctx| {
+                        act.ack_scheduled = false;
+                        act.core.ack_due();
+                        act.run(ctx);
+                    });
+                }
+                Ask::AckSoon => {}
+                Ask::Snapshot(w) => self.ask_snapshot(w, ctx),
+                Ask::Probe { sub, from } => self.probe_ahead(sub, from, ctx),
+                Ask::Repaint => self.peer.do_send(ToOwner::Repaint {
+                    session: self.id.clone(),
+                }),
+                Ask::Stop => ctx.stop(),
             }
-            ctx.stop();
-            return;
-        }
-        self.owner_away();
-    }
-
-    /// The owner is out of reach (link down, or stopping): the ring is
-    /// kept, subscribers are told `unreachable` once, and the mirror waits
-    /// for the link to come back.
-    fn owner_away(&mut self) {
-        self.link = Link::Down;
-        self.held.clear();
-        if self.publisher.is_some() && !self.told_unreachable {
-            self.told_unreachable = true;
-            self.broadcast(Delivery::Event(EventKind::Unreachable));
-        }
-    }
-
-    fn unavailable(&self) -> Delivery {
-        Delivery::Failed {
-            code: termesh_transport::ErrorCode::Unavailable,
-            message: unreachable_node(&self.owner).to_string(),
-        }
-    }
-
-    /// Acks what the ring absorbed: at once past a quarter window, else
-    /// shortly (so a trickle of output is acked too).
-    fn ack_later(&mut self, ctx: &mut Context<Self>) {
-        if self.unacked >= MIRROR_WINDOW / 4 {
-            self.ack_now();
-        } else if !self.ack_scheduled {
-            self.ack_scheduled = true;
-            ctx.run_later(Duration::from_millis(5), |act, _| {
-                act.ack_scheduled = false;
-                act.ack_now();
-            });
-        }
-    }
-
-    fn ack_now(&mut self) {
-        if self.unacked == 0 || self.link != Link::Live {
-            return;
-        }
-        if let Some(p) = &self.publisher {
-            self.unacked = 0;
-            self.peer.do_send(ToOwner::Ack {
-                session: self.id.clone(),
-                seq: p.last_seq(),
-            });
-        }
-    }
-
-    /// Asks the owner for the snapshots the publisher wants.
-    fn after_publish(&mut self, ctx: &mut Context<Self>) {
-        let Some(publisher) = self.publisher.as_mut() else {
-            return;
-        };
-        let wanted = publisher.take_wanted();
-        Metrics::add(&self.metrics().snapshots, wanted.len() as u64);
-        for w in wanted {
-            self.ask_snapshot(w, ctx);
         }
     }
 
     fn gone_empty(&mut self, ctx: &mut Context<Self>) {
-        if self.publisher.as_ref().is_some_and(|p| !p.is_empty()) || !self.pending.is_empty() {
+        if !self.core.is_unwatched() {
             return;
         }
         self.empty_since = Some(Instant::now());
-        let linger = self.settings.linger;
+        let linger = self.linger;
         ctx.run_later(linger, move |act, ctx| {
             if act.empty_since.is_some_and(|t| t.elapsed() >= linger) {
                 tracing::debug!(session = %act.id, "mirror: no subscriber for {linger:?}, going");
@@ -501,17 +205,7 @@ impl Actor for MirrorActor {
 
     fn stopped(&mut self, ctx: &mut Context<Self>) {
         Metrics::gauge(&self.node.metrics.mirrors, -1);
-        if let Some(p) = self.publisher.as_mut() {
-            p.clear();
-        }
-        let item = self.unavailable();
-        for sub in self.pending.drain(..) {
-            sub.sink.do_send(crate::session::Deliver {
-                sub: sub.sub,
-                session: self.id.clone(),
-                item: item.clone(),
-            });
-        }
+        self.core.shut();
         self.peer.do_send(ToOwner::End {
             session: self.id.clone(),
         });
@@ -523,18 +217,18 @@ impl Handler<Subscribe> for MirrorActor {
     type Result = ();
 
     fn handle(&mut self, msg: Subscribe, ctx: &mut Context<Self>) {
+        self.empty_since = None;
         if self.leaving {
             if !self.mirrors.reclaim(&self.id, &ctx.address()) {
-                msg.sink.do_send(crate::session::Deliver {
-                    sub: msg.sub,
-                    session: self.id.clone(),
-                    item: self.unavailable(),
-                });
+                // Another mirror took this one's place: answered as one
+                // that is out of reach, so the client subscribes again.
+                self.core.shut_out(msg.into());
                 return;
             }
             self.leaving = false;
         }
-        self.subscribe(msg, ctx);
+        self.core.subscribe(msg.into());
+        self.run(ctx);
     }
 }
 
@@ -542,10 +236,7 @@ impl Handler<Unsubscribe> for MirrorActor {
     type Result = ();
 
     fn handle(&mut self, msg: Unsubscribe, ctx: &mut Context<Self>) {
-        self.pending.retain(|s| s.sub != msg.sub);
-        if let Some(p) = self.publisher.as_mut() {
-            p.unsubscribe(msg.sub);
-        }
+        self.core.unsubscribe(msg.sub);
         self.gone_empty(ctx);
     }
 }
@@ -554,10 +245,8 @@ impl Handler<Ack> for MirrorActor {
     type Result = ();
 
     fn handle(&mut self, msg: Ack, ctx: &mut Context<Self>) {
-        if let Some(p) = self.publisher.as_mut() {
-            p.ack(msg.sub, msg.seq);
-        }
-        self.after_publish(ctx);
+        self.core.ack(msg.sub, msg.seq);
+        self.run(ctx);
     }
 }
 
@@ -566,8 +255,9 @@ impl Handler<FromOwner> for MirrorActor {
 
     fn handle(&mut self, msg: FromOwner, ctx: &mut Context<Self>) {
         match msg {
-            FromOwner::Data(data) => self.on_owner_data(data, ctx),
-            FromOwner::Link(up) => self.on_link(up, ctx),
+            FromOwner::Data(data) => self.core.from_owner(data),
+            FromOwner::Link(up) => self.core.link(up),
         }
+        self.run(ctx);
     }
 }

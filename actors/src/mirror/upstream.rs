@@ -11,7 +11,7 @@ use bytes::Bytes;
 use termesh_transport::peer::{DataMsg, HOP_BUDGET};
 use termesh_transport::{ClientMsg, ErrorCode, ServerMsg, MAX_SCROLLBACK};
 
-use super::{Link, MirrorActor};
+use super::MirrorActor;
 use crate::publisher::SnapshotWanted;
 use crate::session::{ScreenOut, ScreenResult, SubId};
 
@@ -46,7 +46,7 @@ pub enum ToOwner {
 }
 
 /// A snapshot request that failed for want of the link is asked again
-/// after this, if the link is live by then (else when it is).
+/// after this, if the owner is live by then (else when it is).
 const SNAPSHOT_RETRY: Duration = Duration::from_secs(1);
 
 impl MirrorActor {
@@ -54,10 +54,6 @@ impl MirrorActor {
     /// it at its own last seq, which this ring reaches soon after (the
     /// publisher parks it until then).
     pub(super) fn ask_snapshot(&mut self, w: SnapshotWanted, ctx: &mut Context<Self>) {
-        if self.link != Link::Live {
-            self.snapshots_waiting.push(w);
-            return;
-        }
         let msg = ClientMsg::Screen {
             id: 0,
             session: self.id.to_string(),
@@ -65,9 +61,6 @@ impl MirrorActor {
         };
         let reply = self.node.forward(&self.owner, msg, HOP_BUDGET);
         ctx.spawn(reply.into_actor(self).map(move |reply, act, ctx| {
-            let Some(publisher) = act.publisher.as_mut() else {
-                return;
-            };
             match reply {
                 Ok(ServerMsg::Snapshot {
                     seq,
@@ -82,28 +75,22 @@ impl MirrorActor {
                         rows,
                         out: ScreenOut::Snapshot(Bytes::from(data)),
                     };
-                    publisher.snapshot_done(w.sub, w.generation, result);
-                    act.drain_held(ctx);
+                    act.core.snapshot_done(w, result);
                 }
                 Ok(ServerMsg::Error { code, message, .. }) if code != ErrorCode::Unavailable => {
-                    publisher.snapshot_failed(w.sub, w.generation, message);
-                    act.drain_held(ctx);
+                    act.core.snapshot_failed(w, message);
                 }
                 // The link, or the owner, is busy or gone: again later.
-                _ => act.retry_snapshot(w, ctx),
-            }
-        }));
-    }
-
-    fn retry_snapshot(&mut self, w: SnapshotWanted, ctx: &mut Context<Self>) {
-        self.snapshots_waiting.push(w);
-        ctx.run_later(SNAPSHOT_RETRY, |act, ctx| {
-            if act.link == Link::Live {
-                for w in std::mem::take(&mut act.snapshots_waiting) {
-                    act.ask_snapshot(w, ctx);
+                _ => {
+                    act.core.snapshot_later(w);
+                    ctx.run_later(SNAPSHOT_RETRY, |act, ctx| {
+                        act.core.retry_snapshots();
+                        act.run(ctx);
+                    });
                 }
             }
-        });
+            act.run(ctx);
+        }));
     }
 
     /// A subscriber resumes from `from`, past this ring's last seq: fine
@@ -117,17 +104,9 @@ impl MirrorActor {
         };
         let reply = self.node.forward(&self.owner, msg, HOP_BUDGET);
         ctx.spawn(reply.into_actor(self).map(move |reply, act, ctx| {
-            let Some(publisher) = act.publisher.as_mut() else {
-                return;
-            };
-            match reply {
-                Ok(ServerMsg::History { seq, .. }) if seq >= from => {}
-                // Not reached (or not answered): as the owner would.
-                _ => {
-                    publisher.resync_waiting(sub);
-                    act.after_publish(ctx);
-                }
-            }
+            let reached = matches!(reply, Ok(ServerMsg::History { seq, .. }) if seq >= from);
+            act.core.probe_done(sub, reached);
+            act.run(ctx);
         }));
     }
 }

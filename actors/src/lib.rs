@@ -1,33 +1,27 @@
-//! termesh-actors: the runtime. Pure logic (ring, credit, modes, screen)
-//! with unit tests, and the actix actors that drive it.
+//! termesh-actors: the runtime. Pure logic (ring, credit, modes, screen,
+//! the mirror's core) with unit tests, and the actix actors that drive it,
+//! grouped in folders by what they own (docs/architecture.md, "Layout";
+//! lower folders never import higher ones):
+//!
+//! - `output`: a session's output side: ring, credit, the publisher and
+//!   its vocabulary, the feed handle;
+//! - `store`: persistence (sled);
+//! - `session`: the session actor, its PTY, modes and screen model;
+//! - `liveness`: host stall crediting, the watchdog, connection liveness;
+//! - `directory`: the node's sessions (registry, create, revive, hooks,
+//!   watchers);
+//! - `cluster`: peer links, mirrors and forwarding;
+//! - `front`: what clients reach: connections, the raw endpoint, the
+//!   request table, tokens, and `NodeCtx`.
 
-pub mod connection;
-pub mod create;
-pub mod credit;
+pub mod clock;
+pub mod cluster;
+pub mod directory;
 pub mod error;
-pub mod feed;
-pub mod forward;
-pub mod fragments;
-pub mod hook;
+pub mod front;
 pub mod liveness;
 pub mod metrics;
-pub mod mirror;
-pub mod modes;
-pub mod ops;
-pub mod peer;
-pub mod portable;
+pub mod output;
 pub mod priority;
-pub mod pty;
-pub mod publisher;
-pub mod raw;
-pub mod registry;
-pub mod request;
-pub mod revive;
-pub mod ring;
-pub mod screen;
 pub mod session;
-pub mod stall;
 pub mod store;
-pub mod tokens;
-pub mod watch;
-pub mod watchdog;

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
-use termesh_actors::pty::{spawn, PtyEvent, SpawnSpec};
+use termesh_actors::session::pty::{spawn, PtyEvent, SpawnSpec};
 
 extern "C" fn ignore(_: libc::c_int) {}
 

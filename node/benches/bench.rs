@@ -104,8 +104,8 @@ fn avt_feed_rate(coloured: bool) -> f64 {
 /// The same coloured text through termesh's screen model as line-sized
 /// frames (as a shell loop writes them): avt plus termesh's per-frame work.
 fn model_feed_rate() -> f64 {
-    use termesh_actors::ring::Ring;
-    use termesh_actors::screen::ScreenModel;
+    use termesh_actors::output::ring::Ring;
+    use termesh_actors::session::screen::ScreenModel;
     let mut ring = Ring::new(8 << 20, 1 << 20);
     let mut i = 0;
     while ring.bytes() < 4 << 20 {

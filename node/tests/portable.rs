@@ -12,7 +12,7 @@ use std::process::Command;
 
 use common::*;
 use futures_util::StreamExt;
-use termesh_actors::portable::is_portable;
+use termesh_actors::session::portable::is_portable;
 use termesh_transport::{ClientMsg, CreateRequest, ServerMsg};
 
 const COLS: u16 = 60;

@@ -1,92 +1,13 @@
-//! Messages a `SessionActor` handles, and what it delivers to subscribers.
-
-use std::sync::Arc;
+//! Messages a `SessionActor` handles. What it delivers to subscribers,
+//! and the subscription messages, are the publisher's vocabulary
+//! (`output::vocab`), re-exported here.
 
 use actix::prelude::*;
 use bytes::Bytes;
 use nix::sys::signal::Signal;
-use termesh_transport::EventKind;
 use tokio::sync::oneshot;
 
-use crate::ring::Frame;
-
-/// Node-unique id of one subscription (a connection's attachment to a session).
-pub type SubId = u64;
-
-/// Something for one subscriber, in the order the session produced it.
-#[derive(Message, Debug)]
-#[rtype(result = "()")]
-pub struct Deliver {
-    pub sub: SubId,
-    pub session: Arc<str>,
-    pub item: Delivery,
-}
-
-#[derive(Debug, Clone)]
-pub enum Delivery {
-    /// The reply to `Subscribe`, always first.
-    Subscribed {
-        id: u64,
-        last_seq: u64,
-        oldest_seq: u64,
-        cols: u16,
-        rows: u16,
-    },
-    /// Counted against the subscriber's window.
-    Output(Frame),
-    /// Not counted; the next output is `seq + 1`.
-    Snapshot {
-        seq: u64,
-        cols: u16,
-        rows: u16,
-        data: Bytes,
-    },
-    ResyncRequired {
-        last_seq: u64,
-    },
-    Event(EventKind),
-    /// The subscription is gone: the session was removed (`removed`), or
-    /// the node is shutting down.
-    Closed {
-        removed: bool,
-    },
-    /// The subscription could not be served (its snapshot failed twice,
-    /// or the owner of a mirrored session is out of reach) and has ended;
-    /// the client is told why, with `code`.
-    Failed {
-        code: termesh_transport::ErrorCode,
-        message: String,
-    },
-}
-
-/// Attach (or re-arm) a subscription. See PROTOCOL.md section 7.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct Subscribe {
-    pub sub: SubId,
-    pub sink: Recipient<Deliver>,
-    pub req_id: u64,
-    pub from_seq: Option<u64>,
-    /// Already clamped to the protocol's bounds.
-    pub window: u64,
-    pub scrollback: usize,
-    /// A client, or another node's mirror.
-    pub kind: crate::publisher::Kind,
-}
-
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct Unsubscribe {
-    pub sub: SubId,
-}
-
-/// Cumulative acknowledgement.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct Ack {
-    pub sub: SubId,
-    pub seq: u64,
-}
+pub use crate::output::vocab::*;
 
 /// Already validated (cols 1..=1000, rows 1..=500).
 #[derive(Message)]
@@ -139,37 +60,6 @@ pub enum ScreenWant {
     Lines { max: usize },
     /// The visible screen as plain text rows.
     Text,
-}
-
-#[derive(Debug, Clone)]
-pub enum ScreenOut {
-    Snapshot(Bytes),
-    Lines(Vec<String>),
-    Text(Vec<String>),
-}
-
-impl ScreenOut {
-    pub fn into_snapshot(self) -> Option<Bytes> {
-        match self {
-            ScreenOut::Snapshot(data) => Some(data),
-            _ => None,
-        }
-    }
-
-    pub fn into_lines(self) -> Option<Vec<String>> {
-        match self {
-            ScreenOut::Lines(lines) | ScreenOut::Text(lines) => Some(lines),
-            ScreenOut::Snapshot(_) => None,
-        }
-    }
-}
-
-#[derive(Debug, Clone)]
-pub struct ScreenResult {
-    pub seq: u64,
-    pub cols: u16,
-    pub rows: u16,
-    pub out: ScreenOut,
 }
 
 /// Ask for the screen; the answer comes on `reply` when computed (off the

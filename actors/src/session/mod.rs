@@ -6,7 +6,11 @@
 
 mod handlers;
 mod messages;
+pub mod modes;
+pub mod portable;
+pub mod pty;
 mod relaunch;
+pub mod screen;
 mod screen_job;
 mod screens;
 mod shared;
@@ -27,11 +31,11 @@ pub use screen_job::FAIL_SCREEN_JOBS;
 pub use shared::{now_ms, Meta, SessionShared};
 
 use crate::metrics::Metrics;
-use crate::modes::ModeTracker;
-use crate::pty::{self, ExitInfo, Pty, PtyEvent};
-use crate::publisher::{Kind, Publisher, Subscription};
-use crate::ring::Ring;
-use crate::screen::{ResizeMark, ScreenModel};
+use crate::output::publisher::{Kind, Publisher, Subscription};
+use crate::output::ring::Ring;
+use crate::session::modes::ModeTracker;
+use crate::session::screen::{ResizeMark, ScreenModel};
+use pty::{ExitInfo, Pty, PtyEvent};
 
 /// How long a session waits for reader EOF after the program exited
 /// (a background process may hold the terminal open forever).
@@ -361,7 +365,7 @@ impl SessionActor {
     fn merge_outputs(&mut self, first: Bytes) -> Bytes {
         let mut merged = bytes::BytesMut::from(&first[..]);
         while let Some(PtyEvent::Output(next)) = self.held.front() {
-            if merged.len() + next.len() > crate::pty::READ_CHUNK {
+            if merged.len() + next.len() > crate::session::pty::READ_CHUNK {
                 break;
             }
             merged.extend_from_slice(next);

@@ -8,7 +8,7 @@ use actix::prelude::*;
 use termesh_transport::SessionStatus;
 
 use super::SessionActor;
-use crate::pty::Pty;
+use crate::session::pty::Pty;
 
 /// The program runs again in `pty`; answers the seq its output follows.
 #[derive(Message)]

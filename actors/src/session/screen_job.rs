@@ -8,8 +8,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use bytes::Bytes;
 
 use super::messages::{ScreenOut, ScreenResult, ScreenWant};
-use crate::ring::{Frame, Ring};
-use crate::screen::{ResizeMark, ScreenModel};
+use crate::output::ring::{Frame, Ring};
+use crate::session::screen::{ResizeMark, ScreenModel};
 
 /// Fault injection for tests of the failure path: this many upcoming jobs
 /// panic as a bug in the emulator would. Zero (always, outside such tests)

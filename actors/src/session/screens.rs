@@ -13,7 +13,7 @@ use super::screen_job::Job;
 use super::{ScreenResult, ScreenTo, ScreenWant, SessionActor, IDLE_CATCHUP, MODEL_TTL};
 use crate::error::ApiError;
 use crate::metrics::Metrics;
-use crate::publisher::SnapshotWanted;
+use crate::output::publisher::SnapshotWanted;
 
 /// Most screen requests a session holds for its next pass; beyond, a reply
 /// request is refused as busy (a connection may have only a few in flight,

@@ -117,7 +117,7 @@ impl StoreHandle {
         let write = Write::Output {
             session: session.clone(),
             seq,
-            at_ms: crate::session::now_ms(),
+            at_ms: crate::clock::now_ms(),
             data,
         };
         self.push(write, len);
@@ -133,7 +133,7 @@ impl StoreHandle {
         let data = serde_json::to_vec(&event).unwrap_or_default();
         let write = Write::Event {
             session: session.into(),
-            at_ms: crate::session::now_ms(),
+            at_ms: crate::clock::now_ms(),
             data: data.into(),
         };
         self.push(write, 0);
@@ -177,7 +177,7 @@ impl StoreHandle {
     pub fn removed(&self, session: &str, purge: bool) {
         self.addr.do_send(Removed {
             session: session.to_string(),
-            at_ms: crate::session::now_ms(),
+            at_ms: crate::clock::now_ms(),
             purge,
         });
     }
@@ -225,7 +225,7 @@ impl StoreHandle {
     }
 
     pub async fn vacuum(&self, keep: Retention) -> Result<u64, String> {
-        let now_ms = crate::session::now_ms();
+        let now_ms = crate::clock::now_ms();
         self.addr
             .send(Vacuum { now_ms, keep })
             .await

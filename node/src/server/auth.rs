@@ -4,7 +4,7 @@
 use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse};
 use termesh_actors::error::ApiError;
-use termesh_actors::tokens::Tokens;
+use termesh_actors::front::tokens::Tokens;
 use termesh_config::Role;
 use termesh_transport::ErrorCode;
 

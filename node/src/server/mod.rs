@@ -21,16 +21,16 @@ use std::time::Duration;
 use actix::prelude::*;
 use actix_web::{web, App, HttpServer};
 use anyhow::Context;
-use termesh_actors::connection::Connections;
-use termesh_actors::create::CreateDefaults;
-use termesh_actors::hook::HookSecret;
+use termesh_actors::directory::create::CreateDefaults;
+use termesh_actors::directory::hook::HookSecret;
+use termesh_actors::directory::registry::{Directory, Registry, RegistryConfig, Restore, Shutdown};
+use termesh_actors::front::connection::Connections;
+use termesh_actors::front::ops::NodeCtx;
+use termesh_actors::liveness::stall::StallClock;
+use termesh_actors::liveness::watchdog::WatchdogActor;
 use termesh_actors::metrics::Metrics;
-use termesh_actors::ops::NodeCtx;
-use termesh_actors::registry::{Directory, Registry, RegistryConfig, Restore, Shutdown};
 use termesh_actors::session::SessionSettings;
-use termesh_actors::stall::StallClock;
 use termesh_actors::store::StoreHandle;
-use termesh_actors::watchdog::WatchdogActor;
 use termesh_config::{defaults, Config, Role, TokenEntry};
 use tokio::sync::oneshot;
 
@@ -164,31 +164,37 @@ pub fn run(
         let vacuum = store
             .clone()
             .map(|store| actix_rt::spawn(vacuum_loop(store, config.store.clone())));
-        let cluster_view = termesh_actors::peer::view::ClusterView::default();
+        let cluster_view = termesh_actors::cluster::peer::view::ClusterView::default();
         let state = AppState {
             node: NodeCtx {
                 node: config.node.name.clone(),
                 version: VERSION,
                 registry: registry.clone(),
-                dir,
-                metrics,
-                tokens: termesh_actors::tokens::Tokens::new(config.auth.tokens.clone()),
+                dir: dir.clone(),
+                metrics: metrics.clone(),
+                tokens: termesh_actors::front::tokens::Tokens::new(config.auth.tokens.clone()),
                 ws: config.ws.clone(),
-                stall,
+                stall: stall.clone(),
                 hook_secret,
                 default_window: config.session.default_window,
                 window_bounds: (defaults::WINDOW_MIN, defaults::WINDOW_MAX),
-                cluster: cluster_view,
                 store: store.clone(),
-                peers: Default::default(),
-                mirrors: Default::default(),
-                mirror: termesh_actors::mirror::MirrorSettings {
-                    ring_bytes: config.session.ring_bytes,
-                    ring_frames: config.session.ring_frames,
-                    linger: config
-                        .cluster
-                        .as_ref()
-                        .map_or(std::time::Duration::from_secs(60), |c| c.mirror_linger),
+                mesh: termesh_actors::cluster::ClusterCtx {
+                    node: config.node.name.clone(),
+                    dir: dir.clone(),
+                    metrics: metrics.clone(),
+                    stall: stall.clone(),
+                    view: cluster_view,
+                    peers: Default::default(),
+                    mirrors: Default::default(),
+                    mirror: termesh_actors::cluster::mirror::MirrorSettings {
+                        ring_bytes: config.session.ring_bytes,
+                        ring_frames: config.session.ring_frames,
+                        linger: config
+                            .cluster
+                            .as_ref()
+                            .map_or(std::time::Duration::from_secs(60), |c| c.mirror_linger),
+                    },
                 },
             },
             connections: Connections::default(),
@@ -334,9 +340,9 @@ fn start_mesh(
     config: &Config,
     cluster: &termesh_config::ClusterConfig,
     node: &NodeCtx,
-) -> anyhow::Result<termesh_actors::peer::link::Mesh> {
-    use termesh_actors::peer::link::{MeshConfig, PeerSpec};
-    use termesh_actors::peer::{LinkStats, PeerActor, SetNode};
+) -> anyhow::Result<termesh_actors::cluster::peer::link::Mesh> {
+    use termesh_actors::cluster::peer::link::{MeshConfig, PeerSpec};
+    use termesh_actors::cluster::peer::{LinkStats, PeerActor, SetNode};
     let me = config.node.name.clone();
     let identity =
         termesh_transport::peer::tls::Identity::load(&cluster.ca, &cluster.cert, &cluster.key)?;
@@ -352,12 +358,16 @@ fn start_mesh(
             me.clone(),
             node.dir.clone(),
             node.registry.clone(),
-            node.cluster.clone(),
+            node.mesh.view.clone(),
             stats.clone(),
         );
         let actor = PeerActor::start_in_arbiter(&arbiter, move |_| actor);
-        actor.do_send(SetNode(node.clone()));
-        node.peers
+        actor.do_send(SetNode {
+            answer: Arc::new(termesh_actors::front::request::TableAnswer(node.clone())),
+            stall: node.stall.clone(),
+        });
+        node.mesh
+            .peers
             .insert(peer.clone(), actor.clone(), stats.clone());
         peers.push(PeerSpec {
             name: peer.name.clone(),
@@ -373,7 +383,7 @@ fn start_mesh(
         listen: cluster.this(&me).quic,
         identity,
     };
-    let started = termesh_actors::peer::link::start(mesh, peers)?;
+    let started = termesh_actors::cluster::peer::link::start(mesh, peers)?;
     tracing::info!(cluster = %cluster.id, quic = %cluster.this(&me).quic, peers = cluster.nodes.len() - 1, "peer mesh started");
     Ok(started)
 }

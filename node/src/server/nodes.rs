@@ -30,11 +30,11 @@ pub fn list(state: &AppState) -> Vec<Value> {
         "breaker": "closed",
         "stall_ms": node.stall.total().as_millis() as u64,
         "sessions": node.dir.len(),
-        "mirrors": node.mirrors.len(),
+        "mirrors": node.mesh.mirrors.len(),
         "bytes_in": 0,
         "bytes_out": 0,
     })];
-    for peer in node.peers.all() {
+    for peer in node.mesh.peers.all() {
         let s = &peer.stats;
         let t = s.totals();
         let mut entry = json!({
@@ -45,7 +45,7 @@ pub fn list(state: &AppState) -> Vec<Value> {
             "state": s.state_name(),
             "breaker": s.breaker_name(),
             "stall_ms": s.peer_stall_ms.load(Relaxed),
-            "sessions": node.cluster.count(&peer.entry.name),
+            "sessions": node.mesh.view.count(&peer.entry.name),
             "bytes_in": t.bytes_in,
             "bytes_out": t.bytes_out,
         });
@@ -60,11 +60,11 @@ pub fn list(state: &AppState) -> Vec<Value> {
 
 /// Prometheus lines for every peer link.
 pub fn metrics(state: &AppState) -> String {
-    let peers = state.node.peers.all();
+    let peers = state.node.mesh.peers.all();
     if peers.is_empty() {
         return String::new();
     }
-    type Get = fn(&termesh_actors::peer::LinkStats) -> f64;
+    type Get = fn(&termesh_actors::cluster::peer::LinkStats) -> f64;
     let series: [(&str, &str, &str, Get); 9] = [
         (
             "termesh_peer_up",

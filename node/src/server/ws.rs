@@ -4,9 +4,9 @@
 
 use actix_web::{web, HttpRequest, HttpResponse};
 use actix_web_actors::ws::WsResponseBuilder;
-use termesh_actors::connection::ConnectionActor;
 use termesh_actors::error::ApiError;
-use termesh_actors::raw::RawActor;
+use termesh_actors::front::connection::ConnectionActor;
+use termesh_actors::front::raw::RawActor;
 use termesh_config::Role;
 use termesh_transport::{ErrorCode, MAX_INBOUND_FRAME, SUBPROTOCOL};
 

@@ -8,8 +8,8 @@
 
 use std::io::Write;
 
-use termesh_actors::modes::ModeTracker;
-use termesh_actors::screen::{render_cells, Utf8Decoder};
+use termesh_actors::session::modes::ModeTracker;
+use termesh_actors::session::screen::{render_cells, Utf8Decoder};
 
 /// Turns off what a session may have turned on, except the alternate
 /// screen (left first, only when on): mouse and focus reporting, bracketed
@@ -280,7 +280,7 @@ impl View {
                 // Back to passing output through: draw the session's screen
                 // from the mirror on a reset terminal.
                 self.cropped = false;
-                let dump = termesh_actors::portable::portable(&self.mirror.dump());
+                let dump = termesh_actors::session::portable::portable(&self.mirror.dump());
                 // RIS also leaves the crop's alternate screen.
                 self.buf.extend_from_slice(b"\x1bc");
                 self.outer_alt = self.modes.alt_screen();

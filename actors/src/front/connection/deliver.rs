@@ -5,8 +5,8 @@ use actix_web_actors::ws::{CloseCode, CloseReason, WebsocketContext};
 use termesh_transport::{encode_output, ServerMsg};
 
 use super::ConnectionActor;
+use crate::directory::watch::{WatchEvent, WatchReady};
 use crate::session::{Deliver, Delivery};
-use crate::watch::{WatchEvent, WatchReady};
 
 /// Close the connection with this code (node shutdown: 1001).
 #[derive(Message, Debug, Clone, Copy)]

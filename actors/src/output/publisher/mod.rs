@@ -20,10 +20,10 @@ use actix::Recipient;
 use bytes::Bytes;
 use termesh_transport::EventKind;
 
-use crate::credit::Credit;
 use crate::metrics::Metrics;
-use crate::ring::{Frame, Ring};
-use crate::session::{Deliver, Delivery, ScreenOut, ScreenResult, SubId};
+use crate::output::credit::Credit;
+use crate::output::ring::{Frame, Ring};
+use crate::output::vocab::{Deliver, Delivery, ScreenOut, ScreenResult, SubId};
 
 /// Where a subscriber's deliveries go.
 pub trait Sink: Clone {
@@ -54,8 +54,8 @@ pub struct Subscription<S> {
     pub kind: Kind,
 }
 
-impl From<crate::session::Subscribe> for Subscription<Recipient<Deliver>> {
-    fn from(msg: crate::session::Subscribe) -> Self {
+impl From<crate::output::vocab::Subscribe> for Subscription<Recipient<Deliver>> {
+    fn from(msg: crate::output::vocab::Subscribe) -> Self {
         Subscription {
             sub: msg.sub,
             sink: msg.sink,

@@ -19,9 +19,9 @@ use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 
+use super::ClusterCtx;
+use crate::cluster::peer::PeerActor;
 use crate::metrics::Metrics;
-use crate::ops::NodeCtx;
-use crate::peer::PeerActor;
 use crate::session::{Ack, Deliver, Subscribe, Unsubscribe};
 use core::{Ask, MirrorCore};
 
@@ -97,7 +97,7 @@ impl Mirrors {
 pub struct MirrorActor {
     id: Arc<str>,
     owner: String,
-    node: NodeCtx,
+    node: ClusterCtx,
     peer: Addr<PeerActor>,
     core: MirrorCore<Recipient<Deliver>>,
     linger: Duration,
@@ -110,7 +110,7 @@ pub struct MirrorActor {
 }
 
 impl MirrorActor {
-    pub fn new(id: &str, owner: String, node: NodeCtx, peer: Addr<PeerActor>) -> Self {
+    pub fn new(id: &str, owner: String, node: ClusterCtx, peer: Addr<PeerActor>) -> Self {
         let id: Arc<str> = Arc::from(id);
         let settings = &node.mirror;
         let core = MirrorCore::new(

@@ -11,9 +11,9 @@ use actix::prelude::*;
 use termesh_transport::peer::DataMsg;
 
 use super::PeerActor;
-use crate::mirror::{FromOwner, ToOwner};
-use crate::publisher::Kind;
-use crate::registry::NEXT_SUB_ID;
+use crate::cluster::mirror::{FromOwner, ToOwner};
+use crate::directory::registry::NEXT_SUB_ID;
+use crate::output::publisher::Kind;
 use crate::session::{Ack, Deliver, Delivery, Subscribe, Unsubscribe};
 
 /// Bounds of the window a peer's mirror may ask for.

@@ -9,12 +9,14 @@ use bytes::Bytes;
 use termesh_transport::{CreateRequest, ErrorCode, SessionInfo, MAX_INPUT, MAX_SCROLLBACK};
 use tokio::sync::{mpsc::error::TrySendError, oneshot};
 
-use crate::create::{check_name, check_tags, size_field};
+use crate::cluster::forward::Route;
+use crate::cluster::ClusterCtx;
+use crate::directory::create::{check_name, check_tags, size_field};
+use crate::directory::registry::{Create, Directory, Registry, Remove, SessionHandle};
 use crate::error::ApiError;
-use crate::feed::Feed;
 use crate::metrics::Metrics;
-use crate::pty::parse_signal;
-use crate::registry::{Create, Directory, Registry, Remove, SessionHandle};
+use crate::output::feed::Feed;
+use crate::session::pty::parse_signal;
 use crate::session::{
     GetScreen, Kill, RawTail, RawTailResult, Rename, Resize, ScreenResult, ScreenWant, SetPhase,
     Tag,
@@ -36,23 +38,19 @@ pub struct NodeCtx {
     pub dir: Directory,
     pub metrics: Arc<Metrics>,
     /// Replaced by a reload; connections check their token again then.
-    pub tokens: crate::tokens::Tokens,
+    pub tokens: crate::front::tokens::Tokens,
     pub ws: termesh_config::WsConfig,
     /// The node's credited host stall, discounted by liveness decisions.
-    pub stall: crate::stall::StallClock,
+    pub stall: crate::liveness::stall::StallClock,
     /// Checks the keys in `TERMESH_HOOK_URL`s.
-    pub hook_secret: crate::hook::HookSecret,
+    pub hook_secret: crate::directory::hook::HookSecret,
     pub default_window: u64,
     pub window_bounds: (u64, u64),
     /// Where events and output are kept (`None`: `--no-store`).
     pub store: Option<crate::store::StoreHandle>,
-    /// The other nodes' sessions (empty on a single node).
-    pub cluster: crate::peer::view::ClusterView,
-    /// The other nodes' links, for forwarded requests.
-    pub peers: crate::forward::Peers,
-    /// This node's mirrors of other nodes' sessions, and how they are sized.
-    pub mirrors: crate::mirror::Mirrors,
-    pub mirror: crate::mirror::MirrorSettings,
+    /// The cluster: the other nodes' sessions and links, this node's
+    /// mirrors (its `dir`, `metrics` and `stall` are this node's).
+    pub mesh: ClusterCtx,
 }
 
 impl std::fmt::Debug for NodeCtx {
@@ -66,14 +64,14 @@ impl NodeCtx {
     /// the other nodes announced (`unreachable` where a link is down).
     pub fn list(&self) -> Vec<SessionInfo> {
         let mut all = self.dir.list();
-        all.extend(self.cluster.list());
+        all.extend(self.mesh.view.list());
         all.sort_by(|a, b| a.created_at.cmp(&b.created_at).then(a.id.cmp(&b.id)));
         all
     }
 
     /// One session of the cluster, as `list` shows it.
     pub fn info(&self, id: &str) -> Result<SessionInfo, ApiError> {
-        if let Some((info, _)) = self.cluster.get(id) {
+        if let Some((info, _)) = self.mesh.view.get(id) {
             return Ok(info);
         }
         Ok(self.session(id)?.shared.info())
@@ -89,7 +87,28 @@ impl NodeCtx {
         if let Some(handle) = self.dir.get(id) {
             return Ok((handle.id.clone(), Feed::of(&handle.addr)));
         }
-        self.mirror_feed(id)
+        self.mesh.mirror_feed(id)
+    }
+
+    /// Who answers a request about `session` (`ClusterCtx::route_session`).
+    pub fn route_session(&self, session: &str) -> Result<Route, ApiError> {
+        self.mesh.route_session(session)
+    }
+
+    /// Who runs a `create` naming `node`.
+    pub fn route_create(&self, node: Option<&str>) -> Result<Route, ApiError> {
+        self.mesh.route_create(node)
+    }
+
+    /// `msg` sent to `owner`, its answer awaited (`ClusterCtx::forward`).
+    pub fn forward(
+        &self,
+        owner: &str,
+        msg: termesh_transport::ClientMsg,
+        hops: u8,
+    ) -> impl std::future::Future<Output = Result<termesh_transport::ServerMsg, ApiError>> + 'static
+    {
+        self.mesh.forward(owner, msg, hops)
     }
 
     pub fn running(&self, id: &str) -> Result<SessionHandle, ApiError> {
@@ -146,7 +165,7 @@ impl NodeCtx {
         check_name(&name)?;
         let handle = self.session(id)?;
         if let Some(other) = self.dir.named(&name, Some(id)) {
-            return Err(crate::registry::name_taken(&name, &other));
+            return Err(crate::directory::registry::name_taken(&name, &other));
         }
         handle.addr.do_send(Rename { name });
         Ok(())
@@ -215,13 +234,16 @@ impl NodeCtx {
     /// not waited for: its link is failing, and the breaker deals with it.
     async fn peers_have_directory(&self) {
         let waits: Vec<_> = self
+            .mesh
             .peers
             .all()
             .into_iter()
-            .filter(|p| p.stats.state.load(std::sync::atomic::Ordering::Relaxed) == crate::peer::UP)
+            .filter(|p| {
+                p.stats.state.load(std::sync::atomic::Ordering::Relaxed) == crate::cluster::peer::UP
+            })
             .map(|p| {
                 let (tx, rx) = tokio::sync::oneshot::channel();
-                p.addr.do_send(crate::peer::Barrier(tx));
+                p.addr.do_send(crate::cluster::peer::Barrier(tx));
                 rx
             })
             .collect();
@@ -249,7 +271,7 @@ impl NodeCtx {
     pub async fn revive(&self, id: &str) -> Result<SessionInfo, ApiError> {
         self.session(id)?;
         self.registry
-            .send(crate::revive::Revive { id: id.to_string() })
+            .send(crate::directory::revive::Revive { id: id.to_string() })
             .await
             .map_err(|_| ApiError::new(ErrorCode::Internal, "the registry is not running"))?
     }

@@ -13,13 +13,13 @@ use bytes::Bytes;
 use termesh_transport::{ErrorCode, SessionInfo, SessionStatus};
 use tokio::sync::mpsc;
 
-use crate::create::{check_create, check_cwd, CreateDefaults, CreateSpec};
+use crate::directory::create::{check_create, check_cwd, CreateDefaults, CreateSpec};
+use crate::directory::watch::{Coalescer, WatchQueue};
+pub use crate::directory::watch::{WatchEvent, WatchReady};
 use crate::error::ApiError;
 use crate::metrics::Metrics;
-use crate::pty::{self, SpawnSpec};
+use crate::session::pty::{self, SpawnSpec};
 use crate::session::{Close, Meta, SessionActor, SessionChanged, SessionSettings, SessionShared};
-use crate::watch::{Coalescer, WatchQueue};
-pub use crate::watch::{WatchEvent, WatchReady};
 use termesh_transport::CreateRequest;
 
 /// What others hold to reach a session.
@@ -118,7 +118,7 @@ pub struct RegistryConfig {
     /// Base of `TERMESH_HOOK_URL`, e.g. `http://127.0.0.1:7420`.
     pub http_base: String,
     /// Signs each session's hook key.
-    pub hook_secret: crate::hook::HookSecret,
+    pub hook_secret: crate::directory::hook::HookSecret,
     /// The CA a session's program trusts to reach this node over HTTPS
     /// (`TERMESH_CA`: the hook command and the CLI read it).
     pub ca: Option<std::path::PathBuf>,

@@ -13,8 +13,8 @@ use termesh_transport::peer::DataMsg;
 use termesh_transport::{ErrorCode, EventKind};
 
 use crate::metrics::Metrics;
-use crate::publisher::{Kind, Publisher, Sink, SnapshotWanted, Subscription};
-use crate::ring::Ring;
+use crate::output::publisher::{Kind, Publisher, Sink, SnapshotWanted, Subscription};
+use crate::output::ring::Ring;
 use crate::session::{Deliver, Delivery, ScreenResult, SubId};
 
 /// Output the owner may send a mirror ahead of its acks.

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 
-use crate::stall::{parse_psi_some_total, StallClock, StallTracker};
+use crate::liveness::stall::{parse_psi_some_total, StallClock, StallTracker};
 
 pub struct WatchdogActor {
     clock: StallClock,

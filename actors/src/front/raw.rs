@@ -19,15 +19,15 @@ use termesh_config::Role;
 use termesh_transport::peer::HOP_BUDGET;
 use termesh_transport::ClientMsg;
 
-use crate::connection::{close_revoked, CloseConnection, Connections};
-use crate::feed::Feed;
-use crate::forward::Route;
-use crate::fragments::{Assembled, Reassembler};
-use crate::ops::NodeCtx;
-use crate::publisher::Kind;
-use crate::registry::NEXT_SUB_ID;
+use crate::cluster::forward::Route;
+use crate::directory::registry::NEXT_SUB_ID;
+use crate::front::connection::{close_revoked, CloseConnection, Connections};
+use crate::front::fragments::{Assembled, Reassembler};
+use crate::front::ops::NodeCtx;
+use crate::front::tokens::{HeldToken, Recheck};
+use crate::output::feed::Feed;
+use crate::output::publisher::Kind;
 use crate::session::{Ack, Deliver, Delivery, SubId, Subscribe, Unsubscribe};
-use crate::tokens::{HeldToken, Recheck};
 use termesh_transport::MAX_INBOUND_FRAME;
 
 /// Window of a raw subscription.

@@ -12,9 +12,9 @@ use termesh_transport::{
     ClientMsg, ServerMsg, MAX_EVENTS, MAX_READ_OUTPUT, MAX_REPLY, MAX_SCROLLBACK,
 };
 
+use crate::cluster::forward::Route;
 use crate::error::ApiError;
-use crate::forward::Route;
-use crate::ops::NodeCtx;
+use crate::front::ops::NodeCtx;
 use crate::session::ScreenWant;
 
 /// Who answers a request.
@@ -301,4 +301,26 @@ pub async fn answer_later(node: NodeCtx, msg: ClientMsg) -> ServerMsg {
     // Bounded here too, so a forwarded reply is the same on every node
     // and never too big for the link.
     result.map_or_else(|e| e.to_message(Some(id), session), ServerMsg::bounded)
+}
+
+/// The request table as the peer side answers a forwarded request: what
+/// `spec` says may be forwarded, answered as for a client here.
+pub struct TableAnswer(pub NodeCtx);
+
+impl crate::cluster::Answer for TableAnswer {
+    fn now(&self, msg: &ClientMsg) -> Option<ServerMsg> {
+        if !spec(msg).forwardable() {
+            let (id, session) = ids(msg);
+            let err = ApiError::bad_request(format!("`{}` cannot be forwarded", msg.kind()));
+            return Some(err.to_message(id, session));
+        }
+        answer_now(&self.0, msg)
+    }
+
+    fn later(
+        &self,
+        msg: ClientMsg,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ServerMsg>>> {
+        Box::pin(answer_later(self.0.clone(), msg))
+    }
 }

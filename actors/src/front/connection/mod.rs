@@ -19,16 +19,16 @@ use actix_web_actors::ws::{self, CloseCode, CloseReason};
 use termesh_config::Role;
 use termesh_transport::{encode_server, ErrorCode, ServerMsg, MAX_INBOUND_FRAME, PROTO_VERSION};
 
+use crate::directory::registry::Unwatch;
+use crate::directory::watch::WatchQueue;
 use crate::error::ApiError;
-use crate::feed::Feed;
-use crate::fragments::{Assembled, Reassembler};
-use crate::liveness::{Liveness, Verdict};
+use crate::front::fragments::{Assembled, Reassembler};
+use crate::front::ops::NodeCtx;
+use crate::front::tokens::HeldToken;
+use crate::liveness::conn::{Liveness, Verdict};
 use crate::metrics::Metrics;
-use crate::ops::NodeCtx;
-use crate::registry::Unwatch;
+use crate::output::feed::Feed;
 use crate::session::{SubId, Unsubscribe};
-use crate::tokens::HeldToken;
-use crate::watch::WatchQueue;
 
 pub use deliver::CloseConnection;
 

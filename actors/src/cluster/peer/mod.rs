@@ -19,10 +19,11 @@ use actix::prelude::*;
 use termesh_transport::peer::{DataMsg, PeerMsg};
 use tokio::sync::mpsc;
 
+use super::Answer;
+use crate::directory::registry::{Broadcast, Directory, Registry, Watch};
+use crate::directory::watch::{WatchEvent, WatchQueue, WatchReady};
 use crate::error::ApiError;
-use crate::ops::NodeCtx;
-use crate::registry::{Broadcast, Directory, Registry, Watch};
-use crate::watch::{WatchEvent, WatchQueue, WatchReady};
+use crate::liveness::stall::StallClock;
 use link::LinkEvent;
 use termesh_transport::{ClientMsg, ServerMsg};
 use view::ClusterView;
@@ -30,7 +31,7 @@ use view::ClusterView;
 /// How often a link is pinged for its RTT.
 const PING_EVERY: Duration = Duration::from_secs(2);
 /// A ping unanswered this long counts as an unanswered request.
-const PING_TIMEOUT: Duration = crate::forward::REQUEST_TIMEOUT;
+const PING_TIMEOUT: Duration = crate::cluster::forward::REQUEST_TIMEOUT;
 /// A ping tick this late means this node itself was just stalled.
 const TICK_LATE: Duration = Duration::from_secs(1);
 
@@ -138,7 +139,13 @@ pub struct PeerActor {
     /// Large replies, each on a stream of its own, while the link is up.
     replies: Option<mpsc::UnboundedSender<PeerMsg>>,
     /// This node's sessions the peer mirrors: the subscription of each.
-    upstream: HashMap<String, (crate::session::SubId, crate::registry::SessionHandle)>,
+    upstream: HashMap<
+        String,
+        (
+            crate::session::SubId,
+            crate::directory::registry::SessionHandle,
+        ),
+    >,
     /// This node's mirrors of the peer's sessions.
     mirrors: mirrors::MirrorSinks,
     down_since: Option<Instant>,
@@ -151,8 +158,9 @@ pub struct PeerActor {
     pings: HashMap<u64, (Instant, Duration)>,
     next_nonce: u64,
     pub stats: Arc<LinkStats>,
-    /// Answers forwarded requests as this node would answer a client.
-    node: Option<NodeCtx>,
+    /// Answers forwarded requests as this node would answer a client, and
+    /// the stall clock the breaker discounts: given once the node is wired.
+    node: Option<(Arc<dyn Answer>, StallClock)>,
     /// Requests sent to the peer, awaiting its reply.
     waiting: HashMap<u64, tokio::sync::oneshot::Sender<ServerMsg>>,
     /// Barriers awaiting their pong, by ping nonce.
@@ -183,10 +191,14 @@ pub struct TimedOut {
     pub sent_at: Duration,
 }
 
-/// The node's request context, given once the node is wired.
+/// How the node answers forwarded requests, and its stall clock, given
+/// once the node is wired.
 #[derive(Message)]
 #[rtype(result = "()")]
-pub struct SetNode(pub NodeCtx);
+pub struct SetNode {
+    pub answer: Arc<dyn Answer>,
+    pub stall: StallClock,
+}
 
 impl PeerActor {
     pub fn new(
@@ -347,7 +359,7 @@ impl PeerActor {
                 let stall_ms = self
                     .node
                     .as_ref()
-                    .map(|n| n.stall.total().as_millis() as u64);
+                    .map(|(_, stall)| stall.total().as_millis() as u64);
                 self.send(PeerMsg::Pong { nonce, stall_ms });
             }
             PeerMsg::Pong { nonce, stall_ms } => {
@@ -385,7 +397,7 @@ impl PeerActor {
     fn stall_total(&self) -> Duration {
         self.node
             .as_ref()
-            .map_or(Duration::ZERO, |n| n.stall.total())
+            .map_or(Duration::ZERO, |(_, stall)| stall.total())
     }
 
     /// The peer answered something: a streak of silence is over.
@@ -431,7 +443,7 @@ impl PeerActor {
 
     /// A request the peer forwarded: answered here, as for a local client.
     fn on_request(&mut self, req: u64, hops: u8, msg: ClientMsg, ctx: &mut Context<Self>) {
-        let Some(node) = self.node.clone() else {
+        let Some((answer, _)) = self.node.clone() else {
             let err = ApiError::new(
                 termesh_transport::ErrorCode::Unavailable,
                 "this node is starting",
@@ -440,20 +452,18 @@ impl PeerActor {
             return;
         };
         let _ = hops;
-        if !crate::request::spec(&msg).forwardable() {
-            let (id, session) = crate::request::ids(&msg);
-            let err = ApiError::bad_request(format!("`{}` cannot be forwarded", msg.kind()));
-            self.reply(req, err.to_message(id, session));
+        if let Some(now) = answer.now(&msg) {
+            self.reply(req, now);
             return;
         }
-        if let Some(answer) = crate::request::answer_now(&node, &msg) {
-            self.reply(req, answer);
-            return;
-        }
-        let work = crate::request::answer_later(node, msg);
-        ctx.spawn(work.into_actor(self).map(move |answer, act, _| {
-            act.reply(req, answer);
-        }));
+        ctx.spawn(
+            answer
+                .later(msg)
+                .into_actor(self)
+                .map(move |later, act, _| {
+                    act.reply(req, later);
+                }),
+        );
     }
 
     /// Answers a forwarded request: small answers on the control stream,
@@ -588,7 +598,7 @@ impl Handler<SetNode> for PeerActor {
     type Result = ();
 
     fn handle(&mut self, msg: SetNode, _: &mut Context<Self>) {
-        self.node = Some(msg.0);
+        self.node = Some((msg.answer, msg.stall));
     }
 }
 

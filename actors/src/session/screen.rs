@@ -5,7 +5,7 @@
 
 use avt::{Color, Line, Pen, Terminal};
 
-use crate::ring::Frame;
+use crate::output::ring::Frame;
 
 /// History rows the model keeps (PROTOCOL.md: at most 10,000).
 pub const HISTORY_ROWS: usize = 10_000;
@@ -169,7 +169,7 @@ impl ScreenModel {
             }
             out.push_str("\x1b[H");
         }
-        out.push_str(&crate::portable::portable(&self.term.dump()));
+        out.push_str(&crate::session::portable::portable(&self.term.dump()));
         out.push_str(modes);
         out
     }
@@ -306,7 +306,7 @@ fn color_param(color: Color, base: u8, bright: u8, extended: u8) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ring::Ring;
+    use crate::output::ring::Ring;
     use bytes::Bytes;
     use proptest::prelude::*;
 
@@ -369,9 +369,12 @@ mod tests {
             40,
             10,
         );
-        assert!(!crate::portable::is_portable(&m.term.dump()));
+        assert!(!crate::session::portable::is_portable(&m.term.dump()));
         let snapshot = m.snapshot(0, "");
-        assert!(crate::portable::is_portable(&snapshot), "{snapshot:?}");
+        assert!(
+            crate::session::portable::is_portable(&snapshot),
+            "{snapshot:?}"
+        );
     }
 
     #[test]

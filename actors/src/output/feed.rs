@@ -5,7 +5,7 @@
 use actix::dev::ToEnvelope;
 use actix::prelude::*;
 
-use crate::session::{Ack, Subscribe, Unsubscribe};
+use crate::output::vocab::{Ack, Subscribe, Unsubscribe};
 
 #[derive(Clone)]
 pub struct Feed {

@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::stall::{StallClock, StallMark};
+use crate::liveness::stall::{StallClock, StallMark};
 
 /// One peer's liveness state.
 #[derive(Debug, Clone)]

@@ -7,14 +7,14 @@ use actix_web_actors::ws::WebsocketContext;
 use termesh_transport::{ClientMsg, ErrorCode, ServerMsg, MAX_SCROLLBACK};
 
 use super::{ConnectionActor, Sub};
+use crate::cluster::forward::Route;
+use crate::directory::registry::{Watch, NEXT_SUB_ID};
+use crate::directory::watch::WatchQueue;
 use crate::error::ApiError;
-use crate::forward::Route;
-use crate::publisher::Kind;
-use crate::registry::{Watch, NEXT_SUB_ID};
-use crate::request::{answer_later, answer_now, ids, spec, Class};
+use crate::front::request::{answer_later, answer_now, ids, spec, Class};
+use crate::front::tokens::Recheck;
+use crate::output::publisher::Kind;
 use crate::session::{Ack, Subscribe, Unsubscribe};
-use crate::tokens::Recheck;
-use crate::watch::WatchQueue;
 
 type Ctx = WebsocketContext<ConnectionActor>;
 
@@ -174,7 +174,14 @@ impl ConnectionActor {
                         queue,
                         sink: ctx.address().recipient(),
                         local_only: false,
-                        known_remote: self.node.cluster.list().into_iter().map(|s| s.id).collect(),
+                        known_remote: self
+                            .node
+                            .mesh
+                            .view
+                            .list()
+                            .into_iter()
+                            .map(|s| s.id)
+                            .collect(),
                     });
                 }
                 self.send(ctx, &ServerMsg::Ok { id });

@@ -12,7 +12,7 @@ use termesh_transport::peer::{DataMsg, HOP_BUDGET};
 use termesh_transport::{ClientMsg, ErrorCode, ServerMsg, MAX_SCROLLBACK};
 
 use super::MirrorActor;
-use crate::publisher::SnapshotWanted;
+use crate::output::publisher::SnapshotWanted;
 use crate::session::{ScreenOut, ScreenResult, SubId};
 
 /// From the owner's `PeerActor` to a mirror.

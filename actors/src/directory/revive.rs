@@ -8,9 +8,9 @@ use std::sync::Arc;
 use actix::prelude::*;
 use termesh_transport::{ErrorCode, SessionInfo};
 
+use crate::directory::registry::{spawn_program, Registry, SessionHandle, WatchEvent};
 use crate::error::ApiError;
-use crate::pty::SpawnSpec;
-use crate::registry::{spawn_program, Registry, SessionHandle, WatchEvent};
+use crate::session::pty::SpawnSpec;
 use crate::session::Relaunch;
 
 #[derive(Message)]

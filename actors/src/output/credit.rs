@@ -13,7 +13,7 @@
 
 use std::collections::VecDeque;
 
-use crate::ring::{Frame, Ring};
+use crate::output::ring::{Frame, Ring};
 
 /// Checkpoints kept per subscriber; when full, every other one is dropped.
 const MAX_CHECKPOINTS: usize = 256;

@@ -10,11 +10,11 @@ use std::time::Duration;
 use actix::Addr;
 use termesh_transport::{ClientMsg, ErrorCode, ServerMsg};
 
+use super::ClusterCtx;
+use crate::cluster::mirror::MirrorActor;
+use crate::cluster::peer::{Forward, PeerActor};
 use crate::error::ApiError;
-use crate::feed::Feed;
-use crate::mirror::MirrorActor;
-use crate::ops::NodeCtx;
-use crate::peer::{Forward, PeerActor};
+use crate::output::feed::Feed;
 
 /// A forwarded request not answered in this long gets `unavailable`.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(8);
@@ -24,7 +24,7 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(8);
 pub struct PeerHandle {
     pub entry: termesh_config::NodeEntry,
     pub addr: Addr<PeerActor>,
-    pub stats: Arc<crate::peer::LinkStats>,
+    pub stats: Arc<crate::cluster::peer::LinkStats>,
 }
 
 /// Every configured peer, by node name, in the config's order.
@@ -36,7 +36,7 @@ impl Peers {
         &self,
         entry: termesh_config::NodeEntry,
         addr: Addr<PeerActor>,
-        stats: Arc<crate::peer::LinkStats>,
+        stats: Arc<crate::cluster::peer::LinkStats>,
     ) {
         self.0
             .write()
@@ -62,7 +62,7 @@ pub enum Route {
     Owner(String),
 }
 
-impl NodeCtx {
+impl ClusterCtx {
     /// Who answers a request about `session`: this node when it owns it
     /// (or nobody does: the local answer is `not_found`), else its owner;
     /// `unavailable` when the owner's link is down.
@@ -70,7 +70,7 @@ impl NodeCtx {
         if self.dir.get(session).is_some() {
             return Ok(Route::Here);
         }
-        match self.cluster.get(session) {
+        match self.view.get(session) {
             Some((info, true)) => Ok(Route::Owner(info.node)),
             Some((info, false)) => Err(unreachable_node(&info.node)),
             None => Ok(Route::Here),
@@ -80,7 +80,7 @@ impl NodeCtx {
     /// The feed of another node's session: its mirror here, started on
     /// first use; `unavailable` while the owner's link is down.
     pub fn mirror_feed(&self, id: &str) -> Result<(Arc<str>, Feed), ApiError> {
-        let Some((info, up)) = self.cluster.get(id) else {
+        let Some((info, up)) = self.view.get(id) else {
             return Err(ApiError::not_found(id));
         };
         if !up {
@@ -130,7 +130,7 @@ impl NodeCtx {
             .peers
             .get(&owner)
             .inspect(|peer| peer.do_send(Forward { msg, hops, reply }));
-        let view = self.cluster.clone();
+        let view = self.view.clone();
         async move {
             let peer = peer.ok_or_else(|| unreachable_node(&owner))?;
             match tokio::time::timeout(REQUEST_TIMEOUT, answer).await {
@@ -144,7 +144,7 @@ impl NodeCtx {
                 // Dropped unanswered: the link is down, or went down.
                 Ok(Err(_)) => Err(unreachable_node(&owner)),
                 Err(_) => {
-                    peer.do_send(crate::peer::TimedOut { sent_at });
+                    peer.do_send(crate::cluster::peer::TimedOut { sent_at });
                     Err(ApiError::new(
                         ErrorCode::Unavailable,
                         format!(

@@ -4,67 +4,10 @@
 
 mod common;
 
-use std::path::PathBuf;
-use std::process::{Child, Command};
-
+use common::mount::Mount;
 use common::*;
 use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
 use termesh_transport::{ClientMsg, CreateRequest, ServerMsg};
-
-/// A bindfs mount this test owns; resumed, unmounted and killed on drop.
-struct Mount {
-    daemon: Child,
-    path: PathBuf,
-    _dirs: (tempfile::TempDir, tempfile::TempDir),
-}
-
-impl Mount {
-    fn new() -> Mount {
-        let src = tempfile::tempdir().unwrap();
-        let mnt = tempfile::tempdir().unwrap();
-        std::fs::create_dir(src.path().join("sub")).unwrap();
-        let daemon = Command::new("bindfs")
-            .arg("-f")
-            .arg(src.path())
-            .arg(mnt.path())
-            .spawn()
-            .expect("bindfs runs (install it: apt-get install bindfs fuse3)");
-        let path = mnt.path().to_path_buf();
-        let mount = Mount {
-            daemon,
-            path,
-            _dirs: (src, mnt),
-        };
-        let deadline = std::time::Instant::now() + PATIENCE;
-        while !mount.mounted() {
-            assert!(std::time::Instant::now() < deadline, "bindfs never mounted");
-            poll_pause_blocking();
-        }
-        mount
-    }
-
-    fn mounted(&self) -> bool {
-        let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-        let path = self.path.display().to_string();
-        table
-            .lines()
-            .any(|l| l.split(' ').nth(4) == Some(path.as_str()))
-    }
-
-    fn pid(&self) -> Pid {
-        Pid::from_raw(self.daemon.id() as i32)
-    }
-}
-
-impl Drop for Mount {
-    fn drop(&mut self) {
-        let _ = kill(self.pid(), Signal::SIGCONT);
-        let _ = Command::new("umount").arg("-l").arg(&self.path).status();
-        let _ = self.daemon.kill();
-        let _ = self.daemon.wait();
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hung_cwd_stalls_only_its_own_create() {

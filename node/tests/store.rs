@@ -407,3 +407,39 @@ fn a_store_the_node_may_not_open_stops_the_start() {
     );
     assert!(err.contains("--no-store"), "says the way out: {err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_whose_disk_fails_is_told_by_healthz() {
+    let mount = common::mount::Mount::new();
+    let node = BinaryNode::start_on(&mount.path.join("sub").join("data"), "");
+    let health = || async {
+        let response = ureq::get(&format!("{}/healthz", node.url)).call();
+        match response {
+            Ok(r) => (r.status(), r.into_string().unwrap_or_default()),
+            Err(ureq::Error::Status(code, r)) => (code, r.into_string().unwrap_or_default()),
+            Err(e) => panic!("healthz: {e}"),
+        }
+    };
+    assert_eq!(health().await, (200, "ok\n".to_string()));
+    // The disk goes away under the store: its daemon is killed, and every
+    // read or write of the mount fails from now on.
+    nix::sys::signal::kill(mount.pid(), nix::sys::signal::Signal::SIGKILL).unwrap();
+    let mut c = client(&node).await;
+    let req = CreateRequest {
+        command: Some(vec!["sh".into(), "-c".into(), "echo some output".into()]),
+        ..Default::default()
+    };
+    let created = c.request(|id| ClientMsg::Create { id, req }).await;
+    println!("create with a dead disk: {created:?}");
+    let told = within(PATIENCE, "healthz to say the store fails", async {
+        loop {
+            let (status, body) = health().await;
+            if status == 503 {
+                return body;
+            }
+            poll_pause().await;
+        }
+    })
+    .await;
+    assert!(told.starts_with("store failing: "), "{told}");
+}

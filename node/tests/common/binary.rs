@@ -47,11 +47,23 @@ impl BinaryNode {
         self.dir.path().join("termesh.toml")
     }
 
+    /// As `start`, with its data dir at `data`.
+    pub fn start_on(data: &std::path::Path, extra: &str) -> BinaryNode {
+        BinaryNode::start_at(tempfile::tempdir().unwrap(), data, "127.0.0.1:0", extra)
+    }
+
     fn start_in(dir: tempfile::TempDir, listen: &str, extra: &str) -> BinaryNode {
-        let mut config = format!(
-            "[node]\nname = \"bin\"\ndata_dir = {:?}\n\n{extra}\n",
-            dir.path().join("data")
-        );
+        let data = dir.path().join("data");
+        BinaryNode::start_at(dir, &data, listen, extra)
+    }
+
+    fn start_at(
+        dir: tempfile::TempDir,
+        data: &std::path::Path,
+        listen: &str,
+        extra: &str,
+    ) -> BinaryNode {
+        let mut config = format!("[node]\nname = \"bin\"\ndata_dir = {data:?}\n\n{extra}\n");
         for (token, role) in [(ADMIN, "admin"), (OPERATOR, "operator"), (VIEWER, "viewer")] {
             config.push_str(&format!(
                 "[[auth.tokens]]\nhash = \"{}\"\nrole = \"{role}\"\n",

@@ -62,6 +62,14 @@ impl PeerActor {
         }
     }
 
+    /// Ends every subscription this node holds for the peer's mirrors.
+    pub(super) fn end_upstream(&mut self) {
+        let sessions: Vec<String> = self.upstream.keys().cloned().collect();
+        for session in sessions {
+            self.mirror_unsubscribe(&session);
+        }
+    }
+
     /// A client resumed through the peer's mirror of `session`.
     pub(super) fn mirror_repaint(&mut self, session: &str) {
         if self.upstream.contains_key(session) {
@@ -82,10 +90,7 @@ impl PeerActor {
     /// of the peer's sessions are told.
     pub(super) fn mirrors_link(&mut self, up: bool) {
         if !up {
-            let sessions: Vec<String> = self.upstream.keys().cloned().collect();
-            for session in sessions {
-                self.mirror_unsubscribe(&session);
-            }
+            self.end_upstream();
         }
         self.mirrors.retain(|_, sink| sink.connected());
         for sink in self.mirrors.values() {

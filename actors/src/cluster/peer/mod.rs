@@ -311,6 +311,8 @@ impl PeerActor {
             self.tell_local(shown.into_iter().map(WatchEvent::Changed).collect());
         } else {
             self.stats.state.store(DOWN, Ordering::Relaxed);
+            // Nothing of the peer's mirrors may run into the next link.
+            self.end_upstream();
             tracing::debug!(peer = %self.name, %reason, "peer link attempt failed");
         }
     }
@@ -561,8 +563,11 @@ impl Handler<LinkEvent> for PeerActor {
                 self.last_tick = ago(PING_EVERY);
                 self.ping(ctx);
             }
-            LinkEvent::Msg(msg) => self.on_msg(msg, ctx),
-            LinkEvent::Data(msg) => self.route_to_mirror(msg),
+            // What a link sends after this side dropped it (a breaker
+            // trip) is stale: a mirror subscribe taken now would outlive it.
+            LinkEvent::Msg(msg) if self.link_open() => self.on_msg(msg, ctx),
+            LinkEvent::Data(msg) if self.link_open() => self.route_to_mirror(msg),
+            LinkEvent::Msg(_) | LinkEvent::Data(_) => {}
             LinkEvent::Down { reason } => self.on_down(reason),
         }
     }

@@ -137,6 +137,18 @@ mod tests {
     }
 
     #[test]
+    fn a_session_is_claimed_by_its_first_owner_only() {
+        let v = ClusterView::default();
+        v.upsert("b", info("1"));
+        assert!(!v.claimed_by_other("b", "1"));
+        assert!(
+            v.claimed_by_other("c", "1"),
+            "c may not announce b's session"
+        );
+        assert!(!v.claimed_by_other("c", "2"));
+    }
+
+    #[test]
     fn snapshots_deltas_and_unreachable() {
         let v = ClusterView::default();
         v.set_up("b", true);

@@ -385,3 +385,44 @@ async fn a_resume_through_a_mirror_makes_the_owners_program_repaint() {
     .await
     .unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn screens_in_flight_are_bounded_for_a_remote_session_too() {
+    let cluster = Cluster::start(&["a", "b"]);
+    let session = create(&cluster, 1, "a", "seq 1 20000; exec sleep 100000").await;
+    let mut c = connect(&cluster, 1).await;
+    // Sent at once, each a render of up to 10,000 lines on the owner.
+    let ids: Vec<u64> = (0..6).map(|_| c.next_id()).collect();
+    for id in &ids {
+        c.send(&ClientMsg::History {
+            id: *id,
+            session: session.clone(),
+            limit: None,
+        })
+        .await
+        .unwrap();
+    }
+    let mut refused = 0;
+    let mut answered = 0;
+    while refused + answered < ids.len() {
+        match next(&mut c).await {
+            ServerMsg::History { id, .. } if ids.contains(&id) => answered += 1,
+            ServerMsg::Error {
+                id: Some(id),
+                code,
+                message,
+                ..
+            } if ids.contains(&id) => {
+                assert_eq!(code, ErrorCode::BadRequest, "{message}");
+                assert!(message.contains("in flight"), "{message}");
+                refused += 1;
+            }
+            _ => {}
+        }
+    }
+    assert!(
+        refused >= 2,
+        "{refused} of 6 refused: the bound held for none"
+    );
+    assert!(answered >= 1);
+}

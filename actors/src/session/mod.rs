@@ -31,7 +31,7 @@ pub use screen_job::FAIL_SCREEN_JOBS;
 pub use shared::{now_ms, Meta, SessionShared};
 
 use crate::metrics::Metrics;
-use crate::output::publisher::{Kind, Publisher, Subscription};
+use crate::output::publisher::{Kind, Mode, Publisher, Subscription};
 use crate::output::ring::Ring;
 use crate::session::modes::ModeTracker;
 use crate::session::screen::{ResizeMark, ScreenModel};
@@ -206,7 +206,7 @@ impl SessionActor {
         let settings_has_store = settings.store.is_some();
         SessionActor {
             id: shared.id.clone(),
-            publisher: Publisher::new(shared.id.clone(), ring, false, metrics.clone()),
+            publisher: Publisher::new(shared.id.clone(), ring, Mode::Owner, metrics.clone()),
             shared,
             settings,
             metrics,

@@ -11,6 +11,12 @@ use termesh_transport::{ClientMsg, CreateRequest, ServerMsg};
 
 const BIN: &str = env!("CARGO_BIN_EXE_termesh");
 
+/// The binary the nodes run: this build's, or `TERMESH_TEST_BIN` (an older
+/// build, to show a test catching what it was written for).
+fn bin() -> String {
+    std::env::var("TERMESH_TEST_BIN").unwrap_or_else(|_| BIN.to_string())
+}
+
 pub struct ClusterNode {
     pub name: String,
     pub http: SocketAddr,
@@ -99,7 +105,7 @@ impl Cluster {
                 child: None,
             });
         }
-        let status = Command::new(BIN).args(&args).output().unwrap();
+        let status = Command::new(bin()).args(&args).output().unwrap();
         assert!(
             status.status.success(),
             "{}",
@@ -131,10 +137,10 @@ impl Cluster {
         let mut command = match node.wrap.split_first() {
             Some((program, args)) => {
                 let mut c = Command::new(program);
-                c.args(args).arg(BIN);
+                c.args(args).arg(bin());
                 c
             }
-            None => Command::new(BIN),
+            None => Command::new(bin()),
         };
         let child = command
             .args(["node", "--config"])

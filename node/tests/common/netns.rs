@@ -197,7 +197,15 @@ async fn impair(
 ) {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let mut buf = vec![0u8; 65536];
-    while let Ok((n, from)) = sock.recv_from(&mut buf).await {
+    loop {
+        let (n, from) = match sock.recv_from(&mut buf).await {
+            Ok(got) => got,
+            // The upstream is not listening (yet, or any more: a node
+            // killed and restarted): the ICMP that says so is no reason to
+            // stop relaying.
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => continue,
+            Err(_) => return,
+        };
         if let Some(sender) = &sender {
             *sender.lock().unwrap() = Some(from);
         }

@@ -13,7 +13,7 @@ use termesh_transport::peer::DataMsg;
 use termesh_transport::{ErrorCode, EventKind};
 
 use crate::metrics::Metrics;
-use crate::output::publisher::{Kind, Publisher, Sink, SnapshotWanted, Subscription};
+use crate::output::publisher::{Kind, Mode, Publisher, Sink, SnapshotWanted, Subscription};
 use crate::output::ring::Ring;
 use crate::session::{Deliver, Delivery, ScreenResult, SubId};
 
@@ -341,7 +341,7 @@ impl<S: Sink> MirrorCore<S> {
             self.publisher = Some(Publisher::new(
                 self.id.clone(),
                 Ring::starting_at(start, self.ring_bytes, self.ring_frames),
-                true,
+                Mode::Mirror,
                 self.metrics.clone(),
             ));
             for sub in std::mem::take(&mut self.pending) {

@@ -43,6 +43,18 @@ pub enum Kind {
     Mirror,
 }
 
+/// Whose publisher this is, which decides what a resume from a seq the
+/// ring has not reached means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// The session's own node: it has given every seq there is, so a
+    /// `from_seq` past the last is a client's mistake and resyncs.
+    Owner,
+    /// Another node's copy, behind its owner: a `from_seq` past the last
+    /// waits for that seq to arrive.
+    Mirror,
+}
+
 /// A subscribe, already validated.
 pub struct Subscription<S> {
     pub sub: SubId,
@@ -118,14 +130,12 @@ pub struct Publisher<S: Sink = Recipient<Deliver>> {
     /// Snapshots taken at a seq the ring has not reached yet (a mirror's,
     /// from the owner): delivered when it does.
     parked: Vec<(SubId, u64, ScreenResult)>,
-    /// A `from_seq` past the ring's last seq waits for it (a mirror, behind
-    /// its owner) instead of resyncing (the owner, who knows every seq).
-    ahead_waits: bool,
+    mode: Mode,
     metrics: Arc<Metrics>,
 }
 
 impl<S: Sink> Publisher<S> {
-    pub fn new(id: Arc<str>, ring: Ring, ahead_waits: bool, metrics: Arc<Metrics>) -> Self {
+    pub fn new(id: Arc<str>, ring: Ring, mode: Mode, metrics: Arc<Metrics>) -> Self {
         Publisher {
             id,
             ring,
@@ -135,7 +145,7 @@ impl<S: Sink> Publisher<S> {
             wanted: Vec::new(),
             pins: HashMap::new(),
             parked: Vec::new(),
-            ahead_waits,
+            mode,
             metrics,
         }
     }
@@ -325,7 +335,7 @@ impl<S: Sink> Publisher<S> {
                 Some(offset) if self.ring.replay_from(n).is_ok() => {
                     sub.credit = Credit::new(req.window, n, offset);
                 }
-                _ if n > last && self.ahead_waits => sub.start_after = Some(n),
+                _ if n > last && self.mode == Mode::Mirror => sub.start_after = Some(n),
                 _ => {
                     self.send(
                         req.sub,

@@ -29,11 +29,11 @@ impl Rec {
     }
 }
 
-fn publisher(ring_bytes: usize, ahead_waits: bool) -> Publisher<Rec> {
+fn publisher(ring_bytes: usize, mode: Mode) -> Publisher<Rec> {
     Publisher::new(
         Arc::from("s"),
         Ring::new(ring_bytes, 10_000),
-        ahead_waits,
+        mode,
         Arc::new(Metrics::default()),
     )
 }
@@ -47,7 +47,7 @@ fn mirror_publisher_frames(start: u64, ring_bytes: usize, frames: usize) -> Publ
     Publisher::new(
         Arc::from("s"),
         Ring::starting_at(start, ring_bytes, frames),
-        true,
+        Mode::Mirror,
         Arc::new(Metrics::default()),
     )
 }
@@ -92,7 +92,7 @@ fn push_n(p: &mut Publisher<Rec>, n: usize, len: usize) {
 #[test]
 fn fresh_viewer_gets_subscribed_snapshot_then_output() {
     let rec = Rec::default();
-    let mut p = publisher(1000, false);
+    let mut p = publisher(1000, Mode::Owner);
     push_n(&mut p, 3, 10);
     let done = p.subscribe(sub(&rec, 1, None, 100, Kind::Viewer), (80, 24));
     assert!(done.added && !done.resumed);
@@ -112,7 +112,7 @@ fn fresh_viewer_gets_subscribed_snapshot_then_output() {
 #[test]
 fn resume_replays_within_credit_and_continues_on_ack() {
     let rec = Rec::default();
-    let mut p = publisher(10_000, false);
+    let mut p = publisher(10_000, Mode::Owner);
     push_n(&mut p, 10, 10);
     p.subscribe(sub(&rec, 1, Some(2), 30, Kind::Viewer), (80, 24));
     assert!(p.take_wanted().is_empty());
@@ -127,7 +127,7 @@ fn resume_replays_within_credit_and_continues_on_ack() {
 #[test]
 fn a_resume_older_than_the_ring_resyncs_a_viewer_with_a_snapshot() {
     let rec = Rec::default();
-    let mut p = publisher(50, false);
+    let mut p = publisher(50, Mode::Owner);
     push_n(&mut p, 10, 10);
     p.subscribe(sub(&rec, 1, Some(1), 1000, Kind::Viewer), (80, 24));
     let got = rec.take_for(1);
@@ -138,7 +138,7 @@ fn a_resume_older_than_the_ring_resyncs_a_viewer_with_a_snapshot() {
 #[test]
 fn a_slow_viewer_resyncs_alone_when_acks_resume() {
     let rec = Rec::default();
-    let mut p = publisher(100, false);
+    let mut p = publisher(100, Mode::Owner);
     p.subscribe(sub(&rec, 1, Some(0), 20, Kind::Viewer), (80, 24));
     p.subscribe(sub(&rec, 2, Some(0), 1000, Kind::Viewer), (80, 24));
     rec.take();
@@ -176,7 +176,7 @@ fn a_slow_viewer_resyncs_alone_when_acks_resume() {
 #[test]
 fn a_mirror_subscriber_skips_a_gap_without_a_snapshot() {
     let rec = Rec::default();
-    let mut p = publisher(50, false);
+    let mut p = publisher(50, Mode::Owner);
     p.subscribe(sub(&rec, 1, None, 20, Kind::Mirror), (80, 24));
     assert!(
         p.take_wanted().is_empty(),
@@ -271,7 +271,7 @@ fn a_parked_snapshot_moves_the_pin_so_a_full_ring_reaches_it() {
 #[test]
 fn exited_comes_after_the_last_frame() {
     let rec = Rec::default();
-    let mut p = publisher(1000, false);
+    let mut p = publisher(1000, Mode::Owner);
     p.subscribe(sub(&rec, 1, Some(0), 10, Kind::Viewer), (80, 24));
     push_n(&mut p, 3, 10);
     p.finish(EventKind::Exited {
@@ -352,7 +352,7 @@ proptest! {
         windows in proptest::collection::vec(10u64..200, 3),
     ) {
         let rec = Rec::default();
-        let mut p = publisher(ring_bytes, false);
+        let mut p = publisher(ring_bytes, Mode::Owner);
         let mut viewers = vec![Viewer::default(); 3];
         for (i, w) in windows.iter().enumerate() {
             p.subscribe(sub(&rec, i as u64, Some(0), *w, Kind::Viewer), (80, 24));

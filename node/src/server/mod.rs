@@ -340,9 +340,9 @@ fn start_mesh(
     config: &Config,
     cluster: &termesh_config::ClusterConfig,
     node: &NodeCtx,
-) -> anyhow::Result<termesh_actors::cluster::peer::link::Mesh> {
-    use termesh_actors::cluster::peer::link::{MeshConfig, PeerSpec};
-    use termesh_actors::cluster::peer::{LinkStats, PeerActor, SetNode};
+) -> anyhow::Result<termesh_transport::peer::link::Mesh> {
+    use termesh_actors::cluster::peer::{FromLink, LinkStats, PeerActor, SetNode};
+    use termesh_transport::peer::link::{LinkSink, MeshConfig, PeerSpec};
     let me = config.node.name.clone();
     let identity =
         termesh_transport::peer::tls::Identity::load(&cluster.ca, &cluster.cert, &cluster.key)?;
@@ -372,7 +372,7 @@ fn start_mesh(
         peers.push(PeerSpec {
             name: peer.name.clone(),
             addr: peer.quic,
-            sink: actor.recipient(),
+            sink: LinkSink::new(move |event| actor.do_send(FromLink(event))),
             stats,
         });
     }
@@ -383,7 +383,7 @@ fn start_mesh(
         listen: cluster.this(&me).quic,
         identity,
     };
-    let started = termesh_actors::cluster::peer::link::start(mesh, peers)?;
+    let started = termesh_transport::peer::link::start(mesh, peers)?;
     tracing::info!(cluster = %cluster.id, quic = %cluster.this(&me).quic, peers = cluster.nodes.len() - 1, "peer mesh started");
     Ok(started)
 }

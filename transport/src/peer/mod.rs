@@ -7,6 +7,8 @@
 pub mod accept;
 pub mod certs;
 pub mod frame;
+pub mod link;
+pub mod stats;
 pub mod tls;
 
 use serde::{Deserialize, Serialize};

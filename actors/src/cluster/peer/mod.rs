@@ -6,9 +6,7 @@
 //! I/O runs on the mesh thread (`link`).
 
 pub mod breaker;
-pub mod link;
 mod mirrors;
-mod stats;
 pub mod view;
 
 use std::collections::HashMap;
@@ -25,7 +23,7 @@ use crate::directory::registry::{Broadcast, Directory, Registry, Watch};
 use crate::directory::watch::{WatchEvent, WatchQueue, WatchReady};
 use crate::error::ApiError;
 use crate::liveness::stall::StallClock;
-use link::LinkEvent;
+use termesh_transport::peer::link::LinkEvent;
 use termesh_transport::{ClientMsg, ServerMsg};
 use view::ClusterView;
 
@@ -36,7 +34,7 @@ const PING_TIMEOUT: Duration = crate::cluster::forward::REQUEST_TIMEOUT;
 /// A ping tick this late means this node itself was just stalled.
 const TICK_LATE: Duration = Duration::from_secs(1);
 
-pub use stats::*;
+pub use termesh_transport::peer::stats::*;
 
 pub struct PeerActor {
     name: String,
@@ -456,10 +454,15 @@ impl Actor for PeerActor {
     }
 }
 
-impl Handler<LinkEvent> for PeerActor {
+/// A link's event, handed to its peer's actor (the mesh's `LinkSink`).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct FromLink(pub LinkEvent);
+
+impl Handler<FromLink> for PeerActor {
     type Result = ();
 
-    fn handle(&mut self, event: LinkEvent, ctx: &mut Context<Self>) {
+    fn handle(&mut self, FromLink(event): FromLink, ctx: &mut Context<Self>) {
         match event {
             LinkEvent::Up {
                 out,

@@ -1,6 +1,7 @@
 //! The mesh thread: the node's QUIC endpoint on a tokio runtime of its own,
-//! one link task per configured peer, bridged to that peer's `PeerActor`
-//! by actor messages (in) and a channel (out). Of each pair the node with
+//! one link task per configured peer, bridged to that peer's actor by a
+//! `LinkSink` (in: what the link says) and channels (out). It knows
+//! nothing of actors: the node gives each peer's sink. Of each pair the node with
 //! the lower name dials and the other accepts; after the hellos both sides
 //! run the link alike. A link that fails is dialed again with jittered
 //! backoff.
@@ -9,16 +10,15 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use actix::Recipient;
+use crate::peer::accept::{Acceptor, LogLimit};
+use crate::peer::stats::LinkStats;
+use crate::peer::tls::{peer_chain, Identity};
+use crate::peer::{frame, DataMsg, PeerMsg, PEER_PROTO};
 use futures_util::stream::{FuturesUnordered, StreamExt};
-use termesh_transport::peer::accept::{Acceptor, LogLimit};
-use termesh_transport::peer::tls::{peer_chain, Identity};
-use termesh_transport::peer::{frame, DataMsg, PeerMsg, PEER_PROTO};
 use tokio::sync::mpsc;
 
-/// What a link tells its `PeerActor`.
-#[derive(actix::Message, Debug)]
-#[rtype(result = "()")]
+/// What a link tells its peer's actor.
+#[derive(Debug)]
 pub enum LinkEvent {
     /// The hellos are exchanged: `out` sends on the control stream, `data`
     /// on this side's data stream.
@@ -36,6 +36,20 @@ pub enum LinkEvent {
     },
 }
 
+/// Where a link's events go (the node hands each to its peer's actor).
+#[derive(Clone)]
+pub struct LinkSink(std::sync::Arc<dyn Fn(LinkEvent) + Send + Sync>);
+
+impl LinkSink {
+    pub fn new(f: impl Fn(LinkEvent) + Send + Sync + 'static) -> Self {
+        LinkSink(std::sync::Arc::new(f))
+    }
+
+    pub fn send(&self, event: LinkEvent) {
+        (self.0)(event)
+    }
+}
+
 /// How the mesh is set up.
 #[derive(Clone)]
 pub struct MeshConfig {
@@ -51,9 +65,9 @@ pub struct MeshConfig {
 pub struct PeerSpec {
     pub name: String,
     pub addr: SocketAddr,
-    pub sink: Recipient<LinkEvent>,
+    pub sink: LinkSink,
     /// Where the link's byte counts go.
-    pub stats: std::sync::Arc<super::LinkStats>,
+    pub stats: std::sync::Arc<LinkStats>,
 }
 
 /// How long the other side may take to open the control stream and say
@@ -199,7 +213,7 @@ async fn dial_loop(config: MeshConfig, endpoint: quinn::Endpoint, peer: PeerSpec
             Err(e) => Err(format!("cannot dial {}: {e}", peer.addr)),
         };
         if let Err(reason) = result {
-            peer.sink.do_send(LinkEvent::Down { reason });
+            peer.sink.send(LinkEvent::Down { reason });
         }
         if started.elapsed() >= HEALTHY {
             attempt = 0;
@@ -223,7 +237,7 @@ async fn accept_loop(
         let replaced = tokio::select! {
             result = serve(&config, &peer, conn, false) => {
                 if let Err(reason) = result {
-                    peer.sink.do_send(LinkEvent::Down { reason });
+                    peer.sink.send(LinkEvent::Down { reason });
                 }
                 None
             }
@@ -232,7 +246,7 @@ async fn accept_loop(
         next = match replaced {
             // The current link's future is dropped: its connection closes.
             Some(newer) => {
-                peer.sink.do_send(LinkEvent::Down {
+                peer.sink.send(LinkEvent::Down {
                     reason: "the peer made a new connection".into(),
                 });
                 newer
@@ -314,7 +328,7 @@ async fn serve(
     let (data, mut data_outgoing) = mpsc::unbounded_channel::<DataMsg>();
     let (replies, mut replies_outgoing) = mpsc::unbounded_channel::<PeerMsg>();
     let _counted = Counted::new(&peer.stats, &conn);
-    peer.sink.do_send(LinkEvent::Up {
+    peer.sink.send(LinkEvent::Up {
         out,
         data,
         replies,
@@ -331,7 +345,7 @@ async fn serve(
     let reader = async {
         loop {
             match frame::read::<_, PeerMsg>(&mut recv).await {
-                Ok(Some(msg)) => peer.sink.do_send(LinkEvent::Msg(msg)),
+                Ok(Some(msg)) => peer.sink.send(LinkEvent::Msg(msg)),
                 Ok(None) => return "the peer closed the control stream".to_string(),
                 Err(e) => return format!("read: {e}"),
             }
@@ -417,7 +431,7 @@ async fn write_reply(conn: &quinn::Connection, msg: PeerMsg) -> Result<(), Strin
 
 /// Reads one incoming stream: the peer's data stream (until the link
 /// ends; its end is the link's), or one reply.
-async fn read_uni(mut recv: quinn::RecvStream, sink: &Recipient<LinkEvent>) -> Result<(), String> {
+async fn read_uni(mut recv: quinn::RecvStream, sink: &LinkSink) -> Result<(), String> {
     let mut kind = [0u8; 1];
     recv.read_exact(&mut kind)
         .await
@@ -425,14 +439,14 @@ async fn read_uni(mut recv: quinn::RecvStream, sink: &Recipient<LinkEvent>) -> R
     match kind[0] {
         DATA_STREAM => loop {
             match frame::read::<_, DataMsg>(&mut recv).await {
-                Ok(Some(msg)) => sink.do_send(LinkEvent::Data(msg)),
+                Ok(Some(msg)) => sink.send(LinkEvent::Data(msg)),
                 Ok(None) => return Err("the peer closed its data stream".into()),
                 Err(e) => return Err(format!("data read: {e}")),
             }
         },
         REPLY_STREAM => match frame::read::<_, PeerMsg>(&mut recv).await {
             Ok(Some(msg @ PeerMsg::Reply { .. })) => {
-                sink.do_send(LinkEvent::Msg(msg));
+                sink.send(LinkEvent::Msg(msg));
                 Ok(())
             }
             Ok(other) => Err(format!("a reply stream carried {other:?}")),
@@ -445,12 +459,12 @@ async fn read_uni(mut recv: quinn::RecvStream, sink: &Recipient<LinkEvent>) -> R
 /// Counts a connection's bytes in the link's stats while it lives (also
 /// when its link future is dropped for a newer connection).
 struct Counted<'a> {
-    stats: &'a super::LinkStats,
+    stats: &'a LinkStats,
     conn: quinn::Connection,
 }
 
 impl<'a> Counted<'a> {
-    fn new(stats: &'a super::LinkStats, conn: &quinn::Connection) -> Self {
+    fn new(stats: &'a LinkStats, conn: &quinn::Connection) -> Self {
         stats.conn_opened(conn);
         Counted {
             stats,

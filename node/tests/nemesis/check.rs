@@ -212,13 +212,21 @@ fn faulted(faults: &[Fault], n: usize, from: At, to: At, slack: f64) -> bool {
         .any(|f| f.node == n && f.start - slack <= to && f.end + slack >= from)
 }
 
+/// An owner stopped by SIGTERM says so to its peers as it goes: its
+/// remote viewers hear `unreachable` within this.
+pub const STOP_TOLD: f64 = 10.0;
+/// An owner back after its programs died: its remote viewers hear `lost`
+/// (or `unreachable` first) within this of its return.
+pub const LOST_TOLD: f64 = 15.0;
+
 /// Judges requests and silences. A request must be answered within
 /// `bound` unless its node was faulted meanwhile (its connection may then
 /// end unanswered). A subscription on a healthy node to a session of a
-/// faulted owner must be told (`unreachable`, `lost`, ...) within
-/// `told_within` of the fault when the fault lasts that long (the breaker's
-/// bound), and, when the owner's programs died, within `told_within` of
-/// its return (`lost`); it is checked when it lasted to that deadline.
+/// faulted owner must be told (`unreachable`, `lost`, ...): within
+/// `STOP_TOLD` of a SIGTERM; within `told_within` (the breaker's bound) of
+/// any fault that lasts that long; within `LOST_TOLD` of the return of an
+/// owner whose programs died. It is checked when it lasted to that
+/// deadline.
 pub fn judge(
     faults: &[Fault],
     subs: &[Sub],
@@ -250,10 +258,14 @@ pub fn judge(
         }
     }
     for f in faults {
-        let deadline = match (f.end - f.start >= told_within, f.dies) {
-            (true, _) => f.start + told_within,
-            (false, true) => f.end + told_within,
-            (false, false) => continue,
+        let deadline = if f.kind == "sigterm" {
+            f.start + STOP_TOLD
+        } else if f.end - f.start >= told_within {
+            f.start + told_within
+        } else if f.dies {
+            f.end + LOST_TOLD
+        } else {
+            continue;
         };
         for s in subs {
             let checked = s.owner == f.node
@@ -396,10 +408,20 @@ mod tests {
             dies: true,
             ..fault(0, 10.0, 15.0)
         }];
-        let late = [sub(1, 0, 0.0, 60.0, vec![45.0])];
+        let late = [sub(1, 0, 0.0, 60.0, vec![31.0])];
         assert_eq!(judge(&died, &late, &[], 30.0, 25.0).violations.len(), 1);
-        let lost = [sub(1, 0, 0.0, 60.0, vec![18.0])];
+        let lost = [sub(1, 0, 0.0, 60.0, vec![29.0])];
         assert!(judge(&died, &lost, &[], 30.0, 25.0).violations.is_empty());
+        // A clean stop is told at once, however short.
+        let stopped = [Fault {
+            kind: "sigterm",
+            ..died[0].clone()
+        }];
+        assert_eq!(judge(&stopped, &lost, &[], 30.0, 25.0).violations.len(), 1);
+        let prompt = [sub(1, 0, 0.0, 60.0, vec![11.0])];
+        assert!(judge(&stopped, &prompt, &[], 30.0, 25.0)
+            .violations
+            .is_empty());
     }
 
     #[test]

@@ -80,6 +80,16 @@ pub async fn run(secs: f64, seed: u64) -> Verdict {
         r.connect_failures
     );
     println!("violations: {}", v.violations.len());
+    if !v.violations.is_empty() {
+        // The nodes' logs outlive the run's temporary directory.
+        let cluster = world.cluster.lock().unwrap();
+        for (i, name) in NAMES.iter().enumerate() {
+            let path = std::env::temp_dir().join(format!("nemesis-{seed}-{name}.log"));
+            if std::fs::write(&path, cluster.log(i)).is_ok() {
+                println!("node {name}'s log: {}", path.display());
+            }
+        }
+    }
     for bad in v.violations.iter().take(50) {
         println!("  {bad}");
     }

@@ -83,6 +83,8 @@ pub struct MirrorCore<S: Sink> {
     snapshots_waiting: Vec<SnapshotWanted>,
     /// What a subscriber is told when the owner cannot be reached.
     unreachable: String,
+    /// Subscribes asked of the owner so far (names the latest ask).
+    asked: u64,
     asks: Vec<Ask>,
 }
 
@@ -107,6 +109,7 @@ impl<S: Sink> MirrorCore<S> {
             unacked: 0,
             snapshots_waiting: Vec::new(),
             unreachable: format!("node `{owner_node}` cannot be reached now"),
+            asked: 0,
             asks: Vec::new(),
         }
     }
@@ -186,6 +189,22 @@ impl<S: Sink> MirrorCore<S> {
             p.ack(sub, seq);
         }
         self.drain_held();
+    }
+
+    /// The latest subscribe asked of the owner (for `unanswered`).
+    pub fn asked(&self) -> u64 {
+        self.asked
+    }
+
+    /// The owner did not answer the subscribe `ask` in time (the link may
+    /// be cut without the breaker knowing yet): subscribers waiting for the
+    /// first subscription get `unavailable` now rather than wait for the
+    /// breaker, and the mirror ends. One with a ring answered its
+    /// subscribers already and keeps waiting.
+    pub fn unanswered(&mut self, ask: u64) {
+        if ask == self.asked && self.owner == Owner::Asked && self.publisher.is_none() {
+            self.give_up();
+        }
     }
 
     /// The link to the owner came up or went down.
@@ -324,6 +343,7 @@ impl<S: Sink> MirrorCore<S> {
     }
 
     fn subscribe_at_owner(&mut self, from_seq: Option<u64>) {
+        self.asked += 1;
         self.held.clear();
         self.unacked = 0;
         self.asks.push(Ask::Subscribe { from_seq });

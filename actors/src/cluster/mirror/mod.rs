@@ -34,6 +34,11 @@ const ACK_DELAY: Duration = Duration::from_millis(5);
 /// How long a mirror that left the node's map still answers subscribes
 /// sent to it just before (they found it in the map).
 const LEAVE_GRACE: Duration = Duration::from_secs(1);
+/// How long the owner may take to answer a subscribe before the clients
+/// waiting for the mirror's first one get `unavailable` (as a forwarded
+/// request times out): a cut link is not known as such until the breaker
+/// trips, which takes longer.
+const ANSWER_WITHIN: Duration = crate::cluster::forward::REQUEST_TIMEOUT;
 
 /// How a node's mirrors are sized.
 #[derive(Debug, Clone)]
@@ -137,12 +142,19 @@ impl MirrorActor {
     fn run(&mut self, ctx: &mut Context<Self>) {
         for ask in self.core.take_asks() {
             match ask {
-                Ask::Subscribe { from_seq } => self.peer.do_send(ToOwner::Subscribe {
-                    session: self.id.clone(),
-                    from_seq,
-                    window: MIRROR_WINDOW,
-                    sink: ctx.address().recipient(),
-                }),
+                Ask::Subscribe { from_seq } => {
+                    self.peer.do_send(ToOwner::Subscribe {
+                        session: self.id.clone(),
+                        from_seq,
+                        window: MIRROR_WINDOW,
+                        sink: ctx.address().recipient(),
+                    });
+                    let ask = self.core.asked();
+                    ctx.run_later(ANSWER_WITHIN, move |act, ctx| {
+                        act.core.unanswered(ask);
+                        act.run(ctx);
+                    });
+                }
                 Ask::Ack { seq } => self.peer.do_send(ToOwner::Ack {
                     session: self.id.clone(),
                     seq,

@@ -91,10 +91,14 @@ impl Handler<Deliver> for ConnectionActor {
                     message: format!("session `{}` was removed", msg.session),
                 }
             }
+            // Before its `subscribed`, the failure answers the subscribe
+            // itself (PROTOCOL.md section 3: an error carries the id of the
+            // request it answers).
             Delivery::Failed { code, message } => {
+                let id = sub.awaiting.then_some(sub.req_id);
                 self.subs.remove(&*msg.session);
                 ServerMsg::Error {
-                    id: None,
+                    id,
                     session: Some(session()),
                     code,
                     message,

@@ -97,6 +97,9 @@ struct Sub {
     /// Until the session's `subscribed` for the latest request arrives,
     /// deliveries are leftovers of a replaced subscription and are dropped.
     awaiting: bool,
+    /// The latest subscribe's request id: a failure before its
+    /// `subscribed` is that request's answer.
+    req_id: u64,
 }
 
 pub struct ConnectionActor {

@@ -207,6 +207,7 @@ impl ConnectionActor {
                         id: sub_id,
                         feed: feed.clone(),
                         awaiting: awaiting || prior_awaiting,
+                        req_id: id,
                     },
                 );
                 feed.subscribe.do_send(Subscribe {

@@ -179,6 +179,27 @@ fn subscribers_waiting_for_the_first_subscription_get_unavailable_when_the_link_
 }
 
 #[test]
+fn subscribers_waiting_for_an_owner_that_does_not_answer_get_unavailable() {
+    let mut c = core(100);
+    let rec = Rec::default();
+    c.subscribe(sub(&rec, 1, None));
+    c.take_asks();
+    let first = c.asked();
+    // A later ask's timer is not this one's.
+    c.unanswered(first + 1);
+    assert!(rec.take().is_empty());
+    c.unanswered(first);
+    assert_eq!(kinds(&rec.take()), ["failed-unavailable"]);
+    assert_eq!(c.take_asks(), [Ask::Stop]);
+    // Once live, a late timer changes nothing.
+    let (mut c, rec) = live_with_two();
+    let asked = c.asked();
+    c.unanswered(asked);
+    assert!(rec.take().is_empty());
+    assert_eq!(c.owner(), Owner::Live);
+}
+
+#[test]
 fn a_revived_session_runs_on_after_its_exit() {
     let (mut c, rec) = live_with_two();
     c.from_owner(event(EventKind::Exited {

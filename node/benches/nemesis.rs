@@ -3,7 +3,9 @@
 //! release build; its figures go in docs/benchmarks.md. Exits non-zero on
 //! any violation.
 
+// Its unit tests are built here too (cfg(test)) but run in the test suite.
 #[path = "../tests/nemesis/check.rs"]
+#[allow(dead_code)]
 mod check;
 #[path = "../tests/nemesis/client.rs"]
 mod client;

@@ -180,7 +180,7 @@ impl World {
 /// nodes' logs if not.
 async fn mesh_up(cluster: &Cluster) {
     let started = Instant::now();
-    for i in 0..NAMES.len() {
+    for (i, name) in NAMES.iter().enumerate() {
         loop {
             let url = format!("http://{}/api/v1/nodes", cluster.nodes[i].http);
             let auth = format!("Bearer {}", cluster.token);
@@ -200,14 +200,12 @@ async fn mesh_up(cluster: &Cluster) {
                 break;
             }
             if started.elapsed() > crate::common::PATIENCE {
-                let logs: Vec<String> = (0..NAMES.len())
-                    .map(|j| format!("--- node {}:\n{}", NAMES[j], cluster.log(j)))
+                let logs: Vec<String> = NAMES
+                    .iter()
+                    .enumerate()
+                    .map(|(j, n)| format!("--- node {n}:\n{}", cluster.log(j)))
                     .collect();
-                panic!(
-                    "node {} has links down: {nodes:?}\n{}",
-                    NAMES[i],
-                    logs.join("\n")
-                );
+                panic!("node {name} has links down: {nodes:?}\n{}", logs.join("\n"));
             }
             crate::common::poll_pause().await;
         }

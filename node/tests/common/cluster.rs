@@ -52,6 +52,23 @@ fn free_port(ip: &str) -> u16 {
     }
 }
 
+/// Nodes `names` on 127.0.0.1, .2, ... with free HTTP and QUIC ports.
+pub fn loopback_specs(names: &[&str]) -> Vec<NodeSpec> {
+    names
+        .iter()
+        .enumerate()
+        .map(|(i, name)| {
+            let ip = format!("127.0.0.{}", i + 1);
+            NodeSpec {
+                name: name.to_string(),
+                http: format!("{ip}:{}", free_port(&ip)).parse().unwrap(),
+                quic: format!("{ip}:{}", free_port(&ip)).parse().unwrap(),
+                wrap: Vec::new(),
+            }
+        })
+        .collect()
+}
+
 impl Cluster {
     /// Writes the cluster of `names` (one loopback address each) and
     /// starts every node.
@@ -67,20 +84,7 @@ impl Cluster {
 
     /// As `start`, with every node's config text passed through `edit`.
     pub fn start_edited(names: &[&str], edit: impl Fn(&str) -> String) -> Cluster {
-        let specs: Vec<NodeSpec> = names
-            .iter()
-            .enumerate()
-            .map(|(i, name)| {
-                let ip = format!("127.0.0.{}", i + 1);
-                NodeSpec {
-                    name: name.to_string(),
-                    http: format!("{ip}:{}", free_port(&ip)).parse().unwrap(),
-                    quic: format!("{ip}:{}", free_port(&ip)).parse().unwrap(),
-                    wrap: Vec::new(),
-                }
-            })
-            .collect();
-        Self::start_specs(&specs, |_, text| edit(text))
+        Self::start_specs(&loopback_specs(names), |_, text| edit(text))
     }
 
     /// The cluster of `specs` from `termesh cluster init`, each node's

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::check::{At, Fault, Frames, Request, Sub};
-use crate::common::cluster::{create, Cluster, NodeSpec};
+use crate::common::cluster::{create, loopback_specs, Cluster, NodeSpec};
 use crate::common::netns::UdpImpair;
 use termesh_node::client::Target;
 
@@ -93,19 +93,7 @@ impl World {
 
     /// Starts the cluster and the sessions (one per node).
     pub async fn start() -> Arc<World> {
-        let specs: Vec<NodeSpec> = NAMES
-            .iter()
-            .enumerate()
-            .map(|(i, name)| {
-                let ip = format!("127.0.0.{}", i + 1);
-                NodeSpec {
-                    name: name.to_string(),
-                    http: format!("{ip}:{}", free_port(&ip)).parse().unwrap(),
-                    quic: format!("{ip}:{}", free_port(&ip)).parse().unwrap(),
-                    wrap: Vec::new(),
-                }
-            })
-            .collect();
+        let specs = loopback_specs(&NAMES);
         let mut relays = Vec::new();
         for x in 0..NAMES.len() {
             for y in x + 1..NAMES.len() {
@@ -211,15 +199,4 @@ async fn mesh_up(cluster: &Cluster) {
         }
     }
     println!("mesh up in {:.1} s", started.elapsed().as_secs_f64());
-}
-
-/// A port free for both TCP and UDP on `ip` now.
-fn free_port(ip: &str) -> u16 {
-    loop {
-        let tcp = std::net::TcpListener::bind(format!("{ip}:0")).unwrap();
-        let port = tcp.local_addr().unwrap().port();
-        if std::net::UdpSocket::bind(format!("{ip}:{port}")).is_ok() {
-            return port;
-        }
-    }
 }

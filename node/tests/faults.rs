@@ -3,7 +3,8 @@
 //! owner that stops (SIGTERM) is a link loss for viewers on other nodes,
 //! and `lost` follows when it is back; a revived session runs on through a
 //! mirror; a reply over the bound is `too_large` on every node and leaves
-//! the peer link up; a `created` session is listed by every node at once.
+//! the peer link up; a `created` session is listed by every node at once;
+//! a subscribe to an owner that does not answer is answered with its id.
 
 mod common;
 
@@ -425,4 +426,27 @@ async fn screens_in_flight_are_bounded_for_a_remote_session_too() {
         "{refused} of 6 refused: the bound held for none"
     );
     assert!(answered >= 1);
+}
+
+/// Found by the nemesis: an owner that stops answering (SIGSTOP: its link
+/// is not judged down until the breaker trips, about 20 s) leaves a
+/// subscribe through a mirror waiting; it is answered `unavailable` once
+/// the owner has not answered the mirror for 8 s, as an `error` carrying
+/// the subscribe's id (PROTOCOL.md section 3), so the client can match it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscribe_to_an_owner_that_does_not_answer_is_answered_with_its_id() {
+    let cluster = Cluster::start(&["a", "b"]);
+    let session = create(&cluster, 0, "b", "exec sleep 100000").await;
+    let owner = Pid::from_raw(cluster.pid(1) as i32);
+    let mut c = connect(&cluster, 0).await;
+    kill(owner, Signal::SIGSTOP).unwrap();
+    let reply = tokio::time::timeout(PATIENCE, subscribe(&mut c, &session, None, 1 << 20)).await;
+    kill(owner, Signal::SIGCONT).unwrap();
+    let err = reply
+        .expect("the subscribe was answered")
+        .expect_err("the owner did not answer");
+    assert!(
+        err.to_string().starts_with(ErrorCode::Unavailable.as_str()),
+        "{err}"
+    );
 }

@@ -73,15 +73,32 @@ impl ClusterCtx {
         match self.view.get(session) {
             Some((info, true)) => Ok(Route::Owner(info.node)),
             Some((info, false)) => Err(unreachable_node(&info.node)),
-            None => Ok(Route::Here),
+            None => match self.unheard() {
+                unheard if unheard.is_empty() => Ok(Route::Here),
+                unheard => Err(maybe_theirs(session, &unheard)),
+            },
         }
+    }
+
+    /// Peers that have not sent their directory since this node started
+    /// (their links not up yet): an id unknown here may be theirs.
+    fn unheard(&self) -> Vec<String> {
+        self.peers
+            .all()
+            .into_iter()
+            .map(|p| p.entry.name)
+            .filter(|name| !self.view.heard(name))
+            .collect()
     }
 
     /// The feed of another node's session: its mirror here, started on
     /// first use; `unavailable` while the owner's link is down.
     pub fn mirror_feed(&self, id: &str) -> Result<(Arc<str>, Feed), ApiError> {
         let Some((info, up)) = self.view.get(id) else {
-            return Err(ApiError::not_found(id));
+            return Err(match self.unheard() {
+                unheard if unheard.is_empty() => ApiError::not_found(id),
+                unheard => maybe_theirs(id, &unheard),
+            });
         };
         if !up {
             return Err(unreachable_node(&info.node));
@@ -156,6 +173,19 @@ impl ClusterCtx {
             }
         }
     }
+}
+
+/// An id this node does not know while `unheard` peers have not told it
+/// their sessions: not `not_found`, since it may be theirs (PROTOCOL.md
+/// section 13: what a client sees does not depend on the node).
+fn maybe_theirs(id: &str, unheard: &[String]) -> ApiError {
+    ApiError::new(
+        ErrorCode::Unavailable,
+        format!(
+            "no session `{id}` here, and node(s) {} have not told this node their sessions yet: it may be theirs",
+            unheard.join(", ")
+        ),
+    )
 }
 
 pub fn unreachable_node(node: &str) -> ApiError {

@@ -40,11 +40,21 @@ impl std::fmt::Debug for SessionHandle {
     }
 }
 
-/// The node's sessions by id; written only by the `Registry`.
+/// The node's sessions by id; written only by the `Registry`. The flag is
+/// set when the node shuts down and empties it.
 #[derive(Clone, Default, Debug)]
-pub struct Directory(Arc<RwLock<HashMap<Arc<str>, SessionHandle>>>);
+pub struct Directory(
+    Arc<RwLock<HashMap<Arc<str>, SessionHandle>>>,
+    Arc<std::sync::atomic::AtomicBool>,
+);
 
 impl Directory {
+    /// The node is shutting down: its sessions are gone from here, not
+    /// removed.
+    pub fn closing(&self) -> bool {
+        self.1.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
     pub fn get(&self, id: &str) -> Option<SessionHandle> {
         self.0.read().ok()?.get(id).cloned()
     }
@@ -94,6 +104,7 @@ impl Directory {
     }
 
     fn drain(&self) -> Vec<SessionHandle> {
+        self.1.store(true, std::sync::atomic::Ordering::SeqCst);
         self.0
             .write()
             .map(|mut m| m.drain().map(|(_, h)| h).collect())

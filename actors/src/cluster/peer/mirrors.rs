@@ -37,10 +37,10 @@ impl PeerActor {
     ) {
         self.mirror_unsubscribe(&session);
         let Some(handle) = self.dir.get(&session) else {
-            self.send_data(DataMsg::Closed {
-                session,
-                removed: true,
-            });
+            // A node shutting down no longer holds its sessions: for the
+            // mirror that is its owner going away, not a removal.
+            let removed = !self.dir.closing();
+            self.send_data(DataMsg::Closed { session, removed });
             return;
         };
         let sub = NEXT_SUB_ID.fetch_add(1, Ordering::Relaxed);

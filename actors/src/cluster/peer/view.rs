@@ -12,6 +12,8 @@ use termesh_transport::{SessionInfo, SessionStatus};
 #[derive(Debug, Default)]
 struct RemoteNode {
     up: bool,
+    /// Its directory arrived at least once since this node started.
+    heard: bool,
     /// Each session as its owner last told it, and when it was told (its
     /// `idle_ms` grows from then on).
     sessions: BTreeMap<String, (SessionInfo, Instant)>,
@@ -30,6 +32,7 @@ impl ClusterView {
     /// Replaces what `node` owns; returns the ids that are gone.
     pub fn replace(&self, node: &str, sessions: Vec<SessionInfo>) -> Vec<String> {
         self.with(node, |n| {
+            n.heard = true;
             let now = Instant::now();
             let fresh: BTreeMap<String, (SessionInfo, Instant)> = sessions
                 .into_iter()
@@ -72,6 +75,12 @@ impl ClusterView {
         map.values()
             .flat_map(|n| n.sessions.values().map(|s| shown(s, n.up)))
             .collect()
+    }
+
+    /// Whether `node`'s directory arrived since this node started.
+    pub fn heard(&self, node: &str) -> bool {
+        let map = self.0.read().unwrap_or_else(|p| p.into_inner());
+        map.get(node).is_some_and(|n| n.heard)
     }
 
     /// How many sessions `node` owns, as last told.

@@ -78,14 +78,16 @@ impl Handler<Deliver> for ConnectionActor {
                 event,
             },
             // A subscriber of a removed session is told, so a terminal
-            // client can say so and stop; at shutdown the close says it all.
+            // client can say so and stop (before its `subscribed`, as the
+            // answer to its subscribe); at shutdown the close says it all.
             Delivery::Closed { removed } => {
+                let id = sub.awaiting.then_some(sub.req_id);
                 self.subs.remove(&*msg.session);
                 if !removed {
                     return;
                 }
                 ServerMsg::Error {
-                    id: None,
+                    id,
                     session: Some(session()),
                     code: termesh_transport::ErrorCode::NotFound,
                     message: format!("session `{}` was removed", msg.session),

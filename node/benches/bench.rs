@@ -5,7 +5,9 @@
 //!     cargo bench -p termesh-node --bench bench
 //!
 //! `TERMESH_BENCH_MB` changes the 64 MiB throughput payload;
-//! `TERMESH_BENCH_SESSIONS` the 1,000 idle sessions and clients.
+//! `TERMESH_BENCH_SESSIONS` the 1,000 idle sessions and clients;
+//! `TERMESH_BENCH_CONFIG` is the node's config file text (default empty:
+//! the defaults, store on), e.g. `[store]\nenabled = false` for an A/B.
 
 use std::time::{Duration, Instant};
 
@@ -177,7 +179,11 @@ fn main() {
     );
 
     // Alternating rounds, medians: the two share the machine's noise.
-    let node = Node::start("");
+    let config = std::env::var("TERMESH_BENCH_CONFIG").unwrap_or_default();
+    let node = Node::start(&config.replace("\\n", "\n"));
+    // The node has printed its URL; let its start settle, then read it.
+    std::thread::sleep(Duration::from_millis(500));
+    let fresh = node.rss_kib();
     let (mut raw_rates, mut ws_rates, mut behind) = (Vec::new(), Vec::new(), 0);
     for _ in 0..5 {
         let (raw_bytes, raw_time) = raw_pty(&file);
@@ -237,7 +243,11 @@ fn main() {
 
     let (before, with_sessions, with_clients) = rt.block_on(idle_memory(&node, sessions));
     println!("\nmemory of the node process (RSS)");
-    println!("  at start                         {:8} KiB", before);
+    println!("  at start (fresh node)            {:8} KiB", fresh);
+    println!(
+        "  after the runs above             {:8} KiB   (printed as \"at start\" before 2026-11-25)",
+        before
+    );
     println!(
         "  with {sessions} idle sessions        {:8} KiB   {:6.1} KiB per session (target < 100)",
         with_sessions,

@@ -5,6 +5,10 @@
 //! beside the raw PTY, keystroke echo, link bytes per output byte with 1
 //! and 10 viewers, and memory per mirror. Three real nodes in release
 //! build, from `termesh cluster init`, on 127.0.0.1-3.
+//!
+//! `TERMESH_BENCH_MIB` changes the 64 MiB throughput payload;
+//! `TERMESH_BENCH_SLOW_VIEWER=1` adds a viewer on b that acks late beside
+//! one that keeps up (does the slow one delay only itself?).
 
 mod common;
 
@@ -79,11 +83,11 @@ fn metric(http: SocketAddr, series: &str) -> f64 {
 /// per protocol) reading all of it through b's one mirror.
 async fn link_bytes_per_output_byte(
     b: &Target,
-    b_http: SocketAddr,
+    (a_http, b_http): (SocketAddr, SocketAddr),
     file: &std::path::Path,
     bytes: usize,
     viewers: usize,
-) -> (f64, usize) {
+) -> (f64, usize, [f64; 2]) {
     let mut c = Client::connect(b).await.unwrap();
     let command = format!("stty raw -echo; read go; exec cat {}", file.display());
     let session = common::create_on(&mut c, Some("a"), &command).await;
@@ -95,6 +99,8 @@ async fn link_bytes_per_output_byte(
     }
     let series = "termesh_peer_bytes_in_total{node=\"b\",peer=\"a\"}";
     let before = metric(b_http, series);
+    let resyncs = || [a_http, b_http].map(|h| metric(h, "termesh_resyncs_total"));
+    let resyncs_before = resyncs();
     c.send(&ClientMsg::Input {
         session: session.clone(),
         data: b"\n".to_vec(),
@@ -106,8 +112,78 @@ async fn link_bytes_per_output_byte(
         resynced += usize::from(!r.await.unwrap());
     }
     let after = metric(b_http, series);
+    let resyncs_after = resyncs();
     common::remove(&mut c, session).await;
-    ((after - before) / bytes as f64, resynced)
+    (
+        (after - before) / bytes as f64,
+        resynced,
+        [0, 1].map(|i| resyncs_after[i] - resyncs_before[i]),
+    )
+}
+
+/// One viewer on b that acks 100 ms late each time (it falls behind and is
+/// resynced by b's mirror, again and again) beside one that reads and acks
+/// per protocol, for `bytes` of `cat` on a: whether the reading viewer was
+/// resynced too, the resyncs a sent (to b's mirror) and b sent (to its
+/// viewers), and link bytes per output byte. A slow client should delay
+/// only itself.
+async fn slow_beside_fast(
+    b: &Target,
+    (a_http, b_http): (SocketAddr, SocketAddr),
+    file: &std::path::Path,
+    bytes: usize,
+) -> (bool, [f64; 2], f64) {
+    let mut c = Client::connect(b).await.unwrap();
+    let command = format!("stty raw -echo; read go; exec cat {}", file.display());
+    let session = common::create_on(&mut c, Some("a"), &command).await;
+    let mut slow = Client::connect(b).await.unwrap();
+    common::subscribe(&mut slow, &session, Some(0)).await;
+    let slow_session = session.clone();
+    let slow_reader = tokio::spawn(async move {
+        // Reads everything, acks per protocol but 100 ms late each time.
+        let mut unacked = 0u64;
+        while let Ok(msg) = slow.recv().await {
+            if let ServerMsg::Output { seq, data, .. } = msg {
+                unacked += data.len() as u64;
+                if unacked >= common::WINDOW / 4 {
+                    unacked = 0;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    let ack = ClientMsg::Ack {
+                        session: slow_session.clone(),
+                        seq,
+                    };
+                    if slow.send(&ack).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    });
+    let mut fast = Client::connect(b).await.unwrap();
+    common::subscribe(&mut fast, &session, Some(0)).await;
+    let fast_reader = tokio::spawn(common::read_all(fast, session.clone(), bytes));
+    let series = "termesh_peer_bytes_in_total{node=\"b\",peer=\"a\"}";
+    let before = metric(b_http, series);
+    let resyncs = || [a_http, b_http].map(|h| metric(h, "termesh_resyncs_total"));
+    let resyncs_before = resyncs();
+    c.send(&ClientMsg::Input {
+        session: session.clone(),
+        data: b"\n".to_vec(),
+    })
+    .await
+    .unwrap();
+    let fast_resynced = !fast_reader.await.unwrap();
+    // The slow viewer is behind by design: it is not waited for.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    slow_reader.abort();
+    let after = metric(b_http, series);
+    let resyncs_after = resyncs();
+    common::remove(&mut c, session).await;
+    (
+        fast_resynced,
+        [0, 1].map(|i| resyncs_after[i] - resyncs_before[i]),
+        (after - before) / bytes as f64,
+    )
 }
 
 fn line(what: &str, times: &[Duration]) {
@@ -304,12 +380,37 @@ async fn main() {
         "\nlink bytes (UDP, a to b) per byte of output, 16 MiB of cat on a read through b's mirror"
     );
     for viewers in [1, 10] {
-        let (ratio, resynced) =
-            link_bytes_per_output_byte(&target(1), https[1], &link_file, link_bytes, viewers).await;
+        let (ratio, resynced, [by_a, by_b]) = link_bytes_per_output_byte(
+            &target(1),
+            (https[0], https[1]),
+            &link_file,
+            link_bytes,
+            viewers,
+        )
+        .await;
         println!(
-            "  {viewers:>2} viewer(s) on b                            {ratio:6.3} (1 copy = 1.0; {resynced} viewer(s) resynced by b)"
+            "  {viewers:>2} viewer(s) on b                            {ratio:6.3} (1 copy = 1.0; {resynced} viewer(s) resynced; resyncs sent by a {by_a}, by b {by_b})"
         );
     }
+
+    if std::env::var_os("TERMESH_BENCH_SLOW_VIEWER").is_some() {
+        for _ in 0..3 {
+            let (fast_resynced, [by_a, by_b], ratio) =
+                slow_beside_fast(&target(1), (https[0], https[1]), &file, mib << 20).await;
+            println!(
+                "  a viewer acking 100 ms late beside one that keeps up, {mib} MiB: the reading viewer resynced: {fast_resynced}; resyncs sent by a {by_a}, by b {by_b}; link bytes per output byte {ratio:.3}"
+            );
+        }
+    }
+
+    // An idle link's traffic: b and c share no session.
+    let idle_series = "termesh_peer_bytes_in_total{node=\"b\",peer=\"c\"}";
+    let idle_before = metric(https[1], idle_series);
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    println!(
+        "  idle link b-c: {:.0} bytes/s received by b from c (pings, QUIC acks)",
+        (metric(https[1], idle_series) - idle_before) / 10.0
+    );
 
     // An idle peer link's memory: a node with two links beside a node
     // alone (same binary, no sessions).

@@ -4,7 +4,8 @@
 //! and `lost` follows when it is back; a revived session runs on through a
 //! mirror; a reply over the bound is `too_large` on every node and leaves
 //! the peer link up; a `created` session is listed by every node at once;
-//! a subscribe to an owner that does not answer is answered with its id.
+//! a subscribe to an owner that does not answer is answered with its id;
+//! a node that has not heard a peer calls no session unknown.
 
 mod common;
 
@@ -448,5 +449,26 @@ async fn a_subscribe_to_an_owner_that_does_not_answer_is_answered_with_its_id() 
     assert!(
         err.to_string().starts_with(ErrorCode::Unavailable.as_str()),
         "{err}"
+    );
+}
+
+/// Found by the nemesis: a node restarted while a peer is away has not
+/// heard that peer's sessions; one of them is `unavailable` there (it may
+/// be the peer's), not `not_found`, so a client retries rather than give up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_has_not_heard_a_peer_does_not_call_its_sessions_unknown() {
+    let mut cluster = Cluster::start(&["a", "b"]);
+    let session = create(&cluster, 0, "b", "exec sleep 100000").await;
+    cluster.kill_node(1);
+    cluster.kill_node(0);
+    cluster.start_node(0);
+    let mut c = connect(&cluster, 0).await;
+    let err = subscribe(&mut c, &session, None, 1 << 20)
+        .await
+        .expect_err("b is away");
+    let text = err.to_string();
+    assert!(
+        text.starts_with(ErrorCode::Unavailable.as_str()) && text.contains('b'),
+        "{text}"
     );
 }

@@ -97,28 +97,57 @@ async fn link_bytes_per_output_byte(
         common::subscribe(&mut v, &session, Some(0)).await;
         readers.push(tokio::spawn(common::read_all(v, session.clone(), bytes)));
     }
-    let series = "termesh_peer_bytes_in_total{node=\"b\",peer=\"a\"}";
-    let before = metric(b_http, series);
-    let resyncs = || [a_http, b_http].map(|h| metric(h, "termesh_resyncs_total"));
-    let resyncs_before = resyncs();
-    c.send(&ClientMsg::Input {
-        session: session.clone(),
-        data: b"\n".to_vec(),
-    })
-    .await
-    .unwrap();
+    let counts = Counts::now((a_http, b_http));
+    go(&mut c, &session).await;
     let mut resynced = 0;
     for r in readers {
         resynced += usize::from(!r.await.unwrap());
     }
-    let after = metric(b_http, series);
-    let resyncs_after = resyncs();
+    let (ratio, by) = counts.since(bytes);
     common::remove(&mut c, session).await;
-    (
-        (after - before) / bytes as f64,
-        resynced,
-        [0, 1].map(|i| resyncs_after[i] - resyncs_before[i]),
-    )
+    (ratio, resynced, by)
+}
+
+/// b's link bytes from a and both nodes' resyncs, counted from `now`.
+struct Counts {
+    https: (SocketAddr, SocketAddr),
+    bytes: f64,
+    resyncs: [f64; 2],
+}
+
+impl Counts {
+    const LINK: &'static str = "termesh_peer_bytes_in_total{node=\"b\",peer=\"a\"}";
+
+    fn resyncs((a, b): (SocketAddr, SocketAddr)) -> [f64; 2] {
+        [a, b].map(|h| metric(h, "termesh_resyncs_total"))
+    }
+
+    fn now(https: (SocketAddr, SocketAddr)) -> Counts {
+        Counts {
+            https,
+            bytes: metric(https.1, Self::LINK),
+            resyncs: Self::resyncs(https),
+        }
+    }
+
+    /// Link bytes since, per byte of `output`, and the resyncs a and b sent.
+    fn since(&self, output: usize) -> (f64, [f64; 2]) {
+        let after = Self::resyncs(self.https);
+        (
+            (metric(self.https.1, Self::LINK) - self.bytes) / output as f64,
+            [0, 1].map(|i| after[i] - self.resyncs[i]),
+        )
+    }
+}
+
+/// Sends the line the session's `read go` waits for.
+async fn go(c: &mut Client, session: &str) {
+    c.send(&ClientMsg::Input {
+        session: session.to_string(),
+        data: b"\n".to_vec(),
+    })
+    .await
+    .unwrap();
 }
 
 /// One viewer on b that acks 100 ms late each time (it falls behind and is
@@ -162,28 +191,15 @@ async fn slow_beside_fast(
     let mut fast = Client::connect(b).await.unwrap();
     common::subscribe(&mut fast, &session, Some(0)).await;
     let fast_reader = tokio::spawn(common::read_all(fast, session.clone(), bytes));
-    let series = "termesh_peer_bytes_in_total{node=\"b\",peer=\"a\"}";
-    let before = metric(b_http, series);
-    let resyncs = || [a_http, b_http].map(|h| metric(h, "termesh_resyncs_total"));
-    let resyncs_before = resyncs();
-    c.send(&ClientMsg::Input {
-        session: session.clone(),
-        data: b"\n".to_vec(),
-    })
-    .await
-    .unwrap();
+    let counts = Counts::now((a_http, b_http));
+    go(&mut c, &session).await;
     let fast_resynced = !fast_reader.await.unwrap();
     // The slow viewer is behind by design: it is not waited for.
     tokio::time::sleep(Duration::from_millis(500)).await;
     slow_reader.abort();
-    let after = metric(b_http, series);
-    let resyncs_after = resyncs();
+    let (ratio, by) = counts.since(bytes);
     common::remove(&mut c, session).await;
-    (
-        fast_resynced,
-        [0, 1].map(|i| resyncs_after[i] - resyncs_before[i]),
-        (after - before) / bytes as f64,
-    )
+    (fast_resynced, by, ratio)
 }
 
 fn line(what: &str, times: &[Duration]) {

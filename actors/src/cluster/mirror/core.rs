@@ -19,6 +19,12 @@ use crate::session::{Deliver, Delivery, ScreenResult, SubId};
 
 /// Output the owner may send a mirror ahead of its acks.
 pub const MIRROR_WINDOW: u64 = 2 << 20;
+/// The most of the owner's output a mirror holds back for a pinned
+/// snapshot (a viewer here that is being resynced). Past it the pins go:
+/// holding more would stop this mirror's acks, stall the owner's stream to
+/// every viewer here and end in a resync of them all; the snapshot is
+/// taken again at a newer seq instead, and only its viewer waits.
+pub const HOLD_LIMIT: usize = MIRROR_WINDOW as usize / 2;
 
 /// The owner's life, as the mirror sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -430,7 +436,12 @@ impl<S: Sink> MirrorCore<S> {
             };
             if let DataMsg::Output { data, .. } = front {
                 if publisher.would_pause(data.len()) {
-                    break;
+                    if held_bytes(&self.held) < HOLD_LIMIT {
+                        break;
+                    }
+                    if let Some(p) = self.publisher.as_mut() {
+                        p.release_pins();
+                    }
                 }
             }
             let msg = self.held.pop_front().expect("non-empty");
@@ -528,3 +539,13 @@ fn deliver<S: Sink>(id: &Arc<str>, sub: &Subscription<S>, item: Delivery) {
 
 #[cfg(test)]
 mod tests;
+
+/// The output bytes `held` waits with.
+fn held_bytes(held: &VecDeque<DataMsg>) -> usize {
+    held.iter()
+        .map(|m| match m {
+            DataMsg::Output { data, .. } => data.len(),
+            _ => 0,
+        })
+        .sum()
+}

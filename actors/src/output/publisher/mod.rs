@@ -440,6 +440,14 @@ impl<S: Sink> Publisher<S> {
         });
     }
 
+    /// Lets the ring evict what wanted snapshots need (a mirror that may
+    /// hold its owner's output no longer): a snapshot whose seq has left
+    /// the ring when it is done is wanted again, at a newer seq.
+    pub fn release_pins(&mut self) {
+        self.pins.clear();
+        self.repin();
+    }
+
     fn unpin(&mut self, sub: SubId, generation: u64) {
         if self.pins.remove(&(sub, generation)).is_some() {
             self.repin();

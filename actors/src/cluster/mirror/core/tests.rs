@@ -199,6 +199,71 @@ fn subscribers_waiting_for_an_owner_that_does_not_answer_get_unavailable() {
     assert_eq!(c.owner(), Owner::Live);
 }
 
+/// One viewer being resynced (its snapshot pins the ring) must not stall
+/// the owner's stream to the others: past `HOLD_LIMIT` held, the pins go,
+/// the mirror applies and acks on, and the snapshot is wanted again at a
+/// newer seq when the one asked for comes too late.
+#[test]
+fn a_viewer_being_resynced_delays_only_itself() {
+    let rec = Rec::default();
+    let mut c = core(4);
+    c.subscribe(sub(&rec, 1, Some(0)));
+    c.from_owner(subscribed(0));
+    c.from_owner(output(1));
+    c.from_owner(output(2));
+    // A second viewer, fresh: it wants a snapshot, pinning seq 2.
+    c.subscribe(sub(&rec, 2, None));
+    let wanted: Vec<SnapshotWanted> = c
+        .take_asks()
+        .into_iter()
+        .filter_map(|a| match a {
+            Ask::Snapshot(w) => Some(w),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(wanted.len(), 1);
+    rec.take();
+    let big = |seq: u64| DataMsg::Output {
+        session: "s".into(),
+        seq,
+        data: vec![b'x'; 256 << 10],
+    };
+    // Far more than the ring and the hold limit, the snapshot still out.
+    // The first viewer reads and acks each frame as it comes.
+    for seq in 3..=20 {
+        c.from_owner(big(seq));
+        c.ack(1, seq);
+    }
+    let got = rec.take();
+    let to_first: Vec<String> = kinds(&got)
+        .into_iter()
+        .zip(&got)
+        .filter(|(_, (s, _))| *s == 1)
+        .map(|(k, _)| k)
+        .collect();
+    let expected: Vec<String> = (3..=20).map(|s| format!("out{s}")).collect();
+    assert_eq!(to_first, expected, "the first viewer got everything");
+    assert!(
+        c.take_asks()
+            .iter()
+            .any(|a| matches!(a, Ask::AckSoon | Ask::Ack { .. })),
+        "the mirror acks its owner on"
+    );
+    // The snapshot at 2 comes too late: its frames left the ring, so a
+    // newer one is wanted; the first viewer was not resynced.
+    c.snapshot_done(
+        wanted[0],
+        ScreenResult {
+            seq: 2,
+            cols: 80,
+            rows: 24,
+            out: ScreenOut::Snapshot(Bytes::from_static(b"screen")),
+        },
+    );
+    assert!(c.take_asks().iter().any(|a| matches!(a, Ask::Snapshot(_))));
+    assert!(!kinds(&rec.take()).contains(&"resync".to_string()));
+}
+
 #[test]
 fn a_revived_session_runs_on_after_its_exit() {
     let (mut c, rec) = live_with_two();

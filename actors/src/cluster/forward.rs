@@ -70,6 +70,9 @@ impl ClusterCtx {
         if self.dir.get(session).is_some() {
             return Ok(Route::Here);
         }
+        if self.dir.closing() {
+            return Err(shutting_down(&self.node));
+        }
         match self.view.get(session) {
             Some((info, true)) => Ok(Route::Owner(info.node)),
             Some((info, false)) => Err(unreachable_node(&info.node)),
@@ -185,6 +188,15 @@ fn maybe_theirs(id: &str, unheard: &[String]) -> ApiError {
             "no session `{id}` here, and node(s) {} have not told this node their sessions yet: it may be theirs",
             unheard.join(", ")
         ),
+    )
+}
+
+/// What a node shutting down answers about any session: it is going away
+/// (its sessions are not removed), so `unavailable`.
+pub fn shutting_down(node: &str) -> ApiError {
+    ApiError::new(
+        ErrorCode::Unavailable,
+        format!("node `{node}` is shutting down"),
     )
 }
 

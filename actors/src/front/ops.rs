@@ -78,7 +78,14 @@ impl NodeCtx {
     }
 
     pub fn session(&self, id: &str) -> Result<SessionHandle, ApiError> {
-        self.dir.get(id).ok_or_else(|| ApiError::not_found(id))
+        match self.dir.get(id) {
+            Some(handle) => Ok(handle),
+            // Its sessions are gone from the directory, not removed.
+            None if self.dir.closing() => {
+                Err(crate::cluster::forward::shutting_down(&self.mesh.node))
+            }
+            None => Err(ApiError::not_found(id)),
+        }
     }
 
     /// Where a subscriber of `id` subscribes: the session itself, or the

@@ -337,13 +337,22 @@ impl Client {
     }
 
     /// Completes the close handshake: waits (bounded) for the server's close
-    /// so the socket is not reset while the server still reads what we sent.
-    /// (A reset makes the kernel discard unread data, such as a last input.)
+    /// frame so the socket is not reset while the server still reads what we
+    /// sent (a reset makes the kernel discard unread data, such as a last
+    /// input). The server sends it after reading everything before our
+    /// close, so that is enough: waiting for its TCP close as well cost
+    /// every command about a second.
     pub async fn close(mut self) {
         if self.ws.close(None).await.is_err() {
             return;
         }
-        let drain = async { while let Some(Ok(_)) = self.ws.next().await {} };
+        let drain = async {
+            while let Some(Ok(frame)) = self.ws.next().await {
+                if frame.is_close() {
+                    return;
+                }
+            }
+        };
         let _ = tokio::time::timeout(std::time::Duration::from_secs(5), drain).await;
     }
 }

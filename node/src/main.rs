@@ -205,8 +205,9 @@ enum Command {
     Attach {
         #[command(flatten)]
         client: ClientArgs,
-        /// Session: id, id prefix or name [default: the running session
-        /// with the most recent output]
+        /// Session: id, id prefix or name [default: the one attached last
+        /// through this node while it runs, else the running session with
+        /// the most recent output]
         session: Option<String>,
         /// Prefix key, as ^X: then d detaches, s takes the size, the key
         /// again sends it

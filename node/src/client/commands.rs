@@ -6,7 +6,7 @@ use std::io::Write;
 use anyhow::bail;
 use termesh_transport::{ClientMsg, CreateRequest, ServerMsg, SessionInfo};
 
-use super::resolve::{describe, most_recent, resolve};
+use super::resolve::{describe, last_or_most_recent, resolve};
 use super::{Client, Target};
 
 pub(super) async fn list(client: &mut Client) -> anyhow::Result<Vec<SessionInfo>> {
@@ -25,19 +25,28 @@ pub(super) async fn lookup(client: &mut Client, wanted: &str) -> anyhow::Result<
         .map_err(anyhow::Error::msg)
 }
 
-/// The session `attach` should show: the one named, or the most recent.
+/// The session `attach` should show: the one named, else the one this
+/// user last attached through this node while it runs, else the one with
+/// the most recent output. It is remembered as the last attached.
 pub async fn pick(target: &Target, wanted: Option<&str>) -> anyhow::Result<SessionInfo> {
     let mut client = Client::connect(target).await?;
+    let state = super::last::path();
     let found = match wanted {
         Some(wanted) => lookup(&mut client, wanted).await?,
         None => {
             let sessions = list(&mut client).await?;
-            most_recent(&sessions)
+            let last = state
+                .as_deref()
+                .and_then(|p| super::last::read(p, &target.url));
+            last_or_most_recent(&sessions, last.as_deref())
                 .cloned()
                 .map_err(anyhow::Error::msg)?
         }
     };
     client.close().await;
+    if let Some(path) = &state {
+        super::last::write(path, &target.url, &found.id);
+    }
     Ok(found)
 }
 

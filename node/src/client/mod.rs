@@ -3,6 +3,7 @@
 
 pub mod attach;
 pub mod commands;
+pub mod last;
 pub mod resolve;
 pub mod stored;
 

@@ -52,6 +52,20 @@ pub fn describe(s: &SessionInfo) -> String {
     }
 }
 
+/// For a bare `attach`: the session last attached (`last`) while it runs,
+/// else the one with the most recent output.
+pub fn last_or_most_recent<'a>(
+    sessions: &'a [SessionInfo],
+    last: Option<&str>,
+) -> Result<&'a SessionInfo, String> {
+    let again = last.and_then(|id| {
+        sessions
+            .iter()
+            .find(|s| s.id == id && s.status == SessionStatus::Running)
+    });
+    again.map_or_else(|| most_recent(sessions), Ok)
+}
+
 /// The running session with the most recent output, for a bare `attach`.
 pub fn most_recent(sessions: &[SessionInfo]) -> Result<&SessionInfo, String> {
     sessions
@@ -118,5 +132,20 @@ mod tests {
         assert!(resolve(&all, "").is_err());
         assert_eq!(most_recent(&all).unwrap().id, "0b7c22222222");
         assert!(most_recent(&[]).unwrap_err().contains("no sessions"));
+    }
+
+    #[test]
+    fn a_bare_attach_returns_to_the_last_session_while_it_runs() {
+        let all = [
+            session("0b5a11111111", Some("build"), 50, true),
+            session("0b7c22222222", None, 10, true),
+            session("9f0033333333", None, 5, false),
+        ];
+        let pick = |last| last_or_most_recent(&all, last).unwrap().id.clone();
+        assert_eq!(pick(Some("0b5a11111111")), "0b5a11111111");
+        // Ended, or gone: the most recent output instead.
+        assert_eq!(pick(Some("9f0033333333")), "0b7c22222222");
+        assert_eq!(pick(Some("gone")), "0b7c22222222");
+        assert_eq!(pick(None), "0b7c22222222");
     }
 }

@@ -53,6 +53,8 @@ pub async fn run(world: Arc<World>, me: usize, seed: u64, until: At) {
             Ok(Ok(c)) => c,
             _ => {
                 world.record.lock().unwrap().connect_failures += 1;
+                // The node is down (a fault): a pause before the next try
+                // is the client's backoff, as a real client's is.
                 tokio::time::sleep(Duration::from_millis(300)).await;
                 continue;
             }

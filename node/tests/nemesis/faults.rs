@@ -99,6 +99,8 @@ pub async fn run(world: Arc<World>, seed: u64, until: f64) {
     }
 }
 
+/// A fault's length or the gap between faults, chosen at random: here the
+/// wait is the event (the fault lasts that long). Polls use `poll_pause`.
 async fn sleep(secs: f64) {
     tokio::time::sleep(Duration::from_secs_f64(secs)).await;
 }
@@ -130,7 +132,7 @@ async fn stop(world: &World, x: usize) {
             tokio::task::block_in_place(|| world.cluster.lock().unwrap().kill_node(x));
             return;
         }
-        sleep(0.05).await;
+        crate::common::poll_pause().await;
     }
 }
 
@@ -149,7 +151,7 @@ pub async fn revive_lost(world: &World, x: usize) {
         let Ok(Ok(mut c)) =
             tokio::time::timeout(Duration::from_secs(5), Client::connect(&world.targets[x])).await
         else {
-            sleep(0.2).await;
+            crate::common::poll_pause().await;
             continue;
         };
         let list = tokio::time::timeout(
@@ -158,7 +160,7 @@ pub async fn revive_lost(world: &World, x: usize) {
         )
         .await;
         let Ok(Ok(ServerMsg::Sessions { sessions, .. })) = list else {
-            sleep(0.2).await;
+            crate::common::poll_pause().await;
             continue;
         };
         let mine: Vec<_> = sessions.iter().filter(|s| left.contains(&s.id)).collect();
@@ -180,7 +182,7 @@ pub async fn revive_lost(world: &World, x: usize) {
                 SessionStatus::Unreachable => {}
             }
         }
-        sleep(0.3).await;
+        crate::common::poll_pause().await;
     }
     if !left.is_empty() {
         world.violation(format!(

@@ -127,7 +127,7 @@ async fn all_running(world: &Arc<World>) {
                 ));
                 break;
             }
-            tokio::time::sleep(Duration::from_millis(300)).await;
+            crate::common::poll_pause().await;
         }
     }
 }

@@ -99,6 +99,17 @@ fn kinds(items: &[(SubId, Delivery)]) -> Vec<String> {
         .collect()
 }
 
+/// The snapshots the mirror asks the owner for now (its other asks go).
+fn snapshots_asked(c: &mut MirrorCore<Rec>) -> Vec<SnapshotWanted> {
+    c.take_asks()
+        .into_iter()
+        .filter_map(|a| match a {
+            Ask::Snapshot(w) => Some(w),
+            _ => None,
+        })
+        .collect()
+}
+
 /// A mirror with subscriber 1 resumed from 0 and the owner at seq 2.
 fn live_with_two() -> (MirrorCore<Rec>, Rec) {
     let rec = Rec::default();
@@ -213,14 +224,7 @@ fn a_viewer_being_resynced_delays_only_itself() {
     c.from_owner(output(2));
     // A second viewer, fresh: it wants a snapshot, pinning seq 2.
     c.subscribe(sub(&rec, 2, None));
-    let wanted: Vec<SnapshotWanted> = c
-        .take_asks()
-        .into_iter()
-        .filter_map(|a| match a {
-            Ask::Snapshot(w) => Some(w),
-            _ => None,
-        })
-        .collect();
+    let wanted = snapshots_asked(&mut c);
     assert_eq!(wanted.len(), 1);
     rec.take();
     let big = |seq: u64| DataMsg::Output {
@@ -294,14 +298,7 @@ fn a_hole_keeps_its_frame_and_seqs_never_go_back() {
     assert_eq!(c.last_seq(), Some(5), "a resync below the ring is ignored");
     // The viewer that needed the missing frames gets a snapshot (the
     // owner's, at 5), then the output after it.
-    let wanted: Vec<SnapshotWanted> = c
-        .take_asks()
-        .into_iter()
-        .filter_map(|a| match a {
-            Ask::Snapshot(w) => Some(w),
-            _ => None,
-        })
-        .collect();
+    let wanted = snapshots_asked(&mut c);
     assert_eq!(wanted.len(), 1);
     c.snapshot_done(
         wanted[0],

@@ -172,7 +172,9 @@ async fn snapshots_draw_the_live_screen_in_other_emulators() {
         })
         .await
         .id;
-    let live = wait_output(&node, &session, "\x1b[?25l").await;
+    // The drawing and the `echo`'s newline after it: the whole output, so
+    // the snapshots below cannot be ahead of `live`.
+    let live = wait_output(&node, &session, "\x1b[?25l\r\n").await;
     let mut c = node.client(VIEWER).await;
 
     // Every surface's snapshot.

@@ -1,5 +1,6 @@
 //! Cheap terminal state tracked inline as output flows: the modes avt's
-//! `dump()` does not restore (bracketed paste, mouse, focus, keypad), the
+//! `dump()` does not restore (bracketed paste, mouse, focus, keypad, the
+//! keyboard protocols modifyOtherKeys and kitty's, the cursor style), the
 //! alternate-screen flag, the window title and whether the program sits at
 //! a shell prompt. A byte-at-a-time scanner that jumps between ESC bytes,
 //! with every buffer bounded.
@@ -9,7 +10,9 @@ const MAX_SEQ: usize = 512;
 /// Bytes of the last output line kept for the prompt check.
 const TAIL: usize = 256;
 /// DEC private modes restored after a dump, in the order they are re-sent.
-const RESTORED_MODES: &[u16] = &[1000, 1002, 1003, 1004, 1005, 1006, 1015, 2004];
+pub const RESTORED_MODES: &[u16] = &[1000, 1002, 1003, 1004, 1005, 1006, 1015, 2004];
+/// Entries of kitty's keyboard-flags stack kept (kitty keeps as many).
+const KITTY_STACK: usize = 16;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
@@ -28,6 +31,13 @@ pub struct ModeTracker {
     modes: u16,
     alt_screen: bool,
     app_keypad: bool,
+    /// xterm's modifyOtherKeys level (`CSI > 4 ; n m`).
+    other_keys: u8,
+    /// kitty's keyboard flags, a stack (`CSI > f u` pushes, `CSI < n u`
+    /// pops, `CSI = f ; m u` changes the top); empty means 0.
+    kitty: Vec<u32>,
+    /// DECSCUSR's cursor style (`CSI n SP q`), 0 the terminal's default.
+    cursor_style: u8,
     title: Option<String>,
     /// The end of the output with trailing CR/LF kept; see `at_prompt`.
     tail: Vec<u8>,
@@ -41,6 +51,9 @@ impl Default for ModeTracker {
             modes: 0,
             alt_screen: false,
             app_keypad: false,
+            other_keys: 0,
+            kitty: Vec::new(),
+            cursor_style: 0,
             title: None,
             tail: Vec::with_capacity(TAIL),
         }
@@ -129,6 +142,16 @@ impl ModeTracker {
     }
 
     fn csi(&mut self, final_byte: u8) {
+        match (self.seq.first(), final_byte) {
+            (Some(b'>'), b'm') => return self.modify_other_keys(),
+            (Some(b'>' | b'<' | b'='), b'u') => return self.kitty_keys(),
+            (_, b'q') if self.seq.last() == Some(&b' ') => {
+                let n = &self.seq[..self.seq.len() - 1];
+                self.cursor_style = number(n).unwrap_or(0).min(6) as u8;
+                return;
+            }
+            _ => {}
+        }
         let on = match final_byte {
             b'h' => true,
             b'l' => false,
@@ -159,6 +182,44 @@ impl ModeTracker {
         }
     }
 
+    /// `CSI > 4 ; n m` sets the level, `CSI > 4 m` resets it.
+    fn modify_other_keys(&mut self) {
+        let mut params = self.seq[1..].split(|b| *b == b';');
+        if params.next().and_then(number) == Some(4) {
+            self.other_keys = params.next().and_then(number).unwrap_or(0).min(3) as u8;
+        }
+    }
+
+    fn kitty_keys(&mut self) {
+        let mut params = self.seq[1..].split(|b| *b == b';');
+        let first = params.next().and_then(number);
+        match self.seq[0] {
+            b'>' => {
+                if self.kitty.len() == KITTY_STACK {
+                    self.kitty.remove(0);
+                }
+                self.kitty.push(first.unwrap_or(0));
+            }
+            b'<' => {
+                let n = first.unwrap_or(1).max(1) as usize;
+                self.kitty.truncate(self.kitty.len().saturating_sub(n));
+            }
+            _ => {
+                let flags = first.unwrap_or(0);
+                let top = self.kitty.last().copied().unwrap_or(0);
+                let new = match params.next().and_then(number).unwrap_or(1) {
+                    2 => top | flags,
+                    3 => top & !flags,
+                    _ => flags,
+                };
+                match self.kitty.last_mut() {
+                    Some(top) => *top = new,
+                    None => self.kitty.push(new),
+                }
+            }
+        }
+    }
+
     fn osc(&mut self) {
         let text = String::from_utf8_lossy(&self.seq);
         if let Some((kind, title)) = text.split_once(';') {
@@ -177,6 +238,26 @@ impl ModeTracker {
 
     pub fn alt_screen(&self) -> bool {
         self.alt_screen
+    }
+
+    /// Application keypad (DECKPAM).
+    pub fn app_keypad(&self) -> bool {
+        self.app_keypad
+    }
+
+    /// modifyOtherKeys' level, 0 off.
+    pub fn other_keys(&self) -> u8 {
+        self.other_keys
+    }
+
+    /// kitty's keyboard flags in effect (0: the legacy encoding).
+    pub fn kitty_flags(&self) -> u32 {
+        self.kitty.last().copied().unwrap_or(0)
+    }
+
+    /// DECSCUSR's cursor style, 0 the default.
+    pub fn cursor_style(&self) -> u8 {
+        self.cursor_style
     }
 
     pub fn title(&self) -> Option<&str> {
@@ -214,12 +295,29 @@ impl ModeTracker {
         if self.app_keypad {
             out.push_str("\x1b=");
         }
+        if self.other_keys != 0 {
+            out.push_str(&format!("\x1b[>4;{}m", self.other_keys));
+        }
+        if self.kitty_flags() != 0 {
+            out.push_str(&format!("\x1b[>{}u", self.kitty_flags()));
+        }
+        if self.cursor_style != 0 {
+            out.push_str(&format!("\x1b[{} q", self.cursor_style));
+        }
         if let Some(title) = &self.title {
             let clean: String = title.chars().filter(|c| !c.is_control()).collect();
             out.push_str(&format!("\x1b]2;{clean}\x07"));
         }
         out
     }
+}
+
+/// A decimal CSI parameter (bounded: longer ones are not numbers).
+fn number(param: &[u8]) -> Option<u32> {
+    if param.is_empty() || param.len() > 9 {
+        return None;
+    }
+    std::str::from_utf8(param).ok()?.parse().ok()
 }
 
 #[cfg(test)]
@@ -250,6 +348,32 @@ mod tests {
         m.feed(b"\x1bc");
         assert_eq!(m.title(), None);
         assert_eq!(m.restore_sequence(), "");
+    }
+
+    #[test]
+    fn keyboard_protocols_and_cursor_style() {
+        let mut m = ModeTracker::default();
+        m.feed(b"\x1b[>4;2m\x1b[>1u\x1b[>3u\x1b[6 q");
+        assert_eq!(
+            (m.other_keys(), m.kitty_flags(), m.cursor_style()),
+            (2, 3, 6)
+        );
+        assert_eq!(m.restore_sequence(), "\x1b[>4;2m\x1b[>3u\x1b[6 q");
+        m.feed(b"\x1b[<u");
+        assert_eq!(m.kitty_flags(), 1);
+        m.feed(b"\x1b[=8;2u");
+        assert_eq!(m.kitty_flags(), 9);
+        m.feed(b"\x1b[<5u\x1b[>4m\x1b[0 q");
+        assert_eq!(
+            (m.other_keys(), m.kitty_flags(), m.cursor_style()),
+            (0, 0, 0)
+        );
+        assert_eq!(m.restore_sequence(), "");
+        // The stack is bounded.
+        for _ in 0..100 {
+            m.feed(b"\x1b[>1u");
+        }
+        assert_eq!(m.kitty.len(), KITTY_STACK);
     }
 
     #[test]

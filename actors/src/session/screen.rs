@@ -268,7 +268,7 @@ pub fn render_cells(cells: &[avt::Cell]) -> String {
 }
 
 /// A complete SGR sequence setting exactly `pen`'s attributes.
-fn sgr(pen: &Pen) -> String {
+pub fn sgr(pen: &Pen) -> String {
     let mut params = vec!["0".to_string()];
     let flags = [
         (pen.is_bold(), "1"),

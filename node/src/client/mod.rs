@@ -17,6 +17,7 @@ use termesh_transport::{ClientMsg, ServerMsg};
 use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::http::HeaderValue;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
@@ -193,6 +194,25 @@ impl Fatal {
     }
 }
 
+/// The node closed the connection because it is shutting down (close code
+/// 1001): not a broken link; it may come back.
+#[derive(Debug)]
+pub struct NodeStopped(pub String);
+
+impl std::fmt::Display for NodeStopped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "the node stopped ({})", self.0)
+    }
+}
+
+impl std::error::Error for NodeStopped {}
+
+impl NodeStopped {
+    pub fn is(e: &anyhow::Error) -> bool {
+        e.chain().any(|c| c.is::<NodeStopped>())
+    }
+}
+
 /// A protocol connection: requests with ids, notifications queued.
 pub struct Client {
     ws: WebSocketStream<MaybeTlsStream<TcpStream>>,
@@ -307,6 +327,9 @@ impl Client {
             match frame {
                 Message::Binary(data) => {
                     return rmp_serde::from_slice(&data).context("undecodable server message")
+                }
+                Message::Close(Some(frame)) if frame.code == CloseCode::Away => {
+                    return Err(anyhow::Error::new(NodeStopped(frame.reason.to_string())))
                 }
                 Message::Close(frame) => bail!("the server closed the connection: {frame:?}"),
                 Message::Text(_) => bail!("unexpected text frame"),

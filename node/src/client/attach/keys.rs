@@ -11,6 +11,8 @@ pub enum Key {
     Detach,
     /// Prefix, then `s`: make the session this terminal's size.
     TakeSize,
+    /// Prefix, then `[`: the scroll mode.
+    Scroll,
     /// Prefix, then a key that means nothing: show what does.
     Help,
 }
@@ -60,6 +62,7 @@ impl KeyFilter {
                     }
                     b'd' | b'D' => Key::Detach,
                     b's' | b'S' => Key::TakeSize,
+                    b'[' => Key::Scroll,
                     _ => Key::Help,
                 };
                 if !run.is_empty() {

@@ -1,13 +1,19 @@
-//! `termesh attach`: a raw-mode terminal client. It shows the session's
-//! screen (with scrollback) on attach, forwards keystrokes and window-size
-//! changes, acks output as it writes it, and after a dropped or silent
-//! connection reconnects with jittered backoff and resumes with `from_seq`:
-//! no screen clear, nothing missed, keys typed meanwhile delivered. A status
-//! row tells of the link. The prefix key (default Ctrl-]) then `d` detaches;
-//! on the way out the terminal is left as it was found.
+//! `termesh attach`: a raw-mode terminal client. It draws the session from
+//! its own screen model (or passes its bytes through, `--raw`), forwards
+//! keystrokes and window-size changes, acks output as it takes it, and
+//! after a dropped or silent connection reconnects with jittered backoff
+//! and resumes with `from_seq`: nothing missed, keys typed meanwhile
+//! delivered. A status row tells of the link. The prefix key (default
+//! Ctrl-]) then `d` detaches, `[` scrolls; on the way out the terminal is
+//! left as it was found.
 
 mod backoff;
+mod display;
+mod frame;
 mod keys;
+mod outer;
+mod raw;
+mod scroll;
 mod state;
 mod view;
 
@@ -32,6 +38,10 @@ pub struct AttachOptions {
     pub scrollback: u64,
     /// Send no input and no size.
     pub read_only: bool,
+    /// Pass the session's bytes through instead of drawing it.
+    pub raw: bool,
+    /// The outer terminal's title while attached: the session's name.
+    pub title: String,
 }
 
 /// Why the attach ended.
@@ -63,7 +73,7 @@ impl Ended {
     fn note(&self, label: &str) -> String {
         match self {
             Ended::Detached => {
-                format!("[termesh: detached from session {label}; `termesh attach` brings it back]")
+                format!("[termesh: detached from {label}; `termesh attach` returns to it]")
             }
             Ended::Exited { code, signal: None } => {
                 format!("[termesh: session exited with code {code}]")
@@ -205,7 +215,7 @@ async fn run(
             Err(e) if Fatal::is(&e) || !st.shown() => return Err(e),
             Err(e) => {
                 tracing::debug!("link lost: {e:#}");
-                st.link_lost();
+                st.link_lost(&e);
             }
         }
     }

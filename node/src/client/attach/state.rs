@@ -9,7 +9,9 @@ use anyhow::anyhow;
 use termesh_transport::{ClientMsg, ErrorCode, EventKind, ServerMsg, SessionStatus};
 
 use super::backoff::Backoff;
+use super::display::Display;
 use super::keys::{Key, KeyFilter};
+use super::raw::Raw;
 use super::view::View;
 use super::{AttachOptions, Ended, Outside};
 use crate::client::{Client, Fatal};
@@ -23,10 +25,10 @@ const SUBSCRIBE_ID: u64 = 1;
 /// The id of the `list` that asks, once subscribed, whether the session's
 /// program is gone with its node (`lost`): no event says so.
 const LIST_ID: u64 = 2;
+/// The id of the `history` the scroll mode asks for.
+const HISTORY_ID: u64 = 3;
 /// How long a notice (read-only, help) stays in the status row.
 const NOTICE: Duration = Duration::from_secs(4);
-/// Output is drawn into a cropped view at most this often.
-const REDRAW_DELAY: Duration = Duration::from_millis(20);
 
 pub enum Step {
     Continue,
@@ -35,7 +37,7 @@ pub enum Step {
 
 pub struct State {
     opts: AttachOptions,
-    pub view: View,
+    pub view: Box<dyn Display>,
     keys: KeyFilter,
     pub backoff: Backoff,
     /// Seq of the last output or snapshot shown; `None` before the first.
@@ -65,16 +67,23 @@ pub struct State {
     stale_after: Duration,
     /// The session is `lost`: the attach ends once its screen is shown.
     lost: bool,
+    /// The node closed the link because it shut down (its words).
+    node_stopped: Option<String>,
 }
 
 impl State {
     pub fn new(opts: AttachOptions, term: (u16, u16)) -> State {
+        let view: Box<dyn Display> = if opts.raw {
+            Box::new(Raw::new(term))
+        } else {
+            Box::new(View::new(term, opts.title.clone(), key_name(opts.prefix)))
+        };
         let mut st = State {
             keys: KeyFilter::new(opts.prefix),
             read_only: opts.read_only,
             read_only_note: "read-only: keys are not sent",
             opts,
-            view: View::new(term),
+            view,
             backoff: Backoff::default(),
             last_seq: None,
             reset_next_snapshot: false,
@@ -91,6 +100,7 @@ impl State {
             probe_after: Duration::from_secs(5),
             stale_after: Duration::from_secs(30),
             lost: false,
+            node_stopped: None,
         };
         if st.read_only {
             st.notify(st.read_only_note.into());
@@ -103,9 +113,13 @@ impl State {
         self.last_seq.is_some()
     }
 
-    pub fn link_lost(&mut self) {
+    pub fn link_lost(&mut self, e: &anyhow::Error) {
         self.offline_since.get_or_insert_with(Instant::now);
         self.quiet_for = None;
+        self.node_stopped = e
+            .chain()
+            .find_map(|c| c.downcast_ref::<crate::client::NodeStopped>())
+            .map(|s| s.0.clone());
     }
 
     pub fn set_retry_at(&mut self, at: Option<Instant>) {
@@ -146,6 +160,7 @@ impl State {
                 // The stream is back: the backoff starts over.
                 self.backoff.reset();
                 self.offline_since = None;
+                self.node_stopped = None;
                 self.owner_unreachable = None;
                 self.retry_at = None;
                 conn.send(&ClientMsg::List { id: LIST_ID }).await?;
@@ -192,6 +207,16 @@ impl State {
                         }
                     }
                 }
+            }
+            ServerMsg::History {
+                id: HISTORY_ID,
+                lines,
+                ..
+            } => {
+                if !self.view.open_scroll(lines.unwrap_or_default()) {
+                    self.notify("no scroll mode with --raw: use the terminal's scrollback".into());
+                }
+                self.notice = None;
             }
             ServerMsg::ResyncRequired { .. } => self.reset_next_snapshot = true,
             ServerMsg::Output { session, seq, data } => {
@@ -249,6 +274,10 @@ impl State {
     ) -> anyhow::Result<Step> {
         let session = &self.opts.label;
         match (id, code) {
+            (Some(HISTORY_ID), _) => {
+                self.notify(format!("no scroll mode: {message}"));
+                Ok(Step::Continue)
+            }
             (Some(SUBSCRIBE_ID), ErrorCode::NotFound) => Err(Fatal::wrap(anyhow!(
                 "session {session} no longer exists: it was removed, or its node restarted"
             ))),
@@ -285,8 +314,12 @@ impl State {
         match event {
             Outside::Keys(chunk) => {
                 let mut take_size = false;
+                let mut scroll = false;
                 for key in self.keys.feed(&chunk) {
                     match key {
+                        Key::Input(bytes) if self.view.scrolling() => {
+                            self.view.scroll_keys(&bytes);
+                        }
                         Key::Input(_) if self.read_only => self.notify(self.read_only_note.into()),
                         Key::Input(bytes) => {
                             let room = MAX_PENDING_INPUT.saturating_sub(self.pending_input.len());
@@ -301,11 +334,28 @@ impl State {
                             take_size = true;
                             self.notify("the session takes this terminal's size".into());
                         }
+                        Key::Scroll => scroll = true,
                         Key::Help => self.notify(self.help()),
                     }
                 }
-                if let (Some(conn), true) = (conn, take_size) {
-                    self.send_size(conn).await?;
+                match conn {
+                    Some(conn) => {
+                        if take_size {
+                            self.send_size(conn).await?;
+                        }
+                        if scroll && !self.view.scrolling() {
+                            self.notify("loading the history".into());
+                            let session = self.opts.session.clone();
+                            conn.send(&ClientMsg::History {
+                                id: HISTORY_ID,
+                                session,
+                                limit: None,
+                            })
+                            .await?;
+                        }
+                    }
+                    None if scroll => self.notify("the scroll mode needs the link".into()),
+                    None => {}
                 }
             }
             Outside::StdinEnded => {}
@@ -354,28 +404,30 @@ impl State {
         {
             self.notice = None;
         }
+        let detach = format!("[termesh] {} d detaches", key_name(self.opts.prefix));
         let text = if let Some(since) = self.offline_since {
             let next = match self.retry_at {
                 Some(at) => format!("next try in {}s", secs_until(at)),
                 None => "connecting".to_string(),
             };
+            let what = match &self.node_stopped {
+                Some(_) => "node stopped; waiting for it to come back".to_string(),
+                None => format!("link down {}s", since.elapsed().as_secs()),
+            };
             Some(format!(
-                "[termesh] link down {}s · retry {} · {next} · keys typed now are sent on reconnect · {} d detaches",
-                since.elapsed().as_secs(),
+                "{detach} · {what} · retry {} · {next} · keys typed now are sent on reconnect",
                 self.backoff.attempts(),
-                key_name(self.opts.prefix)
             ))
         } else if let Some(quiet) = self.quiet_for {
             Some(format!(
-                "[termesh] no word from the node for {}s; reconnecting after {}s",
+                "{detach} · no word from the node for {}s; reconnecting after {}s",
                 quiet.as_secs(),
                 self.stale_after.as_secs()
             ))
         } else if let Some(since) = self.owner_unreachable {
             Some(format!(
-                "[termesh] the session's node is unreachable ({}s); its output resumes when it is back · {} d detaches",
+                "{detach} · the session's node is unreachable ({}s); its output resumes when it is back",
                 since.elapsed().as_secs(),
-                key_name(self.opts.prefix)
             ))
         } else if self.keys.armed() {
             Some(self.help())
@@ -383,16 +435,14 @@ impl State {
             self.notice.as_ref().map(|(text, _)| text.clone())
         };
         self.view.set_status(text);
-        if self.view.needs_redraw() {
-            self.schedule_redraw();
-        } else {
-            self.redraw_at = None;
-        }
+        self.schedule_redraw();
     }
 
     fn help(&self) -> String {
         let p = key_name(self.opts.prefix);
-        format!("[termesh] {p} then: d detach · s take the size · {p} send {p} · other keys cancel")
+        format!(
+            "[termesh] {p} then: d detach · s take the size · [ scroll · {p} send {p} · other keys cancel"
+        )
     }
 
     fn notify(&mut self, text: String) {
@@ -405,9 +455,7 @@ impl State {
     }
 
     fn schedule_redraw(&mut self) {
-        if self.view.needs_redraw() && self.redraw_at.is_none() {
-            self.redraw_at = Some(Instant::now() + REDRAW_DELAY);
-        }
+        self.redraw_at = self.view.due();
     }
 
     /// Sends the keys typed so far, unless the link is quiet: bytes

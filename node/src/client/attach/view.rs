@@ -1,247 +1,195 @@
-//! What `attach` draws on the outer terminal. The session's output passes
-//! straight through while the session fits this terminal; when it is
-//! larger (another viewer took the size) the client shows a readable crop
-//! of it instead, drawn from a local emulator that mirrors the session. One
-//! status row (the bottom one) tells of the link and of the size; the row
-//! beneath it is redrawn from the mirror when the status goes. On the way
-//! out every mode the session turned on is turned off again.
+//! The attach renderer, as tmux and mosh draw: the session lives in a local
+//! screen model (avt, the emulator the node renders snapshots with) fed by
+//! the seq-tagged stream, and the outer terminal's alternate screen shows
+//! frames composed from it, written as cell diffs. A session smaller than
+//! the terminal sits top-left with its edges marked; a larger one shows
+//! through a viewport that follows its cursor, with a notice row. The
+//! program's modes reach the outer terminal through `Outer`, which also
+//! leaves it as it was found.
 
 use std::io::Write;
+use std::time::{Duration, Instant};
 
+use avt::Pen;
 use termesh_actors::session::modes::ModeTracker;
 use termesh_actors::session::screen::{render_cells, Utf8Decoder};
 
-/// Turns off what a session may have turned on, except the alternate
-/// screen (left first, only when on): mouse and focus reporting, bracketed
-/// paste, application cursor keys and keypad, a hidden cursor, insert mode,
-/// a scroll region (inside a cursor save, as it homes the cursor), colours.
-const RESET_MODES: &str = "\x1b[?1000l\x1b[?1002l\x1b[?1003l\x1b[?1005l\x1b[?1006l\x1b[?1015l\
-\x1b[?1004l\x1b[?2004l\x1b[?1l\x1b>\x1b[4l\x1b[?7h\x1b7\x1b[r\x1b8\x1b[0m\x1b(B\x1b[?25h";
+use super::display::Display;
+use super::frame::{diff, origin, Frame, Glyph};
+use super::outer::{Modes, Outer};
+use super::scroll::Scroll;
+
+/// Frames are drawn at most this often while output streams; the first
+/// change after a quiet spell (an echo) is drawn at once.
+const FRAME: Duration = Duration::from_millis(8);
 
 pub struct View {
     /// Bytes for the outer terminal, written out by `flush`.
-    buf: Vec<u8>,
-    mirror: avt::Terminal,
+    out: Vec<u8>,
+    model: avt::Terminal,
     decoder: Utf8Decoder,
     modes: ModeTracker,
     session: (u16, u16),
     term: (u16, u16),
-    /// The session is larger than this terminal: show a crop of it.
-    cropped: bool,
-    /// The crop needs drawing.
-    dirty: bool,
-    /// The status row's text, as drawn.
+    outer: Outer,
+    /// What the outer terminal shows; `None`: unknown (clear and draw).
+    shown: Option<Frame>,
     status: Option<String>,
-    /// The outer terminal shows its alternate screen (the session's, or
-    /// the one the crop is drawn on).
-    outer_alt: bool,
-    /// On the way out, a crop's screen is printed on the normal screen
-    /// (the session ended: its last screen is worth keeping).
+    /// The prefix key's name, for the notice of a larger session.
+    prefix: String,
+    /// The session's name, the outer terminal's title.
+    name: String,
+    scroll: Option<Scroll>,
+    /// A snapshot arrived: there is something to draw.
+    live: bool,
+    dirty: bool,
+    last_draw: Instant,
     keep_screen: bool,
     restored: bool,
 }
 
 impl View {
-    pub fn new(term: (u16, u16)) -> View {
+    pub fn new(term: (u16, u16), name: String, prefix: String) -> View {
         View {
-            buf: Vec::new(),
-            mirror: terminal(term),
+            out: Vec::new(),
+            model: model(term),
             decoder: Utf8Decoder::default(),
             modes: ModeTracker::default(),
             session: term,
             term,
-            cropped: false,
-            dirty: false,
+            outer: Outer::default(),
+            shown: None,
             status: None,
-            outer_alt: false,
+            prefix,
+            name,
+            scroll: None,
+            live: false,
+            dirty: false,
+            last_draw: Instant::now() - FRAME,
             keep_screen: false,
             restored: false,
         }
     }
 
-    #[cfg(test)]
-    pub fn is_cropped(&self) -> bool {
-        self.cropped
+    fn feed(&mut self, data: &[u8]) {
+        self.modes.feed(data);
+        let text = self.decoder.decode(data);
+        self.model.feed(text.as_ref());
+        self.dirty = true;
     }
 
-    /// A snapshot: the session's screen at `cols` x `rows`; `reset` resets
-    /// the outer terminal first (a fresh attach or a resync).
-    pub fn snapshot(&mut self, cols: u16, rows: u16, data: &[u8], reset: bool) {
-        self.mirror = terminal((cols, rows));
-        self.decoder = Utf8Decoder::default();
-        self.modes = ModeTracker::default();
-        self.session = (cols, rows);
-        self.feed_mirror(data);
-        let shown = self.status.take();
-        if self.needs_crop() {
-            self.enter_crop();
-        } else {
-            self.cropped = false;
-            if reset {
-                self.buf.extend_from_slice(b"\x1bc");
-                self.outer_alt = false;
-            }
-            self.buf.extend_from_slice(data);
-            self.outer_alt |= self.modes.alt_screen();
-        }
-        self.set_status(shown);
-    }
-
-    pub fn output(&mut self, data: &[u8]) {
-        if self.cropped {
-            self.feed_mirror(data);
-            self.dirty = true;
-            return;
-        }
-        // Output under a status row could scroll it into the screen: put
-        // back the row it covers (as the mirror has it before this output),
-        // write the output, and draw the status again.
-        let shown = self.status.take();
-        if shown.is_some() {
-            self.draw_status(None);
-        }
-        self.feed_mirror(data);
-        self.buf.extend_from_slice(data);
-        self.outer_alt = self.modes.alt_screen();
-        self.set_status(shown);
-    }
-
-    pub fn session_resized(&mut self, cols: u16, rows: u16) {
-        if (cols, rows) != self.session {
-            self.session = (cols, rows);
-            self.mirror.resize(cols.into(), rows.into());
-            self.refit();
-        }
-    }
-
-    pub fn term_resized(&mut self, term: (u16, u16)) {
-        if term != self.term {
-            self.term = term;
-            // Whatever was drawn is the terminal's to reflow now.
-            self.status = None;
-            self.refit();
-            self.dirty = self.cropped;
-        }
-    }
-
-    /// Shows `text` in the status row, or takes it away (`None`).
-    pub fn set_status(&mut self, text: Option<String>) {
-        if text == self.status {
-            return;
-        }
-        if self.cropped {
-            self.status = text;
-            self.dirty = true;
-        } else {
-            if text.is_some() || self.status.is_some() {
-                self.draw_status(text.as_deref());
-            }
-            self.status = text;
-        }
-    }
-
-    pub fn needs_redraw(&self) -> bool {
-        self.cropped && self.dirty
-    }
-
-    /// Draws the crop: the part of the session around its cursor, and a
-    /// notice row that says so.
-    pub fn redraw(&mut self) {
-        if !self.needs_redraw() {
-            return;
-        }
+    /// Composes the frame for the outer terminal and writes the cells that
+    /// differ from what it shows.
+    fn render(&mut self) {
         self.dirty = false;
-        let (tcols, trows) = (usize::from(self.term.0), usize::from(self.term.1));
-        let rows = trows.saturating_sub(1).max(1);
-        let cursor = self.mirror.cursor();
-        let (scols, srows) = self.mirror.size();
+        if !self.live || self.restored {
+            return;
+        }
+        self.last_draw = Instant::now();
+        let (tcols, trows) = (
+            usize::from(self.term.0).max(1),
+            usize::from(self.term.1).max(1),
+        );
+        let mut frame = Frame::blank(tcols, trows);
+        let modes = match &self.scroll {
+            Some(scroll) => {
+                scroll.draw(&mut frame);
+                Modes::scrolling(self.title())
+            }
+            None => {
+                self.compose(&mut frame);
+                Modes::of_program(&self.modes, self.model.cursor_key_app_mode(), self.title())
+            }
+        };
+        let mut out = std::mem::take(&mut self.out);
+        out.extend_from_slice(b"\x1b[?2026h");
+        self.outer.enter(&mut out);
+        self.outer.sync(&modes, &mut out);
+        let shown = match self.shown.take() {
+            Some(shown) if shown.size() == frame.size() => shown,
+            _ => {
+                out.extend_from_slice(b"\x1b[0m\x1b[H\x1b[2J");
+                Frame::blank(tcols, trows)
+            }
+        };
+        diff(&shown, &frame, &mut out);
+        out.extend_from_slice(b"\x1b[?2026l");
+        self.shown = Some(frame);
+        self.out = out;
+    }
+
+    fn title(&self) -> String {
+        match self.modes.title() {
+            Some(title) if !title.is_empty() => format!("{}: {title}", self.name),
+            _ => self.name.clone(),
+        }
+    }
+
+    /// The live session: at its size top-left, or through a viewport.
+    fn compose(&self, frame: &mut Frame) {
+        let (tcols, trows) = frame.size();
+        let (scols, srows) = self.model.size();
+        let fits = scols <= tcols && srows <= trows;
+        let notice = match (&self.status, fits) {
+            (Some(text), _) => Some(text.clone()),
+            (None, true) => None,
+            (None, false) => Some(format!(
+                "[termesh] session {scols}x{srows} > terminal {tcols}x{trows}: a part follows the cursor · {} s takes the size",
+                self.prefix
+            )),
+        };
+        let rows = if notice.is_some() { trows - 1 } else { trows }.max(1);
+        let cursor = self.model.cursor();
         let top = origin(cursor.row, rows, srows);
         let left = origin(cursor.col, tcols, scols);
-        self.buf.extend_from_slice(b"\x1b[?25l");
-        let screen = self.mirror.screen();
-        for (i, line) in screen.visible_lines().skip(top).take(rows).enumerate() {
+        let screen = self.model.screen();
+        for (r, line) in screen.visible_lines().skip(top).take(rows).enumerate() {
             let cells = line.cells();
-            let mut start = left.min(cells.len());
-            let mut end = (left + tcols).min(cells.len());
-            let mut row = format!("\x1b[{};1H\x1b[0m", i + 1);
-            // Half a wide character at either edge is drawn as a blank.
-            if start < end && cells[start].width() == 0 {
-                row.push(' ');
-                start += 1;
+            for (c, cell) in cells.iter().skip(left).take(tcols).enumerate() {
+                frame.rows[r][c] = Glyph::from_cell(cell);
             }
-            if end > start && cells[end - 1].width() == 2 {
-                end -= 1;
+            // Half a wide character at either edge shows as a blank.
+            if let Some(first) = frame.rows[r].first_mut() {
+                if first.width == 0 {
+                    *first = Glyph::blank();
+                }
             }
-            row.push_str(&render_cells(&cells[start..end]));
-            row.push_str("\x1b[0m\x1b[K");
-            self.buf.extend_from_slice(row.as_bytes());
-        }
-        let notice = self.status.clone().unwrap_or_else(|| {
-            format!(
-                "[termesh] session {}x{} > terminal {}x{}: showing a part; prefix then s takes the size",
-                self.session.0, self.session.1, self.term.0, self.term.1
-            )
-        });
-        let notice = status_row(&notice, tcols);
-        self.buf
-            .extend_from_slice(format!("\x1b[{trows};1H{notice}").as_bytes());
-        if cursor.row >= top && cursor.row < top + rows && cursor.col >= left {
-            let at = format!(
-                "\x1b[{};{}H",
-                cursor.row - top + 1,
-                (cursor.col - left + 1).min(tcols)
-            );
-            self.buf.extend_from_slice(at.as_bytes());
-            if cursor.visible {
-                self.buf.extend_from_slice(b"\x1b[?25h");
+            let last = (scols - left).min(tcols) - 1;
+            if frame.rows[r][last].width == 2 {
+                frame.rows[r][last] = Glyph::blank();
             }
         }
-    }
-
-    /// Writes what is buffered to the terminal.
-    pub fn flush(&mut self) -> std::io::Result<()> {
-        if self.buf.is_empty() {
-            return Ok(());
-        }
-        let mut out = std::io::stdout().lock();
-        out.write_all(&self.buf)?;
-        self.buf.clear();
-        out.flush()
-    }
-
-    /// Leaves the terminal as it was before the attach (status row gone,
-    /// modes off, alternate screen left) with `note` on a line of its own;
-    /// `flush` writes it.
-    pub fn restore(&mut self, note: &str) {
-        if std::mem::replace(&mut self.restored, true) {
-            return;
-        }
-        if !self.cropped && self.status.take().is_some() {
-            self.draw_status(None);
-        }
-        self.status = None;
-        if std::mem::take(&mut self.outer_alt) {
-            self.buf.extend_from_slice(b"\x1b[?1049l");
-            if self.cropped && self.keep_screen {
-                self.print_screen();
+        // The edges of a smaller session are marked.
+        let shown_rows = srows.min(rows);
+        if scols < tcols {
+            for r in 0..shown_rows {
+                frame.rows[r][scols] = Glyph::plain('│');
             }
         }
-        self.buf.extend_from_slice(RESET_MODES.as_bytes());
-        if !note.is_empty() {
-            self.buf
-                .extend_from_slice(format!("\r\n{note}\r\n").as_bytes());
+        if srows < rows {
+            for c in 0..scols.min(tcols) {
+                frame.rows[srows][c] = Glyph::plain('─');
+            }
+            if scols < tcols {
+                frame.rows[srows][scols] = Glyph::plain('┘');
+            }
         }
+        if let Some(text) = notice {
+            let mut pen = Pen::default();
+            pen.set_inverse();
+            let end = frame.put_text(trows - 1, 0, &text, pen);
+            frame.fill(trows - 1, end, pen);
+        }
+        let inside = cursor.row >= top && cursor.row < top + rows && cursor.col >= left;
+        frame.cursor = (cursor.visible && inside)
+            .then(|| (cursor.row - top, (cursor.col - left).min(tcols - 1)));
     }
 
-    pub fn keep_screen(&mut self) {
-        self.keep_screen = true;
-    }
-
-    /// The session's screen as lines cut to this terminal's width, trailing
-    /// blank rows dropped.
+    /// The session's last screen as lines cut to the terminal's width,
+    /// trailing blank rows dropped, for the normal screen.
     fn print_screen(&mut self) {
         let tcols = usize::from(self.term.0);
-        let screen = self.mirror.screen();
+        let screen = self.model.screen();
         let mut rows: Vec<String> = screen
             .visible_lines()
             .map(|line| {
@@ -256,74 +204,115 @@ impl View {
         while rows.last().is_some_and(|r| r.is_empty()) {
             rows.pop();
         }
-        self.buf.extend_from_slice(b"\r\n");
         for row in rows {
-            self.buf.extend_from_slice(row.as_bytes());
-            self.buf.extend_from_slice(b"\r\n");
+            self.out.extend_from_slice(row.as_bytes());
+            self.out.extend_from_slice(b"\r\n");
+        }
+    }
+}
+
+impl Display for View {
+    fn snapshot(&mut self, cols: u16, rows: u16, data: &[u8], _reset: bool) {
+        self.model = model((cols, rows));
+        self.decoder = Utf8Decoder::default();
+        self.modes = ModeTracker::default();
+        self.session = (cols, rows);
+        self.live = true;
+        self.feed(data);
+    }
+
+    fn output(&mut self, data: &[u8]) {
+        self.feed(data);
+    }
+
+    fn session_resized(&mut self, cols: u16, rows: u16) {
+        if (cols, rows) != self.session {
+            self.session = (cols, rows);
+            self.model.resize(cols.max(1).into(), rows.max(1).into());
+            self.dirty = true;
         }
     }
 
-    fn feed_mirror(&mut self, data: &[u8]) {
-        self.modes.feed(data);
-        let text = self.decoder.decode(data);
-        self.mirror.feed(text.as_ref());
+    fn term_resized(&mut self, term: (u16, u16)) {
+        if term != self.term {
+            self.term = term;
+            // The terminal reflowed what it showed: draw it all again.
+            self.shown = None;
+            self.dirty = true;
+        }
     }
 
-    fn needs_crop(&self) -> bool {
-        self.session.0 > self.term.0 || self.session.1 > self.term.1
+    fn set_status(&mut self, text: Option<String>) {
+        if text != self.status {
+            self.status = text;
+            self.dirty = true;
+        }
     }
 
-    fn refit(&mut self) {
-        match (self.cropped, self.needs_crop()) {
-            (false, true) => self.enter_crop(),
-            (true, false) => {
-                // Back to passing output through: draw the session's screen
-                // from the mirror on a reset terminal.
-                self.cropped = false;
-                let dump = termesh_actors::session::portable::portable(&self.mirror.dump());
-                // RIS also leaves the crop's alternate screen.
-                self.buf.extend_from_slice(b"\x1bc");
-                self.outer_alt = self.modes.alt_screen();
-                self.buf.extend_from_slice(dump.as_bytes());
-                self.buf
-                    .extend_from_slice(self.modes.restore_sequence().as_bytes());
-                let shown = self.status.take();
-                self.set_status(shown);
+    fn due(&self) -> Option<Instant> {
+        (self.dirty && self.live).then(|| (self.last_draw + FRAME).max(Instant::now()))
+    }
+
+    fn redraw(&mut self) {
+        if self.dirty {
+            self.render();
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        if self.due().is_some_and(|at| at <= Instant::now()) {
+            self.render();
+        }
+        if self.out.is_empty() {
+            return Ok(());
+        }
+        let mut out = std::io::stdout().lock();
+        out.write_all(&self.out)?;
+        self.out.clear();
+        out.flush()
+    }
+
+    fn restore(&mut self, note: &str) {
+        if std::mem::replace(&mut self.restored, true) {
+            return;
+        }
+        if self.outer.entered() {
+            self.out.extend_from_slice(b"\x1b[?2026l");
+            self.outer.leave(&mut self.out);
+            if self.keep_screen {
+                self.print_screen();
             }
-            _ => {}
+        }
+        if !note.is_empty() {
+            self.out.extend_from_slice(format!("{note}\r\n").as_bytes());
         }
     }
 
-    /// The crop is drawn on the alternate screen, so that what the
-    /// terminal showed before the attach is still there after it.
-    fn enter_crop(&mut self) {
-        self.cropped = true;
+    fn keep_screen(&mut self) {
+        self.keep_screen = true;
+    }
+
+    fn open_scroll(&mut self, lines: Vec<String>) -> bool {
+        self.scroll = Some(Scroll::new(lines, usize::from(self.session.0)));
         self.dirty = true;
-        if !std::mem::replace(&mut self.outer_alt, true) {
-            self.buf.extend_from_slice(b"\x1b[?1049h");
-        }
-        self.buf.extend_from_slice(b"\x1b[0m\x1b[H\x1b[2J");
+        true
     }
 
-    /// Draws the status row (pass-through only), or puts back the row it
-    /// covered as the mirror has it. The cursor and pen are kept (DECSC).
-    fn draw_status(&mut self, text: Option<&str>) {
-        let (tcols, trows) = (usize::from(self.term.0), usize::from(self.term.1));
-        let mut out = format!("\x1b7\x1b[{trows};1H\x1b[0m");
-        match text {
-            Some(text) => out.push_str(&status_row(text, tcols)),
-            None => {
-                let row = trows - 1;
-                let screen = self.mirror.screen();
-                if let Some(line) = screen.visible_lines().nth(row) {
-                    let cells = line.cells();
-                    out.push_str(&render_cells(&cells[..cells.len().min(tcols)]));
-                }
-                out.push_str("\x1b[0m\x1b[K");
-            }
+    fn scrolling(&self) -> bool {
+        self.scroll.is_some()
+    }
+
+    fn scroll_keys(&mut self, bytes: &[u8]) -> bool {
+        let height = usize::from(self.term.1).saturating_sub(1).max(1);
+        let Some(scroll) = self.scroll.as_mut() else {
+            return false;
+        };
+        self.dirty = true;
+        if scroll.keys(bytes, height) == super::scroll::Scrolled::Quit {
+            self.scroll = None;
+            return false;
         }
-        out.push_str("\x1b8");
-        self.buf.extend_from_slice(out.as_bytes());
+        true
     }
 }
 
@@ -334,114 +323,155 @@ impl Drop for View {
             return;
         }
         self.restore("");
-        let _ = self.flush();
+        let _ = Display::flush(self);
     }
 }
 
-fn terminal((cols, rows): (u16, u16)) -> avt::Terminal {
-    avt::Terminal::new(cols.max(1).into(), rows.max(1).into()).expect("sizes are at least 1")
-}
-
-/// The first row (or column) of a window of `len` over `total` that shows
-/// `at`: as near the start as possible.
-fn origin(at: usize, len: usize, total: usize) -> usize {
-    let last_start = total.saturating_sub(len);
-    (at + 1).saturating_sub(len).min(last_start)
-}
-
-/// Reverse-video text cut or padded to `cols`.
-fn status_row(text: &str, cols: usize) -> String {
-    let mut shown: String = text.chars().take(cols).collect();
-    let pad = cols.saturating_sub(shown.chars().count());
-    shown.extend(std::iter::repeat_n(' ', pad));
-    format!("\x1b[0;7m{shown}\x1b[0m")
+fn model((cols, rows): (u16, u16)) -> avt::Terminal {
+    avt::Terminal::with_scrollback(cols.max(1).into(), rows.max(1).into(), Some(0))
+        .expect("sizes are at least 1")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn shown(view: &mut View, cols: u16, rows: u16) -> Vec<String> {
-        view.redraw();
-        let mut term = avt::Terminal::new(cols.into(), rows.into()).unwrap();
-        term.feed(String::from_utf8_lossy(&view.buf).as_ref());
-        term.screen()
+    /// What the outer terminal shows after everything the view wrote.
+    fn outer_rows(outer: &mut avt::Terminal, view: &mut View) -> Vec<String> {
+        view.render();
+        outer.feed(String::from_utf8_lossy(&std::mem::take(&mut view.out)).as_ref());
+        outer
+            .screen()
             .visible_lines()
             .map(|l| l.text().trim_end().to_string())
             .collect()
     }
 
-    #[test]
-    fn origin_keeps_the_cursor_in_view() {
-        assert_eq!(origin(0, 10, 40), 0);
-        assert_eq!(origin(9, 10, 40), 0);
-        assert_eq!(origin(10, 10, 40), 1);
-        assert_eq!(origin(39, 10, 40), 30);
-        assert_eq!(origin(5, 10, 8), 0);
+    fn view(term: (u16, u16)) -> (View, avt::Terminal) {
+        let outer = avt::Terminal::new(term.0.into(), term.1.into()).unwrap();
+        (View::new(term, "big".into(), "^]".into()), outer)
     }
 
     #[test]
-    fn a_larger_session_is_shown_cropped_not_wrapped() {
-        let mut view = View::new((20, 6));
+    fn a_smaller_session_sits_top_left_with_its_edges_marked_and_never_wraps() {
+        let (mut v, mut outer) = view((30, 8));
+        let long = "x".repeat(25);
+        v.snapshot(
+            20,
+            4,
+            format!("{long}\r\n\x1b[44mab\x1b[K\x1b[0m").as_bytes(),
+            true,
+        );
+        let rows = outer_rows(&mut outer, &mut v);
+        assert_eq!(rows[0], format!("{}│", "x".repeat(20)));
+        assert_eq!(rows[1], "xxxxx               │");
+        assert_eq!(rows[2], format!("ab{}│", " ".repeat(18)));
+        assert_eq!(rows[4], format!("{}┘", "─".repeat(20)));
+        assert_eq!(rows[5], "");
+        // The erase's background stops at the session's edge.
+        let line = outer
+            .screen()
+            .visible_lines()
+            .nth(2)
+            .unwrap()
+            .cells()
+            .to_vec();
+        assert!(line[19].pen().background().is_some());
+        assert!(line[21].pen().background().is_none());
+    }
+
+    #[test]
+    fn a_larger_session_shows_a_viewport_at_its_cursor_with_a_notice() {
+        let (mut v, mut outer) = view((20, 6));
         let mut data = String::new();
         for i in 0..10 {
-            data.push_str(&format!("row {i} {}\r\n", "x".repeat(30)));
+            data.push_str(&format!("row {i} {}\r\n", "y".repeat(30)));
         }
         data.push_str("$ ");
-        view.snapshot(40, 12, data.as_bytes(), true);
-        assert!(view.is_cropped());
-        let rows = shown(&mut view, 20, 6);
-        // Five rows of the session end at its cursor row; none wrapped.
-        assert_eq!(rows[0], "row 6 xxxxxxxxxxxxxx");
-        assert_eq!(rows[3], "row 9 xxxxxxxxxxxxxx");
+        v.snapshot(40, 12, data.as_bytes(), true);
+        let rows = outer_rows(&mut outer, &mut v);
+        assert_eq!(rows[0], "row 6 yyyyyyyyyyyyyy");
         assert_eq!(rows[4], "$");
-        assert_eq!(rows[5], "[termesh] session 40");
-
-        // The session shrinks to fit: the screen is drawn whole again.
-        view.buf.clear();
-        view.session_resized(20, 6);
-        assert!(!view.is_cropped());
-        let rows = shown(&mut view, 20, 6);
-        assert_eq!(rows[5], "$", "{rows:?}");
+        assert!(rows[5].starts_with("[termesh] session 40"), "{rows:?}");
+        // The session takes this terminal's size: drawn whole.
+        v.session_resized(20, 6);
+        v.output(b"\x1b[H\x1b[2Jfits");
+        let rows = outer_rows(&mut outer, &mut v);
+        assert_eq!(rows, ["fits", "", "", "", "", ""]);
     }
 
     #[test]
-    fn the_status_row_goes_and_gives_back_what_it_covered() {
-        let mut view = View::new((20, 4));
-        view.snapshot(20, 4, b"a\r\nb\r\nc\r\nbottom", true);
-        view.set_status(Some("[termesh] link down".into()));
-        let rows = shown(&mut view, 20, 4);
+    fn typing_redraws_a_few_cells_only() {
+        let (mut v, mut outer) = view((80, 24));
+        v.snapshot(80, 24, b"$ ", true);
+        outer_rows(&mut outer, &mut v);
+        v.output(b"e");
+        v.render();
+        let out = String::from_utf8_lossy(&v.out).into_owned();
+        assert!(out.len() < 60, "{out:?}");
+        assert!(!out.contains("\x1b[2J"));
+    }
+
+    #[test]
+    fn the_status_row_overlays_and_gives_back_what_it_covered() {
+        let (mut v, mut outer) = view((20, 4));
+        v.snapshot(20, 4, b"a\r\nb\r\nc\r\nbottom", true);
+        v.set_status(Some("[termesh] link down".into()));
+        let rows = outer_rows(&mut outer, &mut v);
         assert_eq!(rows[3], "[termesh] link down");
-        assert_eq!(rows[0], "a");
-        view.set_status(None);
-        let rows = shown(&mut view, 20, 4);
+        assert_eq!(rows[..2], ["b", "c"], "the view follows the cursor");
+        v.set_status(None);
+        let rows = outer_rows(&mut outer, &mut v);
         assert_eq!(rows, ["a", "b", "c", "bottom"]);
     }
 
     #[test]
-    fn output_under_a_status_row_scrolls_the_screen_not_the_status() {
-        let mut view = View::new((20, 4));
-        view.snapshot(20, 4, b"a\r\nb\r\nc\r\nd", true);
-        view.set_status(Some("[termesh] notice".into()));
-        view.output(b"\r\ne\r\nf");
-        let rows = shown(&mut view, 20, 4);
-        assert_eq!(rows, ["c", "d", "e", "[termesh] notice"]);
-        view.set_status(None);
-        let rows = shown(&mut view, 20, 4);
-        assert_eq!(rows, ["c", "d", "e", "f"]);
+    fn modes_title_and_restore() {
+        let (mut v, mut outer) = view((20, 4));
+        v.snapshot(
+            20,
+            4,
+            b"\x1b[?1049h\x1b[?1000h\x1b]2;edit\x07\x1b[6 qvim",
+            true,
+        );
+        v.render();
+        let on = String::from_utf8_lossy(&v.out).into_owned();
+        assert!(
+            on.contains("\x1b[22;0t") && on.contains("\x1b[?1000h"),
+            "{on:?}"
+        );
+        assert!(
+            on.contains("\x1b]2;big: edit\x07") && on.contains("\x1b[6 q"),
+            "{on:?}"
+        );
+        outer_rows(&mut outer, &mut v);
+        v.keep_screen();
+        v.restore("[termesh: detached]");
+        let off = String::from_utf8_lossy(&v.out).into_owned();
+        let leave = off
+            .find("\x1b[?1049l")
+            .expect("leaves the alternate screen");
+        let note = off.find("[termesh: detached]").unwrap();
+        assert!(leave < note && off.contains("\x1b[?1000l") && off.contains("\x1b[0 q"));
+        assert!(
+            off.contains("\x1b[23;0t") && off[leave..].contains("vim"),
+            "{off:?}"
+        );
     }
 
     #[test]
-    fn restore_turns_off_what_the_session_turned_on() {
-        let mut view = View::new((20, 4));
-        view.snapshot(20, 4, b"\x1b[?1049h\x1b[?1000h\x1b[?25lvim", true);
-        view.buf.clear();
-        view.restore("[termesh] detached");
-        let text = String::from_utf8_lossy(&view.buf).into_owned();
-        let leave = text
-            .find("\x1b[?1049l")
-            .expect("leaves the alternate screen");
-        let note = text.find("[termesh] detached").unwrap();
-        assert!(leave < note && text.contains("\x1b[?1000l") && text.contains("\x1b[?25h"));
+    fn the_scroll_mode_draws_over_the_screen_and_gives_it_back() {
+        let (mut v, mut outer) = view((20, 4));
+        v.snapshot(20, 4, b"live", true);
+        outer_rows(&mut outer, &mut v);
+        assert!(v.open_scroll((0..50).map(|i| format!("old {i}")).collect()));
+        let rows = outer_rows(&mut outer, &mut v);
+        assert_eq!(rows[..3], ["old 47", "old 48", "old 49"]);
+        assert!(v.scroll_keys(b"k"));
+        let rows = outer_rows(&mut outer, &mut v);
+        assert_eq!(rows[2], "old 48");
+        assert!(!v.scroll_keys(b"q"));
+        let rows = outer_rows(&mut outer, &mut v);
+        assert_eq!(rows[0], "live");
     }
 }

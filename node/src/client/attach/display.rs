@@ -1,0 +1,77 @@
+//! What the attach loop asks of a display: the renderer (`View`, the
+//! default) or the pass-through (`Raw`, `--raw` or output that is not a
+//! terminal).
+
+use std::time::{Duration, Instant};
+
+use super::raw::Raw;
+
+/// A crop of a raw display is drawn at most this often.
+const RAW_REDRAW: Duration = Duration::from_millis(20);
+
+pub trait Display {
+    /// The session's screen at `cols` x `rows` (a fresh attach or a
+    /// resync, `reset` on the raw display).
+    fn snapshot(&mut self, cols: u16, rows: u16, data: &[u8], reset: bool);
+    fn output(&mut self, data: &[u8]);
+    fn session_resized(&mut self, cols: u16, rows: u16);
+    fn term_resized(&mut self, term: (u16, u16));
+    /// The status row's text, `None` for none.
+    fn set_status(&mut self, text: Option<String>);
+    /// When the next frame is due; `None`: nothing to draw.
+    fn due(&self) -> Option<Instant>;
+    fn redraw(&mut self);
+    /// Writes what is buffered (and a frame that is due) to the terminal.
+    fn flush(&mut self) -> std::io::Result<()>;
+    /// Leaves the terminal as it was found, `note` on a line of its own.
+    fn restore(&mut self, note: &str);
+    /// On the way out, the session's last screen is printed (it ended).
+    fn keep_screen(&mut self);
+    /// Opens the scroll mode over `lines`; false where there is none.
+    fn open_scroll(&mut self, lines: Vec<String>) -> bool;
+    fn scrolling(&self) -> bool;
+    /// Keys typed in the scroll mode; false once it is closed.
+    fn scroll_keys(&mut self, bytes: &[u8]) -> bool;
+}
+
+impl Display for Raw {
+    fn snapshot(&mut self, cols: u16, rows: u16, data: &[u8], reset: bool) {
+        Raw::snapshot(self, cols, rows, data, reset)
+    }
+    fn output(&mut self, data: &[u8]) {
+        Raw::output(self, data)
+    }
+    fn session_resized(&mut self, cols: u16, rows: u16) {
+        Raw::session_resized(self, cols, rows)
+    }
+    fn term_resized(&mut self, term: (u16, u16)) {
+        Raw::term_resized(self, term)
+    }
+    fn set_status(&mut self, text: Option<String>) {
+        Raw::set_status(self, text)
+    }
+    fn due(&self) -> Option<Instant> {
+        self.needs_redraw().then(|| Instant::now() + RAW_REDRAW)
+    }
+    fn redraw(&mut self) {
+        Raw::redraw(self)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Raw::flush(self)
+    }
+    fn restore(&mut self, note: &str) {
+        Raw::restore(self, note)
+    }
+    fn keep_screen(&mut self) {
+        Raw::keep_screen(self)
+    }
+    fn open_scroll(&mut self, _: Vec<String>) -> bool {
+        false
+    }
+    fn scrolling(&self) -> bool {
+        false
+    }
+    fn scroll_keys(&mut self, _: &[u8]) -> bool {
+        false
+    }
+}

@@ -1,0 +1,317 @@
+//! The scroll mode (prefix then `[`), like tmux's copy mode: the session's
+//! rendered history from the node (one line per row, colours kept), paged
+//! with the arrow keys, PgUp/PgDn, `g`/`G`, the mouse wheel, and searched
+//! with `/` (towards older lines; `n` again, `N` towards newer). `q` or Esc
+//! goes back to the live screen.
+
+use avt::Pen;
+
+use super::frame::{Frame, Glyph};
+
+/// Lines the mouse wheel moves.
+const WHEEL: usize = 3;
+/// Longest search text kept.
+const MAX_QUERY: usize = 256;
+
+/// What a key did in the scroll mode.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Scrolled {
+    Stay,
+    Quit,
+}
+
+#[derive(Debug)]
+pub struct Scroll {
+    /// Rendered lines (SGR kept) and their plain text, oldest first.
+    lines: Vec<String>,
+    plain: Vec<String>,
+    cols: usize,
+    /// Index of the line at the bottom of the view.
+    bottom: usize,
+    /// The search being typed, and the last one run.
+    typing: Option<String>,
+    query: Option<String>,
+    /// The line the last search found.
+    found: Option<usize>,
+    note: Option<String>,
+}
+
+impl Scroll {
+    /// `lines` as the node's `history` renders them, at `cols` columns.
+    pub fn new(lines: Vec<String>, cols: usize) -> Scroll {
+        let plain: Vec<String> = lines.iter().map(|l| strip(l)).collect();
+        let bottom = lines.len().saturating_sub(1);
+        Scroll {
+            lines,
+            plain,
+            cols,
+            bottom,
+            typing: None,
+            query: None,
+            found: None,
+            note: None,
+        }
+    }
+
+    pub fn keys(&mut self, bytes: &[u8], height: usize) -> Scrolled {
+        if let Some(text) = self.typing.as_mut() {
+            let mut run = false;
+            for &b in bytes {
+                match b {
+                    b'\r' | b'\n' => {
+                        run = true;
+                        break;
+                    }
+                    0x1b => {
+                        self.typing = None;
+                        return Scrolled::Stay;
+                    }
+                    0x7f | 0x08 => {
+                        text.pop();
+                    }
+                    b if b >= 0x20 && text.len() < MAX_QUERY => text.push(char::from(b)),
+                    _ => {}
+                }
+            }
+            if run {
+                let query = self.typing.take().unwrap_or_default();
+                if !query.is_empty() {
+                    self.query = Some(query);
+                }
+                self.search(true, height);
+            }
+            return Scrolled::Stay;
+        }
+        let page = height.saturating_sub(1).max(1);
+        match bytes {
+            b"q" | b"\x1b" | b"\x03" => return Scrolled::Quit,
+            b"k" | b"\x1b[A" | b"\x1bOA" => self.up(1),
+            b"j" | b"\x1b[B" | b"\x1bOB" => self.down(1),
+            b"\x1b[5~" | b"\x02" | b"b" => self.up(page),
+            b"\x1b[6~" | b"\x06" | b" " => self.down(page),
+            b"g" | b"\x1b[H" | b"\x1b[1~" => self.bottom = height.saturating_sub(1),
+            b"G" | b"\x1b[F" | b"\x1b[4~" => self.bottom = self.last(),
+            b"/" | b"?" => {
+                self.typing = Some(String::new());
+                self.note = None;
+            }
+            b"n" => self.search(true, height),
+            b"N" => self.search(false, height),
+            _ => {
+                if let Some(wheel) = wheel(bytes) {
+                    match wheel {
+                        Wheel::Up => self.up(WHEEL),
+                        Wheel::Down => self.down(WHEEL),
+                    }
+                }
+            }
+        }
+        self.bottom = self.bottom.max(height.saturating_sub(1)).min(self.last());
+        Scrolled::Stay
+    }
+
+    fn last(&self) -> usize {
+        self.lines.len().saturating_sub(1)
+    }
+
+    fn up(&mut self, n: usize) {
+        self.bottom = self.bottom.saturating_sub(n);
+    }
+
+    fn down(&mut self, n: usize) {
+        self.bottom = (self.bottom + n).min(self.last());
+    }
+
+    /// Finds the query from the line above the found one (or the view's
+    /// top) towards older lines, or below it towards newer ones.
+    fn search(&mut self, older: bool, height: usize) {
+        let Some(query) = self.query.clone() else {
+            self.note = Some("no search yet: / starts one".into());
+            return;
+        };
+        let top = self.bottom.saturating_sub(height.saturating_sub(1));
+        let from = self.found.unwrap_or(if older { top } else { self.bottom });
+        let hit = if older {
+            (0..from).rev().find(|&i| self.plain[i].contains(&query))
+        } else {
+            (from + 1..self.lines.len()).find(|&i| self.plain[i].contains(&query))
+        };
+        match hit {
+            Some(i) => {
+                self.found = Some(i);
+                self.note = None;
+                // The found line shows in the middle of the view.
+                self.bottom = (i + height / 2)
+                    .min(self.last())
+                    .max(height.saturating_sub(1));
+            }
+            None => self.note = Some(format!("{query:?} not found")),
+        }
+    }
+
+    /// Draws the view over the whole frame; the last row is the mode's own
+    /// status row.
+    pub fn draw(&self, frame: &mut Frame) {
+        let (cols, rows) = frame.size();
+        let height = rows.saturating_sub(1);
+        let top = (self.bottom + 1).saturating_sub(height);
+        let mut probe =
+            avt::Terminal::new(self.cols.max(cols).max(1), 1).expect("a 1-row terminal");
+        for r in 0..height {
+            frame.fill(r, 0, Pen::default());
+            let Some(line) = self.lines.get(top + r) else {
+                continue;
+            };
+            probe.feed("\r\x1b[0m\x1b[2K");
+            probe.feed(line.as_str());
+            if let Some(cells) = probe.screen().visible_lines().next().map(|l| l.cells()) {
+                for (c, cell) in cells.iter().take(cols).enumerate() {
+                    frame.rows[r][c] = Glyph::from_cell(cell);
+                }
+                if let Some(last) = frame.rows[r].last_mut() {
+                    if last.width == 2 {
+                        *last = Glyph::blank();
+                    }
+                }
+            }
+            if Some(top + r) == self.found {
+                for g in &mut frame.rows[r] {
+                    g.pen.set_inverse();
+                }
+            }
+        }
+        let status = match (&self.typing, &self.note) {
+            (Some(text), _) => format!("search (older): {text}"),
+            (None, Some(note)) => format!("[scroll] {note}"),
+            (None, None) => format!(
+                "[scroll] line {} of {} · ↑↓ PgUp PgDn g G wheel · / search · n N next · q back",
+                self.bottom + 1,
+                self.lines.len()
+            ),
+        };
+        let mut pen = Pen::default();
+        pen.set_inverse();
+        if rows > 0 {
+            let end = frame.put_text(rows - 1, 0, &status, pen);
+            frame.fill(rows - 1, end, pen);
+        }
+        frame.cursor = self.typing.as_ref().map(|t| {
+            (
+                rows.saturating_sub(1),
+                ("search (older): ".len() + t.chars().count()).min(cols.saturating_sub(1)),
+            )
+        });
+    }
+}
+
+enum Wheel {
+    Up,
+    Down,
+}
+
+/// An SGR mouse report of the wheel: `ESC [ < 64 ; x ; y M` (up), 65 down.
+fn wheel(bytes: &[u8]) -> Option<Wheel> {
+    let rest = bytes.strip_prefix(b"\x1b[<")?;
+    let button = rest.split(|b| *b == b';').next()?;
+    match button {
+        b"64" => Some(Wheel::Up),
+        b"65" => Some(Wheel::Down),
+        _ => None,
+    }
+}
+
+/// A rendered line's text without its escape sequences.
+fn strip(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\x1b' {
+            if chars.next() == Some('[') {
+                for c in chars.by_ref() {
+                    if ('\x40'..='\x7e').contains(&c) {
+                        break;
+                    }
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rows(frame: &Frame) -> Vec<String> {
+        frame
+            .rows
+            .iter()
+            .map(|r| {
+                r.iter()
+                    .filter(|g| g.width > 0)
+                    .map(|g| g.ch)
+                    .collect::<String>()
+                    .trim_end()
+                    .to_string()
+            })
+            .collect()
+    }
+
+    fn history(n: usize) -> Vec<String> {
+        (0..n).map(|i| format!("\x1b[32mline {i}\x1b[0m")).collect()
+    }
+
+    #[test]
+    fn starts_at_the_bottom_and_pages() {
+        let mut s = Scroll::new(history(100), 20);
+        let mut f = Frame::blank(20, 5);
+        s.draw(&mut f);
+        assert_eq!(rows(&f)[..4], ["line 96", "line 97", "line 98", "line 99"]);
+        assert!(rows(&f)[4].starts_with("[scroll] line 100"));
+        s.keys(b"\x1b[5~", 4);
+        s.draw(&mut f);
+        assert_eq!(rows(&f)[3], "line 96");
+        s.keys(b"g", 4);
+        s.draw(&mut f);
+        assert_eq!(rows(&f)[0], "line 0");
+        s.keys(b"\x1b[<65;3;3M", 4);
+        s.draw(&mut f);
+        assert_eq!(rows(&f)[0], "line 3");
+        assert_eq!(s.keys(b"q", 4), Scrolled::Quit);
+    }
+
+    #[test]
+    fn search_finds_older_lines_then_newer() {
+        let mut s = Scroll::new(history(6000), 30);
+        let mut f = Frame::blank(30, 11);
+        s.keys(b"/", 10);
+        s.keys(b"line 12", 10);
+        s.draw(&mut f);
+        assert_eq!(rows(&f)[10], "search (older): line 12");
+        s.keys(b"\r", 10);
+        s.draw(&mut f);
+        // The nearest older match, 4,700 lines up.
+        assert!(rows(&f).iter().any(|r| r == "line 1299"), "{:?}", rows(&f));
+        assert!(
+            f.rows.iter().any(|r| r[0].pen.is_inverse()),
+            "the match is marked"
+        );
+        s.keys(b"n", 10);
+        s.draw(&mut f);
+        assert!(rows(&f).iter().any(|r| r == "line 1298"));
+        s.keys(b"N", 10);
+        s.draw(&mut f);
+        assert!(rows(&f).iter().any(|r| r == "line 1299"));
+        s.keys(b"/", 10);
+        s.keys(b"nowhere\r", 10);
+        s.draw(&mut f);
+        assert!(rows(&f)[10].contains("not found"));
+    }
+
+    #[test]
+    fn strips_escapes() {
+        assert_eq!(strip("\x1b[1;31mred\x1b[0m plain"), "red plain");
+    }
+}

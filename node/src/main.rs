@@ -1,6 +1,7 @@
 //! The `termesh` command: run a node, check a config, make a token, and the
 //! protocol clients (`ls`, `new`, `kill`, `rm`, `logs`, `screen`, `attach`).
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
 
 use anyhow::{bail, Context};
@@ -209,16 +210,26 @@ enum Command {
         /// through this node while it runs, else the running session with
         /// the most recent output]
         session: Option<String>,
-        /// Prefix key, as ^X: then d detaches, s takes the size, the key
-        /// again sends it
-        #[arg(long, alias = "detach-key", default_value = "^]")]
-        prefix: String,
-        /// History lines shown above the screen on attach
+        /// Prefix key, as ^X or C-x: then d detaches, [ scrolls, s takes
+        /// the size, the key again sends it
+        #[arg(
+            long,
+            alias = "prefix",
+            env = "TERMESH_DETACH_KEY",
+            default_value = "^]"
+        )]
+        detach_key: String,
+        /// With --raw: history lines written above the screen on attach
         #[arg(long, default_value_t = 1000)]
         scrollback: u64,
         /// Watch only: send no keys and no size
         #[arg(long)]
         read_only: bool,
+        /// Pass the session's bytes through to this terminal instead of
+        /// drawing it (for `attach | tee`, or a terminal's own scrollback);
+        /// the default when output is not a terminal
+        #[arg(long)]
+        raw: bool,
     },
 }
 
@@ -465,10 +476,12 @@ async fn run_client(command: Command) -> anyhow::Result<i32> {
             if and_attach {
                 let opts = AttachOptions {
                     label: describe(&info),
+                    title: info.name.clone().unwrap_or_else(|| info.id.clone()),
                     session: info.id,
                     prefix: 0x1d,
                     scrollback: 1000,
                     read_only: false,
+                    raw: !std::io::stdout().is_terminal(),
                 };
                 return attach(&target, opts).await.map(|end| end.exit_code());
             }
@@ -521,19 +534,22 @@ async fn run_client(command: Command) -> anyhow::Result<i32> {
         Command::Attach {
             client,
             session,
-            prefix,
+            detach_key,
             scrollback,
             read_only,
+            raw,
         } => {
-            let prefix = parse_key(&prefix)?;
+            let prefix = parse_key(&detach_key)?;
             let target = target(client)?;
             let info = commands::pick(&target, session.as_deref()).await?;
             let opts = AttachOptions {
                 label: describe(&info),
+                title: info.name.clone().unwrap_or_else(|| info.id.clone()),
                 session: info.id,
                 prefix,
                 scrollback,
                 read_only,
+                raw: raw || !std::io::stdout().is_terminal(),
             };
             attach(&target, opts).await.map(|end| end.exit_code())
         }
@@ -590,12 +606,15 @@ fn files(paths: &[PathBuf]) -> String {
 }
 
 /// `^]` style: a control key.
+/// `^]`, `C-]`, `^a`, `C-A`: a control key's byte.
 fn parse_key(text: &str) -> anyhow::Result<u8> {
     match text.as_bytes() {
-        [b'^', c] if (b'@'..=b'_').contains(&c.to_ascii_uppercase()) => {
+        [b'^', c] | [b'C' | b'c', b'-', c] if (b'@'..=b'_').contains(&c.to_ascii_uppercase()) => {
             Ok(c.to_ascii_uppercase() - b'@')
         }
-        _ => bail!("--prefix {text:?}: use ^ and a letter or one of @[\\]^_, e.g. ^]"),
+        _ => bail!(
+            "--detach-key {text:?}: use ^ (or C-) and a letter or one of @[\\]^_, e.g. ^] or C-a"
+        ),
     }
 }
 
@@ -610,7 +629,6 @@ fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("TERMESH_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,actix_server=warn"));
     // Colour only on a terminal: a log file or the journal gets plain text.
-    use std::io::IsTerminal;
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::stderr().is_terminal())

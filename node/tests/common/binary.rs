@@ -52,7 +52,8 @@ impl BinaryNode {
         BinaryNode::start_at(tempfile::tempdir().unwrap(), data, "127.0.0.1:0", extra)
     }
 
-    fn start_in(dir: tempfile::TempDir, listen: &str, extra: &str) -> BinaryNode {
+    /// A node on `dir` (config, data, log) listening on `listen`.
+    pub fn start_in(dir: tempfile::TempDir, listen: &str, extra: &str) -> BinaryNode {
         let data = dir.path().join("data");
         BinaryNode::start_at(dir, &data, listen, extra)
     }

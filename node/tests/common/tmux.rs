@@ -63,6 +63,19 @@ impl Tmux {
             .collect()
     }
 
+    /// Scrollback and screen, oldest first, trailing blank rows dropped.
+    pub fn all_lines(&self) -> Vec<String> {
+        let mut lines: Vec<String> = self
+            .run(&["capture-pane", "-p", "-S", "-", "-E", "-"])
+            .lines()
+            .map(|l| l.trim_end().to_string())
+            .collect();
+        while lines.last().is_some_and(|l| l.is_empty()) {
+            lines.pop();
+        }
+        lines
+    }
+
     pub fn text(&self) -> String {
         self.screen().join("\n")
     }
@@ -112,6 +125,24 @@ impl Tmux {
             .next()
             .and_then(|p| p.parse().ok())
             .expect("the client runs under the pane's shell")
+    }
+
+    /// The pid of a process under the pane whose command line contains
+    /// `needle` (the client run from the pane's shell).
+    pub fn descendant(&self, needle: &str) -> Option<i32> {
+        let mut todo = vec![self.show("#{pane_pid}").parse::<i32>().ok()?];
+        while let Some(pid) = todo.pop() {
+            let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+                .unwrap_or_default();
+            for child in children.split_whitespace().filter_map(|p| p.parse().ok()) {
+                let cmdline = std::fs::read(format!("/proc/{child}/cmdline")).unwrap_or_default();
+                if String::from_utf8_lossy(&cmdline).contains(needle) {
+                    return Some(child);
+                }
+                todo.push(child);
+            }
+        }
+        None
     }
 
     /// Waits until the pane shows `needle`; returns the screen.

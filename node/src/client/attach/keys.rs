@@ -1,6 +1,9 @@
 //! The attach client's keyboard: the prefix key (default Ctrl-]) and its
 //! commands, and bracketed pastes, inside which every byte goes to the
-//! session as typed (a pasted Ctrl-] never detaches).
+//! session as typed (a pasted Ctrl-] never detaches). While the program
+//! has asked for modifyOtherKeys or kitty's keyboard protocol, the outer
+//! terminal encodes the prefix key (`CSI 27;5;93~`, `CSI 93;5u`): those
+//! count as the prefix too.
 
 /// What the typed bytes mean.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,9 +51,10 @@ impl KeyFilter {
     }
 
     pub fn feed(&mut self, chunk: &[u8]) -> Vec<Key> {
+        let chunk = self.decode_prefix(chunk);
         let mut keys = Vec::new();
         let mut run = Vec::new();
-        for &byte in chunk {
+        for &byte in chunk.iter() {
             let in_paste = self.in_paste;
             self.scan_marker(byte);
             if self.armed {
@@ -79,6 +83,35 @@ impl KeyFilter {
             keys.push(Key::Input(run));
         }
         keys
+    }
+
+    /// The chunk with the prefix key's encoded forms (outside a paste)
+    /// replaced by its byte.
+    fn decode_prefix<'a>(&self, chunk: &'a [u8]) -> std::borrow::Cow<'a, [u8]> {
+        if self.in_paste || !chunk.windows(2).any(|w| w == b"\x1b[") {
+            return chunk.into();
+        }
+        let code = u32::from(self.prefix + b'@').to_string();
+        let code = if self.prefix + b'@' >= b'A' && self.prefix + b'@' <= b'Z' {
+            u32::from(self.prefix + b'`').to_string()
+        } else {
+            code
+        };
+        let forms = [format!("\x1b[27;5;{code}~"), format!("\x1b[{code};5u")];
+        let mut out = Vec::with_capacity(chunk.len());
+        let mut rest = chunk;
+        'scan: while !rest.is_empty() {
+            for form in &forms {
+                if let Some(after) = rest.strip_prefix(form.as_bytes()) {
+                    out.push(self.prefix);
+                    rest = after;
+                    continue 'scan;
+                }
+            }
+            out.push(rest[0]);
+            rest = &rest[1..];
+        }
+        out.into()
     }
 
     fn scan_marker(&mut self, byte: u8) {
@@ -126,6 +159,19 @@ mod tests {
         assert!(k.armed());
         assert_eq!(k.feed(b"s"), vec![Key::TakeSize]);
         assert_eq!(k.feed(&[P, b'x', b'y']), vec![Key::Help, input(b"y")]);
+    }
+
+    #[test]
+    fn the_prefix_key_encoded_by_a_keyboard_protocol_still_works() {
+        let mut k = KeyFilter::new(P);
+        assert_eq!(k.feed(b"\x1b[27;5;93~d"), vec![Key::Detach]);
+        assert_eq!(k.feed(b"\x1b[93;5u"), vec![]);
+        assert_eq!(k.feed(b"s"), vec![Key::TakeSize]);
+        // Other encoded keys pass as they are.
+        assert_eq!(k.feed(b"\x1b[27;5;97~"), vec![input(b"\x1b[27;5;97~")]);
+        // Ctrl-A as prefix: its letter in lower case.
+        let mut k = KeyFilter::new(0x01);
+        assert_eq!(k.feed(b"\x1b[97;5ud"), vec![Key::Detach]);
     }
 
     #[test]

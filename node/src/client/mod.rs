@@ -4,6 +4,7 @@
 pub mod attach;
 pub mod commands;
 pub mod last;
+pub mod ls;
 pub mod resolve;
 pub mod stored;
 

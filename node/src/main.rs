@@ -29,10 +29,11 @@ struct Cli {
 #[derive(clap::Args, Clone)]
 struct ClientArgs {
     /// Node URL, e.g. http://127.0.0.1:7420 [default: the URL the node on
-    /// the data dir recorded, else http://127.0.0.1:7420]
+    /// the data dir recorded, else the one local node recorded in
+    /// $XDG_RUNTIME_DIR/termesh, else http://127.0.0.1:7420]
     #[arg(long, env = "TERMESH_URL", global = true)]
     url: Option<String>,
-    /// Access token [default: the data dir's admin.token]
+    /// Access token [default: the admin.token of the found node's data dir]
     #[arg(long, env = "TERMESH_TOKEN", global = true, hide_env_values = true)]
     token: Option<String>,
     /// The node's data dir, where a local node leaves its URL and admin

@@ -43,6 +43,7 @@ fn node_and_clients_with_defaults() {
         .args(["node", "--listen", "127.0.0.1:0", "--name", "cli-test"])
         .arg("--data-dir")
         .arg(data.path())
+        .env("XDG_RUNTIME_DIR", data.path().join("run"))
         .stdout(Stdio::piped())
         .stderr(std::fs::File::create(data.path().join("node.log")).unwrap())
         .spawn()

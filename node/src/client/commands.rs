@@ -70,7 +70,11 @@ pub fn reload(target: &Target) -> anyhow::Result<()> {
                 body["message"].as_str().unwrap_or("the reload failed")
             )
         }
-        Err(e) => bail!("no termesh node at {}: {e}", target.url),
+        Err(e) => bail!(
+            "no termesh node at {} ({e}){}",
+            target.url,
+            target.not_found_hint()
+        ),
     }
 }
 
@@ -87,7 +91,11 @@ pub fn nodes(target: &Target, json: bool) -> anyhow::Result<()> {
             let body = resp.into_string().unwrap_or_default();
             bail!("{url}: {code}: {}", body.trim());
         }
-        Err(e) => bail!("no termesh node at {}: {e}", target.url),
+        Err(e) => bail!(
+            "no termesh node at {} ({e}){}",
+            target.url,
+            target.not_found_hint()
+        ),
     };
     if json {
         println!("{}", serde_json::to_string_pretty(&nodes)?);

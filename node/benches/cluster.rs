@@ -250,6 +250,7 @@ async fn main() {
         token: Some(token.clone()),
         token_source: "the benchmark".into(),
         ca: None,
+        looked: Vec::new(),
     };
     // Wait for the nodes and the links.
     let deadline = Instant::now() + Duration::from_secs(60);

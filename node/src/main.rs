@@ -1,5 +1,6 @@
 //! The `termesh` command: run a node, check a config, make a token, and the
-//! protocol clients (`ls`, `new`, `kill`, `rm`, `logs`, `screen`, `attach`).
+//! protocol clients (`ls`, `new`, `kill`, `rm`, `rename`, `logs`, `screen`,
+//! `attach`).
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -9,7 +10,7 @@ use clap::{Parser, Subcommand};
 use termesh_config::Config;
 use termesh_node::client::attach::{attach, AttachOptions};
 use termesh_node::client::resolve::describe;
-use termesh_node::client::{commands, stored, Target};
+use termesh_node::client::{commands, ls, stored, Target};
 use termesh_node::server;
 use termesh_transport::CreateRequest;
 
@@ -29,10 +30,11 @@ struct Cli {
 #[derive(clap::Args, Clone)]
 struct ClientArgs {
     /// Node URL, e.g. http://127.0.0.1:7420 [default: the URL the node on
-    /// the data dir recorded, else http://127.0.0.1:7420]
+    /// the data dir recorded, else the one local node recorded in
+    /// $XDG_RUNTIME_DIR/termesh, else http://127.0.0.1:7420]
     #[arg(long, env = "TERMESH_URL", global = true)]
     url: Option<String>,
-    /// Access token [default: the data dir's admin.token]
+    /// Access token [default: the admin.token of the found node's data dir]
     #[arg(long, env = "TERMESH_TOKEN", global = true, hide_env_values = true)]
     token: Option<String>,
     /// The node's data dir, where a local node leaves its URL and admin
@@ -90,13 +92,19 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// List sessions.
+    /// List sessions (rows cut to the terminal's width; ended ones hidden
+    /// unless --all).
     Ls {
         #[command(flatten)]
         client: ClientArgs,
-        /// Print JSON (the protocol's SessionInfo) instead of a table
+        /// Print JSON (the protocol's SessionInfo, every session) instead
+        /// of a table
         #[arg(long)]
         json: bool,
+        /// Also list ended sessions (exited, lost) [default: hidden, and
+        /// counted on stderr]
+        #[arg(long, short)]
+        all: bool,
     },
     /// Start a session and print its id (or attach to it).
     New {
@@ -146,6 +154,15 @@ enum Command {
         /// until the store's vacuum]
         #[arg(long)]
         purge: bool,
+    },
+    /// Rename a session (names are unique on a node).
+    Rename {
+        #[command(flatten)]
+        client: ClientArgs,
+        /// Session: id, id prefix or name
+        session: String,
+        /// The new name (at most 256 bytes, no control characters)
+        name: String,
     },
     /// Run an exited or lost session's command again (same id, in its
     /// cwd; its output continues after the old).
@@ -441,7 +458,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
 async fn run_client(command: Command) -> anyhow::Result<i32> {
     let target = |c: ClientArgs| Target::resolve(c.url, c.token, c.data_dir, c.ca);
     match command {
-        Command::Ls { client, json } => commands::ls(&target(client)?, json).await.map(|_| 0),
+        Command::Ls { client, json, all } => ls::ls(&target(client)?, json, all).await.map(|_| 0),
         Command::Nodes { client, json } => commands::nodes(&target(client)?, json).map(|_| 0),
         Command::Config {
             command: ConfigCommand::Reload { client },
@@ -498,6 +515,13 @@ async fn run_client(command: Command) -> anyhow::Result<i32> {
             sessions,
             purge,
         } => commands::rm(&target(client)?, &sessions, purge).await,
+        Command::Rename {
+            client,
+            session,
+            name,
+        } => commands::rename(&target(client)?, &session, &name)
+            .await
+            .map(|_| 0),
         Command::Revive { client, session } => {
             stored::revive(&target(client)?, &session).await.map(|_| 0)
         }

@@ -43,6 +43,7 @@ fn node_and_clients_with_defaults() {
         .args(["node", "--listen", "127.0.0.1:0", "--name", "cli-test"])
         .arg("--data-dir")
         .arg(data.path())
+        .env("XDG_RUNTIME_DIR", data.path().join("run"))
         .stdout(Stdio::piped())
         .stderr(std::fs::File::create(data.path().join("node.log")).unwrap())
         .spawn()
@@ -105,7 +106,9 @@ fn node_and_clients_with_defaults() {
 
     assert!(run(&["kill", "greeter"], data.path(), &url).0);
     eventually("the exit", || {
-        run(&["ls"], data.path(), &url).1.contains("TERM (143)")
+        run(&["ls", "--all"], data.path(), &url)
+            .1
+            .contains("TERM (143)")
     });
     let (ok, _, err) = run(&["kill", "greeter"], data.path(), &url);
     assert!(
@@ -212,7 +215,7 @@ fn node_and_clients_with_defaults() {
 #[test]
 fn help_describes_every_option() {
     let commands = [
-        "node", "ls", "new", "kill", "rm", "logs", "screen", "attach", "token",
+        "node", "ls", "new", "kill", "rm", "rename", "logs", "screen", "attach", "token",
     ];
     for command in commands {
         let out = Command::new(BIN)

@@ -75,6 +75,7 @@ async fn a_node_serves_https_and_wss_to_clients_that_trust_its_ca() {
         token: Some(OPERATOR.into()),
         token_source: "the test".into(),
         ca: Some(ca_pem.clone()),
+        looked: Vec::new(),
     };
     let mut c = Client::connect(&target).await.unwrap();
     let req = CreateRequest {

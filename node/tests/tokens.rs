@@ -32,6 +32,7 @@ fn target(node: &BinaryNode, token: &str) -> Target {
         token: Some(token.to_string()),
         token_source: "the test".into(),
         ca: None,
+        looked: Vec::new(),
     }
 }
 

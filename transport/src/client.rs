@@ -317,6 +317,15 @@ pub enum SessionStatus {
     Unreachable,
 }
 
+impl SessionStatus {
+    /// Its program is gone for good (exited, or lost with its node):
+    /// `termesh ls` hides these unless asked. `unreachable` is not ended:
+    /// the program may still run behind a cut link.
+    pub fn has_ended(self) -> bool {
+        matches!(self, SessionStatus::Exited | SessionStatus::Lost)
+    }
+}
+
 /// A session as `list`, `created` and `session_changed` describe it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SessionInfo {

@@ -37,6 +37,7 @@ impl Node {
             .arg("--config")
             .arg(&config_file)
             .env("TERMESH_LOG", "warn")
+            .env("XDG_RUNTIME_DIR", dir.path().join("run"))
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -60,6 +61,7 @@ impl Node {
                 token: Some(token),
                 token_source: "the benchmark".into(),
                 ca: None,
+                looked: Vec::new(),
             },
             dir,
         }

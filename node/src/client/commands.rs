@@ -1,9 +1,9 @@
-//! One-shot CLI commands: `ls`, `new`, `kill`, `rm`, `logs`, `screen`, and
-//! finding the session a command names.
+//! One-shot CLI commands: `new`, `kill`, `rm`, `logs`, `screen`, `rename`,
+//! and finding the session a command names (`ls` is in `ls.rs`).
 
 use std::io::Write;
 
-use anyhow::bail;
+use anyhow::{bail, Context};
 use termesh_transport::{ClientMsg, CreateRequest, ServerMsg, SessionInfo};
 
 use super::resolve::{describe, last_or_most_recent, resolve};
@@ -50,44 +50,6 @@ pub async fn pick(target: &Target, wanted: Option<&str>) -> anyhow::Result<Sessi
     Ok(found)
 }
 
-pub async fn ls(target: &Target, json: bool) -> anyhow::Result<()> {
-    let mut client = Client::connect(target).await?;
-    let sessions = list(&mut client).await?;
-    if json {
-        println!("{}", serde_json::to_string_pretty(&sessions)?);
-    } else {
-        print!("{}", table(&sessions));
-    }
-    client.close().await;
-    Ok(())
-}
-
-/// The `ls` table.
-pub fn table(sessions: &[SessionInfo]) -> String {
-    let mut out = format!(
-        "{:<12}  {:<16}  {:<10}  {:<11}  {:>8}  {:>7}  {:>8}  {}\n",
-        "ID", "NAME", "NODE", "STATUS", "SEQ", "VIEWERS", "IDLE", "COMMAND"
-    );
-    for s in sessions {
-        let status = match (s.status, s.exit_code) {
-            (termesh_transport::SessionStatus::Exited, Some(code)) => exit_text(code),
-            (status, _) => format!("{status:?}").to_lowercase(),
-        };
-        out.push_str(&format!(
-            "{:<12}  {:<16}  {:<10}  {:<11}  {:>8}  {:>7}  {:>7}s  {}\n",
-            s.id,
-            s.name.as_deref().unwrap_or("-"),
-            s.node,
-            status,
-            s.last_seq,
-            s.viewers,
-            s.idle_ms / 1000,
-            s.command.join(" ")
-        ));
-    }
-    out
-}
-
 /// `termesh config reload`: the node reads its config file again.
 pub fn reload(target: &Target) -> anyhow::Result<()> {
     let url = format!("{}/api/v1/config/reload", target.url);
@@ -108,7 +70,11 @@ pub fn reload(target: &Target) -> anyhow::Result<()> {
                 body["message"].as_str().unwrap_or("the reload failed")
             )
         }
-        Err(e) => bail!("no termesh node at {}: {e}", target.url),
+        Err(e) => bail!(
+            "no termesh node at {} ({e}){}",
+            target.url,
+            target.not_found_hint()
+        ),
     }
 }
 
@@ -125,7 +91,11 @@ pub fn nodes(target: &Target, json: bool) -> anyhow::Result<()> {
             let body = resp.into_string().unwrap_or_default();
             bail!("{url}: {code}: {}", body.trim());
         }
-        Err(e) => bail!("no termesh node at {}: {e}", target.url),
+        Err(e) => bail!(
+            "no termesh node at {} ({e}){}",
+            target.url,
+            target.not_found_hint()
+        ),
     };
     if json {
         println!("{}", serde_json::to_string_pretty(&nodes)?);
@@ -262,6 +232,25 @@ pub async fn rm(target: &Target, wanted: &[String], purge: bool) -> anyhow::Resu
     }
     client.close().await;
     Ok(i32::from(failed > 0))
+}
+
+/// Gives the session `wanted` names the name `name` (unique on its node).
+pub async fn rename(target: &Target, wanted: &str, name: &str) -> anyhow::Result<()> {
+    if name.is_empty() {
+        bail!("an empty name: give the session a name of at least one character");
+    }
+    let mut client = Client::connect(target).await?;
+    let s = lookup(&mut client, wanted).await?;
+    client
+        .request(|id| ClientMsg::Rename {
+            id,
+            session: s.id.clone(),
+            name: name.to_string(),
+        })
+        .await
+        .with_context(|| format!("cannot rename {} to `{name}`", describe(&s)))?;
+    client.close().await;
+    Ok(())
 }
 
 /// Raw output (`--tail` bytes) or the rendered history lines.

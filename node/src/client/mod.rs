@@ -3,7 +3,9 @@
 
 pub mod attach;
 pub mod commands;
+pub mod discover;
 pub mod last;
+pub mod ls;
 pub mod resolve;
 pub mod stored;
 
@@ -32,24 +34,27 @@ pub struct Target {
     /// The CA file trusted for an `https://` node (`--ca`, `TERMESH_CA`);
     /// `None`: the public web roots.
     pub ca: Option<PathBuf>,
+    /// Where the URL was looked for, for the error when no node answers
+    /// there (empty: `--url` named it).
+    pub looked: Vec<String>,
 }
 
 impl Target {
     /// `--url`/`TERMESH_URL`, else the URL the node on the data dir
-    /// recorded, else the default local address. `--token`/`TERMESH_TOKEN`,
-    /// else the data dir's `admin.token`.
+    /// recorded, else the one local node the runtime dir records, else
+    /// the default local address (`discover`). `--token`/`TERMESH_TOKEN`,
+    /// else the admin token in the found node's data dir.
     pub fn resolve(
         url: Option<String>,
         token: Option<String>,
         data_dir: Option<PathBuf>,
         ca: Option<PathBuf>,
     ) -> anyhow::Result<Target> {
-        let dir = data_dir.unwrap_or_else(termesh_config::default_data_dir);
-        let url = match url {
-            Some(url) => normalize_url(&url)?,
-            None => crate::server::url_file::read(&dir)
-                .unwrap_or_else(|| format!("http://{}", termesh_config::defaults::HTTP_LISTEN)),
-        };
+        let discover::Found {
+            url,
+            data_dir: dir,
+            looked,
+        } = discover::find(url, data_dir)?;
         let (token, token_source) = match token {
             Some(t) => {
                 let from_env = std::env::var("TERMESH_TOKEN").is_ok_and(|e| e == t);
@@ -67,6 +72,7 @@ impl Target {
             token,
             token_source,
             ca,
+            looked,
         })
     }
 
@@ -106,13 +112,19 @@ impl Target {
         Ok(builder.build())
     }
 
+    /// After "no termesh node at URL": where the URL came from and what to
+    /// pass instead.
+    pub fn not_found_hint(&self) -> String {
+        discover::hint(&self.looked)
+    }
+
     /// Why a connection was refused, in words a person can act on.
     fn explain(&self, e: tokio_tungstenite::tungstenite::Error) -> anyhow::Error {
         use tokio_tungstenite::tungstenite::Error as WsError;
         let url = &self.url;
         match e {
             WsError::Io(io) if io.kind() == std::io::ErrorKind::ConnectionRefused => {
-                anyhow!("no termesh node at {url}: start one with `termesh node`, or pass --url")
+                anyhow!("no termesh node at {url}{}", self.not_found_hint())
             }
             WsError::Http(resp) if resp.status() == 401 || resp.status() == 403 => {
                 let source = &self.token_source;

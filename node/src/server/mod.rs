@@ -9,6 +9,7 @@ mod listener;
 mod nodes;
 mod reload;
 mod rest;
+pub mod runtime_file;
 mod stored;
 pub mod url_file;
 mod ws;
@@ -86,7 +87,8 @@ pub(super) fn ensure_admin_token(
     )))
 }
 
-/// Runs a node until `stop` fires (or SIGINT/SIGTERM when `signals`).
+/// Runs a node until `stop` fires (or SIGINT/SIGTERM when `signals`: the
+/// node owns its process, and also leaves a runtime record for clients).
 /// `ready` is told the bound address once the node serves.
 pub fn run(
     mut config: Config,
@@ -238,7 +240,14 @@ pub fn run(
         let serving = actix_rt::spawn(server);
         let hup = signals.then(|| actix_rt::spawn(reload::on_sighup(state.clone())));
         tracing::info!(node = %config.node.name, %addr, "node serving");
-        let url_file = url_file::write(&config.node.data_dir, &format!("{scheme}://{addr}"));
+        let url = format!("{scheme}://{addr}");
+        let url_file = url_file::write(&config.node.data_dir, &url);
+        // The record names a process: only a node that is its process's
+        // own (the binary, which also takes the signals) writes one; nodes
+        // embedded in a test process are reached by their address.
+        let runtime_file = signals.then(|| {
+            runtime_file::write(&config.node.name, &url, addr.port(), &config.node.data_dir)
+        });
         ready(Ready {
             addr,
             tls: scheme == "https",
@@ -281,6 +290,9 @@ pub fn run(
         let _ = serving.await;
         drop(mesh);
         if let Some(file) = url_file {
+            file.remove();
+        }
+        if let Some(file) = runtime_file.flatten() {
             file.remove();
         }
         anyhow::Ok(())

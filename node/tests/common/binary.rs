@@ -77,6 +77,8 @@ impl BinaryNode {
             .args(["node", "--listen", listen, "--config"])
             .arg(&path)
             .env("NO_COLOR", "1")
+            // Its runtime record in its own dir, not in this user's.
+            .env("XDG_RUNTIME_DIR", dir.path().join("run"))
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(dir.path().join("node.log")).unwrap())
             .spawn()
@@ -118,6 +120,7 @@ impl BinaryNode {
             token: Some(token.to_string()),
             token_source: "the test".into(),
             ca: None,
+            looked: Vec::new(),
         }
     }
 }

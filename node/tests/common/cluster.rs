@@ -149,6 +149,8 @@ impl Cluster {
         let child = command
             .args(["node", "--config"])
             .arg(&node.config)
+            // Its runtime record beside its config, not in this user's.
+            .env("XDG_RUNTIME_DIR", node.config.with_file_name("run"))
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
@@ -196,6 +198,7 @@ impl Cluster {
             token: Some(self.token.clone()),
             token_source: "the cluster's admin.token".into(),
             ca: None,
+            looked: Vec::new(),
         }
     }
 

@@ -73,6 +73,7 @@ impl TestNode {
             token: token.map(str::to_string),
             token_source: "the test".into(),
             ca: None,
+            looked: Vec::new(),
         }
     }
 

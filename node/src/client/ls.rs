@@ -1,0 +1,254 @@
+//! `termesh ls`: the sessions as a table cut to the terminal's width
+//! (the command column first), ended sessions hidden unless `--all`.
+
+use std::io::{IsTerminal, Write};
+
+use termesh_transport::{SessionInfo, SessionStatus};
+use unicode_width::{UnicodeWidthChar, UnicodeWidthStr};
+
+use super::commands::{exit_text, list};
+use super::{Client, Target};
+
+/// Widths below this are taken as this: a row keeps its id readable.
+const MIN_WIDTH: usize = 20;
+/// `COLUMNS` above this is a mistake, not a terminal.
+const MAX_WIDTH: usize = 4096;
+
+/// Prints the table on stdout (or every session as JSON); how many ended
+/// sessions it hid goes to stderr, so `termesh ls | wc -l` and `awk`
+/// see only the header and the rows.
+pub async fn ls(target: &Target, json: bool, all: bool) -> anyhow::Result<()> {
+    let mut client = Client::connect(target).await?;
+    let sessions = list(&mut client).await?;
+    client.close().await;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&sessions)?);
+        return Ok(());
+    }
+    let (shown, hidden): (Vec<SessionInfo>, Vec<SessionInfo>) = sessions
+        .into_iter()
+        .partition(|s| all || !s.status.has_ended());
+    let mut out = std::io::stdout().lock();
+    out.write_all(table(&shown, width()).as_bytes())?;
+    out.flush()?;
+    if let Some(note) = hidden_note(hidden.len()) {
+        eprintln!("{note}");
+    }
+    Ok(())
+}
+
+/// The width rows are cut to: the terminal's when stdout is one; else
+/// `COLUMNS` when set (as `ps` does), so a script can ask for a width;
+/// else none (a pipe gets whole rows).
+pub fn width() -> Option<usize> {
+    if std::io::stdout().is_terminal() {
+        return crossterm::terminal::size()
+            .ok()
+            .map(|(cols, _)| usize::from(cols))
+            .filter(|&c| c > 0)
+            .map(|c| c.max(MIN_WIDTH));
+    }
+    let cols = std::env::var("COLUMNS")
+        .ok()?
+        .trim()
+        .parse::<usize>()
+        .ok()?;
+    (cols > 0).then(|| cols.clamp(MIN_WIDTH, MAX_WIDTH))
+}
+
+/// The last line when ended sessions were left out.
+pub fn hidden_note(hidden: usize) -> Option<String> {
+    match hidden {
+        0 => None,
+        1 => Some("(1 ended session hidden; --all shows it)".into()),
+        n => Some(format!("({n} ended sessions hidden; --all shows them)")),
+    }
+}
+
+/// The `ls` table: columns as wide as their widest cell, each row cut to
+/// `width` by shortening its command first; only a width too small for
+/// the other columns cuts them too.
+pub fn table(sessions: &[SessionInfo], width: Option<usize>) -> String {
+    let header = ["ID", "NAME", "NODE", "STATUS", "SEQ", "VIEWERS", "IDLE"];
+    let rows: Vec<([String; 7], String)> = sessions.iter().map(cells).collect();
+    let mut widths = header.map(str::len);
+    for (cells, _) in &rows {
+        for (w, cell) in widths.iter_mut().zip(cells) {
+            *w = (*w).max(cell.width());
+        }
+    }
+    // SEQ, VIEWERS and IDLE are numbers: right-aligned.
+    let line = |cells: &[String; 7], command: &str| {
+        let mut prefix = String::new();
+        for (i, (cell, w)) in cells.iter().zip(widths).enumerate() {
+            let pad = " ".repeat(w - cell.width());
+            match i {
+                4.. => prefix.push_str(&format!("{pad}{cell}  ")),
+                _ => prefix.push_str(&format!("{cell}{pad}  ")),
+            }
+        }
+        fit(&prefix, command, width)
+    };
+    let mut out = line(&header.map(String::from), "COMMAND");
+    for (cells, command) in &rows {
+        out.push_str(&line(cells, command));
+    }
+    out
+}
+
+/// A session's cells before the command, and its command on one line.
+fn cells(s: &SessionInfo) -> ([String; 7], String) {
+    let status = match (s.status, s.exit_code) {
+        (SessionStatus::Exited, Some(code)) => exit_text(code),
+        (status, _) => format!("{status:?}").to_lowercase(),
+    };
+    let cells = [
+        s.id.clone(),
+        s.name.clone().unwrap_or_else(|| "-".into()),
+        s.node.clone(),
+        status,
+        s.last_seq.to_string(),
+        s.viewers.to_string(),
+        format!("{}s", s.idle_ms / 1000),
+    ];
+    (cells, one_line(&s.command.join(" ")))
+}
+
+/// Control characters (a newline in `sh -c '...'`) escaped: a row is one
+/// line.
+fn one_line(text: &str) -> String {
+    text.chars()
+        .flat_map(|c| match c.is_control() {
+            true => c.escape_default().collect::<Vec<_>>(),
+            false => vec![c],
+        })
+        .collect()
+}
+
+/// `prefix` then `command`, cut to `width` (with `…` where cut): the
+/// command shrinks first, then the prefix.
+fn fit(prefix: &str, command: &str, width: Option<usize>) -> String {
+    let Some(width) = width else {
+        return format!("{prefix}{command}\n");
+    };
+    let room = width.saturating_sub(prefix.width());
+    let row = if room >= 2 || (room == 1 && command.width() <= 1) {
+        format!("{prefix}{}", cut(command, room))
+    } else {
+        cut(prefix.trim_end(), width)
+    };
+    format!("{}\n", row.trim_end())
+}
+
+/// `text` in at most `width` columns, ending in `…` when shortened.
+fn cut(text: &str, width: usize) -> String {
+    if text.width() <= width {
+        return text.to_string();
+    }
+    let mut out = String::new();
+    let mut used = 0;
+    for c in text.chars() {
+        let w = c.width().unwrap_or(0);
+        if used + w + 1 > width {
+            break;
+        }
+        out.push(c);
+        used += w;
+    }
+    if width > 0 {
+        out.push('…');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn session(id: &str, status: SessionStatus, command: &str) -> SessionInfo {
+        SessionInfo {
+            id: id.into(),
+            name: Some("build".into()),
+            node: "n1".into(),
+            command: command.split(' ').map(String::from).collect(),
+            cwd: None,
+            status,
+            exit_code: (status == SessionStatus::Exited).then_some(143),
+            phase: None,
+            created_at: 0,
+            cols: 80,
+            rows: 24,
+            last_seq: 1234,
+            viewers: 1,
+            idle_ms: 61_000,
+            at_prompt: false,
+            tags: vec![],
+        }
+    }
+
+    #[test]
+    fn whole_rows_without_a_width() {
+        let all = [
+            session("0b5a11111111", SessionStatus::Running, "sleep 1000"),
+            session("9f0033333333", SessionStatus::Exited, "sh -c x"),
+        ];
+        let text = table(&all, None);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines,
+            [
+                "ID            NAME   NODE  STATUS       SEQ  VIEWERS  IDLE  COMMAND",
+                "0b5a11111111  build  n1    running     1234        1   61s  sleep 1000",
+                "9f0033333333  build  n1    TERM (143)  1234        1   61s  sh -c x",
+            ]
+        );
+    }
+
+    #[test]
+    fn the_command_is_cut_first_then_the_row() {
+        let long = format!("vim {}", "x".repeat(200));
+        let all = [session("0b5a11111111", SessionStatus::Running, &long)];
+        for width in [20, 40, 60, 70, 80, 120] {
+            let text = table(&all, Some(width));
+            for line in text.lines() {
+                assert!(line.width() <= width, "{width}: {line:?}");
+            }
+            let row = text.lines().nth(1).unwrap();
+            if width >= 70 {
+                // Every other column is kept; the command ends in `…`.
+                assert!(
+                    row.contains("running") && row.contains("61s") && row.ends_with('…'),
+                    "{width}: {row:?}"
+                );
+                assert!(row.contains("vim x"), "{width}: {row:?}");
+            }
+        }
+        let wide = format!("echo {}", "漢".repeat(100));
+        let text = table(
+            &[session("0b5a11111111", SessionStatus::Running, &wide)],
+            Some(80),
+        );
+        assert!(text.lines().all(|l| l.width() <= 80), "{text}");
+    }
+
+    #[test]
+    fn control_characters_stay_on_the_row() {
+        let mut s = session("0b5a11111111", SessionStatus::Running, "sh");
+        s.command = vec!["sh".into(), "-c".into(), "echo a\necho b".into()];
+        let text = table(&[s], None);
+        assert_eq!(text.lines().count(), 2, "{text}");
+        assert!(text.contains("echo a\\necho b"), "{text}");
+    }
+
+    #[test]
+    fn the_note_counts_what_was_hidden() {
+        assert_eq!(hidden_note(0), None);
+        assert!(hidden_note(1).unwrap().contains("1 ended session hidden"));
+        assert_eq!(
+            hidden_note(3).unwrap(),
+            "(3 ended sessions hidden; --all shows them)"
+        );
+        assert!(SessionStatus::Lost.has_ended() && SessionStatus::Exited.has_ended());
+        assert!(!SessionStatus::Unreachable.has_ended() && !SessionStatus::Running.has_ended());
+    }
+}

@@ -242,6 +242,10 @@ enum Command {
         /// Watch only: send no keys and no size
         #[arg(long)]
         read_only: bool,
+        /// Take the session for this terminal alone: other `termesh attach`
+        /// clients of it are detached (console viewers stay)
+        #[arg(short = 'd', long = "detach-others")]
+        detach_others: bool,
         /// Pass the session's bytes through to this terminal instead of
         /// drawing it (for `attach | tee`, or a terminal's own scrollback);
         /// the default when output is not a terminal
@@ -499,6 +503,7 @@ async fn run_client(command: Command) -> anyhow::Result<i32> {
                     scrollback: 1000,
                     read_only: false,
                     raw: !std::io::stdout().is_terminal(),
+                    take: false,
                 };
                 return attach(&target, opts).await.map(|end| end.exit_code());
             }
@@ -562,6 +567,7 @@ async fn run_client(command: Command) -> anyhow::Result<i32> {
             scrollback,
             read_only,
             raw,
+            detach_others,
         } => {
             let prefix = parse_key(&detach_key)?;
             let target = target(client)?;
@@ -574,6 +580,7 @@ async fn run_client(command: Command) -> anyhow::Result<i32> {
                 scrollback,
                 read_only,
                 raw: raw || !std::io::stdout().is_terminal(),
+                take: detach_others,
             };
             attach(&target, opts).await.map(|end| end.exit_code())
         }

@@ -558,3 +558,57 @@ async fn keyboard_protocols_and_cursor_style_are_passed_undone_and_sent_again() 
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attach_d_takes_the_session_from_other_attaches_but_not_from_viewers() {
+    let node = TestNode::start();
+    let session = node
+        .create_with(CreateRequest {
+            command: Some(vec![
+                "bash".into(),
+                "--norc".into(),
+                "--noprofile".into(),
+                "-i".into(),
+            ]),
+            env: Some([("PS1".to_string(), "S> ".to_string())].into()),
+            ..Default::default()
+        })
+        .await
+        .id;
+    let url = node.url();
+    let env = [("TERMESH_URL", url.as_str()), ("TERMESH_TOKEN", OPERATOR)];
+    let others = [
+        Tmux::start(80, 24, &format!("{BIN} attach {session}"), &env),
+        Tmux::start(90, 30, &format!("{BIN} attach --read-only {session}"), &env),
+    ];
+    for pane in &others {
+        pane.wait_for("S>").await;
+    }
+    // A console-like viewer of the stream.
+    let mut viewer = node.client(VIEWER).await;
+    subscribe(&mut viewer, &session, None, 1 << 20)
+        .await
+        .unwrap();
+
+    let taker = Tmux::start(70, 20, &format!("{BIN} attach -d {session}"), &env);
+    for pane in &others {
+        assert_eq!(pane.exit_code().await, 0);
+        assert!(
+            pane.text().contains("another terminal took it (attach -d)"),
+            "{}",
+            pane.text()
+        );
+    }
+    taker.type_text("echo taken-$((6*7))");
+    taker.keys(&["Enter"]);
+    taker.wait_for("taken-42").await;
+    // The viewer stayed and sees what the taker typed.
+    let mut stream = Stream::new(1 << 20);
+    pump_until(&mut viewer, &session, &mut stream, true, |s| {
+        String::from_utf8_lossy(&s.data).contains("taken-42")
+    })
+    .await
+    .unwrap();
+    taker.keys(&["C-]", "d"]);
+    assert_eq!(taker.exit_code().await, 0);
+}

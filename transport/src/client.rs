@@ -137,6 +137,14 @@ pub enum ClientMsg {
         session: String,
         name: String,
     },
+    /// End every `termesh attach` of the session but the one whose tag
+    /// is `keep` (`attach -d`): they get `event{kind: "detached", keep}`;
+    /// reply `ok`.
+    Detach {
+        id: u64,
+        session: String,
+        keep: String,
+    },
     /// Replace the tags; reply `ok`.
     Tag {
         id: u64,
@@ -199,6 +207,7 @@ impl ClientMsg {
             ClientMsg::History { .. } => "history",
             ClientMsg::Kill { .. } => "kill",
             ClientMsg::Rename { .. } => "rename",
+            ClientMsg::Detach { .. } => "detach",
             ClientMsg::Tag { .. } => "tag",
             ClientMsg::Remove { .. } => "remove",
             ClientMsg::Events { .. } => "events",
@@ -224,6 +233,7 @@ pub const CLIENT_TYPES: &[&str] = &[
     "history",
     "kill",
     "rename",
+    "detach",
     "tag",
     "remove",
     "events",
@@ -366,6 +376,11 @@ pub enum EventKind {
     },
     Renamed {
         name: String,
+    },
+    /// `attach -d` took the session: attach clients other than the one
+    /// tagged `keep` end; other viewers ignore it.
+    Detached {
+        keep: String,
     },
     Tagged {
         tags: Vec<String>,

@@ -18,8 +18,8 @@ use crate::metrics::Metrics;
 use crate::output::feed::Feed;
 use crate::session::pty::parse_signal;
 use crate::session::{
-    GetScreen, Kill, RawTail, RawTailResult, Rename, Resize, ScreenResult, ScreenWant, SetPhase,
-    Tag,
+    DetachAttaches, GetScreen, Kill, RawTail, RawTailResult, Rename, Resize, ScreenResult,
+    ScreenWant, SetPhase, Tag,
 };
 
 /// How long a create waits for every up peer to list the new session.
@@ -175,6 +175,17 @@ impl NodeCtx {
             return Err(crate::directory::registry::name_taken(&name, &other));
         }
         handle.addr.do_send(Rename { name });
+        Ok(())
+    }
+
+    /// `attach -d`: every attach of the session but `keep`'s is told to end.
+    pub fn detach(&self, id: &str, keep: String) -> Result<(), ApiError> {
+        if keep.is_empty() || keep.len() > 64 {
+            return Err(ApiError::bad_request(
+                "`keep` must be an attach's tag of 1 to 64 bytes",
+            ));
+        }
+        self.session(id)?.addr.do_send(DetachAttaches { keep });
         Ok(())
     }
 

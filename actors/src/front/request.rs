@@ -81,6 +81,7 @@ pub fn spec(msg: &ClientMsg) -> Spec {
         | ClientMsg::Resize { .. }
         | ClientMsg::Kill { .. }
         | ClientMsg::Rename { .. }
+        | ClientMsg::Detach { .. }
         | ClientMsg::Tag { .. } => (Role::Operator, Owner, Immediate),
         ClientMsg::Remove { .. } | ClientMsg::Revive { .. } => (Role::Operator, Owner, Deferred),
     };
@@ -103,6 +104,7 @@ pub fn ids(msg: &ClientMsg) -> (Option<u64>, Option<String>) {
         | ClientMsg::History { id, session, .. }
         | ClientMsg::Kill { id, session, .. }
         | ClientMsg::Rename { id, session, .. }
+        | ClientMsg::Detach { id, session, .. }
         | ClientMsg::Tag { id, session, .. }
         | ClientMsg::Remove { id, session, .. }
         | ClientMsg::Events { id, session, .. }
@@ -183,6 +185,9 @@ pub fn answer_now(node: &NodeCtx, msg: &ClientMsg) -> Option<ServerMsg> {
         }
         ClientMsg::Tag { id, session, tags } => {
             (Some(*id), session, node.tag(session, tags.clone()))
+        }
+        ClientMsg::Detach { id, session, keep } => {
+            (Some(*id), session, node.detach(session, keep.clone()))
         }
         _ => return None,
     };

@@ -150,6 +150,15 @@ impl Handler<Rename> for SessionActor {
     }
 }
 
+impl Handler<DetachAttaches> for SessionActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: DetachAttaches, _: &mut Context<Self>) {
+        self.publisher
+            .broadcast(Delivery::Event(EventKind::Detached { keep: msg.keep }));
+    }
+}
+
 impl Handler<Tag> for SessionActor {
     type Result = ();
 

@@ -31,6 +31,14 @@ pub struct Rename {
     pub name: String,
 }
 
+/// Tells the session's viewers that `attach -d` took it (not stored: it
+/// is about clients, not the program).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct DetachAttaches {
+    pub keep: String,
+}
+
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct Tag {

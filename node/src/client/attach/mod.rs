@@ -42,12 +42,16 @@ pub struct AttachOptions {
     pub raw: bool,
     /// The outer terminal's title while attached: the session's name.
     pub title: String,
+    /// `-d`: other `termesh attach` clients of the session are detached.
+    pub take: bool,
 }
 
 /// Why the attach ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Ended {
     Detached,
+    /// Another terminal took the session (`attach -d`).
+    TakenOver,
     Exited {
         code: u32,
         signal: Option<String>,
@@ -63,7 +67,7 @@ pub enum Ended {
 impl Ended {
     pub fn exit_code(&self) -> i32 {
         match self {
-            Ended::Detached => 0,
+            Ended::Detached | Ended::TakenOver => 0,
             Ended::Exited { code, .. } => *code as i32,
             Ended::Removed | Ended::Lost => 1,
             Ended::Signal(n) => 128 + n,
@@ -75,6 +79,9 @@ impl Ended {
             Ended::Detached => {
                 format!("[termesh: detached from {label}; `termesh attach` returns to it]")
             }
+            Ended::TakenOver => format!(
+                "[termesh: detached from {label}: another terminal took it (attach -d)]"
+            ),
             Ended::Exited { code, signal: None } => {
                 format!("[termesh: session exited with code {code}]")
             }

@@ -27,6 +27,8 @@ const SUBSCRIBE_ID: u64 = 1;
 const LIST_ID: u64 = 2;
 /// The id of the `history` the scroll mode asks for.
 const HISTORY_ID: u64 = 3;
+/// The id of the `detach` an `attach -d` sends once subscribed.
+const DETACH_ID: u64 = 4;
 /// How long a notice (read-only, help) stays in the status row.
 const NOTICE: Duration = Duration::from_secs(4);
 
@@ -69,6 +71,10 @@ pub struct State {
     lost: bool,
     /// The node closed the link because it shut down (its words).
     node_stopped: Option<String>,
+    /// This attach's tag: a `detached` event naming another ends it.
+    tag: String,
+    /// `-d` was carried out (once, on the first subscription).
+    took: bool,
 }
 
 impl State {
@@ -101,6 +107,8 @@ impl State {
             stale_after: Duration::from_secs(30),
             lost: false,
             node_stopped: None,
+            tag: format!("{:016x}", rand::random::<u64>()),
+            took: false,
         };
         if st.read_only {
             st.notify(st.read_only_note.into());
@@ -164,6 +172,14 @@ impl State {
                 self.owner_unreachable = None;
                 self.retry_at = None;
                 conn.send(&ClientMsg::List { id: LIST_ID }).await?;
+                if self.opts.take && !std::mem::replace(&mut self.took, true) {
+                    conn.send(&ClientMsg::Detach {
+                        id: DETACH_ID,
+                        session: self.opts.session.clone(),
+                        keep: self.tag.clone(),
+                    })
+                    .await?;
+                }
             }
             ServerMsg::Sessions {
                 id: LIST_ID,
@@ -251,6 +267,9 @@ impl State {
                 }
                 // Its program died with its node's restart.
                 EventKind::Lost => return Ok(self.end_lost()),
+                EventKind::Detached { keep } if keep != self.tag => {
+                    return Ok(Step::End(Ended::TakenOver))
+                }
                 _ => {}
             },
             ServerMsg::Error {
@@ -274,6 +293,10 @@ impl State {
     ) -> anyhow::Result<Step> {
         let session = &self.opts.label;
         match (id, code) {
+            (Some(DETACH_ID), _) => {
+                self.notify(format!("other attaches stay: {message}"));
+                Ok(Step::Continue)
+            }
             (Some(HISTORY_ID), _) => {
                 self.notify(format!("no scroll mode: {message}"));
                 Ok(Step::Continue)

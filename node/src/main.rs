@@ -246,6 +246,10 @@ enum Command {
         /// clients of it are detached (console viewers stay)
         #[arg(short = 'd', long = "detach-others")]
         detach_others: bool,
+        /// Predictive local echo (as mosh): on a link slower than 30 ms,
+        /// typed characters show at once, underlined until echoed
+        #[arg(long)]
+        predict: bool,
         /// Pass the session's bytes through to this terminal instead of
         /// drawing it (for `attach | tee`, or a terminal's own scrollback);
         /// the default when output is not a terminal
@@ -504,6 +508,7 @@ async fn run_client(command: Command) -> anyhow::Result<i32> {
                     read_only: false,
                     raw: !std::io::stdout().is_terminal(),
                     take: false,
+                    predict: false,
                 };
                 return attach(&target, opts).await.map(|end| end.exit_code());
             }
@@ -568,6 +573,7 @@ async fn run_client(command: Command) -> anyhow::Result<i32> {
             read_only,
             raw,
             detach_others,
+            predict,
         } => {
             let prefix = parse_key(&detach_key)?;
             let target = target(client)?;
@@ -581,6 +587,7 @@ async fn run_client(command: Command) -> anyhow::Result<i32> {
                 read_only,
                 raw: raw || !std::io::stdout().is_terminal(),
                 take: detach_others,
+                predict,
             };
             attach(&target, opts).await.map(|end| end.exit_code())
         }

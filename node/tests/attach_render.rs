@@ -612,3 +612,157 @@ async fn attach_d_takes_the_session_from_other_attaches_but_not_from_viewers() {
     taker.keys(&["C-]", "d"]);
     assert_eq!(taker.exit_code().await, 0);
 }
+
+/// The screen `bytes` draw on an 80x24 terminal, with each cell's
+/// underline.
+fn drawn(bytes: &[u8]) -> Vec<Vec<(char, bool)>> {
+    let mut t = avt::Terminal::new(80, 24).unwrap();
+    t.feed(String::from_utf8_lossy(bytes).as_ref());
+    t.screen()
+        .visible_lines()
+        .map(|l| {
+            l.cells()
+                .iter()
+                .map(|c| (c.char(), c.pen().is_underline()))
+                .collect()
+        })
+        .collect()
+}
+
+fn row_text(row: &[(char, bool)]) -> String {
+    row.iter()
+        .map(|c| c.0)
+        .collect::<String>()
+        .trim_end()
+        .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn predictive_echo_draws_keys_at_once_and_takes_back_what_is_not_echoed() {
+    let node = TestNode::start();
+    let session = node
+        .create_with(CreateRequest {
+            command: Some(vec![
+                "bash".into(),
+                "--norc".into(),
+                "--noprofile".into(),
+                "-i".into(),
+            ]),
+            env: Some([("PS1".to_string(), "S> ".to_string())].into()),
+            cols: Some(80),
+            rows: Some(24),
+            ..Default::default()
+        })
+        .await
+        .id;
+    wait_output(&node, &session, "S> ").await;
+    let proxy = common::proxy::Proxy::start(node.node.addr()).await;
+    // A slow link: the echo of a key comes back 600 ms after it went.
+    proxy.delay(std::time::Duration::from_millis(300));
+    let pair = native_pty_system()
+        .openpty(PtySize {
+            rows: 24,
+            cols: 80,
+            pixel_width: 0,
+            pixel_height: 0,
+        })
+        .unwrap();
+    let mut cmd = CommandBuilder::new(BIN);
+    let url = format!("http://{}", proxy.addr);
+    cmd.args([
+        "attach",
+        "--predict",
+        &session,
+        "--url",
+        &url,
+        "--token",
+        OPERATOR,
+    ]);
+    cmd.env("TERM", "xterm");
+    let _child = pair.slave.spawn_command(cmd).unwrap();
+    drop(pair.slave);
+    let mut reader = pair.master.try_clone_reader().unwrap();
+    let mut keys = pair.master.take_writer().unwrap();
+    let out = Arc::new(Mutex::new(Vec::new()));
+    let sink = out.clone();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = reader.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            sink.lock().unwrap().extend_from_slice(&buf[..n]);
+        }
+    });
+    let screen = || drawn(&out.lock().unwrap());
+    let prompt_row = || screen().iter().rposition(|r| row_text(r).starts_with("S>"));
+    within(PATIENCE, "the prompt", async {
+        while prompt_row().is_none() {
+            poll_pause().await;
+        }
+    })
+    .await;
+    // Keys typed one at a time until the round trip is known: then a key
+    // shows underlined (a guess) before its echo, and plain once echoed.
+    let mut guessed = false;
+    let count_a = || {
+        let s = screen();
+        s[prompt_row().unwrap()]
+            .iter()
+            .filter(|c| c.0 == 'a')
+            .count()
+    };
+    for _ in 0..40 {
+        let before = count_a();
+        std::io::Write::write_all(&mut keys, b"a").unwrap();
+        let typed = within(PATIENCE, "the key drawn", async {
+            loop {
+                let s = screen();
+                let row = &s[prompt_row().unwrap()];
+                let drawn: Vec<bool> = row.iter().filter(|c| c.0 == 'a').map(|c| c.1).collect();
+                if drawn.len() > before {
+                    return drawn[before];
+                }
+                poll_pause().await;
+            }
+        })
+        .await;
+        if typed {
+            guessed = true;
+            break;
+        }
+        // Let the echo land before the next key.
+        wait_on("the echo", || {
+            let s = screen();
+            s[prompt_row().unwrap()].iter().all(|c| !c.1)
+        })
+        .await;
+    }
+    assert!(guessed, "no key was drawn ahead of its echo");
+    wait_on("the guesses confirmed by the echo", || {
+        let s = screen();
+        s[prompt_row().unwrap()].iter().all(|c| !c.1)
+    })
+    .await;
+    // A password prompt: nothing is echoed, the guesses go away.
+    std::io::Write::write_all(&mut keys, b"\x15read -s PW; echo got-$PW\r").unwrap();
+    wait_output(&node, &session, "read -s PW").await;
+    // Past the echo of Enter, so guessing resumes.
+    wait_on("the command's echo", || {
+        screen().iter().any(|r| row_text(r).contains("read -s PW"))
+    })
+    .await;
+    std::io::Write::write_all(&mut keys, b"hunter2").unwrap();
+    wait_on("the unechoed guesses taken back", || {
+        let s = screen();
+        let text: String = s.iter().map(|r| row_text(r)).collect::<Vec<_>>().join("\n");
+        !text.contains("hunter2") && s.iter().all(|r| r.iter().all(|c| !c.1))
+    })
+    .await;
+    std::io::Write::write_all(&mut keys, b"\r").unwrap();
+    wait_on("the password read", || {
+        screen().iter().any(|r| row_text(r) == "got-hunter2")
+    })
+    .await;
+    std::io::Write::write_all(&mut keys, &[0x1d, b'd']).unwrap();
+}

@@ -1,10 +1,10 @@
 //! A loopback TCP proxy a test controls, to break a client's link without
 //! the client's cooperation: cut live connections, refuse new ones
-//! (accept and close at once, counting them), or stall live ones (bytes
-//! held, sockets open).
+//! (accept and close at once, counting them), stall live ones (bytes
+//! held, sockets open), or delay every chunk each way (a slow link).
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -16,6 +16,8 @@ struct Control {
     refuse: AtomicBool,
     stall: AtomicBool,
     accepted: AtomicUsize,
+    /// Milliseconds each chunk is held, each way.
+    delay_ms: AtomicU64,
 }
 
 pub struct Proxy {
@@ -83,6 +85,13 @@ impl Proxy {
         self.control.stall.store(on, Ordering::SeqCst);
     }
 
+    /// Every chunk is held this long before it is passed on, each way.
+    pub fn delay(&self, delay: std::time::Duration) {
+        self.control
+            .delay_ms
+            .store(delay.as_millis() as u64, Ordering::SeqCst);
+    }
+
     /// Connections accepted so far, refused ones included.
     pub fn accepted(&self) -> usize {
         self.control.accepted.load(Ordering::SeqCst)
@@ -103,6 +112,10 @@ async fn pump(
         };
         if n == 0 {
             return;
+        }
+        let delay = control.delay_ms.load(Ordering::SeqCst);
+        if delay > 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(delay)).await;
         }
         // A connection made during a stall is not stalled (the client's
         // reconnect must get through); older ones hold their bytes.

@@ -32,6 +32,17 @@ pub trait Display {
     fn scrolling(&self) -> bool;
     /// Keys typed in the scroll mode; false once it is closed.
     fn scroll_keys(&mut self, bytes: &[u8]) -> bool;
+    /// Keys sent to the program, the stream at `seq` (predictive echo).
+    fn typed(&mut self, _keys: &[u8], _seq: u64) {}
+    /// The stream is at `seq` (after output, and on every tick): guesses
+    /// are confirmed or taken back.
+    fn settle(&mut self, _seq: u64) {}
+    /// A measured round trip of the link.
+    fn rtt(&mut self, _rtt: Duration) {}
+    /// Predictive echo is on: the link's round trip is wanted.
+    fn predicting(&self) -> bool {
+        false
+    }
 }
 
 impl Display for Raw {

@@ -12,6 +12,7 @@ mod display;
 mod frame;
 mod keys;
 mod outer;
+mod predict;
 mod raw;
 mod scroll;
 mod state;
@@ -44,6 +45,8 @@ pub struct AttachOptions {
     pub title: String,
     /// `-d`: other `termesh attach` clients of the session are detached.
     pub take: bool,
+    /// Predictive local echo on a slow link.
+    pub predict: bool,
 }
 
 /// Why the attach ended.

@@ -29,6 +29,8 @@ const LIST_ID: u64 = 2;
 const HISTORY_ID: u64 = 3;
 /// The id of the `detach` an `attach -d` sends once subscribed.
 const DETACH_ID: u64 = 4;
+/// How often the round trip is measured for predictive echo.
+const RTT_EVERY: Duration = Duration::from_secs(1);
 /// How long a notice (read-only, help) stays in the status row.
 const NOTICE: Duration = Duration::from_secs(4);
 
@@ -75,6 +77,8 @@ pub struct State {
     tag: String,
     /// `-d` was carried out (once, on the first subscription).
     took: bool,
+    /// The last round-trip probe: its nonce and when it went.
+    rtt_probe: Option<(u64, Instant)>,
 }
 
 impl State {
@@ -82,7 +86,12 @@ impl State {
         let view: Box<dyn Display> = if opts.raw {
             Box::new(Raw::new(term))
         } else {
-            Box::new(View::new(term, opts.title.clone(), key_name(opts.prefix)))
+            Box::new(View::new(
+                term,
+                opts.title.clone(),
+                key_name(opts.prefix),
+                opts.predict,
+            ))
         };
         let mut st = State {
             keys: KeyFilter::new(opts.prefix),
@@ -109,6 +118,7 @@ impl State {
             node_stopped: None,
             tag: format!("{:016x}", rand::random::<u64>()),
             took: false,
+            rtt_probe: None,
         };
         if st.read_only {
             st.notify(st.read_only_note.into());
@@ -145,7 +155,9 @@ impl State {
         let interval = conn.ping_interval();
         self.probe_after = interval / 3;
         self.stale_after = interval * 2;
-        (self.probe_after / 2).clamp(Duration::from_millis(50), Duration::from_millis(500))
+        // Guesses of the predictive echo are checked more often.
+        let most = if self.view.predicting() { 100 } else { 500 };
+        (self.probe_after / 2).clamp(Duration::from_millis(50), Duration::from_millis(most))
     }
 
     pub async fn subscribe(&mut self, conn: &mut Client) -> anyhow::Result<()> {
@@ -235,8 +247,17 @@ impl State {
                 self.notice = None;
             }
             ServerMsg::ResyncRequired { .. } => self.reset_next_snapshot = true,
+            ServerMsg::Pong { nonce: Some(n) } => {
+                if let Some((sent, at)) = self.rtt_probe {
+                    if n.as_u64() == Some(sent) {
+                        self.view.rtt(at.elapsed());
+                        self.rtt_probe = None;
+                    }
+                }
+            }
             ServerMsg::Output { session, seq, data } => {
                 self.view.output(&data);
+                self.view.settle(seq);
                 self.schedule_redraw();
                 self.last_seq = Some(seq);
                 self.unacked += data.len() as u64;
@@ -345,6 +366,7 @@ impl State {
                         }
                         Key::Input(_) if self.read_only => self.notify(self.read_only_note.into()),
                         Key::Input(bytes) => {
+                            self.view.typed(&bytes, self.last_seq.unwrap_or(0));
                             let room = MAX_PENDING_INPUT.saturating_sub(self.pending_input.len());
                             self.pending_input
                                 .extend_from_slice(&bytes[..bytes.len().min(room)]);
@@ -414,6 +436,19 @@ impl State {
         }
         // Quiet from one unanswered probe on: input waits from then on.
         self.quiet_for = (silent >= self.probe_after * 2).then_some(silent);
+        self.view.settle(self.last_seq.unwrap_or(0));
+        if self.view.predicting()
+            && self
+                .rtt_probe
+                .is_none_or(|(_, at)| at.elapsed() >= RTT_EVERY)
+        {
+            let nonce = rand::random::<u32>().into();
+            self.rtt_probe = Some((nonce, Instant::now()));
+            conn.send(&ClientMsg::Ping {
+                nonce: Some(rmpv::Value::from(nonce)),
+            })
+            .await?;
+        }
         Ok(Step::Continue)
     }
 

@@ -17,6 +17,7 @@ use termesh_actors::session::screen::{render_cells, Utf8Decoder};
 use super::display::Display;
 use super::frame::{diff, origin, Frame, Glyph};
 use super::outer::{Modes, Outer};
+use super::predict::Predictor;
 use super::scroll::Scroll;
 
 /// Frames are drawn at most this often while output streams; the first
@@ -40,6 +41,7 @@ pub struct View {
     /// The session's name, the outer terminal's title.
     name: String,
     scroll: Option<Scroll>,
+    predict: Predictor,
     /// A snapshot arrived: there is something to draw.
     live: bool,
     dirty: bool,
@@ -49,7 +51,7 @@ pub struct View {
 }
 
 impl View {
-    pub fn new(term: (u16, u16), name: String, prefix: String) -> View {
+    pub fn new(term: (u16, u16), name: String, prefix: String, predict: bool) -> View {
         View {
             out: Vec::new(),
             model: model(term),
@@ -63,6 +65,7 @@ impl View {
             prefix,
             name,
             scroll: None,
+            predict: Predictor::new(predict),
             live: false,
             dirty: false,
             last_draw: Instant::now() - FRAME,
@@ -183,6 +186,22 @@ impl View {
         let inside = cursor.row >= top && cursor.row < top + rows && cursor.col >= left;
         frame.cursor = (cursor.visible && inside)
             .then(|| (cursor.row - top, (cursor.col - left).min(tcols - 1)));
+        // Predicted keys, underlined, and the cursor after them.
+        let mut pen = Pen::default();
+        pen.set_underline();
+        for g in self.predict.shown() {
+            let (Some(r), Some(c)) = (g.row.checked_sub(top), g.col.checked_sub(left)) else {
+                continue;
+            };
+            if r < rows && c < tcols {
+                frame.rows[r][c] = Glyph {
+                    ch: g.ch,
+                    width: 1,
+                    pen,
+                };
+                frame.cursor = Some((r, (c + 1).min(tcols - 1)));
+            }
+        }
     }
 
     /// The session's last screen as lines cut to the terminal's width,
@@ -302,6 +321,34 @@ impl Display for View {
         self.scroll.is_some()
     }
 
+    fn typed(&mut self, keys: &[u8], seq: u64) {
+        if !self.predict.enabled() {
+            return;
+        }
+        let cursor = self.model.cursor();
+        let cols = self.model.size().0;
+        let alt = self.modes.alt_screen();
+        self.predict
+            .typed(keys, (cursor.row, cursor.col), cols, alt, seq);
+        self.dirty = true;
+    }
+
+    fn settle(&mut self, seq: u64) {
+        let screen = self.model.screen();
+        let cell = |r: usize, c: usize| Some(screen.line(r)?.cells().get(c)?.char());
+        if self.predict.check(seq, cell) {
+            self.dirty = true;
+        }
+    }
+
+    fn rtt(&mut self, rtt: Duration) {
+        self.predict.rtt(rtt);
+    }
+
+    fn predicting(&self) -> bool {
+        self.predict.enabled()
+    }
+
     fn scroll_keys(&mut self, bytes: &[u8]) -> bool {
         let height = usize::from(self.term.1).saturating_sub(1).max(1);
         let Some(scroll) = self.scroll.as_mut() else {
@@ -349,7 +396,7 @@ mod tests {
 
     fn view(term: (u16, u16)) -> (View, avt::Terminal) {
         let outer = avt::Terminal::new(term.0.into(), term.1.into()).unwrap();
-        (View::new(term, "big".into(), "^]".into()), outer)
+        (View::new(term, "big".into(), "^]".into(), true), outer)
     }
 
     #[test]

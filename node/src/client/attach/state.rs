@@ -168,7 +168,9 @@ impl State {
             session: self.opts.session.clone(),
             from_seq: self.last_seq,
             window: Some(WINDOW),
-            scrollback: Some(self.opts.scrollback),
+            // The renderer keeps no history of its own (its scroll mode
+            // asks for it): only `--raw` writes history lines.
+            scrollback: Some(if self.opts.raw { self.opts.scrollback } else { 0 }),
         })
         .await
     }

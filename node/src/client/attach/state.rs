@@ -170,7 +170,11 @@ impl State {
             window: Some(WINDOW),
             // The renderer keeps no history of its own (its scroll mode
             // asks for it): only `--raw` writes history lines.
-            scrollback: Some(if self.opts.raw { self.opts.scrollback } else { 0 }),
+            scrollback: Some(if self.opts.raw {
+                self.opts.scrollback
+            } else {
+                0
+            }),
         })
         .await
     }

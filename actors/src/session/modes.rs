@@ -38,6 +38,8 @@ pub struct ModeTracker {
     kitty: Vec<u32>,
     /// DECSCUSR's cursor style (`CSI n SP q`), 0 the terminal's default.
     cursor_style: u8,
+    /// Bells rung (BEL outside an escape sequence), wrapping.
+    bells: u64,
     title: Option<String>,
     /// The end of the output with trailing CR/LF kept; see `at_prompt`.
     tail: Vec<u8>,
@@ -54,6 +56,7 @@ impl Default for ModeTracker {
             other_keys: 0,
             kitty: Vec::new(),
             cursor_style: 0,
+            bells: 0,
             title: None,
             tail: Vec::with_capacity(TAIL),
         }
@@ -66,7 +69,11 @@ impl ModeTracker {
         let mut i = 0;
         while i < data.len() {
             if self.state == State::Ground {
-                match memchr::memchr(0x1b, &data[i..]) {
+                match memchr::memchr2(0x1b, 0x07, &data[i..]) {
+                    Some(at) if data[i + at] == 0x07 => {
+                        i += at + 1;
+                        self.bells = self.bells.wrapping_add(1);
+                    }
                     Some(at) => {
                         i += at + 1;
                         self.state = State::Esc;
@@ -255,6 +262,12 @@ impl ModeTracker {
         self.kitty.last().copied().unwrap_or(0)
     }
 
+    /// How many bells the program rang (wrapping): a display rings the
+    /// terminal's bell when this moves.
+    pub fn bells(&self) -> u64 {
+        self.bells
+    }
+
     /// DECSCUSR's cursor style, 0 the default.
     pub fn cursor_style(&self) -> u8 {
         self.cursor_style
@@ -374,6 +387,13 @@ mod tests {
             m.feed(b"\x1b[>1u");
         }
         assert_eq!(m.kitty.len(), KITTY_STACK);
+    }
+
+    #[test]
+    fn bells_outside_escape_sequences_are_counted() {
+        let mut m = ModeTracker::default();
+        m.feed(b"done\x07 \x1b]2;title\x07\x07");
+        assert_eq!(m.bells(), 2, "the OSC's terminator is not a bell");
     }
 
     #[test]

@@ -42,6 +42,8 @@ pub struct View {
     name: String,
     scroll: Option<Scroll>,
     predict: Predictor,
+    /// The program rang the bell since the last frame.
+    bell: bool,
     /// A snapshot arrived: there is something to draw.
     live: bool,
     dirty: bool,
@@ -66,6 +68,7 @@ impl View {
             name,
             scroll: None,
             predict: Predictor::new(predict),
+            bell: false,
             live: false,
             dirty: false,
             last_draw: Instant::now() - FRAME,
@@ -75,7 +78,11 @@ impl View {
     }
 
     fn feed(&mut self, data: &[u8]) {
+        let bells = self.modes.bells();
         self.modes.feed(data);
+        if self.modes.bells() != bells {
+            self.bell = true;
+        }
         let text = self.decoder.decode(data);
         self.model.feed(text.as_ref());
         self.dirty = true;
@@ -117,6 +124,9 @@ impl View {
         };
         diff(&shown, &frame, &mut out);
         out.extend_from_slice(b"\x1b[?2026l");
+        if std::mem::take(&mut self.bell) {
+            out.push(0x07);
+        }
         self.shown = Some(frame);
         self.out = out;
     }
@@ -238,6 +248,8 @@ impl Display for View {
         self.session = (cols, rows);
         self.live = true;
         self.feed(data);
+        // A snapshot rings no bell.
+        self.bell = false;
     }
 
     fn output(&mut self, data: &[u8]) {
@@ -457,6 +469,11 @@ mod tests {
         let out = String::from_utf8_lossy(&v.out).into_owned();
         assert!(out.len() < 60, "{out:?}");
         assert!(!out.contains("\x1b[2J"));
+        assert!(!out.contains('\x07'));
+        // The program's bell rings the terminal's.
+        v.output(b"\x07");
+        v.render();
+        assert!(String::from_utf8_lossy(&v.out).contains('\x07'));
     }
 
     #[test]

@@ -215,6 +215,11 @@ mod tests {
                 session: "s".into(),
                 name: "m".into(),
             },
+            ClientMsg::Detach {
+                id: 9,
+                session: "s".into(),
+                keep: "tag".into(),
+            },
             ClientMsg::Tag {
                 id: 10,
                 session: "s".into(),

@@ -1,5 +1,6 @@
 //! What the benchmark programs share: the real `termesh` binary as its own
-//! process, and the client calls they all make.
+//! process, the client calls they all make, and programs in a PTY seen as
+//! a terminal shows them (`pty`).
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -11,6 +12,8 @@ use portable_pty::{native_pty_system, CommandBuilder, PtySize};
 
 use termesh_node::client::{Client, Target};
 use termesh_transport::{ClientMsg, CreateRequest, ServerMsg};
+
+pub mod pty;
 
 pub const WINDOW: u64 = 1 << 20;
 

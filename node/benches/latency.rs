@@ -8,7 +8,9 @@
 //! spawning `termesh --version` (the binary's own start), a bare TCP +
 //! WebSocket connect, welcome and close from this process, the echo of
 //! `cat` in a bare PTY and through the node to an in-process client, and
-//! the flood's program in a bare PTY.
+//! the flood's program in a bare PTY. Last, key to glyph over a slow link
+//! (`slow_link`): attach and `attach --predict` through a relay with a
+//! 100 ms round trip, beside that round trip and the same key on loopback.
 //!
 //!     cargo bench -p termesh-node --bench latency
 //!
@@ -20,6 +22,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
+#[path = "latency/slow_link.rs"]
+mod slow_link;
 
 use common::pty::{row_text, shows, Pty, PATIENCE};
 use common::*;
@@ -281,6 +285,7 @@ fn main() {
     paints(&target, state.path(), rounds_each);
     echoes(&rt, &target, state.path(), rounds_each);
     floods(&target, state.path(), flood_rounds);
+    slow_link::key_to_glyph(&target, state.path(), rounds_each);
 }
 
 /// The CLI commands, beside the machine's limits, each round in turn so

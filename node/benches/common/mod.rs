@@ -1,6 +1,7 @@
 //! What the benchmark programs share: the real `termesh` binary as its own
 //! process, the client calls they all make, and programs in a PTY seen as
-//! a terminal shows them (`pty`).
+//! a terminal shows them (`pty`), and a slow link to put between them
+//! (`relay`).
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -14,6 +15,7 @@ use termesh_node::client::{Client, Target};
 use termesh_transport::{ClientMsg, CreateRequest, ServerMsg};
 
 pub mod pty;
+pub mod relay;
 
 pub const WINDOW: u64 = 1 << 20;
 

@@ -61,10 +61,17 @@ async fn a_cut_link_shows_in_the_status_row_backs_off_and_resumes() {
     proxy.refuse(true);
     assert!(proxy.cut() >= 1, "the attach went through the proxy");
     let cut_at = proxy.accepted();
-    let screen = pane.wait_for("[termesh] link down").await;
+    let screen = pane.wait_for("· link down").await;
     let rows: Vec<&str> = screen.lines().collect();
-    assert!(rows[23].starts_with("[termesh] link down"), "{screen}");
-    assert_eq!(rows[22], "140", "the status row scrolled nothing: {screen}");
+    // The detach hint first, then the link's state.
+    assert!(
+        rows[23].starts_with("[termesh] ^] d detaches · link down"),
+        "{screen}"
+    );
+    // The view moved up a row to keep the prompt (the cursor) in sight;
+    // nothing scrolled.
+    assert_eq!(rows[22], "PROMPT>", "{screen}");
+    assert_eq!(rows[21], "140", "{screen}");
     pane.type_text("echo typed-$((6*7))");
     pane.keys(&["Enter"]);
 
@@ -107,7 +114,7 @@ async fn a_silent_link_is_dropped_and_the_stream_resumes() {
     let before = proxy.accepted();
     // The link goes quiet: bytes held both ways, sockets open, no error.
     proxy.stall(true);
-    pane.wait_for("[termesh] no word from the node").await;
+    pane.wait_for("· no word from the node").await;
     pane.type_text("echo after-stall-$((5*5))");
     pane.keys(&["Enter"]);
     pane.wait_until("a new connection resuming the stream", |t| {

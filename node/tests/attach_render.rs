@@ -347,22 +347,7 @@ async fn type_in(op: &mut termesh_node::client::Client, session: &str, text: &st
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn viewers_of_other_sizes_each_see_the_session_at_their_size() {
     let node = TestNode::start();
-    let session = node
-        .create_with(CreateRequest {
-            command: Some(vec![
-                "bash".into(),
-                "--norc".into(),
-                "--noprofile".into(),
-                "-i".into(),
-            ]),
-            env: Some([("PS1".to_string(), "S> ".to_string())].into()),
-            cols: Some(70),
-            rows: Some(20),
-            ..Default::default()
-        })
-        .await
-        .id;
-    wait_output(&node, &session, "S> ").await;
+    let session = shell_session(&node, 70, 20).await;
     let url = node.url();
     let env = [("TERMESH_URL", url.as_str()), ("TERMESH_TOKEN", VIEWER)];
     let cmd = format!("{BIN} attach --read-only {session}");
@@ -413,20 +398,7 @@ async fn viewers_of_other_sizes_each_see_the_session_at_their_size() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_scroll_mode_finds_a_line_printed_5000_lines_before() {
     let node = TestNode::start();
-    let session = node
-        .create_with(CreateRequest {
-            command: Some(vec![
-                "bash".into(),
-                "--norc".into(),
-                "--noprofile".into(),
-                "-i".into(),
-            ]),
-            env: Some([("PS1".to_string(), "S> ".to_string())].into()),
-            ..Default::default()
-        })
-        .await
-        .id;
-    wait_output(&node, &session, "S> ").await;
+    let session = shell_session(&node, 120, 30).await;
     let mut op = node.client(OPERATOR).await;
     op.send(&ClientMsg::Input {
         session: session.clone(),
@@ -443,7 +415,7 @@ async fn the_scroll_mode_finds_a_line_printed_5000_lines_before() {
     );
     pane.wait_for("n-5000").await;
     pane.keys(&["C-]", "["]);
-    pane.wait_for("[scroll] line").await;
+    pane.wait_for("[scroll] q back").await;
     pane.keys(&["/"]);
     pane.type_text("NEEDLE-OLD");
     pane.keys(&["Enter"]);
@@ -562,19 +534,7 @@ async fn keyboard_protocols_and_cursor_style_are_passed_undone_and_sent_again() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn attach_d_takes_the_session_from_other_attaches_but_not_from_viewers() {
     let node = TestNode::start();
-    let session = node
-        .create_with(CreateRequest {
-            command: Some(vec![
-                "bash".into(),
-                "--norc".into(),
-                "--noprofile".into(),
-                "-i".into(),
-            ]),
-            env: Some([("PS1".to_string(), "S> ".to_string())].into()),
-            ..Default::default()
-        })
-        .await
-        .id;
+    let session = shell_session(&node, 120, 30).await;
     let url = node.url();
     let env = [("TERMESH_URL", url.as_str()), ("TERMESH_TOKEN", OPERATOR)];
     let others = [
@@ -640,22 +600,7 @@ fn row_text(row: &[(char, bool)]) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn predictive_echo_draws_keys_at_once_and_takes_back_what_is_not_echoed() {
     let node = TestNode::start();
-    let session = node
-        .create_with(CreateRequest {
-            command: Some(vec![
-                "bash".into(),
-                "--norc".into(),
-                "--noprofile".into(),
-                "-i".into(),
-            ]),
-            env: Some([("PS1".to_string(), "S> ".to_string())].into()),
-            cols: Some(80),
-            rows: Some(24),
-            ..Default::default()
-        })
-        .await
-        .id;
-    wait_output(&node, &session, "S> ").await;
+    let session = shell_session(&node, 80, 24).await;
     let proxy = common::proxy::Proxy::start(node.node.addr()).await;
     // A slow link: the echo of a key comes back 600 ms after it went.
     proxy.delay(std::time::Duration::from_millis(300));
@@ -765,4 +710,114 @@ async fn predictive_echo_draws_keys_at_once_and_takes_back_what_is_not_echoed() 
     })
     .await;
     std::io::Write::write_all(&mut keys, &[0x1d, b'd']).unwrap();
+}
+
+async fn shell_session(node: &TestNode, cols: u64, rows: u64) -> String {
+    let session = node
+        .create_with(CreateRequest {
+            command: Some(vec![
+                "bash".into(),
+                "--norc".into(),
+                "--noprofile".into(),
+                "-i".into(),
+            ]),
+            env: Some([("PS1".to_string(), "S> ".to_string())].into()),
+            cols: Some(cols),
+            rows: Some(rows),
+            ..Default::default()
+        })
+        .await
+        .id;
+    wait_output(node, &session, "S> ").await;
+    session
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_that_grows_taller_is_drawn_as_the_node_has_it() {
+    // Taller, a terminal pulls rows back from its history: the node's
+    // model does, and a viewer must show the same rows.
+    let node = TestNode::start();
+    let session = shell_session(&node, 80, 24).await;
+    let mut op = node.client(OPERATOR).await;
+    type_in(&mut op, &session, "seq 1 100\r").await;
+    wait_output(&node, &session, "100\r\n").await;
+    let pane = Tmux::start(
+        90,
+        40,
+        &format!("{BIN} attach --read-only {session}"),
+        &[("TERMESH_URL", &node.url()), ("TERMESH_TOKEN", VIEWER)],
+    );
+    wait_matches(&node, &session, &pane, 90, 40, "at first").await;
+    for (cols, rows) in [(80, 10), (80, 30)] {
+        op.send(&ClientMsg::Resize {
+            session: session.clone(),
+            cols,
+            rows,
+        })
+        .await
+        .unwrap();
+        node.wait_info(&session, "the size", |s| {
+            (u64::from(s.cols), u64::from(s.rows)) == (cols, rows)
+        })
+        .await;
+        wait_matches(&node, &session, &pane, 90, 40, "after a resize").await;
+    }
+    pane.keys(&["C-]", "d"]);
+    assert_eq!(pane.exit_code().await, 0);
+}
+
+/// Asks for the mouse, draws `row N` on every row (again at every
+/// resize, cursor on the last row), and shows what it reads.
+const MOUSE_PROGRAM: &str = r#"stty raw -echo
+draw() { s=$(stty size); r=${s% *}; printf '\033[H\033[2J'; i=0; while [ $i -lt $r ]; do printf '\033[%d;1Hrow %d' $((i+1)) $i; i=$((i+1)); done; printf '\033[%d;1H' $r; }
+trap draw WINCH
+printf '\033[?1000h\033[?1006h'; draw
+while true; do k=; IFS= read -r -s -t 0.2 -n 64 -d '' k; [ -n "$k" ] && printf 'GOT %q\r\n' "$k"; done"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mouse_reports_reach_the_program_at_the_session_s_cells() {
+    let node = TestNode::start();
+    let session = node
+        .create_with(CreateRequest {
+            command: Some(vec!["bash".into(), "-c".into(), MOUSE_PROGRAM.into()]),
+            cols: Some(120),
+            rows: Some(60),
+            ..Default::default()
+        })
+        .await
+        .id;
+    wait_output(&node, &session, "row 59").await;
+    let mut pty = PtyAttach::start(&node, &session);
+    node.wait_info(&session, "the attach's size", |s| {
+        (s.cols, s.rows) == (80, 24)
+    })
+    .await;
+    // Another viewer takes 120x60 back: the 80x24 terminal shows 23 rows
+    // above the notice, ending at the cursor's (the last) row: 37 to 59.
+    let mut op = node.client(OPERATOR).await;
+    op.send(&ClientMsg::Resize {
+        session: session.clone(),
+        cols: 120,
+        rows: 60,
+    })
+    .await
+    .unwrap();
+    within(PATIENCE, "the window over rows 37 to 59", async {
+        loop {
+            let screen = drawn(&pty.out.lock().unwrap());
+            if row_text(&screen[0]) == "row 37" && row_text(&screen[23]).contains("shown in part") {
+                return;
+            }
+            poll_pause().await;
+        }
+    })
+    .await;
+    // A click on terminal cell (3, 4) is session cell (3, 41); one on
+    // the notice row (24) is not sent.
+    std::io::Write::write_all(&mut pty.keys, b"\x1b[<0;3;24M\x1b[<0;3;4M").unwrap();
+    let text = wait_output(&node, &session, "[<0;3;41M").await;
+    assert!(
+        !text.contains(";3;24M") && !text.contains(";3;61M"),
+        "a click on the notice row is not sent: {text}"
+    );
 }

@@ -242,7 +242,7 @@ async fn a_smaller_viewer_sees_a_readable_crop_and_can_take_the_size() {
     // row, and says why; nothing wraps onto the next row.
     let text = small
         .wait_until("the crop", |t| {
-            t.contains("terminal 60x20") && t.contains("L0000")
+            t.contains("session 100x30 shown in part") && t.contains("L0000")
         })
         .await;
     let rows: Vec<&str> = text.lines().collect();
@@ -254,7 +254,9 @@ async fn a_smaller_viewer_sees_a_readable_crop_and_can_take_the_size() {
     node.wait_info(&session, "the size taken", |s| (s.cols, s.rows) == (60, 20))
         .await;
     small
-        .wait_until("the crop notice gone", |t| !t.contains("terminal 60x20"))
+        .wait_until("the crop notice gone", |t| {
+            !t.contains("session 100x30 shown in part")
+        })
         .await;
     for pane in [&small, &large] {
         pane.keys(&["C-]", "d"]);

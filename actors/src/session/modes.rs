@@ -106,6 +106,7 @@ impl ModeTracker {
                     b'c' => {
                         *self = ModeTracker {
                             tail: std::mem::take(&mut self.tail),
+                            bells: self.bells,
                             ..ModeTracker::default()
                         };
                         State::Ground

@@ -32,6 +32,14 @@ pub trait Display {
     fn scrolling(&self) -> bool;
     /// Keys typed in the scroll mode; false once it is closed.
     fn scroll_keys(&mut self, bytes: &[u8]) -> bool;
+    /// The session's screen (a snapshot) replaces the model, then
+    /// `replay` is fed on it (a resync after a resize).
+    fn replace(&mut self, _cols: u16, _rows: u16, _data: &[u8], _replay: &[Vec<u8>]) {}
+    /// Keys for the program as it should get them: mouse reports moved to
+    /// the session's cells.
+    fn map_input(&self, keys: Vec<u8>) -> Vec<u8> {
+        keys
+    }
     /// Keys sent to the program, the stream at `seq` (predictive echo).
     fn typed(&mut self, _keys: &[u8], _seq: u64) {}
     /// The stream is at `seq` (after output, and on every tick): guesses

@@ -122,6 +122,28 @@ pub fn char_width(ch: char) -> usize {
         .min(2)
 }
 
+/// The model's screen as rows of text with SGR, cut to `cols` (a wide
+/// character cut in half left out), trailing blank rows dropped: the last
+/// screen of a session that ended, for the terminal's normal screen.
+pub fn screen_rows(model: &avt::Terminal, cols: usize) -> Vec<String> {
+    let mut rows: Vec<String> = model
+        .screen()
+        .visible_lines()
+        .map(|line| {
+            let cells = line.cells();
+            let mut end = cells.len().min(cols);
+            if end > 0 && cells[end - 1].width() == 2 {
+                end -= 1;
+            }
+            termesh_actors::session::screen::render_cells(&cells[..end])
+        })
+        .collect();
+    while rows.last().is_some_and(|r| r.is_empty()) {
+        rows.pop();
+    }
+    rows
+}
+
 /// The first row (or column) of a window of `len` over `total` that shows
 /// `at`: as near the start as possible.
 pub fn origin(at: usize, len: usize, total: usize) -> usize {
@@ -203,9 +225,10 @@ fn write_span(
     out: &mut Vec<u8>,
 ) {
     // Blanks to the end of the row in one pen are an erase (EL), which
-    // paints the pen's background.
+    // paints the pen's background, and only that: blanks in reverse video,
+    // underlined or struck through are written as spaces.
     let mut tail = end;
-    if end == line.len() {
+    if end == line.len() && erases_as(&line[end - 1].pen) {
         let last = line[end - 1].pen;
         while tail > start && line[tail - 1].is_blank_in(&last) {
             tail -= 1;
@@ -251,6 +274,12 @@ fn write_span(
         // (pending wrap): the next run moves it.
         *at = None;
     }
+}
+
+/// Whether an erase in `pen` looks like blanks in `pen` on a real
+/// terminal: only the background is painted by one.
+fn erases_as(pen: &Pen) -> bool {
+    !(pen.is_inverse() || pen.is_underline() || pen.is_strikethrough())
 }
 
 fn set_pen(current: &mut Option<Pen>, want: &Pen, out: &mut Vec<u8>) {
@@ -333,6 +362,25 @@ mod tests {
             assert_eq!(got.cursor, want.cursor);
             shown = want;
         }
+    }
+
+    #[test]
+    fn reversed_blanks_are_written_not_erased() {
+        // A real terminal's erase paints the background only: a status
+        // line of reversed blanks must be spaces, not ESC[K.
+        let line = format!("\x1b[7mstatus{}\x1b[0m", " ".repeat(14));
+        let want = frame_of(line.as_bytes(), 20, 2);
+        let mut out = Vec::new();
+        diff(&Frame::blank(20, 2), &want, &mut out);
+        let text = String::from_utf8_lossy(&out);
+        assert!(!text.contains("\x1b[K"), "{text:?}");
+        let want = frame_of(b"\x1b[44mblue\x1b[K\x1b[0m", 20, 2);
+        let mut out = Vec::new();
+        diff(&Frame::blank(20, 2), &want, &mut out);
+        assert!(
+            String::from_utf8_lossy(&out).contains("\x1b[K"),
+            "a background is erased"
+        );
     }
 
     #[test]

@@ -54,11 +54,25 @@ impl KeyFilter {
         let chunk = self.decode_prefix(chunk);
         let mut keys = Vec::new();
         let mut run = Vec::new();
-        for &byte in chunk.iter() {
+        let mut i = 0;
+        while i < chunk.len() {
+            let mut byte = chunk[i];
+            i += 1;
             let in_paste = self.in_paste;
             self.scan_marker(byte);
             if self.armed {
                 self.armed = false;
+                if byte == 0x1b {
+                    // A key sent as an escape sequence after the prefix is
+                    // the command key, whole: kitty's `CSI 100 u` is `d`;
+                    // an arrow or a function key only shows the help.
+                    let (len, key) = escaped_key(&chunk[i - 1..]);
+                    for &b in &chunk[i..i - 1 + len] {
+                        self.scan_marker(b);
+                    }
+                    i += len - 1;
+                    byte = key.unwrap_or(0x1b);
+                }
                 let command = match byte {
                     b if b == self.prefix => {
                         run.push(b);
@@ -133,6 +147,32 @@ impl KeyFilter {
     }
 }
 
+/// The length of the escape sequence `seq` starts with (CSI up to its
+/// final byte, SS3 and one byte, else the ESC alone) and the plain key it
+/// stands for when it is kitty's `CSI code u` / `CSI code ; 1 u` of a
+/// printable character.
+fn escaped_key(seq: &[u8]) -> (usize, Option<u8>) {
+    match seq {
+        [0x1b, b'[', rest @ ..] => match rest.iter().position(|b| (0x40..=0x7e).contains(b)) {
+            Some(at) => {
+                let params = &rest[..at];
+                let key = (rest[at] == b'u')
+                    .then(|| {
+                        let text = std::str::from_utf8(params).ok()?;
+                        let (code, mods) = text.split_once(';').unwrap_or((text, "1"));
+                        let code: u8 = code.parse().ok()?;
+                        (mods == "1" && (0x20..0x7f).contains(&code)).then_some(code)
+                    })
+                    .flatten();
+                (at + 3, key)
+            }
+            None => (seq.len(), None),
+        },
+        [0x1b, b'O', _, ..] => (3, None),
+        _ => (1, None),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -172,6 +212,21 @@ mod tests {
         // Ctrl-A as prefix: its letter in lower case.
         let mut k = KeyFilter::new(0x01);
         assert_eq!(k.feed(b"\x1b[97;5ud"), vec![Key::Detach]);
+    }
+
+    #[test]
+    fn an_escape_sequence_after_the_prefix_is_one_key() {
+        let mut k = KeyFilter::new(P);
+        // An arrow: help, and nothing of it reaches the program.
+        assert_eq!(
+            k.feed(&[P, 0x1b, b'[', b'A', b'x']),
+            vec![Key::Help, input(b"x")]
+        );
+        // kitty's encoding of `d` (flag 8: every key as an escape code).
+        assert_eq!(k.feed(b"\x1b[93;5u\x1b[100u"), vec![Key::Detach]);
+        assert_eq!(k.feed(b"\x1b[93;5u\x1b[91;1u"), vec![Key::Scroll]);
+        // A lone ESC after the prefix cancels.
+        assert_eq!(k.feed(&[P, 0x1b]), vec![Key::Help]);
     }
 
     #[test]

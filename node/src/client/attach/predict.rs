@@ -83,6 +83,10 @@ impl Predictor {
         }
         let now = Instant::now();
         for &b in keys {
+            // Backspace over a guess takes the guess back.
+            if matches!(b, 0x7f | 0x08) && self.paused.is_none() && self.guesses.pop().is_some() {
+                continue;
+            }
             if !(0x20..0x7f).contains(&b) {
                 self.guesses.clear();
                 self.paused = Some(seq);
@@ -114,7 +118,11 @@ impl Predictor {
     pub fn check(&mut self, seq: u64, cell: impl Fn(usize, usize) -> Option<char>) -> bool {
         let before = self.guesses.len();
         if self.paused.is_some_and(|at| seq > at) {
+            // A new line (or wherever the key took the cursor): guesses
+            // there are shown once one is confirmed (a password prompt
+            // may follow).
             self.paused = None;
+            self.doubtful = true;
         }
         if let Some(last) = self
             .guesses
@@ -206,6 +214,19 @@ mod tests {
     }
 
     #[test]
+    fn backspace_takes_back_the_last_guess() {
+        let mut p = slow();
+        p.typed(b"abc\x7f", (0, 0), 80, false, 1);
+        assert_eq!(p.shown().iter().map(|g| g.ch).collect::<String>(), "ab");
+        p.typed(b"d", (0, 0), 80, false, 1);
+        assert_eq!(p.shown().last().map(|g| (g.col, g.ch)), Some((2, 'd')));
+        // With nothing guessed, backspace is not guessed.
+        p.typed(b"\x7f\x7f\x7f\x7f", (0, 0), 80, false, 1);
+        p.typed(b"e", (0, 0), 80, false, 1);
+        assert!(p.shown().is_empty());
+    }
+
+    #[test]
     fn control_keys_end_the_guessing_and_the_right_edge_stops_it() {
         let mut p = slow();
         p.typed(b"ab\rc", (0, 0), 80, false, 1);
@@ -213,10 +234,16 @@ mod tests {
             p.shown().is_empty(),
             "after Enter the cursor is not guessed"
         );
-        // Newer output: guessing goes on from the screen's cursor.
+        // Newer output: guessing goes on from the screen's cursor, shown
+        // once the echo confirms a guess on the new line.
         p.check(2, |_, _| Some(' '));
-        p.typed(b"d", (1, 2), 80, false, 2);
-        assert_eq!(p.shown()[0].row, 1);
+        p.typed(b"de", (1, 2), 80, false, 2);
+        assert!(p.shown().is_empty(), "in doubt on a new line");
+        p.check(3, |r, c| Some(if (r, c) == (1, 2) { 'd' } else { ' ' }));
+        assert_eq!(
+            p.shown().iter().map(|g| (g.row, g.ch)).collect::<Vec<_>>(),
+            [(1, 'e')]
+        );
         let mut p = slow();
         p.typed(b"abc", (0, 78), 80, false, 1);
         assert_eq!(p.shown().len(), 2);

@@ -12,7 +12,7 @@ use std::io::Write;
 use termesh_actors::session::modes::ModeTracker;
 use termesh_actors::session::screen::{render_cells, Utf8Decoder};
 
-use super::frame::origin;
+use super::frame::{origin, screen_rows};
 
 /// Turns off what a session may have turned on, except the alternate
 /// screen (left first, only when on): mouse and focus reporting, bracketed
@@ -243,24 +243,8 @@ impl Raw {
     /// The session's screen as lines cut to this terminal's width, trailing
     /// blank rows dropped.
     fn print_screen(&mut self) {
-        let tcols = usize::from(self.term.0);
-        let screen = self.mirror.screen();
-        let mut rows: Vec<String> = screen
-            .visible_lines()
-            .map(|line| {
-                let cells = line.cells();
-                let mut end = cells.len().min(tcols);
-                if end > 0 && cells[end - 1].width() == 2 {
-                    end -= 1;
-                }
-                render_cells(&cells[..end])
-            })
-            .collect();
-        while rows.last().is_some_and(|r| r.is_empty()) {
-            rows.pop();
-        }
         self.buf.extend_from_slice(b"\r\n");
-        for row in rows {
+        for row in screen_rows(&self.mirror, usize::from(self.term.0)) {
             self.buf.extend_from_slice(row.as_bytes());
             self.buf.extend_from_slice(b"\r\n");
         }

@@ -28,8 +28,8 @@ pub struct Scroll {
     cols: usize,
     /// Index of the line at the bottom of the view.
     bottom: usize,
-    /// The search being typed, and the last one run.
-    typing: Option<String>,
+    /// The search being typed (bytes as typed), and the last one run.
+    typing: Option<Vec<u8>>,
     query: Option<String>,
     /// The line the last search found.
     found: Option<usize>,
@@ -53,37 +53,53 @@ impl Scroll {
         }
     }
 
+    /// Keys as read (several may come in one read: a held key, a paste,
+    /// a burst of wheel reports): each is applied in turn.
     pub fn keys(&mut self, bytes: &[u8], height: usize) -> Scrolled {
-        if let Some(text) = self.typing.as_mut() {
-            let mut run = false;
-            for &b in bytes {
-                match b {
-                    b'\r' | b'\n' => {
-                        run = true;
-                        break;
-                    }
-                    0x1b => {
-                        self.typing = None;
-                        return Scrolled::Stay;
-                    }
-                    0x7f | 0x08 => {
-                        text.pop();
-                    }
-                    b if b >= 0x20 && text.len() < MAX_QUERY => text.push(char::from(b)),
-                    _ => {}
-                }
+        let mut rest = bytes;
+        while !rest.is_empty() {
+            let len = key_len(rest);
+            if self.key(&rest[..len], height) == Scrolled::Quit {
+                return Scrolled::Quit;
             }
-            if run {
-                let query = self.typing.take().unwrap_or_default();
-                if !query.is_empty() {
-                    self.query = Some(query);
+            rest = &rest[len..];
+        }
+        Scrolled::Stay
+    }
+
+    fn key(&mut self, key: &[u8], height: usize) -> Scrolled {
+        if let Some(text) = self.typing.as_mut() {
+            match key {
+                b"\r" | b"\n" => {
+                    let query = String::from_utf8_lossy(&std::mem::take(text)).into_owned();
+                    self.typing = None;
+                    if !query.is_empty() {
+                        self.query = Some(query);
+                    }
+                    self.found = None;
+                    self.search(true, height);
                 }
-                self.search(true, height);
+                b"\x1b" | b"\x03" => self.typing = None,
+                b"\x7f" | b"\x08" => {
+                    // A whole character goes, not a byte of one.
+                    let keep = String::from_utf8_lossy(text)
+                        .chars()
+                        .count()
+                        .saturating_sub(1);
+                    let kept: String = String::from_utf8_lossy(text).chars().take(keep).collect();
+                    *text = kept.into_bytes();
+                }
+                k if k[0] >= 0x20 && k[0] != 0x7f && text.len() + k.len() <= MAX_QUERY => {
+                    text.extend_from_slice(k)
+                }
+                _ => {}
             }
             return Scrolled::Stay;
         }
         let page = height.saturating_sub(1).max(1);
-        match bytes {
+        // A note (not found) lasts until the next key.
+        self.note = None;
+        match key {
             b"q" | b"\x1b" | b"\x03" => return Scrolled::Quit,
             b"k" | b"\x1b[A" | b"\x1bOA" => self.up(1),
             b"j" | b"\x1b[B" | b"\x1bOB" => self.down(1),
@@ -91,20 +107,14 @@ impl Scroll {
             b"\x1b[6~" | b"\x06" | b" " => self.down(page),
             b"g" | b"\x1b[H" | b"\x1b[1~" => self.bottom = height.saturating_sub(1),
             b"G" | b"\x1b[F" | b"\x1b[4~" => self.bottom = self.last(),
-            b"/" | b"?" => {
-                self.typing = Some(String::new());
-                self.note = None;
-            }
+            b"/" | b"?" => self.typing = Some(Vec::new()),
             b"n" => self.search(true, height),
             b"N" => self.search(false, height),
-            _ => {
-                if let Some(wheel) = wheel(bytes) {
-                    match wheel {
-                        Wheel::Up => self.up(WHEEL),
-                        Wheel::Down => self.down(WHEEL),
-                    }
-                }
-            }
+            _ => match wheel(key) {
+                Some(Wheel::Up) => self.up(WHEEL),
+                Some(Wheel::Down) => self.down(WHEEL),
+                None => {}
+            },
         }
         self.bottom = self.bottom.max(height.saturating_sub(1)).min(self.last());
         Scrolled::Stay
@@ -181,10 +191,10 @@ impl Scroll {
             }
         }
         let status = match (&self.typing, &self.note) {
-            (Some(text), _) => format!("search (older): {text}"),
+            (Some(text), _) => format!("search (older): {}", String::from_utf8_lossy(text)),
             (None, Some(note)) => format!("[scroll] {note}"),
             (None, None) => format!(
-                "[scroll] line {} of {} · ↑↓ PgUp PgDn g G wheel · / search · n N next · q back",
+                "[scroll] q back · / search · n N next · ↑↓ PgUp PgDn g G wheel · line {} of {}",
                 self.bottom + 1,
                 self.lines.len()
             ),
@@ -196,6 +206,7 @@ impl Scroll {
             frame.fill(rows - 1, end, pen);
         }
         frame.cursor = self.typing.as_ref().map(|t| {
+            let t = String::from_utf8_lossy(t);
             (
                 rows.saturating_sub(1),
                 ("search (older): ".len() + t.chars().count()).min(cols.saturating_sub(1)),
@@ -207,6 +218,29 @@ impl Scroll {
 enum Wheel {
     Up,
     Down,
+}
+
+/// The length of the first key in `bytes`: an escape sequence (CSI up to
+/// its final byte, SS3 and one byte, a lone ESC), or one UTF-8 character.
+fn key_len(bytes: &[u8]) -> usize {
+    match bytes {
+        [0x1b, b'[', rest @ ..] => rest
+            .iter()
+            .position(|b| (0x40..=0x7e).contains(b))
+            .map_or(bytes.len(), |at| at + 3),
+        [0x1b, b'O', _, ..] => 3,
+        [b, ..] if *b >= 0xc0 => {
+            let want = if *b >= 0xf0 {
+                4
+            } else if *b >= 0xe0 {
+                3
+            } else {
+                2
+            };
+            want.min(bytes.len())
+        }
+        _ => 1,
+    }
 }
 
 /// An SGR mouse report of the wheel: `ESC [ < 64 ; x ; y M` (up), 65 down.
@@ -269,7 +303,7 @@ mod tests {
         let mut f = Frame::blank(20, 5);
         s.draw(&mut f);
         assert_eq!(rows(&f)[..4], ["line 96", "line 97", "line 98", "line 99"]);
-        assert!(rows(&f)[4].starts_with("[scroll] line 100"));
+        assert!(rows(&f)[4].starts_with("[scroll] q back"));
         s.keys(b"\x1b[5~", 4);
         s.draw(&mut f);
         assert_eq!(rows(&f)[3], "line 96");
@@ -308,6 +342,34 @@ mod tests {
         s.keys(b"nowhere\r", 10);
         s.draw(&mut f);
         assert!(rows(&f)[10].contains("not found"));
+    }
+
+    #[test]
+    fn several_keys_in_one_read_each_count() {
+        let mut s = Scroll::new(history(100), 20);
+        s.keys(b"kkk\x1b[A\x1b[A", 4);
+        let mut f = Frame::blank(20, 5);
+        s.draw(&mut f);
+        assert_eq!(rows(&f)[3], "line 94");
+        s.keys(b"\x1b[<64;1;1M\x1b[<64;1;1M", 4);
+        s.draw(&mut f);
+        assert_eq!(rows(&f)[3], "line 88");
+        assert_eq!(s.keys(b"jq", 4), Scrolled::Quit);
+    }
+
+    #[test]
+    fn search_is_by_character() {
+        let mut lines = history(10);
+        lines.insert(3, "needle-日本 here".into());
+        let mut s = Scroll::new(lines, 30);
+        s.keys("/needle-日本x\x7f\r".as_bytes(), 5);
+        let mut f = Frame::blank(30, 6);
+        s.draw(&mut f);
+        assert!(
+            rows(&f).iter().any(|r| r.starts_with("needle-日")),
+            "{:?}",
+            rows(&f)
+        );
     }
 
     #[test]

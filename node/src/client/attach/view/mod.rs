@@ -12,10 +12,11 @@ use std::time::{Duration, Instant};
 
 use avt::Pen;
 use termesh_actors::session::modes::ModeTracker;
-use termesh_actors::session::screen::{render_cells, Utf8Decoder};
+use termesh_actors::session::screen::Utf8Decoder;
 
 use super::display::Display;
-use super::frame::{diff, origin, Frame, Glyph};
+use super::frame::{diff, origin, screen_rows, Frame, Glyph};
+use super::mouse::{translate, Window};
 use super::outer::{Modes, Outer};
 use super::predict::Predictor;
 use super::scroll::Scroll;
@@ -42,6 +43,8 @@ pub struct View {
     name: String,
     scroll: Option<Scroll>,
     predict: Predictor,
+    /// Where the session's cells were drawn last (for mouse reports).
+    window: Window,
     /// The program rang the bell since the last frame.
     bell: bool,
     /// A snapshot arrived: there is something to draw.
@@ -68,6 +71,12 @@ impl View {
             name,
             scroll: None,
             predict: Predictor::new(predict),
+            window: Window {
+                top: 0,
+                left: 0,
+                rows: usize::from(term.1),
+                cols: usize::from(term.0),
+            },
             bell: false,
             live: false,
             dirty: false,
@@ -107,7 +116,7 @@ impl View {
                 Modes::scrolling(self.title())
             }
             None => {
-                self.compose(&mut frame);
+                self.window = self.compose(&mut frame);
                 Modes::of_program(&self.modes, self.model.cursor_key_app_mode(), self.title())
             }
         };
@@ -139,7 +148,7 @@ impl View {
     }
 
     /// The live session: at its size top-left, or through a viewport.
-    fn compose(&self, frame: &mut Frame) {
+    fn compose(&self, frame: &mut Frame) -> Window {
         let (tcols, trows) = frame.size();
         let (scols, srows) = self.model.size();
         let fits = scols <= tcols && srows <= trows;
@@ -147,7 +156,7 @@ impl View {
             (Some(text), _) => Some(text.clone()),
             (None, true) => None,
             (None, false) => Some(format!(
-                "[termesh] session {scols}x{srows} > terminal {tcols}x{trows}: a part follows the cursor · {} s takes the size",
+                "[termesh] {} s takes the size · session {scols}x{srows} shown in part, around the cursor",
                 self.prefix
             )),
         };
@@ -194,46 +203,45 @@ impl View {
             frame.fill(trows - 1, end, pen);
         }
         let inside = cursor.row >= top && cursor.row < top + rows && cursor.col >= left;
+        // At a pending wrap the model's cursor is one past the last
+        // column: it is shown on the last column, never on the edge mark.
+        let shown_cols = tcols.min(scols - left).max(1);
         frame.cursor = (cursor.visible && inside)
-            .then(|| (cursor.row - top, (cursor.col - left).min(tcols - 1)));
-        // Predicted keys, underlined, and the cursor after them.
-        let mut pen = Pen::default();
-        pen.set_underline();
+            .then(|| (cursor.row - top, (cursor.col - left).min(shown_cols - 1)));
+        // Predicted keys, in the pen of the cell they cover, underlined,
+        // and the cursor after them.
         for g in self.predict.shown() {
             let (Some(r), Some(c)) = (g.row.checked_sub(top), g.col.checked_sub(left)) else {
                 continue;
             };
-            if r < rows && c < tcols {
+            // Never over half a wide character: the guesses stop there.
+            if r >= rows || c >= shown_cols || frame.rows[r][c].width != 1 {
+                break;
+            }
+            {
+                let mut pen = frame.rows[r][c].pen;
+                pen.set_underline();
                 frame.rows[r][c] = Glyph {
                     ch: g.ch,
                     width: 1,
                     pen,
                 };
-                frame.cursor = Some((r, (c + 1).min(tcols - 1)));
+                if frame.cursor.is_some() {
+                    frame.cursor = Some((r, (c + 1).min(shown_cols - 1)));
+                }
             }
+        }
+        Window {
+            top,
+            left,
+            rows: rows.min(srows - top),
+            cols: shown_cols,
         }
     }
 
-    /// The session's last screen as lines cut to the terminal's width,
-    /// trailing blank rows dropped, for the normal screen.
+    /// The session's last screen, for the terminal's normal screen.
     fn print_screen(&mut self) {
-        let tcols = usize::from(self.term.0);
-        let screen = self.model.screen();
-        let mut rows: Vec<String> = screen
-            .visible_lines()
-            .map(|line| {
-                let cells = line.cells();
-                let mut end = cells.len().min(tcols);
-                if end > 0 && cells[end - 1].width() == 2 {
-                    end -= 1;
-                }
-                render_cells(&cells[..end])
-            })
-            .collect();
-        while rows.last().is_some_and(|r| r.is_empty()) {
-            rows.pop();
-        }
-        for row in rows {
+        for row in screen_rows(&self.model, usize::from(self.term.0)) {
             self.out.extend_from_slice(row.as_bytes());
             self.out.extend_from_slice(b"\r\n");
         }
@@ -333,6 +341,23 @@ impl Display for View {
         self.scroll.is_some()
     }
 
+    fn replace(&mut self, cols: u16, rows: u16, data: &[u8], replay: &[Vec<u8>]) {
+        self.snapshot(cols, rows, data, false);
+        for data in replay {
+            self.feed(data);
+        }
+        self.bell = false;
+    }
+
+    fn map_input(&self, keys: Vec<u8>) -> Vec<u8> {
+        let mouse = [1000, 1002, 1003].iter().any(|m| self.modes.mode(*m));
+        if mouse && self.scroll.is_none() {
+            translate(&keys, self.window)
+        } else {
+            keys
+        }
+    }
+
     fn typed(&mut self, keys: &[u8], seq: u64) {
         if !self.predict.enabled() {
             return;
@@ -392,150 +417,4 @@ fn model((cols, rows): (u16, u16)) -> avt::Terminal {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// What the outer terminal shows after everything the view wrote.
-    fn outer_rows(outer: &mut avt::Terminal, view: &mut View) -> Vec<String> {
-        view.render();
-        outer.feed(String::from_utf8_lossy(&std::mem::take(&mut view.out)).as_ref());
-        outer
-            .screen()
-            .visible_lines()
-            .map(|l| l.text().trim_end().to_string())
-            .collect()
-    }
-
-    fn view(term: (u16, u16)) -> (View, avt::Terminal) {
-        let outer = avt::Terminal::new(term.0.into(), term.1.into()).unwrap();
-        (View::new(term, "big".into(), "^]".into(), true), outer)
-    }
-
-    #[test]
-    fn a_smaller_session_sits_top_left_with_its_edges_marked_and_never_wraps() {
-        let (mut v, mut outer) = view((30, 8));
-        let long = "x".repeat(25);
-        v.snapshot(
-            20,
-            4,
-            format!("{long}\r\n\x1b[44mab\x1b[K\x1b[0m").as_bytes(),
-            true,
-        );
-        let rows = outer_rows(&mut outer, &mut v);
-        assert_eq!(rows[0], format!("{}│", "x".repeat(20)));
-        assert_eq!(rows[1], "xxxxx               │");
-        assert_eq!(rows[2], format!("ab{}│", " ".repeat(18)));
-        assert_eq!(rows[4], format!("{}┘", "─".repeat(20)));
-        assert_eq!(rows[5], "");
-        // The erase's background stops at the session's edge.
-        let line = outer
-            .screen()
-            .visible_lines()
-            .nth(2)
-            .unwrap()
-            .cells()
-            .to_vec();
-        assert!(line[19].pen().background().is_some());
-        assert!(line[21].pen().background().is_none());
-    }
-
-    #[test]
-    fn a_larger_session_shows_a_viewport_at_its_cursor_with_a_notice() {
-        let (mut v, mut outer) = view((20, 6));
-        let mut data = String::new();
-        for i in 0..10 {
-            data.push_str(&format!("row {i} {}\r\n", "y".repeat(30)));
-        }
-        data.push_str("$ ");
-        v.snapshot(40, 12, data.as_bytes(), true);
-        let rows = outer_rows(&mut outer, &mut v);
-        assert_eq!(rows[0], "row 6 yyyyyyyyyyyyyy");
-        assert_eq!(rows[4], "$");
-        assert!(rows[5].starts_with("[termesh] session 40"), "{rows:?}");
-        // The session takes this terminal's size: drawn whole.
-        v.session_resized(20, 6);
-        v.output(b"\x1b[H\x1b[2Jfits");
-        let rows = outer_rows(&mut outer, &mut v);
-        assert_eq!(rows, ["fits", "", "", "", "", ""]);
-    }
-
-    #[test]
-    fn typing_redraws_a_few_cells_only() {
-        let (mut v, mut outer) = view((80, 24));
-        v.snapshot(80, 24, b"$ ", true);
-        outer_rows(&mut outer, &mut v);
-        v.output(b"e");
-        v.render();
-        let out = String::from_utf8_lossy(&v.out).into_owned();
-        assert!(out.len() < 60, "{out:?}");
-        assert!(!out.contains("\x1b[2J"));
-        assert!(!out.contains('\x07'));
-        // The program's bell rings the terminal's.
-        v.output(b"\x07");
-        v.render();
-        assert!(String::from_utf8_lossy(&v.out).contains('\x07'));
-    }
-
-    #[test]
-    fn the_status_row_overlays_and_gives_back_what_it_covered() {
-        let (mut v, mut outer) = view((20, 4));
-        v.snapshot(20, 4, b"a\r\nb\r\nc\r\nbottom", true);
-        v.set_status(Some("[termesh] link down".into()));
-        let rows = outer_rows(&mut outer, &mut v);
-        assert_eq!(rows[3], "[termesh] link down");
-        assert_eq!(rows[..2], ["b", "c"], "the view follows the cursor");
-        v.set_status(None);
-        let rows = outer_rows(&mut outer, &mut v);
-        assert_eq!(rows, ["a", "b", "c", "bottom"]);
-    }
-
-    #[test]
-    fn modes_title_and_restore() {
-        let (mut v, mut outer) = view((20, 4));
-        v.snapshot(
-            20,
-            4,
-            b"\x1b[?1049h\x1b[?1000h\x1b]2;edit\x07\x1b[6 qvim",
-            true,
-        );
-        v.render();
-        let on = String::from_utf8_lossy(&v.out).into_owned();
-        assert!(
-            on.contains("\x1b[22;0t") && on.contains("\x1b[?1000h"),
-            "{on:?}"
-        );
-        assert!(
-            on.contains("\x1b]2;big: edit\x07") && on.contains("\x1b[6 q"),
-            "{on:?}"
-        );
-        outer_rows(&mut outer, &mut v);
-        v.keep_screen();
-        v.restore("[termesh: detached]");
-        let off = String::from_utf8_lossy(&v.out).into_owned();
-        let leave = off
-            .find("\x1b[?1049l")
-            .expect("leaves the alternate screen");
-        let note = off.find("[termesh: detached]").unwrap();
-        assert!(leave < note && off.contains("\x1b[?1000l") && off.contains("\x1b[0 q"));
-        assert!(
-            off.contains("\x1b[23;0t") && off[leave..].contains("vim"),
-            "{off:?}"
-        );
-    }
-
-    #[test]
-    fn the_scroll_mode_draws_over_the_screen_and_gives_it_back() {
-        let (mut v, mut outer) = view((20, 4));
-        v.snapshot(20, 4, b"live", true);
-        outer_rows(&mut outer, &mut v);
-        assert!(v.open_scroll((0..50).map(|i| format!("old {i}")).collect()));
-        let rows = outer_rows(&mut outer, &mut v);
-        assert_eq!(rows[..3], ["old 47", "old 48", "old 49"]);
-        assert!(v.scroll_keys(b"k"));
-        let rows = outer_rows(&mut outer, &mut v);
-        assert_eq!(rows[2], "old 48");
-        assert!(!v.scroll_keys(b"q"));
-        let rows = outer_rows(&mut outer, &mut v);
-        assert_eq!(rows[0], "live");
-    }
-}
+mod tests;

@@ -6,15 +6,21 @@
 use std::time::{Duration, Instant};
 
 use anyhow::anyhow;
-use termesh_transport::{ClientMsg, ErrorCode, EventKind, ServerMsg, SessionStatus};
+use termesh_transport::{ClientMsg, EventKind, ServerMsg, SessionStatus};
 
 use super::backoff::Backoff;
 use super::display::Display;
 use super::keys::{Key, KeyFilter};
 use super::raw::Raw;
+use super::resync::{Apply, Resync, Snap};
 use super::view::View;
 use super::{AttachOptions, Ended, Outside};
 use crate::client::{Client, Fatal};
+
+mod errors;
+mod status;
+
+pub use status::key_name;
 
 /// Keystrokes kept while disconnected; more are dropped.
 const MAX_PENDING_INPUT: usize = 64 * 1024;
@@ -29,6 +35,11 @@ const LIST_ID: u64 = 2;
 const HISTORY_ID: u64 = 3;
 /// The id of the `detach` an `attach -d` sends once subscribed.
 const DETACH_ID: u64 = 4;
+/// The ids of the `screen` requests after a resize count up from here.
+const SCREEN_IDS: u64 = 100;
+/// The largest session a node makes (PROTOCOL.md, `resize`).
+pub const MAX_COLS: u16 = 1000;
+pub const MAX_ROWS: u16 = 500;
 /// How often the round trip is measured for predictive echo.
 const RTT_EVERY: Duration = Duration::from_secs(1);
 /// How long a notice (read-only, help) stays in the status row.
@@ -77,8 +88,16 @@ pub struct State {
     tag: String,
     /// `-d` was carried out (once, on the first subscription).
     took: bool,
-    /// The last round-trip probe: its nonce and when it went.
-    rtt_probe: Option<(u64, Instant)>,
+    /// After a resize: the node's screen awaited to take in place of the
+    /// model's (the renderer only).
+    resync: Option<Resync>,
+    next_screen_id: u64,
+    /// The scroll mode was asked for and its history is awaited: keys
+    /// typed meanwhile are the scroll mode's, kept here (bounded).
+    scroll_wanted: Option<Vec<u8>>,
+    /// The last round-trip probe: when it went, and its nonce while it
+    /// is unanswered.
+    rtt_probe: Option<(Option<u64>, Instant)>,
 }
 
 impl State {
@@ -119,6 +138,9 @@ impl State {
             tag: format!("{:016x}", rand::random::<u64>()),
             took: false,
             rtt_probe: None,
+            resync: None,
+            next_screen_id: SCREEN_IDS,
+            scroll_wanted: None,
         };
         if st.read_only {
             st.notify(st.read_only_note.into());
@@ -162,6 +184,10 @@ impl State {
 
     pub async fn subscribe(&mut self, conn: &mut Client) -> anyhow::Result<()> {
         self.unacked = 0;
+        // A new subscription starts from a snapshot anyway; a history asked
+        // of the old connection will not come.
+        self.resync = None;
+        self.scroll_wanted = None;
         self.quiet_for = None;
         conn.send(&ClientMsg::Subscribe {
             id: SUBSCRIBE_ID,
@@ -215,12 +241,40 @@ impl State {
                 }
             }
             ServerMsg::Snapshot {
+                id: Some(id),
                 seq,
                 cols,
                 rows,
                 data,
                 ..
             } => {
+                let (cols, rows) = bounded(cols, rows);
+                if let Some(r) = self.resync.as_mut().filter(|r| r.id == id) {
+                    let snap = Snap {
+                        seq,
+                        cols,
+                        rows,
+                        data,
+                    };
+                    match r.snapshot(snap, self.last_seq.unwrap_or(0)) {
+                        Apply::Now { snap, replay } => {
+                            self.view.replace(snap.cols, snap.rows, &snap.data, &replay);
+                            self.resync = None;
+                            self.schedule_redraw();
+                        }
+                        Apply::Wait => {}
+                        Apply::GiveUp => self.resync = None,
+                    }
+                }
+            }
+            ServerMsg::Snapshot {
+                seq,
+                cols,
+                rows,
+                data,
+                ..
+            } => {
+                let (cols, rows) = bounded(cols, rows);
                 // A fresh attach or a resync starts from a reset terminal; a
                 // resume never gets here (it continues with output).
                 let reset =
@@ -247,22 +301,35 @@ impl State {
                 lines,
                 ..
             } => {
+                self.notice = None;
                 if !self.view.open_scroll(lines.unwrap_or_default()) {
                     self.notify("no scroll mode with --raw: use the terminal's scrollback".into());
                 }
-                self.notice = None;
+                if let Some(keys) = self.scroll_wanted.take().filter(|k| !k.is_empty()) {
+                    self.view.scroll_keys(&keys);
+                }
             }
             ServerMsg::ResyncRequired { .. } => self.reset_next_snapshot = true,
             ServerMsg::Pong { nonce: Some(n) } => {
-                if let Some((sent, at)) = self.rtt_probe {
+                if let Some((Some(sent), at)) = self.rtt_probe {
                     if n.as_u64() == Some(sent) {
                         self.view.rtt(at.elapsed());
-                        self.rtt_probe = None;
+                        self.rtt_probe = Some((None, at));
                     }
                 }
             }
             ServerMsg::Output { session, seq, data } => {
                 self.view.output(&data);
+                if let Some(r) = self.resync.as_mut() {
+                    match r.output(seq, &data) {
+                        Ok(Some(snap)) => {
+                            self.view.replace(snap.cols, snap.rows, &snap.data, &[]);
+                            self.resync = None;
+                        }
+                        Ok(None) => {}
+                        Err(()) => self.resync = None,
+                    }
+                }
                 self.view.settle(seq);
                 self.schedule_redraw();
                 self.last_seq = Some(seq);
@@ -281,8 +348,22 @@ impl State {
                     }));
                 }
                 EventKind::Resized { cols, rows } => {
+                    let (cols, rows) = bounded(cols, rows);
                     self.view.session_resized(cols, rows);
                     self.schedule_redraw();
+                    if !self.opts.raw {
+                        // The node's model may have pulled rows back from
+                        // its history: take its screen.
+                        let id = self.next_screen_id;
+                        self.next_screen_id += 1;
+                        self.resync = Some(Resync::new(id, self.last_seq.unwrap_or(0)));
+                        conn.send(&ClientMsg::Screen {
+                            id,
+                            session: self.opts.session.clone(),
+                            scrollback: Some(0),
+                        })
+                        .await?;
+                    }
                 }
                 EventKind::Unreachable => {
                     self.owner_unreachable = Some(Instant::now());
@@ -312,50 +393,6 @@ impl State {
         Step::End(Ended::Lost)
     }
 
-    fn on_error(
-        &mut self,
-        id: Option<u64>,
-        code: ErrorCode,
-        message: String,
-    ) -> anyhow::Result<Step> {
-        let session = &self.opts.label;
-        match (id, code) {
-            (Some(DETACH_ID), _) => {
-                self.notify(format!("other attaches stay: {message}"));
-                Ok(Step::Continue)
-            }
-            (Some(HISTORY_ID), _) => {
-                self.notify(format!("no scroll mode: {message}"));
-                Ok(Step::Continue)
-            }
-            (Some(SUBSCRIBE_ID), ErrorCode::NotFound) => Err(Fatal::wrap(anyhow!(
-                "session {session} no longer exists: it was removed, or its node restarted"
-            ))),
-            // The session went away while attached.
-            (None, ErrorCode::NotFound) => Ok(Step::End(Ended::Removed)),
-            // A viewer's token: input and resize are refused.
-            (None, ErrorCode::Forbidden) => {
-                if !self.read_only {
-                    self.read_only = true;
-                    self.read_only_note = "read-only (a viewer's token): keys are not sent";
-                    self.pending_input.clear();
-                    self.notify(self.read_only_note.into());
-                }
-                Ok(Step::Continue)
-            }
-            // Input that raced the program's exit: `exited` follows.
-            (None, ErrorCode::Exited) => Ok(Step::Continue),
-            (
-                Some(SUBSCRIBE_ID),
-                ErrorCode::Unauthorized | ErrorCode::Forbidden | ErrorCode::BadRequest,
-            ) => Err(Fatal::wrap(anyhow!(
-                "cannot attach to {session}: {message}"
-            ))),
-            // Anything else ends this subscription; a new connection retries.
-            (_, code) => Err(anyhow!("{}: {message}", code.as_str())),
-        }
-    }
-
     pub async fn on_outside(
         &mut self,
         event: Outside,
@@ -370,8 +407,15 @@ impl State {
                         Key::Input(bytes) if self.view.scrolling() => {
                             self.view.scroll_keys(&bytes);
                         }
+                        Key::Input(bytes) if self.scroll_wanted.is_some() => {
+                            if let Some(kept) = self.scroll_wanted.as_mut() {
+                                let room = 4096usize.saturating_sub(kept.len());
+                                kept.extend_from_slice(&bytes[..bytes.len().min(room)]);
+                            }
+                        }
                         Key::Input(_) if self.read_only => self.notify(self.read_only_note.into()),
                         Key::Input(bytes) => {
+                            let bytes = self.view.map_input(bytes);
                             self.view.typed(&bytes, self.last_seq.unwrap_or(0));
                             let room = MAX_PENDING_INPUT.saturating_sub(self.pending_input.len());
                             self.pending_input
@@ -385,7 +429,11 @@ impl State {
                             take_size = true;
                             self.notify("the session takes this terminal's size".into());
                         }
-                        Key::Scroll => scroll = true,
+                        Key::Scroll if !self.view.scrolling() && self.scroll_wanted.is_none() => {
+                            scroll = true;
+                            self.scroll_wanted = Some(Vec::new());
+                        }
+                        Key::Scroll => {}
                         Key::Help => self.notify(self.help()),
                     }
                 }
@@ -394,7 +442,7 @@ impl State {
                         if take_size {
                             self.send_size(conn).await?;
                         }
-                        if scroll && !self.view.scrolling() {
+                        if scroll {
                             self.notify("loading the history".into());
                             let session = self.opts.session.clone();
                             conn.send(&ClientMsg::History {
@@ -405,7 +453,10 @@ impl State {
                             .await?;
                         }
                     }
-                    None if scroll => self.notify("the scroll mode needs the link".into()),
+                    None if scroll => {
+                        self.scroll_wanted = None;
+                        self.notify("the scroll mode needs the link".into());
+                    }
                     None => {}
                 }
             }
@@ -449,73 +500,13 @@ impl State {
                 .is_none_or(|(_, at)| at.elapsed() >= RTT_EVERY)
         {
             let nonce = rand::random::<u32>().into();
-            self.rtt_probe = Some((nonce, Instant::now()));
+            self.rtt_probe = Some((Some(nonce), Instant::now()));
             conn.send(&ClientMsg::Ping {
                 nonce: Some(rmpv::Value::from(nonce)),
             })
             .await?;
         }
         Ok(Step::Continue)
-    }
-
-    /// Puts the right text in the status row: the link's state first, then
-    /// the prefix menu, then a notice.
-    pub fn refresh_status(&mut self) {
-        if self
-            .notice
-            .as_ref()
-            .is_some_and(|(_, until)| Instant::now() >= *until)
-        {
-            self.notice = None;
-        }
-        let detach = format!("[termesh] {} d detaches", key_name(self.opts.prefix));
-        let text = if let Some(since) = self.offline_since {
-            let next = match self.retry_at {
-                Some(at) => format!("next try in {}s", secs_until(at)),
-                None => "connecting".to_string(),
-            };
-            let what = match &self.node_stopped {
-                Some(_) => "node stopped; waiting for it to come back".to_string(),
-                None => format!("link down {}s", since.elapsed().as_secs()),
-            };
-            Some(format!(
-                "{detach} · {what} · retry {} · {next} · keys typed now are sent on reconnect",
-                self.backoff.attempts(),
-            ))
-        } else if let Some(quiet) = self.quiet_for {
-            Some(format!(
-                "{detach} · no word from the node for {}s; reconnecting after {}s",
-                quiet.as_secs(),
-                self.stale_after.as_secs()
-            ))
-        } else if let Some(since) = self.owner_unreachable {
-            Some(format!(
-                "{detach} · the session's node is unreachable ({}s); its output resumes when it is back",
-                since.elapsed().as_secs(),
-            ))
-        } else if self.keys.armed() {
-            Some(self.help())
-        } else {
-            self.notice.as_ref().map(|(text, _)| text.clone())
-        };
-        self.view.set_status(text);
-        self.schedule_redraw();
-    }
-
-    fn help(&self) -> String {
-        let p = key_name(self.opts.prefix);
-        format!(
-            "[termesh] {p} then: d detach · s take the size · [ scroll · {p} send {p} · other keys cancel"
-        )
-    }
-
-    fn notify(&mut self, text: String) {
-        let text = if text.starts_with("[termesh]") {
-            text
-        } else {
-            format!("[termesh] {text}")
-        };
-        self.notice = Some((text, Instant::now() + NOTICE));
     }
 
     fn schedule_redraw(&mut self) {
@@ -534,8 +525,11 @@ impl State {
         conn.send(&ClientMsg::Input { session, data }).await
     }
 
+    /// Sends this terminal's size, within the node's bounds (a larger
+    /// terminal shows the session at the largest size, top-left).
     async fn send_size(&mut self, conn: &mut Client) -> anyhow::Result<()> {
         if let Ok((cols, rows)) = crossterm::terminal::size() {
+            let (cols, rows) = (cols.clamp(1, MAX_COLS), rows.clamp(1, MAX_ROWS));
             let session = self.opts.session.clone();
             conn.send(&ClientMsg::Resize {
                 session,
@@ -548,13 +542,8 @@ impl State {
     }
 }
 
-fn secs_until(at: Instant) -> u64 {
-    at.saturating_duration_since(Instant::now())
-        .as_secs_f64()
-        .ceil() as u64
-}
-
-/// `^]` for 0x1d.
-pub fn key_name(key: u8) -> String {
-    format!("^{}", char::from(key + b'@'))
+/// A size from the node, within the bounds a node keeps (a model of a
+/// wrong, huge size would take the client's memory).
+fn bounded(cols: u16, rows: u16) -> (u16, u16) {
+    (cols.clamp(1, MAX_COLS), rows.clamp(1, MAX_ROWS))
 }

@@ -250,6 +250,11 @@ enum Command {
         /// typed characters show at once, underlined until echoed
         #[arg(long)]
         predict: bool,
+        /// Take the mouse while the program has not asked for it: the wheel
+        /// scrolls the session's history (the terminal's own selection then
+        /// wants Shift, as with tmux's mouse on)
+        #[arg(long)]
+        mouse: bool,
         /// Pass the session's bytes through to this terminal instead of
         /// drawing it (for `attach | tee`, or a terminal's own scrollback);
         /// the default when output is not a terminal
@@ -509,6 +514,7 @@ async fn run_client(command: Command) -> anyhow::Result<i32> {
                     raw: !std::io::stdout().is_terminal(),
                     take: false,
                     predict: false,
+                    mouse: false,
                 };
                 return attach(&target, opts).await.map(|end| end.exit_code());
             }
@@ -574,6 +580,7 @@ async fn run_client(command: Command) -> anyhow::Result<i32> {
             raw,
             detach_others,
             predict,
+            mouse,
         } => {
             let prefix = parse_key(&detach_key)?;
             let target = target(client)?;
@@ -588,6 +595,7 @@ async fn run_client(command: Command) -> anyhow::Result<i32> {
                 raw: raw || !std::io::stdout().is_terminal(),
                 take: detach_others,
                 predict,
+                mouse,
             };
             attach(&target, opts).await.map(|end| end.exit_code())
         }

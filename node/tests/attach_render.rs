@@ -443,6 +443,11 @@ struct PtyAttach {
 
 impl PtyAttach {
     fn start(node: &TestNode, session: &str) -> PtyAttach {
+        PtyAttach::start_with(node, session, &[])
+    }
+
+    /// `termesh attach SESSION ARGS` in an 80x24 PTY.
+    fn start_with(node: &TestNode, session: &str, args: &[&str]) -> PtyAttach {
         let pair = native_pty_system()
             .openpty(PtySize {
                 rows: 24,
@@ -453,6 +458,7 @@ impl PtyAttach {
             .unwrap();
         let mut cmd = CommandBuilder::new(BIN);
         cmd.args(["attach", session, "--url", &node.url(), "--token", OPERATOR]);
+        cmd.args(args);
         cmd.env("TERM", "xterm");
         let child = pair.slave.spawn_command(cmd).unwrap();
         drop(pair.slave);
@@ -819,5 +825,51 @@ async fn mouse_reports_reach_the_program_at_the_session_s_cells() {
     assert!(
         !text.contains(";3;24M") && !text.contains(";3;61M"),
         "a click on the notice row is not sent: {text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_mouse_the_wheel_opens_the_scroll_mode() {
+    let node = TestNode::start();
+    let session = shell_session(&node, 80, 24).await;
+    let mut op = node.client(OPERATOR).await;
+    type_in(&mut op, &session, "seq 1 200 | sed 's/^/w-/'\r").await;
+    wait_output(&node, &session, "w-200").await;
+    let mut pty = PtyAttach::start_with(&node, &session, &["--mouse"]);
+    pty.wait_for("\x1b[?1000h").await;
+    let screen = || drawn(&pty.out.lock().unwrap());
+    within(PATIENCE, "the live screen", async {
+        while !screen().iter().any(|r| row_text(r) == "w-200") {
+            poll_pause().await;
+        }
+    })
+    .await;
+    // The wheel goes up: the scroll mode opens, a wheel's worth up; no
+    // report reaches the shell.
+    std::io::Write::write_all(&mut pty.keys, b"\x1b[<64;5;5M").unwrap();
+    within(PATIENCE, "the scroll mode", async {
+        loop {
+            let s = screen();
+            if row_text(&s[23]).starts_with("[scroll] q back")
+                && !s.iter().any(|r| row_text(r) == "w-200")
+            {
+                return;
+            }
+            poll_pause().await;
+        }
+    })
+    .await;
+    std::io::Write::write_all(&mut pty.keys, b"q").unwrap();
+    within(PATIENCE, "the live screen again", async {
+        while !screen().iter().any(|r| row_text(r) == "w-200") {
+            poll_pause().await;
+        }
+    })
+    .await;
+    type_in(&mut op, &session, "echo typed-$((2*21))\r").await;
+    let text = wait_output(&node, &session, "typed-42").await;
+    assert!(
+        !text.contains("[<64"),
+        "no report reached the shell: {text}"
     );
 }

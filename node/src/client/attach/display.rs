@@ -35,10 +35,11 @@ pub trait Display {
     /// The session's screen (a snapshot) replaces the model, then
     /// `replay` is fed on it (a resync after a resize).
     fn replace(&mut self, _cols: u16, _rows: u16, _data: &[u8], _replay: &[Vec<u8>]) {}
-    /// Keys for the program as it should get them: mouse reports moved to
-    /// the session's cells.
-    fn map_input(&self, keys: Vec<u8>) -> Vec<u8> {
-        keys
+    /// Keys for the program as it should get them (mouse reports moved to
+    /// the session's cells, or taken out when the mouse is the attach's),
+    /// and whether the wheel went up on the attach's own mouse.
+    fn map_input(&self, keys: Vec<u8>) -> (Vec<u8>, bool) {
+        (keys, false)
     }
     /// Keys sent to the program, the stream at `seq` (predictive echo).
     fn typed(&mut self, _keys: &[u8], _seq: u64) {}

@@ -49,6 +49,8 @@ pub struct AttachOptions {
     pub take: bool,
     /// Predictive local echo on a slow link.
     pub predict: bool,
+    /// The wheel scrolls while the program has not asked for the mouse.
+    pub mouse: bool,
 }
 
 /// Why the attach ended.

@@ -4,7 +4,9 @@
 //! session cell (x + left, y + top); a report outside the session's cells
 //! (its edge marks, the notice row) is dropped. SGR (`ESC [ < b ; x ; y
 //! M/m`) and the X10 form (`ESC [ M b x y`, coordinates + 32) are mapped;
-//! everything else passes as it is.
+//! everything else passes as it is. With `attach --mouse` and a program
+//! that did not ask for the mouse, the reports are the attach's own:
+//! taken out of the input, a wheel up opening the scroll mode.
 
 /// Where the session's cells are on the terminal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,14 +27,33 @@ impl Window {
     }
 }
 
+/// `keys` without mouse reports, and whether one was the wheel going up.
+pub fn take(keys: &[u8]) -> (Vec<u8>, bool) {
+    let mut wheel_up = false;
+    let kept = rewrite(keys, |b, _, _| {
+        wheel_up |= b == 64;
+        None
+    });
+    (kept, wheel_up)
+}
+
 pub fn translate(keys: &[u8], window: Window) -> Vec<u8> {
+    rewrite(keys, |_, x, y| window.map(x, y))
+}
+
+/// `keys` with each mouse report's cell (1-based x, y) replaced by what
+/// `map` gives for its button and cell, or dropped for `None`.
+fn rewrite(
+    keys: &[u8],
+    mut map: impl FnMut(u32, usize, usize) -> Option<(usize, usize)>,
+) -> Vec<u8> {
     let mut out = Vec::with_capacity(keys.len());
     let mut i = 0;
     while i < keys.len() {
         let rest = &keys[i..];
         if let Some(body) = rest.strip_prefix(b"\x1b[<") {
             if let Some((len, b, x, y, end)) = sgr(body) {
-                if let Some((x, y)) = window.map(x, y) {
+                if let Some((x, y)) = map(b, x, y) {
                     out.extend_from_slice(format!("\x1b[<{b};{x};{y}{}", end as char).as_bytes());
                 }
                 i += 3 + len;
@@ -41,7 +62,7 @@ pub fn translate(keys: &[u8], window: Window) -> Vec<u8> {
         } else if rest.len() >= 6 && rest.starts_with(b"\x1b[M") {
             let (b, x, y) = (rest[3], usize::from(rest[4]), usize::from(rest[5]));
             if x >= 33 && y >= 33 {
-                if let Some((x, y)) = window.map(x - 32, y - 32) {
+                if let Some((x, y)) = map(u32::from(b.saturating_sub(32)), x - 32, y - 32) {
                     if x + 32 <= 255 && y + 32 <= 255 {
                         out.extend_from_slice(&[
                             0x1b,
@@ -100,6 +121,13 @@ mod tests {
         assert_eq!(translate(b"\x1b[<64;3;21M", W), b"");
         // Not a report: as it is.
         assert_eq!(translate(b"\x1b[A\x1b[<x", W), b"\x1b[A\x1b[<x");
+    }
+
+    #[test]
+    fn the_attach_s_own_reports_are_taken_out() {
+        assert_eq!(take(b"a\x1b[<64;3;4Mb"), (b"ab".to_vec(), true));
+        assert_eq!(take(b"\x1b[<0;3;4M\x1b[<0;3;4m"), (Vec::new(), false));
+        assert_eq!(take(b"\x1b[A"), (b"\x1b[A".to_vec(), false));
     }
 
     #[test]

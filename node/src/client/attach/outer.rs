@@ -42,6 +42,16 @@ impl Modes {
         }
     }
 
+    /// These modes with the mouse reported to the attach (SGR encoding).
+    pub fn with_mouse(mut self) -> Modes {
+        for m in SCROLL_MOUSE {
+            if !self.dec.contains(m) {
+                self.dec.push(*m);
+            }
+        }
+        self
+    }
+
     /// The scroll mode's: the wheel reported (SGR encoding), keys plain.
     pub fn scrolling(title: String) -> Modes {
         Modes {

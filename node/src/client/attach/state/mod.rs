@@ -13,7 +13,7 @@ use super::display::Display;
 use super::keys::{Key, KeyFilter};
 use super::raw::Raw;
 use super::resync::{Apply, Resync, Snap};
-use super::view::View;
+use super::view::{View, ViewOptions};
 use super::{AttachOptions, Ended, Outside};
 use crate::client::{Client, Fatal};
 
@@ -109,7 +109,10 @@ impl State {
                 term,
                 opts.title.clone(),
                 key_name(opts.prefix),
-                opts.predict,
+                ViewOptions {
+                    predict: opts.predict,
+                    mouse: opts.mouse,
+                },
             ))
         };
         let mut st = State {
@@ -415,7 +418,13 @@ impl State {
                         }
                         Key::Input(_) if self.read_only => self.notify(self.read_only_note.into()),
                         Key::Input(bytes) => {
-                            let bytes = self.view.map_input(bytes);
+                            let (bytes, wheel_up) = self.view.map_input(bytes);
+                            if wheel_up && self.scroll_wanted.is_none() {
+                                // The wheel opens the scroll mode, a
+                                // wheel's worth up.
+                                scroll = true;
+                                self.scroll_wanted = Some(b"\x1b[<64;1;1M".to_vec());
+                            }
                             self.view.typed(&bytes, self.last_seq.unwrap_or(0));
                             let room = MAX_PENDING_INPUT.saturating_sub(self.pending_input.len());
                             self.pending_input

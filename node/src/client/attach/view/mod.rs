@@ -16,7 +16,7 @@ use termesh_actors::session::screen::Utf8Decoder;
 
 use super::display::Display;
 use super::frame::{diff, origin, screen_rows, Frame, Glyph};
-use super::mouse::{translate, Window};
+use super::mouse::{take, translate, Window};
 use super::outer::{Modes, Outer};
 use super::predict::Predictor;
 use super::scroll::Scroll;
@@ -24,6 +24,16 @@ use super::scroll::Scroll;
 /// Frames are drawn at most this often while output streams; the first
 /// change after a quiet spell (an echo) is drawn at once.
 const FRAME: Duration = Duration::from_millis(8);
+
+/// What the renderer does beyond drawing.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ViewOptions {
+    /// Predictive local echo.
+    pub predict: bool,
+    /// The wheel scrolls (the mouse is the attach's) while the program has
+    /// not asked for the mouse.
+    pub mouse: bool,
+}
 
 pub struct View {
     /// Bytes for the outer terminal, written out by `flush`.
@@ -45,6 +55,9 @@ pub struct View {
     predict: Predictor,
     /// Where the session's cells were drawn last (for mouse reports).
     window: Window,
+    /// `--mouse`: the mouse is the attach's while the program has not
+    /// asked for it (the wheel opens the scroll mode).
+    take_mouse: bool,
     /// The program rang the bell since the last frame.
     bell: bool,
     /// A snapshot arrived: there is something to draw.
@@ -56,7 +69,7 @@ pub struct View {
 }
 
 impl View {
-    pub fn new(term: (u16, u16), name: String, prefix: String, predict: bool) -> View {
+    pub fn new(term: (u16, u16), name: String, prefix: String, opts: ViewOptions) -> View {
         View {
             out: Vec::new(),
             model: model(term),
@@ -70,7 +83,8 @@ impl View {
             prefix,
             name,
             scroll: None,
-            predict: Predictor::new(predict),
+            predict: Predictor::new(opts.predict),
+            take_mouse: opts.mouse,
             window: Window {
                 top: 0,
                 left: 0,
@@ -117,7 +131,13 @@ impl View {
             }
             None => {
                 self.window = self.compose(&mut frame);
-                Modes::of_program(&self.modes, self.model.cursor_key_app_mode(), self.title())
+                let mut modes =
+                    Modes::of_program(&self.modes, self.model.cursor_key_app_mode(), self.title());
+                if self.take_mouse && !self.program_mouse() {
+                    // `--mouse`: the wheel is the attach's (to scroll).
+                    modes = modes.with_mouse();
+                }
+                modes
             }
         };
         let mut out = std::mem::take(&mut self.out);
@@ -138,6 +158,11 @@ impl View {
         }
         self.shown = Some(frame);
         self.out = out;
+    }
+
+    /// The program asked for mouse reports.
+    fn program_mouse(&self) -> bool {
+        [1000, 1002, 1003].iter().any(|m| self.modes.mode(*m))
     }
 
     fn title(&self) -> String {
@@ -349,12 +374,15 @@ impl Display for View {
         self.bell = false;
     }
 
-    fn map_input(&self, keys: Vec<u8>) -> Vec<u8> {
-        let mouse = [1000, 1002, 1003].iter().any(|m| self.modes.mode(*m));
-        if mouse && self.scroll.is_none() {
-            translate(&keys, self.window)
+    fn map_input(&self, keys: Vec<u8>) -> (Vec<u8>, bool) {
+        if self.scroll.is_some() {
+            (keys, false)
+        } else if self.program_mouse() {
+            (translate(&keys, self.window), false)
+        } else if self.take_mouse {
+            take(&keys)
         } else {
-            keys
+            (keys, false)
         }
     }
 

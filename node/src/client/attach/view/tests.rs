@@ -16,7 +16,18 @@ fn outer_rows(outer: &mut avt::Terminal, view: &mut View) -> Vec<String> {
 
 fn view(term: (u16, u16)) -> (View, avt::Terminal) {
     let outer = avt::Terminal::new(term.0.into(), term.1.into()).unwrap();
-    (View::new(term, "big".into(), "^]".into(), true), outer)
+    (
+        View::new(
+            term,
+            "big".into(),
+            "^]".into(),
+            ViewOptions {
+                predict: true,
+                mouse: false,
+            },
+        ),
+        outer,
+    )
 }
 
 #[test]

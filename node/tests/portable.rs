@@ -242,13 +242,14 @@ async fn snapshots_draw_the_live_screen_in_other_emulators() {
         "the primary screen beneath differs",
     );
 
-    // tmux: the live output, the snapshot, and `termesh attach`.
+    // tmux: the live output, the snapshot, and `termesh attach --raw` (the
+    // pass-through; the renderer draws on its own alternate screen).
     let live_file = tmux.file("live", live.as_bytes());
     let snap_file = tmux.file("snap", &ws_screen);
     tmux.pane("live", &format!("cat {live_file}; exec sleep 1000"));
     tmux.pane("snap", &format!("cat {snap_file}; exec sleep 1000"));
     let attach = format!(
-        "TERMESH_URL={} TERMESH_TOKEN={VIEWER} {} attach --scrollback 0 {}; sleep 1000",
+        "TERMESH_URL={} TERMESH_TOKEN={VIEWER} {} attach --raw --scrollback 0 {}; sleep 1000",
         node.url(),
         env!("CARGO_BIN_EXE_termesh"),
         session,

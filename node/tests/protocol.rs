@@ -363,7 +363,10 @@ async fn node_shutdown_closes_connections_with_1001_and_stops_sessions() {
     let err = within(PATIENCE, "the 1001 close", c.recv())
         .await
         .unwrap_err();
-    assert!(format!("{err:#}").contains("Away"), "{err:#}");
+    // Close code 1001 with the node's reason: a node stopped, not a
+    // broken link.
+    assert!(termesh_node::client::NodeStopped::is(&err), "{err:#}");
+    assert!(format!("{err:#}").contains("node shutting down"), "{err:#}");
     stopper.join().unwrap().unwrap();
     within(PATIENCE, "the session's processes to end", async {
         while !session_pids(&session).is_empty() {

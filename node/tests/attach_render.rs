@@ -443,11 +443,11 @@ struct PtyAttach {
 
 impl PtyAttach {
     fn start(node: &TestNode, session: &str) -> PtyAttach {
-        PtyAttach::start_with(node, session, &[])
+        PtyAttach::start_at(&node.url(), session, &[])
     }
 
-    /// `termesh attach SESSION ARGS` in an 80x24 PTY.
-    fn start_with(node: &TestNode, session: &str, args: &[&str]) -> PtyAttach {
+    /// `termesh attach SESSION ARGS` in an 80x24 PTY, through `url`.
+    fn start_at(url: &str, session: &str, args: &[&str]) -> PtyAttach {
         let pair = native_pty_system()
             .openpty(PtySize {
                 rows: 24,
@@ -457,7 +457,7 @@ impl PtyAttach {
             })
             .unwrap();
         let mut cmd = CommandBuilder::new(BIN);
-        cmd.args(["attach", session, "--url", &node.url(), "--token", OPERATOR]);
+        cmd.args(["attach", session, "--url", url, "--token", OPERATOR]);
         cmd.args(args);
         cmd.env("TERM", "xterm");
         let child = pair.slave.spawn_command(cmd).unwrap();
@@ -610,41 +610,8 @@ async fn predictive_echo_draws_keys_at_once_and_takes_back_what_is_not_echoed() 
     let proxy = common::proxy::Proxy::start(node.node.addr()).await;
     // A slow link: the echo of a key comes back 600 ms after it went.
     proxy.delay(std::time::Duration::from_millis(300));
-    let pair = native_pty_system()
-        .openpty(PtySize {
-            rows: 24,
-            cols: 80,
-            pixel_width: 0,
-            pixel_height: 0,
-        })
-        .unwrap();
-    let mut cmd = CommandBuilder::new(BIN);
     let url = format!("http://{}", proxy.addr);
-    cmd.args([
-        "attach",
-        "--predict",
-        &session,
-        "--url",
-        &url,
-        "--token",
-        OPERATOR,
-    ]);
-    cmd.env("TERM", "xterm");
-    let _child = pair.slave.spawn_command(cmd).unwrap();
-    drop(pair.slave);
-    let mut reader = pair.master.try_clone_reader().unwrap();
-    let mut keys = pair.master.take_writer().unwrap();
-    let out = Arc::new(Mutex::new(Vec::new()));
-    let sink = out.clone();
-    std::thread::spawn(move || {
-        let mut buf = [0u8; 4096];
-        while let Ok(n) = reader.read(&mut buf) {
-            if n == 0 {
-                break;
-            }
-            sink.lock().unwrap().extend_from_slice(&buf[..n]);
-        }
-    });
+    let PtyAttach { out, mut keys, .. } = PtyAttach::start_at(&url, &session, &["--predict"]);
     let screen = || drawn(&out.lock().unwrap());
     let prompt_row = || screen().iter().rposition(|r| row_text(r).starts_with("S>"));
     within(PATIENCE, "the prompt", async {
@@ -773,12 +740,13 @@ async fn a_session_that_grows_taller_is_drawn_as_the_node_has_it() {
 }
 
 /// Asks for the mouse, draws `row N` on every row (again at every
-/// resize, cursor on the last row), and shows what it reads.
+/// resize, cursor on the last row), and shows what it reads, a report
+/// whole (a read's timeout may cut one in two).
 const MOUSE_PROGRAM: &str = r#"stty raw -echo
 draw() { s=$(stty size); r=${s% *}; printf '\033[H\033[2J'; i=0; while [ $i -lt $r ]; do printf '\033[%d;1Hrow %d' $((i+1)) $i; i=$((i+1)); done; printf '\033[%d;1H' $r; }
 trap draw WINCH
 printf '\033[?1000h\033[?1006h'; draw
-while true; do k=; IFS= read -r -s -t 0.2 -n 64 -d '' k; [ -n "$k" ] && printf 'GOT %q\r\n' "$k"; done"#;
+b=; while true; do k=; IFS= read -r -s -t 0.2 -n 64 -d '' k; b="$b$k"; case $b in *M) printf 'GOT %q\r\n' "$b"; b=;; esac; done"#;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mouse_reports_reach_the_program_at_the_session_s_cells() {
@@ -835,7 +803,7 @@ async fn with_mouse_the_wheel_opens_the_scroll_mode() {
     let mut op = node.client(OPERATOR).await;
     type_in(&mut op, &session, "seq 1 200 | sed 's/^/w-/'\r").await;
     wait_output(&node, &session, "w-200").await;
-    let mut pty = PtyAttach::start_with(&node, &session, &["--mouse"]);
+    let mut pty = PtyAttach::start_at(&node.url(), &session, &["--mouse"]);
     pty.wait_for("\x1b[?1000h").await;
     let screen = || drawn(&pty.out.lock().unwrap());
     within(PATIENCE, "the live screen", async {

@@ -13,6 +13,10 @@ pub struct Metrics {
     pub frames_out: AtomicU64,
     pub resyncs: AtomicU64,
     pub snapshots: AtomicU64,
+    /// Output fed to screen models by passes someone waited for, and by
+    /// background warming passes (see `session::warmth`).
+    pub screen_request_bytes: AtomicU64,
+    pub screen_warm_bytes: AtomicU64,
     pub stale_episodes: AtomicU64,
     /// Connections stale right now.
     pub stale_now: AtomicI64,
@@ -55,7 +59,7 @@ impl Metrics {
     pub fn render(&self, node: &str, stall: std::time::Duration) -> String {
         let g = |v: &AtomicI64| v.load(Ordering::Relaxed);
         let c = |v: &AtomicU64| v.load(Ordering::Relaxed);
-        let rows: [(&str, &str, &str, String); 15] = [
+        let rows: [(&str, &str, &str, String); 17] = [
             (
                 "termesh_sessions",
                 "gauge",
@@ -103,6 +107,18 @@ impl Metrics {
                 "counter",
                 "Snapshots computed.",
                 c(&self.snapshots).to_string(),
+            ),
+            (
+                "termesh_screen_request_bytes_total",
+                "counter",
+                "Output emulated by screen passes a request waited for.",
+                c(&self.screen_request_bytes).to_string(),
+            ),
+            (
+                "termesh_screen_warm_bytes_total",
+                "counter",
+                "Output emulated in the background to keep screen models warm.",
+                c(&self.screen_warm_bytes).to_string(),
             ),
             (
                 "termesh_stale_episodes_total",

@@ -372,3 +372,57 @@ async fn raw_client_that_falls_behind_is_repainted_not_dropped() {
         "{rows:?}"
     );
 }
+
+/// A session someone watches keeps its screen model warm while output
+/// runs without a pause (no idle moment for a catch-up): background passes
+/// emulate the flood as it comes, so a snapshot asked for at any moment
+/// finds the model close behind. The snapshot shows the flood's screen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watched_session_is_kept_warm_while_a_flood_runs() {
+    let node = TestNode::start();
+    let session = node
+        .create(&["sh", "-c", "exec yes 'warm flood line'"])
+        .await
+        .id;
+    // A viewer that never acks: it holds a model (its snapshot) and a
+    // subscription, and the flood runs on without it.
+    let mut viewer = node.client(VIEWER).await;
+    subscribe(&mut viewer, &session, None, 1 << 16)
+        .await
+        .unwrap();
+    let url = node.url();
+    within(PATIENCE, "background passes during the flood", async {
+        while wire::metric(&url, "termesh_screen_warm_bytes_total").await < (2 << 20) as f64 {
+            poll_pause().await;
+        }
+    })
+    .await;
+    let requested = wire::metric(&url, "termesh_screen_request_bytes_total").await;
+    let mut c = node.client(VIEWER).await;
+    let reply = c
+        .request(|id| ClientMsg::Screen {
+            id,
+            session: session.clone(),
+            scrollback: None,
+        })
+        .await
+        .unwrap();
+    let ServerMsg::Snapshot { data, .. } = reply else {
+        panic!("{reply:?}")
+    };
+    let mut t = Terminal::new(120, 30).unwrap();
+    t.feed(String::from_utf8_lossy(&data).as_ref());
+    let rows: Vec<String> = t.screen().visible_lines().map(|l| l.text()).collect();
+    assert!(
+        rows.iter()
+            .filter(|r| r.trim_end() == "warm flood line")
+            .count()
+            >= 28,
+        "{rows:#?}"
+    );
+    let fed = wire::metric(&url, "termesh_screen_request_bytes_total").await - requested;
+    assert!(
+        fed <= (1 << 20) as f64,
+        "a request emulates at most 1 MiB, warm or not: {fed}"
+    );
+}

@@ -14,6 +14,7 @@ pub mod screen;
 mod screen_job;
 mod screens;
 mod shared;
+pub mod warmth;
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -43,8 +44,9 @@ const EOF_GRACE: Duration = Duration::from_secs(2);
 /// Output quiet for this long lets a cached screen model catch up in the
 /// background, so the next snapshot (a reconnect) is warm.
 const IDLE_CATCHUP: Duration = Duration::from_millis(100);
-/// A cached screen model unused for this long is dropped: with full history
-/// it can hold megabytes, and most sessions are not looked at most of the time.
+/// A cached screen model unused for this long, in a session nobody
+/// subscribes to, is dropped: with full history it can hold megabytes, and
+/// most sessions are not looked at most of the time.
 const MODEL_TTL: Duration = Duration::from_secs(600);
 /// How soon a session held by the store's backlog looks again.
 const STORE_RETRY: Duration = Duration::from_millis(20);
@@ -109,6 +111,8 @@ pub struct SessionActor {
     /// When output last arrived, and whether an idle check is scheduled.
     last_output: std::time::Instant,
     catchup_scheduled: bool,
+    /// A background warming pass waits for the node's budget.
+    warm_scheduled: bool,
     /// Screen requests for the next pass (at most `MAX_WAITING`).
     waiting: Vec<screens::Waiting>,
     exit: Option<ExitInfo>,
@@ -227,6 +231,7 @@ impl SessionActor {
             model_used: std::time::Instant::now(),
             last_output: std::time::Instant::now(),
             catchup_scheduled: false,
+            warm_scheduled: false,
             waiting: Vec::new(),
             exit: None,
             eof: false,
@@ -410,6 +415,7 @@ impl SessionActor {
             self.catchup_scheduled = true;
             ctx.run_later(IDLE_CATCHUP, Self::idle_check);
         }
+        self.keep_warm(ctx);
     }
 
     /// Queues the snapshots the publisher wants for the next screen pass.

@@ -28,6 +28,8 @@ pub struct Job {
     pub modes: String,
     /// Distinct requests: each is computed once per pass.
     pub wants: Vec<ScreenWant>,
+    /// Output bytes in `frames`.
+    pub fed: u64,
 }
 
 pub struct Done {
@@ -35,10 +37,20 @@ pub struct Done {
     pub results: Vec<ScreenResult>,
 }
 
+/// The most output a pass feeds a model before it answers: a model further
+/// behind (or none at all) is rebuilt from the newest this many bytes of
+/// the ring instead of from all of it, so no snapshot costs more than this
+/// much emulation (about 40 ms on the reference machine). The screen such
+/// a rebuild shows is the one the last megabyte drew; background warming
+/// keeps a watched session's model from ever falling that far behind.
+pub const MAX_CATCHUP: u64 = 1 << 20;
+
 impl Job {
     /// Prepares a job: reuses `cached` when it is still contiguous with the
-    /// ring, else starts a blank model at the ring's start, sized as the
-    /// terminal was then.
+    /// ring and at most `MAX_CATCHUP` behind, else starts a blank model
+    /// where the ring's newest `MAX_CATCHUP` bytes start, sized as the
+    /// terminal was then. `step` bounds the output this pass feeds (a
+    /// background pass; the model then stands short of the ring's end).
     pub fn prepare(
         cached: Option<Box<ScreenModel>>,
         ring: &Ring,
@@ -46,11 +58,12 @@ impl Job {
         initial_size: (u16, u16),
         modes: String,
         wants: Vec<ScreenWant>,
+        step: Option<u64>,
     ) -> Job {
-        let start = ring.oldest_seq().saturating_sub(1);
         let model = match cached {
-            Some(model) if model.seq() >= start => model,
+            Some(model) if lag(ring, model.seq()).is_some_and(|l| l <= MAX_CATCHUP) => model,
             _ => {
+                let start = rebuild_start(ring);
                 let before: Option<&ResizeMark> = marks.iter().rfind(|m| m.after_seq <= start);
                 let (cols, rows) = before.map_or(initial_size, |m| (m.cols, m.rows));
                 Box::new(ScreenModel::new(
@@ -61,14 +74,25 @@ impl Job {
                 ))
             }
         };
-        let frames = ring.held_after(model.seq()).cloned().collect();
+        let mut frames: Vec<Frame> = Vec::new();
+        let mut fed = 0u64;
+        let mut through = ring.last_seq();
+        for frame in ring.held_after(model.seq()) {
+            if step.is_some_and(|s| fed >= s) {
+                through = frame.seq - 1;
+                break;
+            }
+            fed += frame.data.len() as u64;
+            frames.push(frame.clone());
+        }
         Job {
             model,
             frames,
-            through: ring.last_seq(),
+            through,
             marks: marks.to_vec(),
             modes,
             wants,
+            fed,
         }
     }
 
@@ -106,5 +130,98 @@ impl Job {
             model: self.model,
             results,
         }
+    }
+}
+
+/// Output in the ring after `seq`, if the ring holds all of it.
+pub fn lag(ring: &Ring, seq: u64) -> Option<u64> {
+    if seq + 1 < ring.oldest_seq() {
+        return None;
+    }
+    let from = ring.offset_after(seq).unwrap_or(ring.end_offset());
+    Some(ring.end_offset().saturating_sub(from))
+}
+
+/// The seq a rebuilt model stands at: just before the oldest frame among
+/// the newest `MAX_CATCHUP` bytes (the newest frame alone if it is larger).
+fn rebuild_start(ring: &Ring) -> u64 {
+    let end = ring.end_offset();
+    let mut start = ring.last_seq();
+    for (i, frame) in ring.iter().rev().enumerate() {
+        if i > 0 && end - frame.start_offset() > MAX_CATCHUP {
+            break;
+        }
+        start = frame.seq - 1;
+    }
+    start
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ring_of(frames: usize, each: usize) -> Ring {
+        let mut ring = Ring::new(64 << 20, 1 << 20);
+        for i in 0..frames {
+            let line = format!("{i:0width$}\r\n", width = each - 2);
+            ring.push(Bytes::from(line));
+        }
+        ring
+    }
+
+    fn job(cached: Option<Box<ScreenModel>>, ring: &Ring, step: Option<u64>) -> Job {
+        Job::prepare(cached, ring, &[], (80, 24), String::new(), Vec::new(), step)
+    }
+
+    #[test]
+    fn a_rebuild_feeds_only_the_newest_megabyte() {
+        // 4 MiB in 4 KiB frames: a blank model starts 256 frames from the end.
+        let ring = ring_of(1024, 4096);
+        let j = job(None, &ring, None);
+        let fed: u64 = j.frames.iter().map(|f| f.data.len() as u64).sum();
+        assert_eq!(fed, MAX_CATCHUP);
+        assert_eq!(j.model.seq(), 1024 - 256);
+        assert_eq!(j.through, 1024);
+        let done = j.run();
+        assert_eq!(done.model.seq(), 1024);
+    }
+
+    #[test]
+    fn a_model_close_behind_catches_up_and_one_far_behind_is_rebuilt() {
+        let ring = ring_of(1024, 4096);
+        let near = Box::new(ScreenModel::new(80, 24, 1000, 0));
+        let j = job(Some(near), &ring, None);
+        assert_eq!((j.model.seq(), j.frames.len()), (1000, 24));
+        let far = Box::new(ScreenModel::new(80, 24, 100, 0));
+        let j = job(Some(far), &ring, None);
+        assert_eq!(j.model.seq(), 1024 - 256, "rebuilt, not caught up");
+        let small = ring_of(10, 100);
+        let j = job(None, &small, None);
+        assert_eq!(
+            (j.model.seq(), j.frames.len()),
+            (0, 10),
+            "all of a small ring"
+        );
+        let huge = {
+            let mut r = Ring::new(64 << 20, 1 << 20);
+            r.push(Bytes::from(vec![b'x'; 3 << 20]));
+            r
+        };
+        let j = job(None, &huge, None);
+        assert_eq!(
+            (j.model.seq(), j.frames.len()),
+            (0, 1),
+            "one frame larger than the bound"
+        );
+    }
+
+    #[test]
+    fn a_background_step_stops_short_of_the_end() {
+        let ring = ring_of(1024, 4096);
+        let near = Box::new(ScreenModel::new(80, 24, 900, 0));
+        let j = job(Some(near), &ring, Some(64 << 10));
+        assert_eq!(j.frames.len(), 16);
+        assert_eq!(j.through, 916);
+        assert_eq!(j.run().model.seq(), 916);
     }
 }

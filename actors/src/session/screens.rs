@@ -9,7 +9,8 @@
 use actix::prelude::*;
 use termesh_transport::ErrorCode;
 
-use super::screen_job::Job;
+use super::screen_job::{lag, Job};
+use super::warmth::{self, WARM_LAG, WARM_STEP};
 use super::{ScreenResult, ScreenTo, ScreenWant, SessionActor, IDLE_CATCHUP, MODEL_TTL};
 use crate::error::ApiError;
 use crate::metrics::Metrics;
@@ -92,7 +93,7 @@ impl SessionActor {
             ctx.run_later(IDLE_CATCHUP - quiet, Self::idle_check);
             return;
         }
-        if self.model_used.elapsed() > MODEL_TTL {
+        if self.model_used.elapsed() > MODEL_TTL && self.publisher.is_empty() {
             self.model = None;
             return;
         }
@@ -112,6 +113,41 @@ impl SessionActor {
         if self.job_running || (self.waiting.is_empty() && !catch_up) {
             return;
         }
+        self.run_pass(ctx, None);
+    }
+
+    /// Keeps a watched session's model (one used lately, or one with
+    /// subscribers, whose next resync wants a snapshot) within `WARM_LAG`
+    /// of the output, in background passes of at most `WARM_STEP` under
+    /// the node's warming budget.
+    pub(super) fn keep_warm(&mut self, ctx: &mut Context<Self>) {
+        if self.warm_scheduled || self.job_running || !self.waiting.is_empty() {
+            return;
+        }
+        let ring = self.publisher.ring();
+        let lag = match &self.model {
+            Some(model) => lag(ring, model.seq()).unwrap_or(u64::MAX),
+            None if !self.publisher.is_empty() => ring.bytes() as u64,
+            None => return,
+        };
+        if lag < WARM_LAG {
+            return;
+        }
+        match warmth::begin() {
+            Ok(ticket) => self.run_pass(ctx, Some(ticket)),
+            Err(wait) => {
+                self.warm_scheduled = true;
+                ctx.run_later(wait, |act, ctx| {
+                    act.warm_scheduled = false;
+                    act.keep_warm(ctx);
+                });
+            }
+        }
+    }
+
+    /// One pass off the actor thread: every waiting request, or (with a
+    /// ticket and none waiting) a background step of warming.
+    fn run_pass(&mut self, ctx: &mut Context<Self>, ticket: Option<warmth::Ticket>) {
         let waiting: Vec<Waiting> = self.waiting.drain(..).collect();
         let mut wants: Vec<ScreenWant> = Vec::new();
         let slots: Vec<usize> = waiting
@@ -131,10 +167,20 @@ impl SessionActor {
             self.initial_size,
             self.modes.restore_sequence(),
             wants,
+            ticket.as_ref().map(|_| WARM_STEP),
         );
         self.job_running = true;
-        Metrics::add(&self.metrics.snapshots, 1);
-        let work = actix_rt::task::spawn_blocking(move || job.run());
+        if ticket.is_none() {
+            Metrics::add(&self.metrics.snapshots, 1);
+            Metrics::add(&self.metrics.screen_request_bytes, job.fed);
+        } else {
+            Metrics::add(&self.metrics.screen_warm_bytes, job.fed);
+        }
+        let work = actix_rt::task::spawn_blocking(move || {
+            let done = job.run();
+            drop(ticket);
+            done
+        });
         // Not `ctx.wait`: the actor keeps serving output and acks while the
         // screen is computed.
         let fut = work.into_actor(self).map(move |done, act, ctx| {
@@ -167,6 +213,7 @@ impl SessionActor {
                 act.intake_paused = false;
                 act.apply_held(ctx);
             }
+            act.keep_warm(ctx);
         });
         ctx.spawn(fut);
     }

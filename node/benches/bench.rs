@@ -82,46 +82,6 @@ async fn timed_screen(c: &mut Client, session: &str) -> (Duration, usize) {
     (start.elapsed(), len)
 }
 
-/// The same work avt does for a cold snapshot, without the node: the
-/// machine's own parsing limit for the ring's bytes.
-fn avt_feed_rate(coloured: bool) -> f64 {
-    let mut text = String::new();
-    let mut i = 0;
-    while text.len() < 4 << 20 {
-        if coloured {
-            text.push_str(&format!("\x1b[3{}m{i:06}\x1b[0m some text to fill the ring with, line after line after line\r\n", i % 8));
-        } else {
-            text.push_str(&format!(
-                "{i:06} some text to fill the ring with, line after line after line\r\n"
-            ));
-        }
-        i += 1;
-    }
-    let mut t = avt::Terminal::with_scrollback(120, 30, Some(10_000)).unwrap();
-    let start = Instant::now();
-    t.feed(text.as_str());
-    text.len() as f64 / start.elapsed().as_secs_f64() / 1e6
-}
-
-/// The same coloured text through termesh's screen model as line-sized
-/// frames (as a shell loop writes them): avt plus termesh's per-frame work.
-fn model_feed_rate() -> f64 {
-    use termesh_actors::output::ring::Ring;
-    use termesh_actors::session::screen::ScreenModel;
-    let mut ring = Ring::new(8 << 20, 1 << 20);
-    let mut i = 0;
-    while ring.bytes() < 4 << 20 {
-        let line = format!("\x1b[3{}m{i:06}\x1b[0m some text to fill the ring with, line after line after line\r\n", i % 8);
-        ring.push(bytes::Bytes::from(line));
-        i += 1;
-    }
-    let frames: Vec<_> = ring.iter().cloned().collect();
-    let mut model = ScreenModel::new(120, 30, 0, 0);
-    let start = Instant::now();
-    model.advance(&frames, &[]);
-    ring.bytes() as f64 / start.elapsed().as_secs_f64() / 1e6
-}
-
 async fn idle_memory(node: &Node, n: usize) -> (u64, u64, u64) {
     let before = node.rss_kib();
     let mut c = Client::connect(&node.target).await.unwrap();

@@ -73,6 +73,8 @@ impl Utf8Decoder {
 /// An emulator that has consumed a session's output through `seq`.
 pub struct ScreenModel {
     term: Terminal,
+    /// The seq it started at, blank: it has seen the output after it.
+    origin: u64,
     seq: u64,
     resize_id: u64,
     decoder: Utf8Decoder,
@@ -96,6 +98,7 @@ impl ScreenModel {
                 .expect("sizes are at least 1");
         ScreenModel {
             term,
+            origin: seq,
             seq,
             resize_id,
             decoder: Utf8Decoder::default(),
@@ -104,6 +107,11 @@ impl ScreenModel {
 
     pub fn seq(&self) -> u64 {
         self.seq
+    }
+
+    /// The seq it started at, blank.
+    pub fn origin(&self) -> u64 {
+        self.origin
     }
 
     pub fn size(&self) -> (u16, u16) {

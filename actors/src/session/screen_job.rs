@@ -37,20 +37,24 @@ pub struct Done {
     pub results: Vec<ScreenResult>,
 }
 
-/// The most output a pass feeds a model before it answers: a model further
-/// behind (or none at all) is rebuilt from the newest this many bytes of
-/// the ring instead of from all of it, so no snapshot costs more than this
-/// much emulation (about 40 ms on the reference machine). The screen such
-/// a rebuild shows is the one the last megabyte drew; background warming
-/// keeps a watched session's model from ever falling that far behind.
-pub const MAX_CATCHUP: u64 = 1 << 20;
+/// The most output a pass feeds a model before it answers a snapshot: a
+/// model further behind (or none at all) is rebuilt from the newest this
+/// many bytes of the ring instead of from all of it, so no snapshot costs
+/// more than this much emulation (about 15 ms on the reference machine).
+/// The screen such a rebuild shows is the one the last half megabyte drew;
+/// background warming keeps a watched session's model from falling that
+/// far behind. A `history` request (lines) still gets a model that has
+/// seen the whole ring: it is the only one that shows all of it.
+pub const MAX_CATCHUP: u64 = 512 << 10;
 
 impl Job {
     /// Prepares a job: reuses `cached` when it is still contiguous with the
     /// ring and at most `MAX_CATCHUP` behind, else starts a blank model
-    /// where the ring's newest `MAX_CATCHUP` bytes start, sized as the
-    /// terminal was then. `step` bounds the output this pass feeds (a
-    /// background pass; the model then stands short of the ring's end).
+    /// where the ring's newest `MAX_CATCHUP` bytes start (`step` bytes for
+    /// a background pass, which then ends at the ring's end), sized as the
+    /// terminal was then. For history lines the model must have seen the
+    /// whole ring, however far behind. `step` bounds the output this pass
+    /// feeds (a background pass; the model then stands short of the end).
     pub fn prepare(
         cached: Option<Box<ScreenModel>>,
         ring: &Ring,
@@ -60,10 +64,20 @@ impl Job {
         wants: Vec<ScreenWant>,
         step: Option<u64>,
     ) -> Job {
+        let whole = wants.iter().any(|w| matches!(w, ScreenWant::Lines { .. }));
+        let ring_start = ring.oldest_seq().saturating_sub(1);
+        let (bound, window) = if whole {
+            (u64::MAX, u64::MAX)
+        } else {
+            (MAX_CATCHUP, step.unwrap_or(MAX_CATCHUP).min(MAX_CATCHUP))
+        };
+        let usable = |m: &ScreenModel| {
+            lag(ring, m.seq()).is_some_and(|l| l <= bound) && (!whole || m.origin() <= ring_start)
+        };
         let model = match cached {
-            Some(model) if lag(ring, model.seq()).is_some_and(|l| l <= MAX_CATCHUP) => model,
+            Some(model) if usable(&model) => model,
             _ => {
-                let start = rebuild_start(ring);
+                let start = rebuild_start(ring, window);
                 let before: Option<&ResizeMark> = marks.iter().rfind(|m| m.after_seq <= start);
                 let (cols, rows) = before.map_or(initial_size, |m| (m.cols, m.rows));
                 Box::new(ScreenModel::new(
@@ -143,12 +157,12 @@ pub fn lag(ring: &Ring, seq: u64) -> Option<u64> {
 }
 
 /// The seq a rebuilt model stands at: just before the oldest frame among
-/// the newest `MAX_CATCHUP` bytes (the newest frame alone if it is larger).
-fn rebuild_start(ring: &Ring) -> u64 {
+/// the newest `window` bytes (the newest frame alone if it is larger).
+fn rebuild_start(ring: &Ring, window: u64) -> u64 {
     let end = ring.end_offset();
     let mut start = ring.last_seq();
     for (i, frame) in ring.iter().rev().enumerate() {
-        if i > 0 && end - frame.start_offset() > MAX_CATCHUP {
+        if i > 0 && end - frame.start_offset() > window {
             break;
         }
         start = frame.seq - 1;
@@ -173,14 +187,17 @@ mod tests {
         Job::prepare(cached, ring, &[], (80, 24), String::new(), Vec::new(), step)
     }
 
+    /// Frames of 4 KiB in `MAX_CATCHUP`.
+    const N: u64 = MAX_CATCHUP / 4096;
+
     #[test]
-    fn a_rebuild_feeds_only_the_newest_megabyte() {
-        // 4 MiB in 4 KiB frames: a blank model starts 256 frames from the end.
+    fn a_rebuild_feeds_only_the_newest_bytes() {
+        // 4 MiB in 4 KiB frames: a blank model starts N frames from the end.
         let ring = ring_of(1024, 4096);
         let j = job(None, &ring, None);
         let fed: u64 = j.frames.iter().map(|f| f.data.len() as u64).sum();
         assert_eq!(fed, MAX_CATCHUP);
-        assert_eq!(j.model.seq(), 1024 - 256);
+        assert_eq!(j.model.seq(), 1024 - N);
         assert_eq!(j.through, 1024);
         let done = j.run();
         assert_eq!(done.model.seq(), 1024);
@@ -194,7 +211,7 @@ mod tests {
         assert_eq!((j.model.seq(), j.frames.len()), (1000, 24));
         let far = Box::new(ScreenModel::new(80, 24, 100, 0));
         let j = job(Some(far), &ring, None);
-        assert_eq!(j.model.seq(), 1024 - 256, "rebuilt, not caught up");
+        assert_eq!(j.model.seq(), 1024 - N, "rebuilt, not caught up");
         let small = ring_of(10, 100);
         let j = job(None, &small, None);
         assert_eq!(
@@ -213,6 +230,45 @@ mod tests {
             (0, 1),
             "one frame larger than the bound"
         );
+    }
+
+    #[test]
+    fn history_lines_come_from_a_model_that_saw_the_whole_ring() {
+        let ring = ring_of(1024, 4096);
+        let lines = vec![ScreenWant::Lines { max: 10_000 }];
+        let j = Job::prepare(
+            None,
+            &ring,
+            &[],
+            (80, 24),
+            String::new(),
+            lines.clone(),
+            None,
+        );
+        assert_eq!((j.model.seq(), j.frames.len()), (0, 1024));
+        // A model rebuilt from the newest bytes is rebuilt again for lines,
+        // one that started at the ring's start is reused however far behind.
+        let partial = Box::new(ScreenModel::new(80, 24, 1000, 0));
+        let j = Job::prepare(
+            Some(partial),
+            &ring,
+            &[],
+            (80, 24),
+            String::new(),
+            lines.clone(),
+            None,
+        );
+        assert_eq!(j.model.seq(), 0);
+        let full = Box::new(ScreenModel::new(80, 24, 0, 0));
+        let j = Job::prepare(Some(full), &ring, &[], (80, 24), String::new(), lines, None);
+        assert_eq!((j.model.origin(), j.frames.len()), (0, 1024));
+    }
+
+    #[test]
+    fn a_background_rebuild_starts_a_step_from_the_end() {
+        let ring = ring_of(1024, 4096);
+        let j = job(None, &ring, Some(64 << 10));
+        assert_eq!((j.model.seq(), j.frames.len(), j.through), (1008, 16, 1024));
     }
 
     #[test]

@@ -170,16 +170,20 @@ impl SessionActor {
             ticket.as_ref().map(|_| WARM_STEP),
         );
         self.job_running = true;
-        if ticket.is_none() {
+        if waiting.is_empty() {
+            Metrics::add(&self.metrics.screen_warm_bytes, job.fed);
+        } else {
             Metrics::add(&self.metrics.snapshots, 1);
             Metrics::add(&self.metrics.screen_request_bytes, job.fed);
-        } else {
-            Metrics::add(&self.metrics.screen_warm_bytes, job.fed);
         }
-        let work = actix_rt::task::spawn_blocking(move || {
-            let done = job.run();
-            drop(ticket);
-            done
+        let work = actix_rt::task::spawn_blocking(move || match ticket {
+            Some(mut ticket) => {
+                ticket.start();
+                let done = job.run();
+                ticket.finish();
+                done
+            }
+            None => job.run(),
         });
         // Not `ctx.wait`: the actor keeps serving output and acks while the
         // screen is computed.

@@ -48,12 +48,11 @@ impl Budget {
         Ok(())
     }
 
-    /// A pass that began at `started` took `took`: the next one waits so
-    /// that passes take at most the share.
-    pub fn end(&mut self, started: Instant, took: Duration) {
+    /// A pass ended at `now` after using `cpu` of a core: the next one
+    /// waits so that passes take at most the share of one core.
+    pub fn end(&mut self, now: Instant, cpu: Duration) {
         self.running = false;
-        let rest = took.mul_f64(1.0 / self.share - 1.0);
-        self.next_free = Some(started + took + rest);
+        self.next_free = Some(now + cpu.mul_f64(1.0 / self.share - 1.0));
     }
 }
 
@@ -62,27 +61,57 @@ static BUDGET: Mutex<Budget> = Mutex::new(Budget::new(WARM_SHARE));
 /// Takes the node's budget for a background pass now, or says how long to
 /// wait before asking again.
 pub fn begin() -> Result<Ticket, Duration> {
-    let now = Instant::now();
-    lock().begin(now).map(|()| Ticket { started: now })
+    begin_in(&BUDGET)
 }
 
-/// A background pass under way: dropping it gives the budget back, charged
-/// with the time it took.
+fn begin_in(budget: &'static Mutex<Budget>) -> Result<Ticket, Duration> {
+    lock(budget).begin(Instant::now()).map(|()| Ticket {
+        budget,
+        cpu_at: None,
+    })
+}
+
+/// A background pass under way. `start` and `finish` on the thread that
+/// does the work charge the CPU it used there; a ticket dropped otherwise
+/// (the pass panicked) gives the budget back charged with nothing more.
 #[derive(Debug)]
 pub struct Ticket {
-    started: Instant,
+    budget: &'static Mutex<Budget>,
+    cpu_at: Option<Duration>,
+}
+
+impl Ticket {
+    /// The work starts on this thread.
+    pub fn start(&mut self) {
+        self.cpu_at = thread_cpu();
+    }
+
+    /// The work is done: charges this thread's CPU since `start`.
+    pub fn finish(mut self) {
+        let used = match (self.cpu_at.take(), thread_cpu()) {
+            (Some(a), Some(b)) => b.saturating_sub(a),
+            _ => Duration::ZERO,
+        };
+        lock(self.budget).end(Instant::now(), used);
+        std::mem::forget(self);
+    }
 }
 
 impl Drop for Ticket {
     fn drop(&mut self) {
-        let took = self.started.elapsed();
-        lock().end(self.started, took);
+        lock(self.budget).end(Instant::now(), Duration::ZERO);
     }
 }
 
-fn lock() -> std::sync::MutexGuard<'static, Budget> {
+/// CPU time the calling thread has used.
+fn thread_cpu() -> Option<Duration> {
+    let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID).ok()?;
+    Some(Duration::new(t.tv_sec() as u64, t.tv_nsec() as u32))
+}
+
+fn lock(budget: &'static Mutex<Budget>) -> std::sync::MutexGuard<'static, Budget> {
     // The budget holds plain values: one a panicking holder left is fine.
-    BUDGET
+    budget
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
@@ -94,16 +123,33 @@ mod tests {
     #[test]
     fn passes_take_at_most_the_share() {
         let t0 = Instant::now();
+        let ms = Duration::from_millis;
         let mut b = Budget::new(0.25);
         assert_eq!(b.begin(t0), Ok(()));
         assert!(b.begin(t0).is_err(), "one pass at a time");
-        b.end(t0, Duration::from_millis(10));
-        // 10 ms of work at a quarter share: the next pass 40 ms after the
-        // first began.
-        let wait = b.begin(t0 + Duration::from_millis(10)).unwrap_err();
-        assert_eq!(wait, Duration::from_millis(30));
-        assert_eq!(b.begin(t0 + Duration::from_millis(40)), Ok(()));
-        b.end(t0 + Duration::from_millis(40), Duration::from_millis(1));
-        assert_eq!(b.begin(t0 + Duration::from_millis(44)), Ok(()));
+        // 10 ms of CPU at a quarter share: 30 ms of rest after it ends.
+        b.end(t0 + ms(12), ms(10));
+        assert_eq!(b.begin(t0 + ms(12)).unwrap_err(), ms(30));
+        assert_eq!(b.begin(t0 + ms(42)), Ok(()));
+        b.end(t0 + ms(43), ms(1));
+        assert_eq!(b.begin(t0 + ms(46)), Ok(()));
+    }
+
+    #[test]
+    fn a_ticket_charges_the_cpu_of_its_thread() {
+        static OWN: Mutex<Budget> = Mutex::new(Budget::new(0.25));
+        let mut ticket = begin_in(&OWN).unwrap();
+        ticket.start();
+        let until = Instant::now() + Duration::from_millis(20);
+        let mut spins = 0u64;
+        while Instant::now() < until {
+            spins = std::hint::black_box(spins + 1);
+        }
+        ticket.finish();
+        // About 20 ms of CPU: three times that to wait (bounded by the
+        // test's own spin, whatever the machine's load).
+        let wait = begin_in(&OWN).unwrap_err();
+        assert!(wait <= Duration::from_millis(60), "{wait:?}");
+        assert!(wait > Duration::ZERO);
     }
 }

@@ -336,3 +336,60 @@ pub async fn echo(
     times.sort();
     (percentile(&times, 0.5), percentile(&times, 0.99))
 }
+
+/// The same work avt does for a cold snapshot, without the node: the
+/// machine's own parsing limit for the ring's bytes.
+pub fn avt_feed_rate(coloured: bool) -> f64 {
+    let mut text = String::new();
+    let mut i = 0;
+    while text.len() < 4 << 20 {
+        if coloured {
+            text.push_str(&format!("\x1b[3{}m{i:06}\x1b[0m some text to fill the ring with, line after line after line\r\n", i % 8));
+        } else {
+            text.push_str(&format!(
+                "{i:06} some text to fill the ring with, line after line after line\r\n"
+            ));
+        }
+        i += 1;
+    }
+    let mut t = avt::Terminal::with_scrollback(120, 30, Some(10_000)).unwrap();
+    let start = Instant::now();
+    t.feed(text.as_str());
+    text.len() as f64 / start.elapsed().as_secs_f64() / 1e6
+}
+
+/// CPU time (user + system) the process `pid` has used, in milliseconds.
+pub fn cpu_ms(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command (which may hold spaces) end at ')'.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // utime and stime are fields 14 and 15 (1-based), 11 and 12 after ')'.
+    // In USER_HZ, which Linux fixes at 100 for /proc.
+    (ticks(11) + ticks(12)) * 10.0
+}
+
+/// The same coloured text through termesh's screen model as line-sized
+/// frames (as a shell loop writes them): avt plus termesh's per-frame work.
+pub fn model_feed_rate() -> f64 {
+    use termesh_actors::output::ring::Ring;
+    use termesh_actors::session::screen::ScreenModel;
+    let mut ring = Ring::new(8 << 20, 1 << 20);
+    let mut i = 0;
+    while ring.bytes() < 4 << 20 {
+        let line = format!("\x1b[3{}m{i:06}\x1b[0m some text to fill the ring with, line after line after line\r\n", i % 8);
+        ring.push(bytes::Bytes::from(line));
+        i += 1;
+    }
+    let frames: Vec<_> = ring.iter().cloned().collect();
+    let mut model = ScreenModel::new(120, 30, 0, 0);
+    let start = Instant::now();
+    model.advance(&frames, &[]);
+    ring.bytes() as f64 / start.elapsed().as_secs_f64() / 1e6
+}

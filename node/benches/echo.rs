@@ -1,12 +1,18 @@
 //! Keystroke echo with the store on and off (issue 19): the same client,
 //! the same `cat`, two release nodes (default store, `[store] enabled =
 //! false`), alternating rounds so both share the machine's noise; beside
-//! them the machine's own limit, `cat` in a bare PTY. Prints p50 and p99
-//! per configuration (the median of the rounds' figures, with their
-//! range) and the ratio the issue targets (store p99 within 1.15x).
+//! them the machine's own limit, `cat` in a bare PTY, and terminado (the
+//! terminal server of Jupyter) when Python has it (`pip install
+//! terminado`), driven over its WebSocket by this same process. Prints p50
+//! and p99 per configuration (the median of the rounds' figures, with
+//! their range) and the ratios the issue targets (store p99 within 1.15x
+//! of --no-store, and below terminado's).
 //!
 //! `cargo bench -p termesh-node --bench echo` (`TERMESH_ECHO_ROUNDS`,
 //! `TERMESH_ECHO_SAMPLES` change the 6 rounds of 400 keys).
+
+#[path = "echo/terminado.rs"]
+mod terminado;
 
 mod common;
 
@@ -82,15 +88,24 @@ fn main() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let store = Node::start("");
     let no_store = Node::start("[store]\nenabled = false\n");
-    let mut figures: [(Vec<Duration>, Vec<Duration>); 3] = Default::default();
+    let terminado = terminado::Server::start();
+    if terminado.is_none() {
+        println!("terminado is not installed for python3 (pip install terminado): left out");
+    }
+    let configs = if terminado.is_some() { 4 } else { 3 };
+    let mut figures: [(Vec<Duration>, Vec<Duration>); 4] = Default::default();
     for round in 0..rounds {
         // Alternate which goes first.
-        let order: [usize; 3] = if round % 2 == 0 { [0, 1, 2] } else { [2, 1, 0] };
+        let mut order: Vec<usize> = (0..configs).collect();
+        if round % 2 == 1 {
+            order.reverse();
+        }
         for which in order {
             let (p50, p99) = match which {
                 0 => bare_pty(samples),
                 1 => rt.block_on(echo(&store.target, None, samples, false)),
-                _ => rt.block_on(echo(&no_store.target, None, samples, false)),
+                2 => rt.block_on(echo(&no_store.target, None, samples, false)),
+                _ => rt.block_on(terminado.as_ref().expect("started").echo(samples)),
             };
             figures[which].0.push(p50);
             figures[which].1.push(p99);
@@ -103,8 +118,9 @@ fn main() {
         "limit: `cat` in a bare PTY",
         "termesh, store on (default)",
         "termesh, --no-store",
+        "terminado 0.18 (same client)",
     ];
-    for (name, (p50, p99)) in names.iter().zip(&figures) {
+    for (name, (p50, p99)) in names.iter().zip(&figures).take(configs) {
         println!("  {name:30} p50 {}   p99 {}", summary(p50), summary(p99));
     }
     let med = |v: &[Duration]| {
@@ -117,6 +133,13 @@ fn main() {
         med(&figures[1].0).as_secs_f64() / med(&figures[2].0).as_secs_f64(),
         med(&figures[1].1).as_secs_f64() / med(&figures[2].1).as_secs_f64()
     );
+    if configs == 4 {
+        println!(
+            "  store on / terminado: p50 {:.2}x, p99 {:.2}x (target p99 < 1x)",
+            med(&figures[1].0).as_secs_f64() / med(&figures[3].0).as_secs_f64(),
+            med(&figures[1].1).as_secs_f64() / med(&figures[3].1).as_secs_f64()
+        );
+    }
     drop(store);
     drop(no_store);
 }

@@ -34,6 +34,45 @@ const SIZE_EVERY: Duration = Duration::from_secs(1);
 pub(super) struct Queue {
     pub writes: Vec<Write>,
     pub bytes: u64,
+    /// A wake of the actor is on its way (now or after the coalescing
+    /// interval): later writes join the batch without another.
+    pub wake_due: bool,
+    /// An immediate wake was sent for this batch.
+    pub woken: bool,
+}
+
+/// Queued output worth a batch at once.
+pub const WAKE_BYTES: u64 = 256 << 10;
+
+/// What a write into the queue does to wake the actor.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Wake {
+    Now,
+    /// After the coalescing interval (`handle::WAKE_AFTER`).
+    Later,
+    /// A wake is already on its way.
+    Queued,
+}
+
+impl Queue {
+    /// Queues `write` (`bytes` of output): output waits for the interval
+    /// unless a batch's worth is queued; records, events and seq marks
+    /// wake the actor at once.
+    pub fn push(&mut self, write: Write, bytes: u64) -> Wake {
+        let urgent = !matches!(write, Write::Output { .. });
+        self.writes.push(write);
+        self.bytes += bytes;
+        if (urgent || self.bytes >= WAKE_BYTES) && !self.woken {
+            self.woken = true;
+            self.wake_due = true;
+            Wake::Now
+        } else if !self.wake_due {
+            self.wake_due = true;
+            Wake::Later
+        } else {
+            Wake::Queued
+        }
+    }
 }
 
 /// An event as stored (with its id), told to live readers after the
@@ -70,7 +109,7 @@ impl Actor for StoreActor {
 impl StoreActor {
     /// Applies everything queued, as one batch.
     fn drain(&mut self) {
-        let Queue { writes, bytes } = {
+        let Queue { writes, bytes, .. } = {
             let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
             std::mem::take(&mut *q)
         };
@@ -257,5 +296,39 @@ impl Handler<Vacuum> for StoreActor {
         self.flush().map_err(|e| e.to_string())?;
         self.measure();
         Ok(deleted)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn output(len: usize) -> Write {
+        Write::Output {
+            session: "s".into(),
+            seq: 1,
+            at_ms: 0,
+            data: bytes::Bytes::from(vec![b'x'; len]),
+        }
+    }
+
+    #[test]
+    fn output_waits_for_the_interval_records_and_batches_do_not() {
+        let mut q = Queue::default();
+        assert_eq!(q.push(output(4), 4), Wake::Later, "a keystroke's echo");
+        assert_eq!(q.push(output(4), 4), Wake::Queued, "joins the batch");
+        // A record wakes the actor at once, once.
+        let record = Write::Record {
+            session: "s".into(),
+            data: bytes::Bytes::from_static(b"{}"),
+        };
+        assert_eq!(q.push(record, 0), Wake::Now);
+        assert_eq!(q.push(output(4), 4), Wake::Queued);
+        // A drained queue starts over; a batch's worth wakes at once.
+        let mut q = Queue::default();
+        assert_eq!(q.push(output(1000), 1000), Wake::Later);
+        let big = WAKE_BYTES as usize;
+        assert_eq!(q.push(output(big), big as u64), Wake::Now);
+        assert_eq!(q.push(output(big), big as u64), Wake::Queued);
     }
 }

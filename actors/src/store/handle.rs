@@ -1,6 +1,9 @@
 //! `StoreHandle`: how sessions, the registry and the front ends reach the
-//! store actor. Writes go onto the shared queue without waiting (the
-//! first into an empty queue wakes the actor); reads, remove, flush and
+//! store actor. Writes go onto the shared queue without waiting; output
+//! wakes the actor `WAKE_AFTER` after the first write into an empty queue
+//! (or at once past `WAKE_BYTES`), so a keystroke's echo never shares the
+//! CPU with a store write of its own and a busy node writes in large
+//! batches; records and events wake it at once. Reads, remove, flush and
 //! vacuum are messages that first apply what is queued. Also the opening
 //! of the store at start and what it restores.
 
@@ -13,7 +16,7 @@ use termesh_transport::{EventKind, SessionInfo};
 
 use super::actor::{
     Drain, Flush, LiveEvent, Queue, ReadEvents, ReadOutput, Removed, Reserve, StoreActor, Vacuum,
-    MAX_BACKLOG,
+    Wake, MAX_BACKLOG,
 };
 use super::{Entry, Retention, Store, StoreError, Write};
 use crate::metrics::Metrics;
@@ -21,6 +24,9 @@ use crate::metrics::Metrics;
 /// Live events a slow reader may fall behind by before it reads the
 /// store again (`RecvError::Lagged`).
 const LIVE_EVENTS: usize = 1024;
+/// Output waits this long in the queue before the store thread is woken
+/// for it: what a SIGKILL may lose on top of sled's own 500 ms flush.
+pub const WAKE_AFTER: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// What sessions and the registry reach the store by.
 #[derive(Clone)]
@@ -95,18 +101,28 @@ impl StoreHandle {
         Ok((handle, restored))
     }
 
-    /// Queues a write (`bytes` of output in it); wakes the actor when the
-    /// queue was empty.
+    /// Queues a write (`bytes` of output in it) and sees that the actor
+    /// is woken for it: output after `WAKE_AFTER` unless a batch's worth
+    /// is queued, anything else at once.
     fn push(&self, write: Write, bytes: u64) {
         self.backlog.fetch_add(bytes, Ordering::Relaxed);
-        let was_empty = {
+        let wake = {
             let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
-            q.writes.push(write);
-            q.bytes += bytes;
-            q.writes.len() == 1
+            q.push(write, bytes)
         };
-        if was_empty {
-            self.addr.do_send(Drain);
+        match wake {
+            Wake::Now => self.addr.do_send(Drain),
+            Wake::Later => match tokio::runtime::Handle::try_current() {
+                Ok(rt) => {
+                    let addr = self.addr.clone();
+                    rt.spawn(async move {
+                        tokio::time::sleep(WAKE_AFTER).await;
+                        addr.do_send(Drain);
+                    });
+                }
+                Err(_) => self.addr.do_send(Drain),
+            },
+            Wake::Queued => {}
         }
     }
 

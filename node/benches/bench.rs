@@ -9,13 +9,13 @@
 //! `TERMESH_BENCH_CONFIG` is the node's config file text (default empty:
 //! the defaults, store on), e.g. `[store]\nenabled = false` for an A/B.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 mod common;
 
 use common::*;
 use termesh_node::client::Client;
-use termesh_transport::{ClientMsg, ServerMsg};
+use termesh_transport::ClientMsg;
 
 /// A full 4 MiB ring of coloured text, then `screen`: cold (first ever),
 /// warm (nothing new), and after 1 MiB more output and a quiet moment (the
@@ -46,40 +46,6 @@ async fn snapshot(node: &Node) -> (Duration, Duration, Duration, usize) {
     tokio::time::sleep(Duration::from_millis(500)).await;
     let (after_idle, _) = timed_screen(&mut c, &session).await;
     (cold, warm, after_idle, len)
-}
-
-async fn wait_tail(c: &mut Client, session: &str, tail: &[u8]) {
-    loop {
-        let reply = c
-            .request(|id| ClientMsg::History {
-                id,
-                session: session.into(),
-                limit: Some(16),
-            })
-            .await
-            .unwrap();
-        if matches!(reply, ServerMsg::History { data: Some(ref d), .. } if d.ends_with(tail)) {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-async fn timed_screen(c: &mut Client, session: &str) -> (Duration, usize) {
-    let start = Instant::now();
-    let reply = c
-        .request(|id| ClientMsg::Screen {
-            id,
-            session: session.into(),
-            scrollback: None,
-        })
-        .await
-        .unwrap();
-    let len = match reply {
-        ServerMsg::Snapshot { data, .. } => data.len(),
-        other => panic!("{other:?}"),
-    };
-    (start.elapsed(), len)
 }
 
 async fn idle_memory(node: &Node, n: usize) -> (u64, u64, u64) {

@@ -10,51 +10,16 @@
 //!
 //! `TERMESH_SNAPSHOT_ROUNDS` (default 3) alternating rounds.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 mod common;
 
 use common::*;
 use termesh_node::client::Client;
-use termesh_transport::{ClientMsg, ServerMsg};
 
 /// 60,000 coloured lines (about 5 MiB: the ring holds its newest 4 MiB),
 /// then a marker, then quiet.
 const FILL: &str = r#"stty -echo; i=0; while [ $i -lt 60000 ]; do printf '\033[3%dm%06d\033[0m some text to fill the ring with, line after line after line\n' $((i % 8)) $i; i=$((i+1)); done; echo ring-full; exec sleep 100000"#;
-
-async fn timed_screen(c: &mut Client, session: &str) -> Duration {
-    let start = Instant::now();
-    let reply = c
-        .request(|id| ClientMsg::Screen {
-            id,
-            session: session.into(),
-            scrollback: None,
-        })
-        .await
-        .unwrap();
-    assert!(matches!(reply, ServerMsg::Snapshot { .. }), "{reply:?}");
-    start.elapsed()
-}
-
-/// Waits (at most two minutes) until the session's output ends with `tail`.
-async fn wait_tail(c: &mut Client, session: &str, tail: &[u8]) {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let reply = c
-            .request(|id| ClientMsg::History {
-                id,
-                session: session.into(),
-                limit: Some(16),
-            })
-            .await
-            .unwrap();
-        if matches!(reply, ServerMsg::History { data: Some(ref d), .. } if d.ends_with(tail)) {
-            return;
-        }
-        assert!(Instant::now() < deadline, "no {tail:?} from {session}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
 
 /// A viewer that subscribes and never acks: the session is watched, and
 /// its output runs on without it.
@@ -86,14 +51,14 @@ struct Round {
 async fn round(node: &Node, c: &mut Client) -> (Round, [String; 2]) {
     let unwatched_id = create(c, FILL).await;
     wait_tail(c, &unwatched_id, b"ring-full\r\n").await;
-    let unwatched = timed_screen(c, &unwatched_id).await;
-    let again = timed_screen(c, &unwatched_id).await;
+    let unwatched = timed_screen(c, &unwatched_id).await.0;
+    let again = timed_screen(c, &unwatched_id).await.0;
 
     let watched_id = create(c, FILL).await;
     let viewer = watch(node, &watched_id).await;
     wait_tail(c, &watched_id, b"ring-full\r\n").await;
     let before = metric(node, "termesh_screen_request_bytes_total");
-    let watched = timed_screen(c, &watched_id).await;
+    let watched = timed_screen(c, &watched_id).await.0;
     let caught_up = metric(node, "termesh_screen_request_bytes_total") - before;
     drop(viewer);
 
@@ -106,7 +71,7 @@ async fn round(node: &Node, c: &mut Client) -> (Round, [String; 2]) {
     tokio::time::sleep(Duration::from_millis(500)).await;
     let mut flood = Vec::new();
     for _ in 0..5 {
-        flood.push(timed_screen(c, &flood_id).await);
+        flood.push(timed_screen(c, &flood_id).await.0);
         tokio::time::sleep(Duration::from_millis(150)).await;
     }
     drop(viewer);
@@ -222,7 +187,7 @@ fn main() {
     let mut c = rt.block_on(Client::connect(&node.target)).unwrap();
     let after: Vec<Duration> = kept
         .iter()
-        .map(|id| rt.block_on(timed_screen(&mut c, id)))
+        .map(|id| rt.block_on(timed_screen(&mut c, id)).0)
         .collect();
     println!(
         "  first request after a restart (store)      {:.2} ms and {:.2} ms (the two full rings of the last round)",

@@ -6,6 +6,7 @@ mod common;
 
 use avt::Terminal;
 use common::*;
+use termesh_node::client::Client;
 use termesh_transport::{ClientMsg, ServerMsg};
 
 const DRAW: &str = r#"printf 'primary one\r\nprimary two\r\n'
@@ -50,14 +51,7 @@ async fn snapshot_reproduces_the_live_screen() {
 
     // The snapshot, as a `screen` reply and as a fresh attach.
     let mut c = node.client(VIEWER).await;
-    let reply = c
-        .request(|id| ClientMsg::Screen {
-            id,
-            session: session.clone(),
-            scrollback: None,
-        })
-        .await
-        .unwrap();
+    let reply = screen(&mut c, &session).await;
     let ServerMsg::Snapshot {
         seq,
         cols,
@@ -399,14 +393,7 @@ async fn a_watched_session_is_kept_warm_while_a_flood_runs() {
     .await;
     let requested = wire::metric(&url, "termesh_screen_request_bytes_total").await;
     let mut c = node.client(VIEWER).await;
-    let reply = c
-        .request(|id| ClientMsg::Screen {
-            id,
-            session: session.clone(),
-            scrollback: None,
-        })
-        .await
-        .unwrap();
+    let reply = screen(&mut c, &session).await;
     let ServerMsg::Snapshot { data, .. } = reply else {
         panic!("{reply:?}")
     };
@@ -425,4 +412,15 @@ async fn a_watched_session_is_kept_warm_while_a_flood_runs() {
         fed <= (1 << 20) as f64,
         "a request emulates at most 1 MiB, warm or not: {fed}"
     );
+}
+
+/// The `screen` reply for `session`, without scrollback.
+async fn screen(c: &mut Client, session: &str) -> ServerMsg {
+    c.request(|id| ClientMsg::Screen {
+        id,
+        session: session.to_string(),
+        scrollback: None,
+    })
+    .await
+    .unwrap()
 }

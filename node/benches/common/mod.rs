@@ -393,3 +393,41 @@ pub fn model_feed_rate() -> f64 {
     model.advance(&frames, &[]);
     ring.bytes() as f64 / start.elapsed().as_secs_f64() / 1e6
 }
+
+/// `screen` of `session`: how long the reply took and its size.
+pub async fn timed_screen(c: &mut Client, session: &str) -> (Duration, usize) {
+    let start = Instant::now();
+    let reply = c
+        .request(|id| ClientMsg::Screen {
+            id,
+            session: session.into(),
+            scrollback: None,
+        })
+        .await
+        .unwrap();
+    let len = match reply {
+        ServerMsg::Snapshot { data, .. } => data.len(),
+        other => panic!("{other:?}"),
+    };
+    (start.elapsed(), len)
+}
+
+/// Waits (at most two minutes) until the session's output ends with `tail`.
+pub async fn wait_tail(c: &mut Client, session: &str, tail: &[u8]) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let reply = c
+            .request(|id| ClientMsg::History {
+                id,
+                session: session.into(),
+                limit: Some(16),
+            })
+            .await
+            .unwrap();
+        if matches!(reply, ServerMsg::History { data: Some(ref d), .. } if d.ends_with(tail)) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "no {tail:?} from {session}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

@@ -375,7 +375,9 @@ fn paints(target: &Target, state: &Path, rounds: usize) {
         }
     }
     let ended = new_session(target, (80, 24), "echo ended; exit 3");
+    let deadline = Instant::now() + Duration::from_secs(60);
     while !cli(target, &["ls", "--all"]).1.contains("exit 3") {
+        assert!(Instant::now() < deadline, "the session did not end in 60 s");
         std::thread::sleep(Duration::from_millis(20));
     }
     let mut ended_t: Vec<Duration> = (0..rounds)

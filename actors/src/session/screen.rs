@@ -182,6 +182,12 @@ impl ScreenModel {
         out
     }
 
+    /// History rows above the primary screen.
+    pub fn history_rows(&self) -> usize {
+        let screen = self.term.primary_screen();
+        screen.all_lines().count() - screen.visible_lines().len()
+    }
+
     /// The last `max` history rows above the primary screen, rendered.
     fn history_only(&self, max: usize) -> Vec<String> {
         if max == 0 {

@@ -30,11 +30,16 @@ pub struct Job {
     pub wants: Vec<ScreenWant>,
     /// Output bytes in `frames`.
     pub fed: u64,
+    /// The model has not seen the whole ring (a bounded rebuild).
+    pub partial: bool,
 }
 
 pub struct Done {
     pub model: Box<ScreenModel>,
-    pub results: Vec<ScreenResult>,
+    /// One per want; `None` for a snapshot that wants more history than a
+    /// model that has not seen the whole ring holds: it is asked again
+    /// with `whole`.
+    pub results: Vec<Option<ScreenResult>>,
 }
 
 /// The most output a pass feeds a model before it answers a snapshot: a
@@ -44,7 +49,8 @@ pub struct Done {
 /// The screen such a rebuild shows is the one the last half megabyte drew;
 /// background warming keeps a watched session's model from falling that
 /// far behind. A `history` request (lines) still gets a model that has
-/// seen the whole ring: it is the only one that shows all of it.
+/// seen the whole ring: it is the only one that shows all of it; so does a
+/// snapshot that asked for more history than a bounded rebuild found.
 pub const MAX_CATCHUP: u64 = 512 << 10;
 
 impl Job {
@@ -53,7 +59,8 @@ impl Job {
     /// where the ring's newest `MAX_CATCHUP` bytes start (`step` bytes for
     /// a background pass, which then ends at the ring's end), sized as the
     /// terminal was then. For history lines the model must have seen the
-    /// whole ring, however far behind. `step` bounds the output this pass
+    /// whole ring, however far behind (`whole`: asked for by the session,
+    /// also for snapshots that came back short). `step` bounds the output this pass
     /// feeds (a background pass; the model then stands short of the end).
     pub fn prepare(
         cached: Option<Box<ScreenModel>>,
@@ -62,9 +69,10 @@ impl Job {
         initial_size: (u16, u16),
         modes: String,
         wants: Vec<ScreenWant>,
+        whole: bool,
         step: Option<u64>,
     ) -> Job {
-        let whole = wants.iter().any(|w| matches!(w, ScreenWant::Lines { .. }));
+        let whole = whole || wants.iter().any(|w| matches!(w, ScreenWant::Lines { .. }));
         let ring_start = ring.oldest_seq().saturating_sub(1);
         let (bound, window) = if whole {
             (u64::MAX, u64::MAX)
@@ -100,6 +108,7 @@ impl Job {
             frames.push(frame.clone());
         }
         Job {
+            partial: model.origin() > ring_start,
             model,
             frames,
             through,
@@ -121,23 +130,27 @@ impl Job {
         self.model.reach(self.through, &self.marks);
         let (cols, rows) = self.model.size();
         let seq = self.model.seq();
+        let history = self.model.history_rows();
         let results = self
             .wants
             .iter()
             .map(|want| {
                 let out = match *want {
+                    ScreenWant::Snapshot { scrollback } if self.partial && scrollback > history => {
+                        return None
+                    }
                     ScreenWant::Snapshot { scrollback } => ScreenOut::Snapshot(Bytes::from(
                         self.model.snapshot(scrollback, &self.modes).into_bytes(),
                     )),
                     ScreenWant::Lines { max } => ScreenOut::Lines(self.model.lines(max)),
                     ScreenWant::Text => ScreenOut::Text(self.model.text()),
                 };
-                ScreenResult {
+                Some(ScreenResult {
                     seq,
                     cols,
                     rows,
                     out,
-                }
+                })
             })
             .collect();
         Done {
@@ -184,7 +197,16 @@ mod tests {
     }
 
     fn job(cached: Option<Box<ScreenModel>>, ring: &Ring, step: Option<u64>) -> Job {
-        Job::prepare(cached, ring, &[], (80, 24), String::new(), Vec::new(), step)
+        Job::prepare(
+            cached,
+            ring,
+            &[],
+            (80, 24),
+            String::new(),
+            Vec::new(),
+            false,
+            step,
+        )
     }
 
     /// Frames of 4 KiB in `MAX_CATCHUP`.
@@ -243,6 +265,7 @@ mod tests {
             (80, 24),
             String::new(),
             lines.clone(),
+            false,
             None,
         );
         assert_eq!((j.model.seq(), j.frames.len()), (0, 1024));
@@ -256,12 +279,52 @@ mod tests {
             (80, 24),
             String::new(),
             lines.clone(),
+            false,
             None,
         );
         assert_eq!(j.model.seq(), 0);
         let full = Box::new(ScreenModel::new(80, 24, 0, 0));
-        let j = Job::prepare(Some(full), &ring, &[], (80, 24), String::new(), lines, None);
+        let j = Job::prepare(
+            Some(full),
+            &ring,
+            &[],
+            (80, 24),
+            String::new(),
+            lines,
+            false,
+            None,
+        );
         assert_eq!((j.model.origin(), j.frames.len()), (0, 1024));
+    }
+
+    #[test]
+    fn a_snapshot_short_of_history_after_a_bounded_rebuild_is_asked_again() {
+        // 4 MiB of lines: the newest 512 KiB hold about 6,500 of them.
+        let mut ring = Ring::new(64 << 20, 1 << 20);
+        for i in 0..52_000 {
+            ring.push(Bytes::from(format!("line {i:075}\r\n")));
+        }
+        let wants = vec![
+            ScreenWant::Snapshot { scrollback: 100 },
+            ScreenWant::Snapshot { scrollback: 9_000 },
+        ];
+        let prepare = |whole| {
+            Job::prepare(
+                None,
+                &ring,
+                &[],
+                (80, 24),
+                String::new(),
+                wants.clone(),
+                whole,
+                None,
+            )
+        };
+        let done = prepare(false).run();
+        assert!(done.results[0].is_some());
+        assert!(done.results[1].is_none(), "short: asked again with whole");
+        let done = prepare(true).run();
+        assert!(done.results.iter().all(Option::is_some));
     }
 
     #[test]

@@ -26,6 +26,9 @@ pub struct Waiting {
     to: ScreenTo,
     /// A pass for this request failed once already.
     retried: bool,
+    /// It needs a model that saw the whole ring (a snapshot whose history
+    /// a bounded rebuild could not fill).
+    whole: bool,
 }
 
 impl Waiting {
@@ -40,6 +43,7 @@ impl Waiting {
                 generation: w.generation,
             },
             retried: false,
+            whole: false,
         }
     }
 }
@@ -78,7 +82,12 @@ impl SessionActor {
         retried: bool,
         ctx: &mut Context<Self>,
     ) {
-        self.waiting.push(Waiting { want, to, retried });
+        self.waiting.push(Waiting {
+            want,
+            to,
+            retried,
+            whole: false,
+        });
         self.model_used = std::time::Instant::now();
         self.start_job(ctx, false);
     }
@@ -167,6 +176,7 @@ impl SessionActor {
             self.initial_size,
             self.modes.restore_sequence(),
             wants,
+            waiting.iter().any(|w| w.whole),
             ticket.as_ref().map(|_| WARM_STEP),
         );
         self.job_running = true;
@@ -193,7 +203,10 @@ impl SessionActor {
                 Ok(done) => {
                     act.model = Some(done.model);
                     for (w, slot) in waiting.into_iter().zip(slots) {
-                        act.finish_screen(w.to, done.results[slot].clone());
+                        match &done.results[slot] {
+                            Some(result) => act.finish_screen(w.to, result.clone()),
+                            None => act.waiting.push(Waiting { whole: true, ..w }),
+                        }
                     }
                 }
                 Err(e) => {

@@ -53,14 +53,25 @@ pub struct Done {
 /// snapshot that asked for more history than a bounded rebuild found.
 pub const MAX_CATCHUP: u64 = 512 << 10;
 
+/// How much of the ring a pass may feed its model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reach {
+    /// Requests: at most `MAX_CATCHUP` (history lines: the whole ring).
+    Bounded,
+    /// Requests that need a model that saw the whole ring.
+    Whole,
+    /// A background pass: at most this many bytes.
+    Step(u64),
+}
+
 impl Job {
     /// Prepares a job: reuses `cached` when it is still contiguous with the
     /// ring and at most `MAX_CATCHUP` behind, else starts a blank model
     /// where the ring's newest `MAX_CATCHUP` bytes start (`step` bytes for
     /// a background pass, which then ends at the ring's end), sized as the
     /// terminal was then. For history lines the model must have seen the
-    /// whole ring, however far behind (`whole`: asked for by the session,
-    /// also for snapshots that came back short). `step` bounds the output this pass
+    /// whole ring, however far behind (`Reach::Whole`: also for snapshots
+    /// that came back short). `Reach::Step` bounds the output this pass
     /// feeds (a background pass; the model then stands short of the end).
     pub fn prepare(
         cached: Option<Box<ScreenModel>>,
@@ -69,10 +80,14 @@ impl Job {
         initial_size: (u16, u16),
         modes: String,
         wants: Vec<ScreenWant>,
-        whole: bool,
-        step: Option<u64>,
+        reach: Reach,
     ) -> Job {
-        let whole = whole || wants.iter().any(|w| matches!(w, ScreenWant::Lines { .. }));
+        let step = match reach {
+            Reach::Step(step) => Some(step),
+            _ => None,
+        };
+        let whole =
+            reach == Reach::Whole || wants.iter().any(|w| matches!(w, ScreenWant::Lines { .. }));
         let ring_start = ring.oldest_seq().saturating_sub(1);
         let (bound, window) = if whole {
             (u64::MAX, u64::MAX)
@@ -197,16 +212,8 @@ mod tests {
     }
 
     fn job(cached: Option<Box<ScreenModel>>, ring: &Ring, step: Option<u64>) -> Job {
-        Job::prepare(
-            cached,
-            ring,
-            &[],
-            (80, 24),
-            String::new(),
-            Vec::new(),
-            false,
-            step,
-        )
+        let step = step.map_or(Reach::Bounded, Reach::Step);
+        Job::prepare(cached, ring, &[], (80, 24), String::new(), Vec::new(), step)
     }
 
     /// Frames of 4 KiB in `MAX_CATCHUP`.
@@ -265,8 +272,7 @@ mod tests {
             (80, 24),
             String::new(),
             lines.clone(),
-            false,
-            None,
+            Reach::Bounded,
         );
         assert_eq!((j.model.seq(), j.frames.len()), (0, 1024));
         // A model rebuilt from the newest bytes is rebuilt again for lines,
@@ -279,8 +285,7 @@ mod tests {
             (80, 24),
             String::new(),
             lines.clone(),
-            false,
-            None,
+            Reach::Bounded,
         );
         assert_eq!(j.model.seq(), 0);
         let full = Box::new(ScreenModel::new(80, 24, 0, 0));
@@ -291,8 +296,7 @@ mod tests {
             (80, 24),
             String::new(),
             lines,
-            false,
-            None,
+            Reach::Bounded,
         );
         assert_eq!((j.model.origin(), j.frames.len()), (0, 1024));
     }
@@ -308,7 +312,7 @@ mod tests {
             ScreenWant::Snapshot { scrollback: 100 },
             ScreenWant::Snapshot { scrollback: 9_000 },
         ];
-        let prepare = |whole| {
+        let prepare = |reach| {
             Job::prepare(
                 None,
                 &ring,
@@ -316,14 +320,13 @@ mod tests {
                 (80, 24),
                 String::new(),
                 wants.clone(),
-                whole,
-                None,
+                reach,
             )
         };
-        let done = prepare(false).run();
+        let done = prepare(Reach::Bounded).run();
         assert!(done.results[0].is_some());
         assert!(done.results[1].is_none(), "short: asked again with whole");
-        let done = prepare(true).run();
+        let done = prepare(Reach::Whole).run();
         assert!(done.results.iter().all(Option::is_some));
     }
 

@@ -9,7 +9,7 @@
 use actix::prelude::*;
 use termesh_transport::ErrorCode;
 
-use super::screen_job::{lag, Job};
+use super::screen_job::{lag, Job, Reach};
 use super::warmth::{self, WARM_LAG, WARM_STEP};
 use super::{ScreenResult, ScreenTo, ScreenWant, SessionActor, IDLE_CATCHUP, MODEL_TTL};
 use crate::error::ApiError;
@@ -176,8 +176,11 @@ impl SessionActor {
             self.initial_size,
             self.modes.restore_sequence(),
             wants,
-            waiting.iter().any(|w| w.whole),
-            ticket.as_ref().map(|_| WARM_STEP),
+            match ticket {
+                Some(_) => Reach::Step(WARM_STEP),
+                None if waiting.iter().any(|w| w.whole) => Reach::Whole,
+                None => Reach::Bounded,
+            },
         );
         self.job_running = true;
         if waiting.is_empty() {

@@ -1,7 +1,8 @@
-//! A signal that interrupts the PTY reader's blocking read is not the end
-//! of output. The test installs a handler without SA_RESTART and signals
-//! the reader thread while it waits in `read`. Its own test binary: the
-//! handler is process-wide.
+//! A signal that interrupts the PTY I/O threads while they wait is not the
+//! end of output. The test installs a handler without SA_RESTART and
+//! signals every `pty-io` thread while it waits for readiness (in an
+//! `epoll_wait`), then types. Its own test binary: the handler is
+//! process-wide.
 #![allow(unsafe_code)] // sigaction and tgkill, to interrupt one thread.
 
 use std::collections::BTreeMap;
@@ -12,23 +13,33 @@ use termesh_actors::session::pty::{spawn, PtyEvent, SpawnSpec};
 
 extern "C" fn ignore(_: libc::c_int) {}
 
-/// The thread named `name` in this process, once it sits in `read`.
-fn thread_blocked_in_read(name: &str) -> i32 {
+/// The threads named `name` in this process, once one sits in a wait.
+fn threads_waiting(name: &str) -> Vec<i32> {
+    let waits = [
+        libc::SYS_epoll_wait,
+        libc::SYS_epoll_pwait,
+        libc::SYS_epoll_pwait2,
+        libc::SYS_futex,
+    ]
+    .map(|n| n.to_string());
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
+        let mut found = Vec::new();
+        let mut waiting = false;
         for entry in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
             let tid = entry.file_name().to_string_lossy().parse::<i32>().unwrap();
             let comm = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
             let syscall = std::fs::read_to_string(entry.path().join("syscall")).unwrap_or_default();
-            let in_read = syscall.split(' ').next() == Some(&libc::SYS_read.to_string());
-            if comm.trim() == name && in_read {
-                return tid;
+            if comm.trim() == name {
+                found.push(tid);
+                let call = syscall.split(' ').next().unwrap_or("");
+                waiting |= waits.iter().any(|w| w == call);
             }
         }
-        assert!(
-            Instant::now() < deadline,
-            "no thread {name} blocked in read"
-        );
+        if waiting {
+            return found;
+        }
+        assert!(Instant::now() < deadline, "no thread {name} waiting");
         // Another thread's state has no event to wait on: poll, bounded above.
         std::thread::sleep(Duration::from_millis(10));
     }
@@ -44,16 +55,13 @@ fn an_interrupted_read_is_not_end_of_output() {
     // SAFETY: the handler does nothing, so it is async-signal-safe.
     unsafe { sigaction(Signal::SIGUSR1, &action) }.unwrap();
 
-    let mut pty = spawn(
-        &SpawnSpec {
-            command: vec!["sh".into(), "-c".into(), "echo ready; exec cat".into()],
-            cwd: None,
-            env: BTreeMap::new(),
-            cols: 80,
-            rows: 24,
-        },
-        "eintr",
-    )
+    let mut pty = spawn(&SpawnSpec {
+        command: vec!["sh".into(), "-c".into(), "echo ready; exec cat".into()],
+        cwd: None,
+        env: BTreeMap::new(),
+        cols: 80,
+        rows: 24,
+    })
     .unwrap();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -79,10 +87,12 @@ fn an_interrupted_read_is_not_end_of_output() {
     };
     wait_for("ready", &mut seen);
     for round in 0..3 {
-        let tid = thread_blocked_in_read("eintr-read");
-        // SAFETY: tgkill with this process's id and one of its threads.
-        let sent = unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), tid, libc::SIGUSR1) };
-        assert_eq!(sent, 0);
+        for tid in threads_waiting("pty-io") {
+            // SAFETY: tgkill with this process's id and one of its threads.
+            let sent =
+                unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), tid, libc::SIGUSR1) };
+            assert_eq!(sent, 0);
+        }
         let word = format!("after-signal-{round}");
         pty.input
             .try_send(bytes::Bytes::from(format!("{word}\n")))

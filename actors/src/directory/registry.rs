@@ -27,7 +27,7 @@ use termesh_transport::CreateRequest;
 pub struct SessionHandle {
     pub id: Arc<str>,
     pub addr: Addr<SessionActor>,
-    /// The PTY writer thread's queue: input goes here directly.
+    /// The PTY writer's queue: input goes here directly.
     pub input: mpsc::Sender<Bytes>,
     pub shared: Arc<SessionShared>,
 }
@@ -415,9 +415,9 @@ pub(crate) fn spawn_program(id: &str, spec: &SpawnSpec) -> Result<pty::Pty, ApiE
     if let Some(cwd) = &spec.cwd {
         check_cwd(cwd)?;
     }
-    pty::spawn(spec, id).map_err(|e| {
+    pty::spawn(spec).map_err(|e| {
         if e.is_internal() {
-            tracing::error!("session spawn failed: {e}");
+            tracing::error!(session = id, "session spawn failed: {e}");
             ApiError::new(ErrorCode::Internal, e.to_string())
         } else {
             ApiError::bad_request(e.to_string())

@@ -89,10 +89,10 @@ pub struct SessionActor {
     /// `None` for a session restored from the store (its program died
     /// with an earlier run of the node).
     master: Option<Arc<Mutex<Box<dyn MasterPty + Send>>>>,
-    /// The PTY threads' events; held by the pending read while one runs.
+    /// The PTY's events; held by the pending read while one runs.
     events: Option<tokio::sync::mpsc::Receiver<PtyEvent>>,
     /// Intake is paused: a snapshot pins the ring and it is full. The
-    /// reader thread then blocks and the program's writes with it.
+    /// PTY's reader then waits and the program's writes block with it.
     intake_paused: bool,
     /// Events read but not yet applied because intake paused.
     held: std::collections::VecDeque<PtyEvent>,

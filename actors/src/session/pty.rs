@@ -1,8 +1,6 @@
-//! The PTY of a session and the three plain threads around it: a reader
-//! (blocking reads into a bounded channel: when the session falls behind the
-//! reader blocks, the kernel buffer fills and the program's writes block),
-//! a writer (drains the input channel that connections hold senders of, so
-//! keystrokes never wait behind output work), and a waiter (child exit).
+//! The PTY of a session: opening it, starting the program in it, and the
+//! program's process group (signals, the foreground group). Its reads,
+//! writes and exit wait run without threads of their own (`io`).
 //!
 //! Reaping: the waiter learns of the exit without reaping (`WNOWAIT`), so
 //! the program's pid, and with it its process group id, stays reserved by
@@ -11,24 +9,22 @@
 //! therefore never hit a recycled process group.
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use nix::sys::signal::{killpg, Signal};
-use nix::sys::wait::{waitid, waitpid, Id, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 use portable_pty::{native_pty_system, CommandBuilder, MasterPty, PtySize};
 use tokio::sync::mpsc;
 
-/// Largest read from the PTY, and so the largest frame.
-pub const READ_CHUNK: usize = 64 * 1024;
-/// First read size: an idle session touches no more memory than this.
-const MIN_CHUNK: usize = 4 * 1024;
-/// Frames queued between the reader thread and the session actor.
+pub use io::READ_CHUNK;
+
+mod io;
+
+/// Frames queued between the reader and the session actor.
 const OUTPUT_QUEUE: usize = 32;
-/// Input messages queued for the writer thread (each at most 64 KiB).
+/// Input messages queued for the writer (each at most 64 KiB).
 pub const INPUT_QUEUE: usize = 256;
 
 /// What is needed to start a session's program.
@@ -57,7 +53,7 @@ impl ExitInfo {
     }
 }
 
-/// Events from the reader and waiter threads, in one stream.
+/// Events from the reader and the waiter, in one stream.
 #[derive(Debug)]
 pub enum PtyEvent {
     Output(Bytes),
@@ -89,9 +85,9 @@ impl SpawnError {
 /// Held by the session while it may still signal the program's group;
 /// dropping it lets the waiter reap the exited program.
 #[derive(Debug)]
-pub struct ReapGuard(#[allow(dead_code)] std::sync::mpsc::Sender<()>);
+pub struct ReapGuard(#[allow(dead_code)] mpsc::Sender<()>);
 
-/// A running PTY program; the threads are started by `spawn`.
+/// A running PTY program; its I/O is started by `spawn`.
 pub struct Pty {
     /// Process id of the program, which is also its process group id
     /// (portable-pty makes it a session leader).
@@ -108,8 +104,8 @@ impl std::fmt::Debug for Pty {
     }
 }
 
-/// Opens a PTY, starts the program in it and the three threads.
-pub fn spawn(spec: &SpawnSpec, thread_name: &str) -> Result<Pty, SpawnError> {
+/// Opens a PTY, starts the program in it and its I/O.
+pub fn spawn(spec: &SpawnSpec) -> Result<Pty, SpawnError> {
     let pair = native_pty_system()
         .openpty(PtySize {
             rows: spec.rows,
@@ -142,30 +138,13 @@ pub fn spawn(spec: &SpawnSpec, thread_name: &str) -> Result<Pty, SpawnError> {
     crate::priority::reset_for_child(pid);
 
     let master = pair.master;
-    let master_fd = master.as_raw_fd();
-    let reader = master
-        .try_clone_reader()
-        .map_err(|e| SpawnError::Pty(e.to_string()))?;
-    // Keep the writer for the session's life: dropping it sends ^D.
-    let writer = master
-        .take_writer()
-        .map_err(|e| SpawnError::Pty(e.to_string()))?;
+    let master_fd = master
+        .as_raw_fd()
+        .ok_or_else(|| SpawnError::Pty("the PTY master has no descriptor".into()))?;
     let (event_tx, events) = mpsc::channel(OUTPUT_QUEUE);
     let (input, input_rx) = mpsc::channel(INPUT_QUEUE);
-    let (guard_tx, guard_rx) = std::sync::mpsc::channel();
-
-    let tx = event_tx.clone();
-    std::thread::Builder::new()
-        .name(format!("{thread_name}-read"))
-        .spawn(move || read_loop(reader, master_fd, tx))
-        .map_err(|e| SpawnError::Pty(e.to_string()))?;
-    std::thread::Builder::new()
-        .name(format!("{thread_name}-write"))
-        .spawn(move || write_loop(writer, input_rx))
-        .map_err(|e| SpawnError::Pty(e.to_string()))?;
-    std::thread::Builder::new()
-        .name(format!("{thread_name}-wait"))
-        .spawn(move || wait_loop(pid, event_tx, guard_rx))
+    let (guard_tx, guard_rx) = mpsc::channel(1);
+    io::start(master_fd, pid, event_tx, input_rx, guard_rx)
         .map_err(|e| SpawnError::Pty(e.to_string()))?;
 
     Ok(Pty {
@@ -199,106 +178,6 @@ fn program_error(program: &str, e: anyhow::Error) -> SpawnError {
     } else {
         SpawnError::Program { program, reason }
     }
-}
-
-fn read_loop(mut reader: Box<dyn Read + Send>, master_fd: Option<i32>, tx: mpsc::Sender<PtyEvent>) {
-    // Reads land in a buffer whose filled part is split off as the frame:
-    // no copy between the read and every subscriber. The first read's size
-    // adapts (an idle session keeps only a few KiB); after it, whatever is
-    // already waiting is read into the same frame, up to READ_CHUNK, so a
-    // flood becomes a few large frames while interactive output goes out at
-    // once (the check does not wait).
-    let mut buf = BytesMut::new();
-    let mut want = MIN_CHUNK;
-    loop {
-        buf.clear();
-        buf.resize(want, 0);
-        let mut filled = match reader.read(&mut buf) {
-            // A signal interrupted the read: nothing was read, nothing ended.
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            // Linux reports EIO once the last slave fd closes: that is EOF.
-            Ok(0) | Err(_) => break,
-            Ok(n) => n,
-        };
-        want = if filled == want {
-            (want * 2).min(READ_CHUNK)
-        } else if filled < want / 4 {
-            (want / 2).max(MIN_CHUNK)
-        } else {
-            want
-        };
-        while filled < READ_CHUNK && master_fd.is_some_and(readable_now) {
-            buf.resize(READ_CHUNK, 0);
-            match reader.read(&mut buf[filled..]) {
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Ok(0) | Err(_) => break,
-                Ok(n) => filled += n,
-            }
-        }
-        let frame = buf.split_to(filled).freeze();
-        if tx.blocking_send(PtyEvent::Output(frame)).is_err() {
-            return;
-        }
-    }
-    let _ = tx.blocking_send(PtyEvent::Eof);
-}
-
-/// Whether the PTY has output waiting right now (no wait). The reader is a
-/// duplicate of the master, so they share readiness.
-fn readable_now(fd: i32) -> bool {
-    let mut pfd = [filedescriptor::pollfd {
-        fd,
-        events: filedescriptor::POLLIN,
-        revents: 0,
-    }];
-    matches!(filedescriptor::poll(&mut pfd, Some(std::time::Duration::ZERO)), Ok(n) if n > 0)
-        && pfd[0].revents & filedescriptor::POLLIN != 0
-}
-
-fn write_loop(mut writer: Box<dyn Write + Send>, mut rx: mpsc::Receiver<Bytes>) {
-    while let Some(data) = rx.blocking_recv() {
-        if writer
-            .write_all(&data)
-            .and_then(|_| writer.flush())
-            .is_err()
-        {
-            break;
-        }
-    }
-}
-
-fn wait_loop(pid: i32, tx: mpsc::Sender<PtyEvent>, release: std::sync::mpsc::Receiver<()>) {
-    let info = loop {
-        // WNOWAIT: learn of the exit but leave the zombie, which keeps the
-        // pid and process group id from being reused while the session may
-        // still signal them.
-        let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT;
-        match waitid(Id::Pid(Pid::from_raw(pid)), flags) {
-            Ok(WaitStatus::Exited(_, code)) => {
-                break ExitInfo {
-                    code: code as u32,
-                    signal: None,
-                }
-            }
-            Ok(WaitStatus::Signaled(_, signal, _)) => {
-                break ExitInfo {
-                    code: 128 + signal as u32,
-                    signal: Some(signal),
-                }
-            }
-            Ok(_) | Err(nix::errno::Errno::EINTR) => continue,
-            Err(_) => {
-                break ExitInfo {
-                    code: 1,
-                    signal: None,
-                }
-            }
-        }
-    };
-    let _ = tx.blocking_send(PtyEvent::Exited(info));
-    // Wait until the session lets go of its guard (or is gone), then reap.
-    while release.recv().is_ok() {}
-    while let Err(nix::errno::Errno::EINTR) = waitpid(Pid::from_raw(pid), None) {}
 }
 
 /// Signals the program's process group and the terminal's foreground group.

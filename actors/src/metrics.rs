@@ -27,6 +27,8 @@ pub struct Metrics {
     pub store_lost_bytes: AtomicU64,
     /// The store's size on disk, as of its last vacuum (or start).
     pub store_bytes: AtomicU64,
+    /// Flushes to disk (fsyncs) the store has made.
+    pub store_flushes: AtomicU64,
     /// Why the store's last write failed, while it fails (`/healthz` says
     /// so); cleared by the next write that works.
     pub store_error: std::sync::Mutex<Option<String>>,
@@ -59,7 +61,7 @@ impl Metrics {
     pub fn render(&self, node: &str, stall: std::time::Duration) -> String {
         let g = |v: &AtomicI64| v.load(Ordering::Relaxed);
         let c = |v: &AtomicU64| v.load(Ordering::Relaxed);
-        let rows: [(&str, &str, &str, String); 17] = [
+        let rows: [(&str, &str, &str, String); 18] = [
             (
                 "termesh_sessions",
                 "gauge",
@@ -155,6 +157,12 @@ impl Metrics {
                 "counter",
                 "Output that could not be stored (failed writes).",
                 c(&self.store_lost_bytes).to_string(),
+            ),
+            (
+                "termesh_store_flushes_total",
+                "counter",
+                "Flushes to disk the store made (requests for durability share one).",
+                c(&self.store_flushes).to_string(),
             ),
             (
                 "termesh_store_bytes",

@@ -93,6 +93,10 @@ pub struct StoreActor {
     pub(super) last_record_flush: Option<Instant>,
     /// When `termesh_store_bytes` was last measured.
     pub(super) sized_at: Instant,
+    /// Flush requests stamped so far (the handle counts them).
+    pub(super) stamps: Arc<AtomicU64>,
+    /// Requests stamped up to this one are durable.
+    pub(super) durable_upto: u64,
 }
 
 impl Actor for StoreActor {
@@ -148,6 +152,7 @@ impl StoreActor {
 
     /// Everything on disk, then the manifest that says so.
     fn flush(&self) -> Result<(), super::StoreError> {
+        Metrics::add(&self.metrics.store_flushes, 1);
         self.store.flush()?;
         self.store.write_manifest()
     }
@@ -172,17 +177,31 @@ impl Handler<Drain> for StoreActor {
     }
 }
 
-/// Writes everything to disk; the answer says whether it worked.
+/// Writes everything to disk; the answer says whether it worked. Flushes
+/// are committed in groups: `stamp` numbers the request (taken after its
+/// writes were queued), and a flush that began after the stamp was taken
+/// already made them durable, so that request costs no fsync of its own.
+/// Sixteen creates at once wait for about one fsync, not sixteen in a row.
 #[derive(Message)]
 #[rtype(result = "Result<(), String>")]
-pub struct Flush;
+pub struct Flush {
+    pub stamp: u64,
+}
 
 impl Handler<Flush> for StoreActor {
     type Result = Result<(), String>;
 
-    fn handle(&mut self, _: Flush, _: &mut SyncContext<Self>) -> Self::Result {
+    fn handle(&mut self, msg: Flush, _: &mut SyncContext<Self>) -> Self::Result {
+        if msg.stamp <= self.durable_upto {
+            return Ok(());
+        }
+        // Every request stamped so far queued its writes before its stamp:
+        // the drain below takes them, the flush makes them durable.
+        let upto = self.stamps.load(Ordering::SeqCst);
         self.drain();
-        self.flush().map_err(|e| e.to_string())
+        self.flush().map_err(|e| e.to_string())?;
+        self.durable_upto = upto;
+        Ok(())
     }
 }
 
@@ -207,30 +226,6 @@ impl Handler<Removed> for StoreActor {
         if let Err(e) = done {
             tracing::error!(session = %msg.session, "store: remove failed: {e}");
         }
-    }
-}
-
-/// Raises a session's seq high-water mark and makes it durable; answers
-/// once it is on disk.
-#[derive(Message)]
-#[rtype(result = "Result<(), String>")]
-pub(super) struct Reserve {
-    pub session: Arc<str>,
-    pub seq: u64,
-}
-
-impl Handler<Reserve> for StoreActor {
-    type Result = Result<(), String>;
-
-    fn handle(&mut self, msg: Reserve, _: &mut SyncContext<Self>) -> Self::Result {
-        // Queued writes first: the flush makes them durable too.
-        self.drain();
-        let done = self
-            .store
-            .reserve(&msg.session, msg.seq)
-            .map_err(|e| e.to_string());
-        self.metrics.store_wrote(done.clone());
-        done
     }
 }
 

@@ -15,8 +15,8 @@ use bytes::Bytes;
 use termesh_transport::{EventKind, SessionInfo};
 
 use super::actor::{
-    Drain, Flush, LiveEvent, Queue, ReadEvents, ReadOutput, Removed, Reserve, StoreActor, Vacuum,
-    Wake, MAX_BACKLOG,
+    Drain, Flush, LiveEvent, Queue, ReadEvents, ReadOutput, Removed, StoreActor, Vacuum, Wake,
+    MAX_BACKLOG,
 };
 use super::{Entry, Retention, Store, StoreError, Write};
 use crate::metrics::Metrics;
@@ -32,6 +32,8 @@ pub const WAKE_AFTER: std::time::Duration = std::time::Duration::from_millis(100
 #[derive(Clone)]
 pub struct StoreHandle {
     addr: Addr<StoreActor>,
+    /// Flush requests stamped so far (group commit: `actor::Flush`).
+    stamps: Arc<AtomicU64>,
     queue: Arc<Mutex<Queue>>,
     backlog: Arc<AtomicU64>,
     live: tokio::sync::broadcast::Sender<LiveEvent>,
@@ -79,6 +81,8 @@ impl StoreHandle {
         let (live, _) = tokio::sync::broadcast::channel(LIVE_EVENTS);
         let cell = Mutex::new(Some(store));
         let (b, q, l) = (backlog.clone(), queue.clone(), live.clone());
+        let stamps = Arc::new(AtomicU64::new(0));
+        let st = stamps.clone();
         let addr = SyncArbiter::start(1, move || StoreActor {
             store: cell
                 .lock()
@@ -91,9 +95,12 @@ impl StoreHandle {
             live: l.clone(),
             last_record_flush: None,
             sized_at: std::time::Instant::now(),
+            stamps: st.clone(),
+            durable_upto: 0,
         });
         let handle = StoreHandle {
             addr,
+            stamps,
             queue,
             backlog,
             live,
@@ -173,11 +180,12 @@ impl StoreHandle {
         session: &Arc<str>,
         seq: u64,
     ) -> impl std::future::Future<Output = Result<(), String>> + 'static {
-        let sent = self.addr.send(Reserve {
+        let write = Write::Reserve {
             session: session.clone(),
             seq,
-        });
-        async move { sent.await.map_err(|e| e.to_string())? }
+        };
+        self.push(write, 0);
+        self.flush_queued()
     }
 
     /// A clean stop: no seq above `seq` was sent, so the mark comes down
@@ -204,7 +212,15 @@ impl StoreHandle {
     }
 
     pub async fn flush(&self) -> Result<(), String> {
-        self.addr.send(Flush).await.map_err(|e| e.to_string())?
+        self.flush_queued().await
+    }
+
+    /// Durability for everything queued so far, committed with whatever
+    /// else asks for it meanwhile (one fsync for a group).
+    fn flush_queued(&self) -> impl std::future::Future<Output = Result<(), String>> + 'static {
+        let stamp = self.stamps.fetch_add(1, Ordering::SeqCst) + 1;
+        let sent = self.addr.send(Flush { stamp });
+        async move { sent.await.map_err(|e| e.to_string())? }
     }
 
     /// Live events from now on (every session's).

@@ -84,6 +84,12 @@ pub enum Write {
         session: Arc<str>,
         seq: u64,
     },
+    /// Raises the session's seq high-water mark to `seq` (never lowers it):
+    /// a reservation, durable at the flush that follows.
+    Reserve {
+        session: Arc<str>,
+        seq: u64,
+    },
 }
 
 /// A stored frame or event: its number (seq or event id), when it was
@@ -294,6 +300,13 @@ impl Store {
                 }
                 Write::SeqMark { session, seq } => {
                     marks.insert(key(&session)?, &seq.to_be_bytes());
+                }
+                Write::Reserve { session, seq } => {
+                    let k = key(&session)?;
+                    let old = self.seq_marks.get(&k)?.map_or(0, |v| number_of(&v));
+                    if seq > old {
+                        marks.insert(k, &seq.to_be_bytes());
+                    }
                 }
             }
         }

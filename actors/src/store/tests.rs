@@ -294,3 +294,41 @@ fn a_store_that_reads_back_fewer_records_than_written_is_refused() {
         Ok(_) => panic!("opened"),
     }
 }
+
+/// Durability asked for by many at once costs one flush, not one each:
+/// sixteen creates (or seq reservations) share an fsync.
+#[test]
+fn flushes_asked_for_together_are_committed_together() {
+    let dir = tempfile::tempdir().unwrap();
+    let metrics = Arc::new(crate::metrics::Metrics::default());
+    actix_rt::System::new().block_on(async {
+        let (handle, _) = StoreHandle::open(dir.path(), 1 << 20, 1 << 30, metrics.clone()).unwrap();
+        let before = metrics
+            .store_flushes
+            .load(std::sync::atomic::Ordering::Relaxed);
+        let session: Arc<str> = "s1".into();
+        let mut asked = Vec::new();
+        for i in 0..16u64 {
+            asked.push(Box::pin(handle.reserve(&session, 4096 * (i + 1)))
+                as std::pin::Pin<
+                    Box<dyn std::future::Future<Output = Result<(), String>>>,
+                >);
+            asked.push(Box::pin(async { handle.flush().await }));
+        }
+        for done in futures_util::future::join_all(asked).await {
+            done.unwrap();
+        }
+        let flushes = metrics
+            .store_flushes
+            .load(std::sync::atomic::Ordering::Relaxed)
+            - before;
+        assert!(flushes <= 8, "32 requests took {flushes} flushes");
+        drop(handle);
+        actix_rt::System::current().stop();
+    });
+    assert_eq!(
+        reopen(dir.path()).seq_mark("s1").unwrap(),
+        4096 * 16,
+        "the highest reservation is the mark"
+    );
+}

@@ -21,7 +21,7 @@
 //!   `ReapGuard`, after which the session never signals the group again.
 
 use std::io::ErrorKind;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::sync::OnceLock;
 
 use bytes::{Bytes, BytesMut};
@@ -95,13 +95,9 @@ pub fn start(
             rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty())
                 .map_err(std::io::Error::from)
         });
-    let watched = pidfd.and_then(|fd| {
-        let watch = pipe::Receiver::from_owned_fd_unchecked(fd.try_clone()?)?;
-        Ok((fd, watch))
-    });
-    match watched {
-        Ok((pidfd, watch)) => {
-            rt.spawn(wait_task(pidfd, watch, events, release));
+    match pidfd.and_then(pipe::Receiver::from_owned_fd_unchecked) {
+        Ok(pidfd) => {
+            rt.spawn(wait_task(pidfd, events, release));
         }
         Err(e) => {
             tracing::debug!(pid, "no pidfd ({e}): the exit is waited for by a thread");
@@ -176,22 +172,23 @@ async fn write_task(tx: pipe::Sender, mut rx: mpsc::Receiver<Bytes>) {
     }
 }
 
+/// `pidfd` is registered for readiness as a pipe's reading end (it is
+/// never read; `waitid` takes it).
 async fn wait_task(
-    pidfd: OwnedFd,
-    watch: pipe::Receiver,
+    pidfd: pipe::Receiver,
     tx: mpsc::Sender<PtyEvent>,
     mut release: mpsc::Receiver<()>,
 ) {
     // A pidfd is readable once its process has exited.
     let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT | WaitPidFlag::WNOHANG;
     let info = loop {
-        if watch.readable().await.is_err() {
+        if pidfd.readable().await.is_err() {
             break None;
         }
         match waitid(Id::PIDFd(pidfd.as_fd()), flags) {
             // Woken too early: forget the readiness and wait again.
             Ok(WaitStatus::StillAlive) => {
-                let _ = watch.try_io(|| Err::<(), _>(ErrorKind::WouldBlock.into()));
+                let _ = pidfd.try_io(|| Err::<(), _>(ErrorKind::WouldBlock.into()));
             }
             Err(nix::errno::Errno::EINTR) => {}
             result => break exit_info(result),

@@ -21,7 +21,7 @@ pub mod error;
 pub mod front;
 pub mod liveness;
 pub mod metrics;
+pub mod os;
 pub mod output;
-pub mod priority;
 pub mod session;
 pub mod store;

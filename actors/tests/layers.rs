@@ -16,7 +16,7 @@ const LAYERS: &[&str] = &[
     "front",
 ];
 /// Modules at the crate's root that import nothing of the crate.
-const LEAVES: &[&str] = &["clock", "error", "metrics", "priority"];
+const LEAVES: &[&str] = &["clock", "error", "metrics", "os"];
 
 fn sources(dir: &Path, out: &mut Vec<(String, String)>) {
     for entry in std::fs::read_dir(dir).unwrap() {

@@ -6,7 +6,7 @@ mod common;
 
 use common::binary::BinaryNode;
 use common::*;
-use termesh_actors::priority::nice_of;
+use termesh_actors::os::nice_of;
 use termesh_node::client::Client;
 use termesh_transport::{ClientMsg, CreateRequest, ServerMsg};
 

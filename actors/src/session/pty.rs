@@ -9,13 +9,14 @@
 //! therefore never hit a recycled process group.
 
 use std::collections::BTreeMap;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
-use portable_pty::{native_pty_system, CommandBuilder, MasterPty, PtySize};
+use portable_pty::{native_pty_system, MasterPty, PtySize};
 use tokio::sync::mpsc;
 
 pub use io::READ_CHUNK;
@@ -104,8 +105,14 @@ impl std::fmt::Debug for Pty {
     }
 }
 
-/// Opens a PTY, starts the program in it and its I/O.
+/// Opens a PTY (portable-pty), starts the program in it as a session
+/// leader with the slave as its controlling terminal, and starts the PTY's
+/// I/O. The program is started here rather than by portable-pty's
+/// `spawn_command`, whose child lists `/proc/self/fd` and closes every
+/// entry: a cost that grows with the node's descriptors (12,000 at 3,000
+/// sessions), paid by every create (`os::in_new_terminal_session`).
 pub fn spawn(spec: &SpawnSpec) -> Result<Pty, SpawnError> {
+    let pty_error = |e: &dyn std::fmt::Display| SpawnError::Pty(e.to_string());
     let pair = native_pty_system()
         .openpty(PtySize {
             rows: spec.rows,
@@ -113,39 +120,51 @@ pub fn spawn(spec: &SpawnSpec) -> Result<Pty, SpawnError> {
             pixel_width: 0,
             pixel_height: 0,
         })
-        .map_err(|e| SpawnError::Pty(e.to_string()))?;
-    let mut cmd = CommandBuilder::new(&spec.command[0]);
-    cmd.args(&spec.command[1..]);
-    if let Some(cwd) = &spec.cwd {
-        cmd.cwd(cwd);
-    }
-    cmd.env("TERM", "xterm-256color");
-    for (k, v) in &spec.env {
-        cmd.env(k, v);
-    }
-    let child = pair
-        .slave
-        .spawn_command(cmd)
-        .map_err(|e| program_error(&spec.command[0], e))?;
-    // The slave must go, or the reader never sees EOF.
-    drop(pair.slave);
-    let pid = child
-        .process_id()
-        .ok_or_else(|| SpawnError::Pty("the child has no pid".into()))? as i32;
-    // We reap the child ourselves (waitpid) to learn the signal number;
-    // dropping portable-pty's handle does not wait or kill.
-    drop(child);
-    crate::priority::reset_for_child(pid);
-
+        .map_err(|e| pty_error(&e))?;
     let master = pair.master;
     let master_fd = master
         .as_raw_fd()
         .ok_or_else(|| SpawnError::Pty("the PTY master has no descriptor".into()))?;
+    // The child gets the slave opened by its name (close-on-exec here,
+    // like every descriptor the node opens; its copies on 0-2 stay open).
+    let slave_path = master
+        .tty_name()
+        .ok_or_else(|| SpawnError::Pty("the PTY has no slave name".into()))?;
+    drop(pair.slave);
+    let slave = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NOCTTY)
+        .open(&slave_path)
+        .map_err(|e| pty_error(&e))?;
+    let stdio = || slave.try_clone().map(std::process::Stdio::from);
+    let mut cmd = std::process::Command::new(&spec.command[0]);
+    cmd.args(&spec.command[1..])
+        .env("TERM", "xterm-256color")
+        .envs(&spec.env)
+        .stdin(stdio().map_err(|e| pty_error(&e))?)
+        .stdout(stdio().map_err(|e| pty_error(&e))?)
+        .stderr(stdio().map_err(|e| pty_error(&e))?);
+    if let Some(cwd) = &spec.cwd {
+        cmd.current_dir(cwd);
+    }
+    crate::os::in_new_terminal_session(&mut cmd);
+    let child = cmd
+        .spawn()
+        .map_err(|e| program_error(&spec.command[0], e))?;
+    // The slave must go (here and in `cmd`), or the reader never sees EOF.
+    drop(cmd);
+    drop(slave);
+    let pid = child.id() as i32;
+    // We reap the child ourselves (waitid) to learn the signal number;
+    // dropping std's handle does not wait or kill.
+    drop(child);
+    crate::os::reset_for_child(pid);
+
     let (event_tx, events) = mpsc::channel(OUTPUT_QUEUE);
     let (input, input_rx) = mpsc::channel(INPUT_QUEUE);
     let (guard_tx, guard_rx) = mpsc::channel(1);
-    io::start(master_fd, pid, event_tx, input_rx, guard_rx)
-        .map_err(|e| SpawnError::Pty(e.to_string()))?;
+    io::start(master_fd, pid, event_tx, input_rx, guard_rx).map_err(|e| pty_error(&e))?;
 
     Ok(Pty {
         pid,
@@ -159,20 +178,14 @@ pub fn spawn(spec: &SpawnSpec) -> Result<Pty, SpawnError> {
 /// Sorts a failed program start: missing or not executable is the
 /// request's fault; running out of descriptors, processes or memory is the
 /// node's.
-fn program_error(program: &str, e: anyhow::Error) -> SpawnError {
-    // The OS error may sit anywhere in the chain (a `dup` error wraps it).
-    let io = e
-        .chain()
-        .find_map(|cause| cause.downcast_ref::<std::io::Error>());
-    let node_fault = io
-        .and_then(std::io::Error::raw_os_error)
-        .is_some_and(|code| {
-            matches!(
-                code,
-                libc::EMFILE | libc::ENFILE | libc::EAGAIN | libc::ENOMEM | libc::ENOSPC
-            )
-        });
-    let (program, reason) = (program.to_string(), format!("{e:#}"));
+fn program_error(program: &str, e: std::io::Error) -> SpawnError {
+    let node_fault = e.raw_os_error().is_some_and(|code| {
+        matches!(
+            code,
+            libc::EMFILE | libc::ENFILE | libc::EAGAIN | libc::ENOMEM | libc::ENOSPC
+        )
+    });
+    let (program, reason) = (program.to_string(), e.to_string());
     if node_fault {
         SpawnError::Resources { program, reason }
     } else {

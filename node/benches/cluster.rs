@@ -272,9 +272,7 @@ async fn main() {
     loop {
         assert!(Instant::now() < deadline, "b never learned of a's session");
         let mut c = Client::connect(&target(1)).await.unwrap();
-        if let Ok(ServerMsg::Sessions { sessions, .. }) =
-            c.request(|id| ClientMsg::List { id }).await
-        {
+        if let Ok(ServerMsg::Sessions { sessions, .. }) = c.request(ClientMsg::list).await {
             if sessions.iter().any(|s| s.id == session) {
                 break;
             }

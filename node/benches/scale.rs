@@ -123,7 +123,7 @@ async fn list(c: &mut Client) -> (Duration, usize, usize) {
     let (mut size, mut count) = (0, 0);
     for _ in 0..21 {
         let start = Instant::now();
-        let reply = c.request(|id| ClientMsg::List { id }).await.unwrap();
+        let reply = c.request(ClientMsg::list).await.unwrap();
         times.push(start.elapsed());
         if let ServerMsg::Sessions { sessions, .. } = &reply {
             count = sessions.len();

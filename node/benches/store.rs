@@ -50,7 +50,7 @@ fn disk_use(dir: &Path) -> (u64, u64) {
 }
 
 async fn info(c: &mut Client, session: &str) -> Option<termesh_transport::SessionInfo> {
-    match c.request(|id| ClientMsg::List { id }).await.unwrap() {
+    match c.request(ClientMsg::list).await.unwrap() {
         ServerMsg::Sessions { sessions, .. } => sessions.into_iter().find(|s| s.id == session),
         _ => None,
     }
@@ -220,7 +220,7 @@ fn main() {
     let restart = start.elapsed();
     let listed = rt.block_on(async {
         let mut c = Client::connect(&node.target).await.unwrap();
-        match c.request(|id| ClientMsg::List { id }).await.unwrap() {
+        match c.request(ClientMsg::list).await.unwrap() {
             ServerMsg::Sessions { sessions, .. } => sessions
                 .iter()
                 .filter(|s| s.status == SessionStatus::Lost)

@@ -63,7 +63,7 @@ async fn type_line(node: &TestNode, session: &str, line: &str) {
     .await
     .expect("input");
     // Answered after the input was handled.
-    let _ = c.request(|id| ClientMsg::List { id }).await;
+    let _ = c.request(ClientMsg::list).await;
     c.close().await;
 }
 

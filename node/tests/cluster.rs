@@ -18,7 +18,7 @@ async fn list(cluster: &Cluster, i: usize) -> Vec<SessionInfo> {
     let Ok(mut c) = Client::connect(&cluster.target(i)).await else {
         return Vec::new();
     };
-    let reply = c.request(|id| ClientMsg::List { id }).await;
+    let reply = c.request(ClientMsg::list).await;
     c.close().await;
     match reply {
         Ok(ServerMsg::Sessions { sessions, .. }) => sessions,

@@ -329,7 +329,7 @@ async fn a_created_session_is_listed_by_every_node_at_once() {
         let via = (round + 1) % 3;
         let session = create(&cluster, via, on, "exec sleep 100000").await;
         for (i, c) in lists.iter_mut().enumerate() {
-            let reply = c.request(|id| ClientMsg::List { id }).await.unwrap();
+            let reply = c.request(ClientMsg::list).await.unwrap();
             let ServerMsg::Sessions { sessions, .. } = reply else {
                 panic!("{reply:?}");
             };

@@ -162,9 +162,7 @@ async fn the_raw_endpoint_of_any_node_streams_and_drives_a_remote_session() {
     within(PATIENCE, "the owner to take the raw client's size", async {
         loop {
             let mut c = connect(&cluster, 0).await;
-            if let Ok(ServerMsg::Sessions { sessions, .. }) =
-                c.request(|id| ClientMsg::List { id }).await
-            {
+            if let Ok(ServerMsg::Sessions { sessions, .. }) = c.request(ClientMsg::list).await {
                 if sessions
                     .iter()
                     .any(|s| s.id == session && (s.cols, s.rows) == (101, 33))

@@ -129,8 +129,7 @@ async fn a_partition_heals(cluster: &Cluster, relay: &UdpImpair) {
     // Everything the owner had made by now (the partition's frames
     // included) reaches b's viewer.
     let mut owner = connect(cluster, 0).await;
-    let Ok(ServerMsg::Sessions { sessions, .. }) = owner.request(|id| ClientMsg::List { id }).await
-    else {
+    let Ok(ServerMsg::Sessions { sessions, .. }) = owner.request(ClientMsg::list).await else {
         panic!("a lists its sessions")
     };
     let made = sessions.iter().find(|i| i.id == session).unwrap().last_seq;

@@ -57,7 +57,7 @@ async fn welcome_then_auth_by_message() {
         }
         other => panic!("{other:?}"),
     }
-    c.send(&ClientMsg::List { id: 1 }).await.unwrap();
+    c.send(&ClientMsg::list(1)).await.unwrap();
     let msg = expect_error(&mut c, ErrorCode::Unauthorized).await;
     assert!(matches!(msg, ServerMsg::Error { id: Some(1), .. }));
     c.send(&ClientMsg::Auth {
@@ -77,7 +77,7 @@ async fn welcome_then_auth_by_message() {
     .unwrap();
     assert_eq!(next(&mut c).await, ServerMsg::Ok { id: 3 });
     assert!(matches!(
-        c.request(|id| ClientMsg::List { id }).await.unwrap(),
+        c.request(ClientMsg::list).await.unwrap(),
         ServerMsg::Sessions { .. }
     ));
 }
@@ -97,7 +97,7 @@ async fn wrong_token_on_upgrade_is_401_and_url_token_works() {
     use futures_util::{SinkExt, StreamExt};
     let _welcome = ws.next().await.unwrap().unwrap();
     ws.send(Message::Binary(
-        rmp_serde::to_vec_named(&ClientMsg::List { id: 1 }).unwrap(),
+        rmp_serde::to_vec_named(&ClientMsg::list(1)).unwrap(),
     ))
     .await
     .unwrap();
@@ -288,7 +288,7 @@ async fn bad_input_gets_documented_errors_and_hurts_nobody() {
     bystander_lines(&mut bystander, &session, &mut s, before + 3).await;
     let mut fresh = node.client(VIEWER).await;
     assert!(matches!(
-        fresh.request(|id| ClientMsg::List { id }).await.unwrap(),
+        fresh.request(ClientMsg::list).await.unwrap(),
         ServerMsg::Sessions { .. }
     ));
 }
@@ -317,7 +317,7 @@ async fn unauthenticated_connection_is_closed_with_4401() {
     // An authenticated one stays.
     let mut ok = node.client(VIEWER).await;
     assert!(matches!(
-        ok.request(|id| ClientMsg::List { id }).await.unwrap(),
+        ok.request(ClientMsg::list).await.unwrap(),
         ServerMsg::Sessions { .. }
     ));
 }
@@ -375,4 +375,65 @@ async fn node_shutdown_closes_connections_with_1001_and_stops_sessions() {
     })
     .await;
     drop(data_dir);
+}
+
+/// `list` with `limit` pages the directory by id: every session once, in
+/// order, `next` on every page but the last; `GET /sessions?limit=` the
+/// same with `X-Termesh-Next`; bad bounds are `bad_request`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_pages_cover_every_session_once() {
+    let node = TestNode::start();
+    let mut made = Vec::new();
+    for _ in 0..5 {
+        made.push(node.create(&["sleep", "1000"]).await.id);
+    }
+    made.sort();
+    let mut c = node.client(VIEWER).await;
+    let (mut seen, mut after, mut pages) = (Vec::new(), None::<String>, 0);
+    loop {
+        let reply = c
+            .request(|id| ClientMsg::List {
+                id,
+                after: after.clone(),
+                limit: Some(2),
+            })
+            .await
+            .unwrap();
+        let ServerMsg::Sessions { sessions, next, .. } = reply else {
+            panic!("{reply:?}")
+        };
+        assert!(sessions.len() <= 2);
+        seen.extend(sessions.into_iter().map(|s| s.id));
+        pages += 1;
+        match next {
+            Some(n) => after = Some(n),
+            None => break,
+        }
+        assert!(pages < 10, "pages do not end");
+    }
+    assert_eq!((seen, pages), (made.clone(), 3));
+
+    let (url, auth) = (
+        format!("{}/api/v1/sessions?limit=3", node.url()),
+        format!("Bearer {VIEWER}"),
+    );
+    let (first, next) = tokio::task::spawn_blocking(move || {
+        let resp = ureq::get(&url).set("authorization", &auth).call().unwrap();
+        let next = resp.header("X-Termesh-Next").map(str::to_string);
+        let body: Vec<termesh_transport::SessionInfo> = resp.into_json().unwrap();
+        (body, next)
+    })
+    .await
+    .unwrap();
+    let ids: Vec<String> = first.into_iter().map(|s| s.id).collect();
+    assert_eq!(ids, made[..3]);
+    assert_eq!(next.as_deref(), Some(made[2].as_str()));
+
+    for (after, limit) in [(None, Some(0)), (None, Some(10_001)), (Some("x".to_string()), None)] {
+        let err = c
+            .request(|id| ClientMsg::List { id, after, limit })
+            .await
+            .unwrap_err();
+        assert!(err.to_string().starts_with("bad_request"), "{err}");
+    }
 }

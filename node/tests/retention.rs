@@ -183,7 +183,7 @@ async fn the_output_cap_holds_during_a_long_flood_and_events_are_trimmed() {
 }
 
 async fn node_info(c: &mut Client, id: &str) -> SessionInfo {
-    match c.request(|rid| ClientMsg::List { id: rid }).await.unwrap() {
+    match c.request(ClientMsg::list).await.unwrap() {
         ServerMsg::Sessions { sessions, .. } => {
             sessions.into_iter().find(|s| s.id == id).expect("listed")
         }

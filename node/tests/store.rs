@@ -34,7 +34,7 @@ async fn create(node: &BinaryNode, script: &str) -> SessionInfo {
 
 async fn list(node: &BinaryNode) -> Vec<SessionInfo> {
     let mut c = client(node).await;
-    match c.request(|id| ClientMsg::List { id }).await.unwrap() {
+    match c.request(ClientMsg::list).await.unwrap() {
         ServerMsg::Sessions { sessions, .. } => sessions,
         other => panic!("{other:?}"),
     }

@@ -38,7 +38,7 @@ fn target(node: &BinaryNode, token: &str) -> Target {
 
 async fn lists(node: &BinaryNode, token: &str) -> bool {
     match Client::connect(&target(node, token)).await {
-        Ok(mut c) => c.request(|id| ClientMsg::List { id }).await.is_ok(),
+        Ok(mut c) => c.request(ClientMsg::list).await.is_ok(),
         Err(_) => false,
     }
 }

@@ -73,8 +73,15 @@ pub struct CreateRequest {
 pub enum ClientMsg {
     /// Authenticate with a token; reply `ok`.
     Auth { id: u64, token: String },
-    /// Reply `sessions` with the whole cluster's sessions.
-    List { id: u64 },
+    /// Reply `sessions` with the whole cluster's sessions, ordered by id;
+    /// with `limit`, a page of at most that many after the id `after`.
+    List {
+        id: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        after: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        limit: Option<u32>,
+    },
     /// Reply `ok`, then `session_changed` / `session_removed` notifications.
     Watch { id: u64 },
     /// Start a session; reply `created`.
@@ -191,6 +198,15 @@ pub enum ClientMsg {
 }
 
 impl ClientMsg {
+    /// `list` of every session (no page).
+    pub fn list(id: u64) -> ClientMsg {
+        ClientMsg::List {
+            id,
+            after: None,
+            limit: None,
+        }
+    }
+
     /// The wire name of the message type.
     pub fn kind(&self) -> &'static str {
         match self {
@@ -421,6 +437,9 @@ pub enum ServerMsg {
     Sessions {
         id: u64,
         sessions: Vec<SessionInfo>,
+        /// A page that is not the last: the `after` of the next one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        next: Option<String>,
     },
     Created {
         id: u64,

@@ -165,7 +165,7 @@ mod tests {
                 id: 1,
                 token: "x".into(),
             },
-            ClientMsg::List { id: 2 },
+            ClientMsg::list(2),
             ClientMsg::Watch { id: 3 },
             ClientMsg::Create {
                 id: 4,

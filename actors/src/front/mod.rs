@@ -5,6 +5,7 @@
 pub mod connection;
 pub mod fragments;
 pub mod ops;
+pub mod page;
 pub mod raw;
 pub mod request;
 pub mod tokens;

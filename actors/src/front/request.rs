@@ -96,7 +96,7 @@ pub fn spec(msg: &ClientMsg) -> Spec {
 pub fn ids(msg: &ClientMsg) -> (Option<u64>, Option<String>) {
     match msg {
         ClientMsg::Auth { id, .. }
-        | ClientMsg::List { id }
+        | ClientMsg::List { id, .. }
         | ClientMsg::Watch { id }
         | ClientMsg::Create { id, .. } => (Some(*id), None),
         ClientMsg::Subscribe { id, session, .. }

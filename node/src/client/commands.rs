@@ -10,8 +10,7 @@ use super::resolve::{describe, last_or_most_recent, resolve};
 use super::{Client, Target};
 
 pub(super) async fn list(client: &mut Client) -> anyhow::Result<Vec<SessionInfo>> {
-    let ServerMsg::Sessions { sessions, .. } = client.request(|id| ClientMsg::List { id }).await?
-    else {
+    let ServerMsg::Sessions { sessions, .. } = client.request(ClientMsg::list).await? else {
         bail!("unexpected reply to list");
     };
     Ok(sessions)

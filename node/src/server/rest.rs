@@ -8,6 +8,7 @@ use futures_util::StreamExt;
 use serde::Deserialize;
 use termesh_actors::cluster::forward::Route;
 use termesh_actors::error::ApiError;
+use termesh_actors::front::page::page;
 use termesh_actors::front::request::spec;
 use termesh_actors::session::ScreenWant;
 use termesh_config::Role;
@@ -145,10 +146,25 @@ async fn metrics(state: web::Data<AppState>) -> HttpResponse {
         )
 }
 
+#[derive(Deserialize)]
+struct ListQuery {
+    after: Option<String>,
+    limit: Option<u32>,
+}
+
+/// Every session, or with `?limit=N[&after=ID]` a page of them ordered by
+/// id; a page that is not the last names the next one's `after` in
+/// `X-Termesh-Next`.
 async fn list(req: HttpRequest, state: web::Data<AppState>) -> HttpResponse {
     respond((|| {
         require(&req, &state.node.tokens, Role::Viewer)?;
-        Ok(HttpResponse::Ok().json(state.node.list()))
+        let q: ListQuery = query(&req)?;
+        let (sessions, next) = page(state.node.list(), q.after.as_deref(), q.limit)?;
+        let mut reply = HttpResponse::Ok();
+        if let Some(next) = next {
+            reply.insert_header(("X-Termesh-Next", next));
+        }
+        Ok(reply.json(sessions))
     })())
 }
 

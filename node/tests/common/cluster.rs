@@ -276,9 +276,7 @@ pub async fn create(cluster: &Cluster, via: usize, on: &str, script: &str) -> St
         super::within(super::PATIENCE, "every node to know the session", async {
             loop {
                 let mut c = connect(cluster, i).await;
-                if let Ok(ServerMsg::Sessions { sessions, .. }) =
-                    c.request(|id| ClientMsg::List { id }).await
-                {
+                if let Ok(ServerMsg::Sessions { sessions, .. }) = c.request(ClientMsg::list).await {
                     if sessions.iter().any(|s| s.id == id) {
                         return;
                     }
@@ -302,7 +300,7 @@ pub async fn type_line(cluster: &Cluster, via: usize, session: &str, line: &str)
     .unwrap();
     // Answered after the input was handled here (queued to the owner's
     // link when the session is remote), so closing then loses nothing.
-    let _ = c.request(|id| ClientMsg::List { id }).await;
+    let _ = c.request(ClientMsg::list).await;
     c.close().await;
 }
 

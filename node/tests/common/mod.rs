@@ -112,7 +112,7 @@ impl TestNode {
 
     pub async fn info(&self, session: &str) -> Option<SessionInfo> {
         let mut c = self.client(VIEWER).await;
-        let reply = c.request(|id| ClientMsg::List { id }).await.expect("list");
+        let reply = c.request(ClientMsg::list).await.expect("list");
         c.close().await;
         match reply {
             ServerMsg::Sessions { sessions, .. } => sessions.into_iter().find(|s| s.id == session),

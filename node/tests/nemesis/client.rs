@@ -224,7 +224,7 @@ impl Visit<'_> {
                     scrollback: None,
                 },
             ),
-            6 => ("list", ClientMsg::List { id }),
+            6 => ("list", ClientMsg::list(id)),
             7 => (
                 "history",
                 ClientMsg::History {

@@ -154,11 +154,7 @@ pub async fn revive_lost(world: &World, x: usize) {
             crate::common::poll_pause().await;
             continue;
         };
-        let list = tokio::time::timeout(
-            Duration::from_secs(10),
-            c.request(|id| ClientMsg::List { id }),
-        )
-        .await;
+        let list = tokio::time::timeout(Duration::from_secs(10), c.request(ClientMsg::list)).await;
         let Ok(Ok(ServerMsg::Sessions { sessions, .. })) = list else {
             crate::common::poll_pause().await;
             continue;

@@ -107,7 +107,7 @@ async fn all_running(world: &Arc<World>) {
         loop {
             let listed = async {
                 let mut c = Client::connect(target).await?;
-                c.request(|id| ClientMsg::List { id }).await
+                c.request(ClientMsg::list).await
             };
             let running = match tokio::time::timeout(Duration::from_secs(10), listed).await {
                 Ok(Ok(ServerMsg::Sessions { sessions, .. })) => world.sessions.iter().all(|s| {

@@ -11,6 +11,7 @@ use crate::cluster::forward::Route;
 use crate::directory::registry::{Watch, NEXT_SUB_ID};
 use crate::directory::watch::WatchQueue;
 use crate::error::ApiError;
+use crate::front::page::page;
 use crate::front::request::{answer_later, answer_now, ids, spec, Class};
 use crate::front::tokens::Recheck;
 use crate::output::publisher::Kind;
@@ -161,9 +162,9 @@ impl ConnectionActor {
             // Answered by `dispatch` before routing.
             ClientMsg::Auth { .. } => {}
             ClientMsg::Ping { nonce } => self.send(ctx, &ServerMsg::Pong { nonce }),
-            ClientMsg::List { id } => {
-                let sessions = self.node.list();
-                self.send(ctx, &ServerMsg::Sessions { id, sessions });
+            ClientMsg::List { id, after, limit } => {
+                let (sessions, next) = page(self.node.list(), after.as_deref(), limit)?;
+                self.send(ctx, &ServerMsg::Sessions { id, sessions, next });
             }
             ClientMsg::Watch { id } => {
                 if self.watch.is_none() {

@@ -218,7 +218,7 @@ impl State {
                 self.node_stopped = None;
                 self.owner_unreachable = None;
                 self.retry_at = None;
-                conn.send(&ClientMsg::List { id: LIST_ID }).await?;
+                conn.send(&ClientMsg::list(LIST_ID)).await?;
                 if self.opts.take && !std::mem::replace(&mut self.took, true) {
                     conn.send(&ClientMsg::Detach {
                         id: DETACH_ID,
@@ -231,6 +231,7 @@ impl State {
             ServerMsg::Sessions {
                 id: LIST_ID,
                 sessions,
+                ..
             } => {
                 let status = sessions
                     .iter()

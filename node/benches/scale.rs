@@ -169,7 +169,10 @@ async fn subscribe_all(node: &Node, ids: &[String]) -> Vec<Client> {
     let mut clients = Vec::with_capacity(ids.len());
     for id in ids {
         let mut c = Client::connect(&node.target).await.unwrap();
-        subscribe(&mut c, id, None).await;
+        // `TERMESH_SCALE_RESUME=1`: resume from seq 0 (no snapshot, so no
+        // screen model), to tell a client's cost from its session's model.
+        let from = std::env::var_os("TERMESH_SCALE_RESUME").map(|_| 0);
+        subscribe(&mut c, id, from).await;
         clients.push(c);
     }
     clients

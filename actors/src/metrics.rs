@@ -17,6 +17,8 @@ pub struct Metrics {
     /// background warming passes (see `session::warmth`).
     pub screen_request_bytes: AtomicU64,
     pub screen_warm_bytes: AtomicU64,
+    /// Screen models dropped for idleness (their last snapshot kept).
+    pub screen_models_dropped: AtomicU64,
     pub stale_episodes: AtomicU64,
     /// Connections stale right now.
     pub stale_now: AtomicI64,
@@ -61,7 +63,7 @@ impl Metrics {
     pub fn render(&self, node: &str, stall: std::time::Duration) -> String {
         let g = |v: &AtomicI64| v.load(Ordering::Relaxed);
         let c = |v: &AtomicU64| v.load(Ordering::Relaxed);
-        let rows: [(&str, &str, &str, String); 18] = [
+        let rows: [(&str, &str, &str, String); 19] = [
             (
                 "termesh_sessions",
                 "gauge",
@@ -121,6 +123,12 @@ impl Metrics {
                 "counter",
                 "Output emulated in the background to keep screen models warm.",
                 c(&self.screen_warm_bytes).to_string(),
+            ),
+            (
+                "termesh_screen_models_dropped_total",
+                "counter",
+                "Screen models of idle sessions dropped (their last snapshot kept).",
+                c(&self.screen_models_dropped).to_string(),
             ),
             (
                 "termesh_stale_episodes_total",

@@ -10,8 +10,8 @@
 //! `unsafe` lives here only (STYLE.md 13): `getpriority`/`setpriority` have
 //! no safe wrapper in the nix version the workspace uses (both only read or
 //! set a number the kernel keeps for a process, with plain integer
-//! arguments), and a child's setup between fork and exec is a `pre_exec`
-//! closure (see `in_new_terminal_session`).
+//! arguments), a child's setup between fork and exec is a `pre_exec`
+//! closure (see `in_new_terminal_session`), and glibc's `malloc_trim`.
 #![allow(unsafe_code)]
 
 /// Puts `pid` back to normal priority if this process runs raised.
@@ -80,6 +80,18 @@ pub fn in_new_terminal_session(cmd: &mut std::process::Command) {
             );
             Ok(())
         });
+    }
+}
+
+/// Gives the allocator's free memory back to the kernel (glibc keeps what
+/// was freed in its arenas; after screen models of idle sessions are
+/// dropped that can be most of the node's memory). A no-op elsewhere.
+pub fn release_free_memory() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim takes a plain integer and only walks the
+    // allocator's own free lists, under its own locks.
+    unsafe {
+        libc::malloc_trim(0);
     }
 }
 

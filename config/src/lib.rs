@@ -41,6 +41,9 @@ pub mod defaults {
     pub const WINDOW_MAX: u64 = 16 << 20;
     /// Time between SIGTERM and SIGKILL when a session is killed.
     pub const KILL_GRACE: Duration = Duration::from_secs(3);
+    /// A watched session's screen model is dropped after this long
+    /// without output or screen requests (its last snapshot is kept).
+    pub const MODEL_IDLE: Duration = Duration::from_secs(60);
     pub const MAX_SESSIONS: u64 = 4_096;
     pub const PING_INTERVAL: Duration = Duration::from_secs(15);
     pub const STALE_AFTER: Duration = Duration::from_secs(45);
@@ -147,6 +150,9 @@ pub struct SessionConfig {
     pub default_window: u64,
     pub kill_grace: Duration,
     pub max_sessions: usize,
+    /// Quiet this long, a session's screen model goes (its last snapshot
+    /// stays).
+    pub model_idle: Duration,
 }
 
 #[derive(Debug, Clone)]
@@ -375,6 +381,15 @@ impl Config {
             .map_err(|r| bad("session.default_window", show(&s.default_window), r))?;
         let kill_grace = duration_or(&s.kill_grace, defaults::KILL_GRACE)
             .map_err(|r| bad("session.kill_grace", format!("{:?}", s.kill_grace), r))?;
+        let model_idle = duration_or(&s.model_idle, defaults::MODEL_IDLE)
+            .and_then(|d| {
+                if (Duration::from_millis(100)..=Duration::from_secs(86_400)).contains(&d) {
+                    Ok(d)
+                } else {
+                    Err("must be 100ms to 24h".into())
+                }
+            })
+            .map_err(|r| bad("session.model_idle", format!("{:?}", s.model_idle), r))?;
         let max_sessions = size_or(&s.max_sessions, defaults::MAX_SESSIONS)
             .and_then(|n| {
                 if (1..=100_000).contains(&n) {
@@ -440,6 +455,7 @@ impl Config {
                 default_window,
                 kill_grace,
                 max_sessions,
+                model_idle,
             },
             ws,
             watchdog,
@@ -584,6 +600,7 @@ struct RawSession {
     default_window: Option<SizeValue>,
     kill_grace: Option<String>,
     max_sessions: Option<SizeValue>,
+    model_idle: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -685,6 +702,20 @@ mod tests {
         );
         let c = Config::parse(&text, "f").unwrap();
         assert_eq!(verify(&c.auth.tokens, "abc"), Some(Role::Viewer));
+    }
+
+    #[test]
+    fn model_idle_has_a_default_and_bounds() {
+        let c = Config::parse("", "f").unwrap();
+        assert_eq!(c.session.model_idle, defaults::MODEL_IDLE);
+        let c = Config::parse("[session]\nmodel_idle = \"3s\"\n", "f").unwrap();
+        assert_eq!(c.session.model_idle, Duration::from_secs(3));
+        for bad in ["10ms", "2d", "soon"] {
+            let e = Config::parse(&format!("[session]\nmodel_idle = \"{bad}\"\n"), "f")
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("session.model_idle"), "{bad}: {e}");
+        }
     }
 
     #[test]

@@ -183,10 +183,20 @@ fn line(label: &str, value: String) {
 }
 
 fn run(rt: &tokio::runtime::Runtime, n: usize) {
+    // Idle sessions drop their screen models after `model_idle`: 3 s here
+    // so the bench sees it (60 s by default).
+    let config = std::env::var("TERMESH_SCALE_CONFIG")
+        .unwrap_or_else(|_| "[session]\\nmodel_idle = \"3s\"".into())
+        .replace("\\n", "\n");
+    let store = if config.contains("enabled = false") {
+        "store off"
+    } else {
+        "store on"
+    };
     println!(
-        "\n{n} idle sessions (`sh -c '{PROGRAM}'`) and {n} subscribed clients, one node, store on"
+        "\n{n} idle sessions (`sh -c '{PROGRAM}'`) and {n} subscribed clients, one node, {store}"
     );
-    let node = Node::start("");
+    let node = Node::start(&config);
     std::thread::sleep(Duration::from_millis(300));
     let pid = node.child.id();
     let rss0 = node.rss_kib();
@@ -275,6 +285,16 @@ fn run(rt: &tokio::runtime::Runtime, n: usize) {
     line(
         "list, with the clients",
         format!("median {:6.2} ms", ms(l50)),
+    );
+    std::thread::sleep(Duration::from_secs(6));
+    let rss3 = node.rss_kib();
+    line(
+        "per subscribed client, idle models dropped",
+        format!(
+            "{:.1} KiB  (node {} MiB; the allocator keeps some freed memory)",
+            per(rss1, rss3),
+            rss3 / 1024
+        ),
     );
     drop(clients);
     let removed = ids.len();

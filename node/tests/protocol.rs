@@ -429,7 +429,11 @@ async fn list_pages_cover_every_session_once() {
     assert_eq!(ids, made[..3]);
     assert_eq!(next.as_deref(), Some(made[2].as_str()));
 
-    for (after, limit) in [(None, Some(0)), (None, Some(10_001)), (Some("x".to_string()), None)] {
+    for (after, limit) in [
+        (None, Some(0)),
+        (None, Some(10_001)),
+        (Some("x".to_string()), None),
+    ] {
         let err = c
             .request(|id| ClientMsg::List { id, after, limit })
             .await

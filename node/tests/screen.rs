@@ -424,3 +424,95 @@ async fn screen(c: &mut Client, session: &str) -> ServerMsg {
     .await
     .unwrap()
 }
+
+/// A watched session quiet for `session.model_idle` drops its screen model
+/// and keeps its last snapshot: the next fresh attach gets the same
+/// snapshot without a screen pass, and output after it lands on a model
+/// brought back from that snapshot (the colours and text drawn before the
+/// drop are still on the screen).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_watched_session_drops_its_model_and_keeps_its_screen() {
+    let node =
+        TestNode::start_with(|c| c.session.model_idle = std::time::Duration::from_millis(300));
+    let session = node
+        .create(&["sh", "-c", "printf '\\033[1;32mgreen before\\033[0m\\r\\n'; stty -echo; read x; echo \"after $x\"; exec sleep 1000"])
+        .await
+        .id;
+    wait_output(&node, &session, "green before").await;
+    let (_first, before, seq) = fresh(node.client(VIEWER).await, &session).await;
+    let url = node.url();
+    within(PATIENCE, "the idle model to be dropped", async {
+        while wire::metric(&url, "termesh_screen_models_dropped_total").await < 1.0 {
+            poll_pause().await;
+        }
+    })
+    .await;
+    let passes = wire::metric(&url, "termesh_snapshots_total").await;
+    let (_second, again, again_seq) = fresh(node.client(VIEWER).await, &session).await;
+    assert_eq!((again, again_seq), (before, seq), "the kept snapshot");
+    assert_eq!(
+        wire::metric(&url, "termesh_snapshots_total").await,
+        passes,
+        "answered without a screen pass"
+    );
+    // New output lands on the model rebuilt from that snapshot: only the
+    // new bytes are emulated, not the ring again.
+    let emulated = || async {
+        wire::metric(&url, "termesh_screen_request_bytes_total").await
+            + wire::metric(&url, "termesh_screen_warm_bytes_total").await
+    };
+    let emulated_before = emulated().await;
+    let mut typist = node.client(OPERATOR).await;
+    typist
+        .send(&ClientMsg::Input {
+            session: session.clone(),
+            data: b"x\n".to_vec(),
+        })
+        .await
+        .unwrap();
+    wait_output(&node, &session, "after x").await;
+    let reply = screen(&mut typist, &session).await;
+    let ServerMsg::Snapshot { data, .. } = reply else {
+        panic!("{reply:?}")
+    };
+    let mut t = Terminal::new(120, 30).unwrap();
+    t.feed(String::from_utf8_lossy(&data).as_ref());
+    let rows: Vec<String> = t
+        .screen()
+        .visible_lines()
+        .map(|l| l.text().trim_end().to_string())
+        .collect();
+    assert_eq!(&rows[..2], ["green before", "after x"], "{rows:#?}");
+    let green = t.screen().visible_lines().next().unwrap().cells()[0]
+        .pen()
+        .foreground();
+    assert_eq!(
+        green,
+        Some(avt::Color::Indexed(2)),
+        "the colour drawn before the drop"
+    );
+    let fed = emulated().await - emulated_before;
+    assert!(
+        fed <= "after x\r\n".len() as f64,
+        "emulated {fed} bytes, not only the new ones"
+    );
+}
+
+/// A fresh subscribe of `session` on `c`: the client, the snapshot, its seq.
+async fn fresh(mut c: Client, session: &str) -> (Client, Vec<u8>, u64) {
+    let reply = c
+        .request(|id| ClientMsg::Subscribe {
+            id,
+            session: session.to_string(),
+            from_seq: None,
+            window: None,
+            scrollback: None,
+        })
+        .await
+        .unwrap();
+    assert!(matches!(reply, ServerMsg::Subscribed { .. }), "{reply:?}");
+    let ServerMsg::Snapshot { data, seq, .. } = next(&mut c).await else {
+        panic!("no snapshot")
+    };
+    (c, data, seq)
+}

@@ -6,6 +6,7 @@
 
 mod handlers;
 mod messages;
+mod model_cache;
 pub mod modes;
 pub mod portable;
 pub mod pty;
@@ -71,6 +72,8 @@ pub struct SessionSettings {
     pub ring_bytes: usize,
     pub ring_frames: usize,
     pub kill_grace: Duration,
+    /// Quiet this long, the screen model goes (`model_cache`).
+    pub model_idle: Duration,
     /// Where output, events and records are persisted (`None`: nowhere).
     pub store: Option<crate::store::StoreHandle>,
 }
@@ -113,6 +116,10 @@ pub struct SessionActor {
     catchup_scheduled: bool,
     /// A background warming pass waits for the node's budget.
     warm_scheduled: bool,
+    /// The last snapshot computed (`model_cache`), and whether a look at
+    /// dropping an idle model is scheduled.
+    last_snapshot: Option<model_cache::LastSnapshot>,
+    drop_scheduled: bool,
     /// Screen requests for the next pass (at most `MAX_WAITING`).
     waiting: Vec<screens::Waiting>,
     exit: Option<ExitInfo>,
@@ -232,6 +239,8 @@ impl SessionActor {
             last_output: std::time::Instant::now(),
             catchup_scheduled: false,
             warm_scheduled: false,
+            last_snapshot: None,
+            drop_scheduled: false,
             waiting: Vec::new(),
             exit: None,
             eof: false,

@@ -105,8 +105,22 @@ impl ScreenModel {
         }
     }
 
+    /// A model standing at `seq` whose screen is what `snapshot` (one of
+    /// its own, taken at `seq` at this size) draws: a dropped model
+    /// brought back from its last snapshot instead of from the ring.
+    pub fn from_snapshot(cols: u16, rows: u16, seq: u64, resize_id: u64, snapshot: &[u8]) -> Self {
+        let mut model = ScreenModel::new(cols, rows, seq, resize_id);
+        model.term.feed(String::from_utf8_lossy(snapshot).as_ref());
+        model
+    }
+
     pub fn seq(&self) -> u64 {
         self.seq
+    }
+
+    /// The last resize mark it applied.
+    pub fn resize_id(&self) -> u64 {
+        self.resize_id
     }
 
     /// The seq it started at, blank.
@@ -468,6 +482,27 @@ mod tests {
                 String::from_utf8_lossy(row)
             );
         }
+    }
+
+    #[test]
+    fn a_model_from_its_snapshot_draws_the_same_screen() {
+        let m = model_after(
+            &[
+                b"\x1b[1;31mred\x1b[0m line\r\n",
+                b"\x1b[?1049h\x1b[4;5Halt",
+                b"\x1b[2;2H",
+            ],
+            40,
+            10,
+        );
+        let snap = m.snapshot(0, "");
+        let back = ScreenModel::from_snapshot(40, 10, m.seq(), 0, snap.as_bytes());
+        assert_eq!(back.seq(), m.seq());
+        assert_eq!(
+            back.snapshot(0, ""),
+            snap,
+            "the same screen, cursor and buffers"
+        );
     }
 
     #[test]

@@ -22,8 +22,8 @@ use crate::output::publisher::SnapshotWanted;
 pub const MAX_WAITING: usize = 64;
 
 pub struct Waiting {
-    want: ScreenWant,
-    to: ScreenTo,
+    pub(super) want: ScreenWant,
+    pub(super) to: ScreenTo,
     /// A pass for this request failed once already.
     retried: bool,
     /// It needs a model that saw the whole ring (a snapshot whose history
@@ -122,6 +122,10 @@ impl SessionActor {
         if self.job_running || (self.waiting.is_empty() && !catch_up) {
             return;
         }
+        self.answer_from_last();
+        if self.waiting.is_empty() && !catch_up {
+            return;
+        }
         self.run_pass(ctx, None);
     }
 
@@ -157,6 +161,7 @@ impl SessionActor {
     /// One pass off the actor thread: every waiting request, or (with a
     /// ticket and none waiting) a background step of warming.
     fn run_pass(&mut self, ctx: &mut Context<Self>, ticket: Option<warmth::Ticket>) {
+        self.seed_model();
         let waiting: Vec<Waiting> = self.waiting.drain(..).collect();
         let mut wants: Vec<ScreenWant> = Vec::new();
         let slots: Vec<usize> = waiting
@@ -204,17 +209,23 @@ impl SessionActor {
             act.job_running = false;
             match done {
                 Ok(done) => {
+                    let resize_id = done.model.resize_id();
                     act.model = Some(done.model);
                     for (w, slot) in waiting.into_iter().zip(slots) {
                         match &done.results[slot] {
-                            Some(result) => act.finish_screen(w.to, result.clone()),
+                            Some(result) => {
+                                act.remember(w.want, result, resize_id);
+                                act.finish_screen(w.to, result.clone());
+                            }
                             None => act.waiting.push(Waiting { whole: true, ..w }),
                         }
                     }
                 }
                 Err(e) => {
                     // The model went down with the pass; the retry rebuilds
-                    // it from the ring.
+                    // it from the ring, not from a snapshot of the same
+                    // emulator's making.
+                    act.last_snapshot = None;
                     tracing::error!(session = %act.id, "screen computation failed: {e}");
                     for w in waiting {
                         if w.retried {
@@ -234,6 +245,7 @@ impl SessionActor {
                 act.apply_held(ctx);
             }
             act.keep_warm(ctx);
+            act.schedule_model_drop(ctx);
         });
         ctx.spawn(fut);
     }
@@ -258,7 +270,7 @@ impl SessionActor {
         }
     }
 
-    fn finish_screen(&mut self, target: ScreenTo, result: ScreenResult) {
+    pub(super) fn finish_screen(&mut self, target: ScreenTo, result: ScreenResult) {
         match target {
             ScreenTo::Reply(reply) => {
                 let _ = reply.send(Ok(result));

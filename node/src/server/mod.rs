@@ -138,6 +138,7 @@ pub fn run(
                     ring_bytes: config.session.ring_bytes,
                     ring_frames: config.session.ring_frames,
                     kill_grace: config.session.kill_grace,
+                    model_idle: config.session.model_idle,
                     store: store.clone(),
                 },
                 max_sessions: config.session.max_sessions,

@@ -1,0 +1,137 @@
+//! A watched session's screen model costs about 120 KiB (avt, both
+//! screens) for as long as it is kept; most watched sessions sit idle most
+//! of the time. After `session.model_idle` (60 s) without output or
+//! screen requests the
+//! model is dropped and only its last snapshot is kept (a few KiB): a
+//! request for that same snapshot at the same seq is answered from it, and
+//! the next pass brings the model back from it, exactly, without reading
+//! the ring.
+
+use actix::prelude::*;
+
+use super::screen::ScreenModel;
+use super::{ScreenOut, ScreenResult, ScreenWant, SessionActor};
+use crate::metrics::Metrics;
+
+/// The last snapshot a pass computed.
+pub(super) struct LastSnapshot {
+    want: ScreenWant,
+    result: ScreenResult,
+    resize_id: u64,
+}
+
+impl SessionActor {
+    /// Keeps `result` (a snapshot for `want`, by a model that had applied
+    /// the resizes through `resize_id`) as the last one.
+    pub(super) fn remember(&mut self, want: ScreenWant, result: &ScreenResult, resize_id: u64) {
+        if matches!(want, ScreenWant::Snapshot { .. }) {
+            self.last_snapshot = Some(LastSnapshot {
+                want,
+                result: result.clone(),
+                resize_id,
+            });
+        }
+    }
+
+    /// The last snapshot, while it still shows the screen as it is: no
+    /// output and no resize since.
+    fn current_snapshot(&self) -> Option<&LastSnapshot> {
+        self.last_snapshot.as_ref().filter(|s| {
+            s.result.seq == self.publisher.last_seq()
+                && (s.result.cols, s.result.rows) == self.size
+                && self.marks.last().map_or(0, |m| m.id) == s.resize_id
+        })
+    }
+
+    /// Answers the waiting requests the last snapshot answers, when no
+    /// model is kept (with one, a pass costs as little).
+    pub(super) fn answer_from_last(&mut self) {
+        if self.model.is_some() {
+            return;
+        }
+        let Some(last) = self.current_snapshot() else {
+            return;
+        };
+        let (want, result) = (last.want, last.result.clone());
+        let (hits, rest) = std::mem::take(&mut self.waiting)
+            .into_iter()
+            .partition(|w| w.want == want);
+        self.waiting = rest;
+        for w in hits {
+            self.finish_screen(w.to, result.clone());
+        }
+    }
+
+    /// Brings a dropped model back from the last snapshot, when the ring
+    /// still holds every frame after it (the pass then feeds those, and
+    /// the resizes after it apply in their place).
+    pub(super) fn seed_model(&mut self) {
+        if self.model.is_some() {
+            return;
+        }
+        let ring = self.publisher.ring();
+        let Some(last) = self
+            .last_snapshot
+            .as_ref()
+            .filter(|s| super::screen_job::lag(ring, s.result.seq).is_some())
+        else {
+            return;
+        };
+        let ScreenOut::Snapshot(data) = &last.result.out else {
+            return;
+        };
+        let r = &last.result;
+        self.model = Some(Box::new(ScreenModel::from_snapshot(
+            r.cols,
+            r.rows,
+            r.seq,
+            last.resize_id,
+            data,
+        )));
+    }
+
+    /// Looks again after `model_idle` whether the model can go.
+    pub(super) fn schedule_model_drop(&mut self, ctx: &mut Context<Self>) {
+        if self.drop_scheduled || self.model.is_none() {
+            return;
+        }
+        self.drop_scheduled = true;
+        ctx.run_later(self.settings.model_idle, |act, ctx| {
+            act.drop_scheduled = false;
+            let quiet = act.last_output.elapsed().min(act.model_used.elapsed());
+            if act.job_running || quiet < act.settings.model_idle {
+                act.schedule_model_drop(ctx);
+                return;
+            }
+            // Only a model that stands where the last snapshot does goes:
+            // it comes back from that snapshot exactly.
+            if act.current_snapshot().is_some() {
+                act.model = None;
+                Metrics::add(&act.metrics.screen_models_dropped, 1);
+                trim_soon();
+            }
+        });
+    }
+}
+
+/// Hands freed memory back to the kernel, at most every `TRIM_EVERY` for
+/// the whole node, off the actor threads: a node whose idle sessions just
+/// dropped their models should look smaller from outside too.
+fn trim_soon() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    const TRIM_EVERY_MS: u64 = 5_000;
+    static LAST: AtomicU64 = AtomicU64::new(0);
+    let now = super::now_ms();
+    let last = LAST.load(Ordering::Relaxed);
+    if now.saturating_sub(last) >= TRIM_EVERY_MS
+        && LAST
+            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+    {
+        // Later than the drops of the same moment, so one trim takes them all.
+        actix_rt::spawn(async {
+            actix_rt::time::sleep(std::time::Duration::from_millis(500)).await;
+            let _ = actix_rt::task::spawn_blocking(crate::os::release_free_memory).await;
+        });
+    }
+}

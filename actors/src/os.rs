@@ -42,8 +42,8 @@ pub fn in_new_terminal_session(cmd: &mut std::process::Command) {
     use std::os::unix::process::CommandExt;
     // SAFETY: the closure runs in the child between fork and exec, where
     // only async-signal-safe calls are allowed: signal, sigemptyset,
-    // sigprocmask, setsid, ioctl and close_range all are, and the closure
-    // allocates nothing and takes no lock.
+    // sigprocmask, setsid, ioctl, close_range, getrlimit and close all
+    // are, and the closure allocates nothing and takes no lock.
     unsafe {
         cmd.pre_exec(|| {
             for signo in [
@@ -68,16 +68,27 @@ pub fn in_new_terminal_session(cmd: &mut std::process::Command) {
             if libc::ioctl(0, libc::TIOCSCTTY as _, 0) == -1 {
                 return Err(std::io::Error::last_os_error());
             }
-            // Descriptors opened without CLOEXEC (by a library, or in the
-            // window before a flag was set) do not reach the program. Older
-            // kernels lack close_range: everything termesh opens is
-            // CLOEXEC, so that is only belt and braces.
-            libc::syscall(
+            // Descriptors opened without CLOEXEC (by a library, or a PTY
+            // that portable-pty opened on another thread and has not
+            // flagged yet) do not reach the program.
+            let marked = libc::syscall(
                 libc::SYS_close_range,
                 3u32,
                 u32::MAX,
                 libc::CLOSE_RANGE_CLOEXEC,
             );
+            if marked != 0 {
+                // Before Linux 5.11: close them one by one, up to the limit.
+                let mut limit: libc::rlimit = std::mem::zeroed();
+                let top = if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 {
+                    limit.rlim_cur.min(1 << 20) as libc::c_int
+                } else {
+                    1024
+                };
+                for fd in 3..top {
+                    libc::close(fd);
+                }
+            }
             Ok(())
         });
     }

@@ -73,8 +73,8 @@ pub struct CreateRequest {
 pub enum ClientMsg {
     /// Authenticate with a token; reply `ok`.
     Auth { id: u64, token: String },
-    /// Reply `sessions` with the whole cluster's sessions, ordered by id;
-    /// with `limit`, a page of at most that many after the id `after`.
+    /// Reply `sessions` with the whole cluster's sessions; with `limit`, a
+    /// page of at most that many, ordered by id, after the id `after`.
     List {
         id: u64,
         #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -91,7 +91,7 @@ pub struct ReapGuard(#[allow(dead_code)] mpsc::Sender<()>);
 /// A running PTY program; its I/O is started by `spawn`.
 pub struct Pty {
     /// Process id of the program, which is also its process group id
-    /// (portable-pty makes it a session leader).
+    /// (`os::in_new_terminal_session` makes it a session leader).
     pub pid: i32,
     pub master: Arc<Mutex<Box<dyn MasterPty + Send>>>,
     pub input: mpsc::Sender<Bytes>,
@@ -145,8 +145,22 @@ pub fn spawn(spec: &SpawnSpec) -> Result<Pty, SpawnError> {
         .stdin(stdio().map_err(|e| pty_error(&e))?)
         .stdout(stdio().map_err(|e| pty_error(&e))?)
         .stderr(stdio().map_err(|e| pty_error(&e))?);
-    if let Some(cwd) = &spec.cwd {
-        cmd.current_dir(cwd);
+    // As portable-pty did: without a cwd the program starts in the home
+    // directory, and SHELL names a shell.
+    match &spec.cwd {
+        Some(cwd) => {
+            cmd.current_dir(cwd);
+        }
+        None => {
+            if let Some(home) =
+                std::env::var_os("HOME").filter(|h| std::path::Path::new(h).is_dir())
+            {
+                cmd.current_dir(home);
+            }
+        }
+    }
+    if std::env::var_os("SHELL").is_none() && !spec.env.contains_key("SHELL") {
+        cmd.env("SHELL", "/bin/sh");
     }
     crate::os::in_new_terminal_session(&mut cmd);
     let child = cmd
@@ -164,7 +178,12 @@ pub fn spawn(spec: &SpawnSpec) -> Result<Pty, SpawnError> {
     let (event_tx, events) = mpsc::channel(OUTPUT_QUEUE);
     let (input, input_rx) = mpsc::channel(INPUT_QUEUE);
     let (guard_tx, guard_rx) = mpsc::channel(1);
-    io::start(master_fd, pid, event_tx, input_rx, guard_rx).map_err(|e| pty_error(&e))?;
+    if let Err(e) = io::start(master_fd, pid, event_tx, input_rx, guard_rx) {
+        // Nobody would read it or reap it: it goes now.
+        let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
+        let _ = nix::sys::wait::waitpid(Pid::from_raw(pid), None);
+        return Err(pty_error(&e));
+    }
 
     Ok(Pty {
         pid,

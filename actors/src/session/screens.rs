@@ -137,9 +137,12 @@ impl SessionActor {
         if self.warm_scheduled || self.job_running || !self.waiting.is_empty() {
             return;
         }
+        // Watched: someone subscribes, or used the model lately.
+        let watched = !self.publisher.is_empty() || self.model_used.elapsed() < MODEL_TTL;
         let ring = self.publisher.ring();
         let lag = match &self.model {
-            Some(model) => lag(ring, model.seq()).unwrap_or(u64::MAX),
+            Some(model) if watched => lag(ring, model.seq()).unwrap_or(u64::MAX),
+            Some(_) => return,
             None if !self.publisher.is_empty() => ring.bytes() as u64,
             None => return,
         };

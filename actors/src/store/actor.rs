@@ -1,9 +1,11 @@
 //! The store actor: one thread (a sync arbiter) that owns the `Store` and
 //! applies what sessions hand it. Sessions never wait on it: they push a
-//! write onto a shared queue and go on; the first write into an empty
-//! queue wakes the actor, which takes everything queued and applies it as
-//! one batch (one sled batch per tree), so a busy node makes few, large
-//! writes. The bytes handed over and not yet written are the backlog;
+//! write onto a shared queue and go on; output wakes the actor 100 ms
+//! after the first write into an empty queue (at once past 256 KiB),
+//! anything else at once, and the actor takes everything queued and
+//! applies it as one batch (one sled batch per tree), so a busy node makes
+//! few, large writes. Requests for durability are committed in groups
+//! (`Flush`). The bytes handed over and not yet written are the backlog;
 //! past `MAX_BACKLOG` a session stops taking output from its program until
 //! the disk catches up (as it does for a slow snapshot), so a slow disk
 //! slows the programs, and nothing acknowledged is dropped. A write that
@@ -186,21 +188,35 @@ impl Handler<Drain> for StoreActor {
 #[rtype(result = "Result<(), String>")]
 pub struct Flush {
     pub stamp: u64,
+    /// A reservation to check: the session's mark must have reached this
+    /// seq (a batch that failed to apply is logged, not returned, so the
+    /// mark is read back rather than trusted).
+    pub reserved: Option<(Arc<str>, u64)>,
 }
 
 impl Handler<Flush> for StoreActor {
     type Result = Result<(), String>;
 
     fn handle(&mut self, msg: Flush, _: &mut SyncContext<Self>) -> Self::Result {
-        if msg.stamp <= self.durable_upto {
-            return Ok(());
+        if msg.stamp > self.durable_upto {
+            // Every request stamped so far queued its writes before its
+            // stamp: the drain below takes them, the flush makes them
+            // durable.
+            let upto = self.stamps.load(Ordering::SeqCst);
+            self.drain();
+            self.flush().map_err(|e| e.to_string())?;
+            self.durable_upto = upto;
         }
-        // Every request stamped so far queued its writes before its stamp:
-        // the drain below takes them, the flush makes them durable.
-        let upto = self.stamps.load(Ordering::SeqCst);
-        self.drain();
-        self.flush().map_err(|e| e.to_string())?;
-        self.durable_upto = upto;
+        // A flush after this request's stamp has drained its writes, so the
+        // mark shows whether they were applied.
+        if let Some((session, seq)) = msg.reserved {
+            let mark = self.store.seq_mark(&session).map_err(|e| e.to_string())?;
+            if mark < seq {
+                return Err(format!(
+                    "the seq mark of {session} did not reach {seq} (a store write failed)"
+                ));
+            }
+        }
         Ok(())
     }
 }

@@ -185,7 +185,7 @@ impl StoreHandle {
             seq,
         };
         self.push(write, 0);
-        self.flush_queued()
+        self.flush_queued(Some((session.clone(), seq)))
     }
 
     /// A clean stop: no seq above `seq` was sent, so the mark comes down
@@ -212,14 +212,17 @@ impl StoreHandle {
     }
 
     pub async fn flush(&self) -> Result<(), String> {
-        self.flush_queued().await
+        self.flush_queued(None).await
     }
 
     /// Durability for everything queued so far, committed with whatever
     /// else asks for it meanwhile (one fsync for a group).
-    fn flush_queued(&self) -> impl std::future::Future<Output = Result<(), String>> + 'static {
+    fn flush_queued(
+        &self,
+        reserved: Option<(Arc<str>, u64)>,
+    ) -> impl std::future::Future<Output = Result<(), String>> + 'static {
         let stamp = self.stamps.fetch_add(1, Ordering::SeqCst) + 1;
-        let sent = self.addr.send(Flush { stamp });
+        let sent = self.addr.send(Flush { stamp, reserved });
         async move { sent.await.map_err(|e| e.to_string())? }
     }
 

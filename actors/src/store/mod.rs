@@ -411,18 +411,6 @@ impl Store {
             .map_or(0, |v| number_of(&v)))
     }
 
-    /// Raises the seq high-water mark to `seq` and makes it durable before
-    /// answering: the caller sends no seq above it until then.
-    pub fn reserve(&self, session: &str, seq: u64) -> Result<(), StoreError> {
-        let k = key(session)?;
-        let old = self.seq_marks.get(&k)?.map_or(0, |v| number_of(&v));
-        if seq > old {
-            self.seq_marks.insert(k, &seq.to_be_bytes())?;
-        }
-        self.db.flush()?;
-        Ok(())
-    }
-
     /// The newest stored seq of a session (0: none).
     pub fn last_seq(&self, session: &str) -> Result<u64, StoreError> {
         Ok(self

@@ -14,7 +14,7 @@
 //! - The writer drains the input channel that connections hold senders
 //!   of, so keystrokes never wait behind output work; a program that does
 //!   not read its input makes only its own writer wait.
-//! - The waiter watches a pidfd (Linux 5.3 and later; a thread per session
+//! - The waiter watches a pidfd (Linux 5.4 and later; a thread per session
 //!   on older kernels) and learns of the exit without reaping (`WNOWAIT`),
 //!   so the program's pid, and with it its process group id, stays
 //!   reserved by the zombie; it reaps only when the session drops its
@@ -120,14 +120,18 @@ async fn read_task(rx: pipe::Receiver, tx: mpsc::Sender<PtyEvent>) {
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
-        want = if filled == want {
+        let full = filled == want;
+        want = if full {
             (want * 2).min(READ_CHUNK)
         } else if filled < want / 4 {
             (want / 2).max(MIN_CHUNK)
         } else {
             want
         };
-        while filled < READ_CHUNK {
+        // Only a read that filled its buffer suggests more is waiting: the
+        // buffer grows for it then, never for a keystroke's echo (a small
+        // frame must not hold a 64 KiB allocation while it sits in the ring).
+        while full && filled < READ_CHUNK {
             buf.resize(READ_CHUNK, 0);
             match rx.try_read(&mut buf[filled..]) {
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
@@ -185,13 +189,16 @@ async fn wait_task(
         if pidfd.readable().await.is_err() {
             break None;
         }
-        match waitid(Id::PIDFd(pidfd.as_fd()), flags) {
-            // Woken too early: forget the readiness and wait again.
-            Ok(WaitStatus::StillAlive) => {
-                let _ = pidfd.try_io(|| Err::<(), _>(ErrorKind::WouldBlock.into()));
-            }
-            Err(nix::errno::Errno::EINTR) => {}
-            result => break exit_info(result),
+        // The look is made inside `try_io`, so readiness is forgotten only
+        // for the look that found the program alive (an exit after it is a
+        // new edge), never for one that raced an exit.
+        let looked = pidfd.try_io(|| match waitid(Id::PIDFd(pidfd.as_fd()), flags) {
+            Ok(WaitStatus::StillAlive) => Err(ErrorKind::WouldBlock.into()),
+            other => Ok(other),
+        });
+        match looked {
+            Ok(Err(nix::errno::Errno::EINTR)) | Err(_) => {}
+            Ok(result) => break exit_info(result),
         }
     };
     let _ = tx

@@ -120,19 +120,20 @@ async fn read_task(rx: pipe::Receiver, tx: mpsc::Sender<PtyEvent>) {
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
-        let full = filled == want;
-        want = if full {
+        want = if filled == want {
             (want * 2).min(READ_CHUNK)
         } else if filled < want / 4 {
             (want / 2).max(MIN_CHUNK)
         } else {
             want
         };
-        // Only a read that filled its buffer suggests more is waiting: the
-        // buffer grows for it then, never for a keystroke's echo (a small
-        // frame must not hold a 64 KiB allocation while it sits in the ring).
-        while full && filled < READ_CHUNK {
-            buf.resize(READ_CHUNK, 0);
+        // What is already waiting joins the frame; the buffer grows only
+        // while it is full and more comes (a keystroke's echo never makes
+        // a small frame hold a 64 KiB allocation while it sits in the ring).
+        while filled < READ_CHUNK {
+            if filled == buf.len() {
+                buf.resize((buf.len() * 2).min(READ_CHUNK), 0);
+            }
             match rx.try_read(&mut buf[filled..]) {
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
                 // Nothing more waiting (or the end, which the next read sees).

@@ -252,6 +252,19 @@ fn run(rt: &tokio::runtime::Runtime, n: usize) {
             rss1 / 1024
         ),
     );
+    let idle_cpu = |what: &str| {
+        let (cpu0, t0) = (cpu_ms(pid), Instant::now());
+        std::thread::sleep(Duration::from_secs(10));
+        let per_s = (cpu_ms(pid) - cpu0) / t0.elapsed().as_secs_f64();
+        line(
+            &format!("node CPU, idle, with the {what}"),
+            format!(
+                "{per_s:.1} ms/s ({:.1} us/s per session)",
+                per_s * 1000.0 / n as f64
+            ),
+        );
+    };
+    idle_cpu("sessions");
     let (l50, size, count) = rt.block_on(list(&mut c));
     line(
         "list",
@@ -286,12 +299,13 @@ fn run(rt: &tokio::runtime::Runtime, n: usize) {
         "list, with the clients",
         format!("median {:6.2} ms", ms(l50)),
     );
-    std::thread::sleep(Duration::from_secs(6));
+    idle_cpu("sessions and their clients");
     let rss3 = node.rss_kib();
+    let dropped = metric(&node, "termesh_screen_models_dropped_total");
     line(
         "per subscribed client, idle models dropped",
         format!(
-            "{:.1} KiB  (node {} MiB; the allocator keeps some freed memory)",
+            "{:.1} KiB  (node {} MiB; {dropped:.0} models dropped)",
             per(rss1, rss3),
             rss3 / 1024
         ),
@@ -351,4 +365,19 @@ fn main() {
     for n in sizes {
         run(&rt, n);
     }
+}
+
+/// One `/metrics` value of the node (0 when absent).
+fn metric(node: &Node, name: &str) -> f64 {
+    let url = format!("{}/metrics", node.target.url);
+    let text = ureq::get(&url)
+        .call()
+        .ok()
+        .and_then(|r| r.into_string().ok())
+        .unwrap_or_default();
+    text.lines()
+        .find(|l| l.starts_with(name))
+        .and_then(|l| l.rsplit_once(' '))
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(0.0)
 }

@@ -114,24 +114,19 @@ impl SessionActor {
     }
 }
 
-/// Hands freed memory back to the kernel, at most every `TRIM_EVERY` for
-/// the whole node, off the actor threads: a node whose idle sessions just
-/// dropped their models should look smaller from outside too.
+/// Hands freed memory back to the kernel a moment after models were
+/// dropped (one trim takes a burst of drops; a drop after it schedules the
+/// next), off the actor threads: a node whose idle sessions just dropped
+/// their models should look smaller from outside too.
 fn trim_soon() {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    const TRIM_EVERY_MS: u64 = 5_000;
-    static LAST: AtomicU64 = AtomicU64::new(0);
-    let now = super::now_ms();
-    let last = LAST.load(Ordering::Relaxed);
-    if now.saturating_sub(last) >= TRIM_EVERY_MS
-        && LAST
-            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-            .is_ok()
-    {
-        // Later than the drops of the same moment, so one trim takes them all.
-        actix_rt::spawn(async {
-            actix_rt::time::sleep(std::time::Duration::from_millis(500)).await;
-            let _ = actix_rt::task::spawn_blocking(crate::os::release_free_memory).await;
-        });
+    use std::sync::atomic::{AtomicBool, Ordering};
+    static PENDING: AtomicBool = AtomicBool::new(false);
+    if PENDING.swap(true, Ordering::AcqRel) {
+        return;
     }
+    actix_rt::spawn(async {
+        actix_rt::time::sleep(std::time::Duration::from_secs(2)).await;
+        PENDING.store(false, Ordering::Release);
+        let _ = actix_rt::task::spawn_blocking(crate::os::release_free_memory).await;
+    });
 }

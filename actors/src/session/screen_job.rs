@@ -211,9 +211,22 @@ mod tests {
         ring
     }
 
+    fn prepare(
+        cached: Option<Box<ScreenModel>>,
+        ring: &Ring,
+        wants: Vec<ScreenWant>,
+        reach: Reach,
+    ) -> Job {
+        Job::prepare(cached, ring, &[], (80, 24), String::new(), wants, reach)
+    }
+
     fn job(cached: Option<Box<ScreenModel>>, ring: &Ring, step: Option<u64>) -> Job {
-        let step = step.map_or(Reach::Bounded, Reach::Step);
-        Job::prepare(cached, ring, &[], (80, 24), String::new(), Vec::new(), step)
+        prepare(
+            cached,
+            ring,
+            Vec::new(),
+            step.map_or(Reach::Bounded, Reach::Step),
+        )
     }
 
     /// Frames of 4 KiB in `MAX_CATCHUP`.
@@ -265,39 +278,15 @@ mod tests {
     fn history_lines_come_from_a_model_that_saw_the_whole_ring() {
         let ring = ring_of(1024, 4096);
         let lines = vec![ScreenWant::Lines { max: 10_000 }];
-        let j = Job::prepare(
-            None,
-            &ring,
-            &[],
-            (80, 24),
-            String::new(),
-            lines.clone(),
-            Reach::Bounded,
-        );
+        let j = prepare(None, &ring, lines.clone(), Reach::Bounded);
         assert_eq!((j.model.seq(), j.frames.len()), (0, 1024));
         // A model rebuilt from the newest bytes is rebuilt again for lines,
         // one that started at the ring's start is reused however far behind.
         let partial = Box::new(ScreenModel::new(80, 24, 1000, 0));
-        let j = Job::prepare(
-            Some(partial),
-            &ring,
-            &[],
-            (80, 24),
-            String::new(),
-            lines.clone(),
-            Reach::Bounded,
-        );
+        let j = prepare(Some(partial), &ring, lines.clone(), Reach::Bounded);
         assert_eq!(j.model.seq(), 0);
         let full = Box::new(ScreenModel::new(80, 24, 0, 0));
-        let j = Job::prepare(
-            Some(full),
-            &ring,
-            &[],
-            (80, 24),
-            String::new(),
-            lines,
-            Reach::Bounded,
-        );
+        let j = prepare(Some(full), &ring, lines, Reach::Bounded);
         assert_eq!((j.model.origin(), j.frames.len()), (0, 1024));
     }
 
@@ -312,21 +301,11 @@ mod tests {
             ScreenWant::Snapshot { scrollback: 100 },
             ScreenWant::Snapshot { scrollback: 9_000 },
         ];
-        let prepare = |reach| {
-            Job::prepare(
-                None,
-                &ring,
-                &[],
-                (80, 24),
-                String::new(),
-                wants.clone(),
-                reach,
-            )
-        };
-        let done = prepare(Reach::Bounded).run();
+        let pass = |reach| prepare(None, &ring, wants.clone(), reach);
+        let done = pass(Reach::Bounded).run();
         assert!(done.results[0].is_some());
         assert!(done.results[1].is_none(), "short: asked again with whole");
-        let done = prepare(Reach::Whole).run();
+        let done = pass(Reach::Whole).run();
         assert!(done.results.iter().all(Option::is_some));
     }
 

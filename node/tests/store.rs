@@ -177,6 +177,30 @@ async fn a_restarted_node_shows_its_sessions_lost_with_their_history() {
     println!("kill of a lost session: {err:?}");
 }
 
+/// Returns once everything `session` printed before the call is durable:
+/// two store flushes begun after it (a rename is a record, flushed at once).
+async fn durable(node: &BinaryNode, session: &str) -> Result<(), String> {
+    const FLUSHES: &str = "termesh_store_flushes_total";
+    let before = wire::metric(&node.url, FLUSHES).await;
+    let mut c = client(node).await;
+    for round in 0..100 {
+        c.request(|id| ClientMsg::Rename {
+            id,
+            session: session.to_string(),
+            name: format!("durable-{round}"),
+        })
+        .await
+        .map_err(|e| format!("{e:?}"))?;
+        for _ in 0..20 {
+            if wire::metric(&node.url, FLUSHES).await >= before + 2.0 {
+                return Ok(());
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    }
+    Err(format!("{FLUSHES} stayed below {}", before + 2.0))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_during_a_flood_keeps_the_stored_output_intact() {
     const LINES: u64 = 1_500_000;
@@ -204,6 +228,12 @@ async fn a_crash_during_a_flood_keeps_the_stored_output_intact() {
         )
         .await
         .unwrap();
+        // Output is made durable in batches (a kill -9 may lose the last
+        // half second): "ready" is made durable first, so every round has
+        // something stored to compare however early its crash comes.
+        within(PATIENCE, "ready to be durable", durable(&node, &session))
+            .await
+            .unwrap();
         c.send(&ClientMsg::Input {
             session: session.clone(),
             data: b"\n".to_vec(),

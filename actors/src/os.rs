@@ -11,7 +11,9 @@
 //! no safe wrapper in the nix version the workspace uses (both only read or
 //! set a number the kernel keeps for a process, with plain integer
 //! arguments), a child's setup between fork and exec is a `pre_exec`
-//! closure (see `in_new_terminal_session`), and glibc's `malloc_trim`.
+//! closure (see `in_new_terminal_session`), glibc's `malloc_trim`, and
+//! registering a PTY master with tokio (`AsyncFd::register` asks its
+//! caller to promise the descriptor stays open: see `register_owned`).
 #![allow(unsafe_code)]
 
 /// Puts `pid` back to normal priority if this process runs raised.
@@ -119,6 +121,17 @@ pub fn own_nice() -> i32 {
         }
         value
     }
+}
+
+/// Registers `fd` with the current tokio runtime for readiness. Must be
+/// called inside a runtime.
+pub fn register_owned(
+    fd: std::sync::Arc<filedescriptor::FileDescriptor>,
+) -> std::io::Result<tokio::io::unix::AsyncFd<std::sync::Arc<filedescriptor::FileDescriptor>>> {
+    // SAFETY: the `AsyncFd` owns a counted reference to the descriptor, so
+    // it stays open for the `AsyncFd`'s whole life, and a `FileDescriptor`
+    // always answers the same descriptor (it is never replaced in place).
+    unsafe { tokio::io::unix::AsyncFd::register(fd) }.map_err(std::io::Error::from)
 }
 
 /// The nice value of `pid`, from /proc (field 19 of `stat`).

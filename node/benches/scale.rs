@@ -15,10 +15,11 @@
 //! `TERMESH_SCALE_CONFIG`: the node's config text (`\n` for newlines),
 //! e.g. `[store]\nenabled = false` to see what the store costs.
 //! The bench raises its open-file limit (to 262,144 where it may, else to
-//! the hard limit: a session takes 4 descriptors and a client about one,
-//! so 10,000 of each need about 51,000); it does not change kernel
-//! settings: past 4,000 sessions run `sysctl -w kernel.pty.max=20000`
-//! and give the node `[session] max_sessions` above the size yourself.
+//! the hard limit: a session takes one descriptor and a client one, so
+//! 10,000 of each need about 20,100 in the node); it does not change
+//! kernel settings: past 4,000 sessions run `sysctl -w
+//! kernel.pty.max=20000` and give the node `[session] max_sessions` above
+//! the size yourself (`TERMESH_SCALE_CONFIG`).
 
 mod common;
 
@@ -331,8 +332,8 @@ fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
     }
-    // Ten thousand sessions and their clients need about 60,000
-    // descriptors between this process and the node (which inherits the
+    // Ten thousand sessions and their clients need about 20,100
+    // descriptors in the node and 10,000 here (the node inherits the
     // limit): as root the hard limit is raised too, else the soft one to it.
     use nix::sys::resource::{getrlimit, setrlimit, Resource};
     if let Ok((_, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {

@@ -5,7 +5,6 @@ use std::sync::atomic::Ordering;
 use actix::prelude::*;
 use bytes::BytesMut;
 use nix::sys::signal::Signal;
-use portable_pty::PtySize;
 use termesh_transport::EventKind;
 
 use super::*;
@@ -51,8 +50,8 @@ impl SessionActor {
         if self.finished || self.reap_guard.is_none() {
             return;
         }
-        if let Some(master) = &self.master {
-            pty::signal_foreground(self.pid, master, Signal::SIGWINCH, true);
+        if let Some(terminal) = &self.terminal {
+            pty::signal_foreground(self.pid, terminal, Signal::SIGWINCH, true);
         }
     }
 
@@ -95,13 +94,8 @@ impl Handler<Resize> for SessionActor {
             return;
         }
         self.size = (msg.cols, msg.rows);
-        if let Some(Ok(master)) = self.master.as_ref().map(|m| m.lock()) {
-            let _ = master.resize(PtySize {
-                rows: msg.rows,
-                cols: msg.cols,
-                pixel_width: 0,
-                pixel_height: 0,
-            });
+        if let Some(terminal) = &self.terminal {
+            let _ = terminal.resize(msg.cols, msg.rows);
         }
         self.marks.push(ResizeMark {
             id: self.next_mark,

@@ -18,12 +18,11 @@ mod shared;
 pub mod warmth;
 
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
 use bytes::Bytes;
-use portable_pty::MasterPty;
 use termesh_transport::{EventKind, SessionStatus};
 use tokio::sync::oneshot;
 
@@ -91,7 +90,7 @@ pub struct SessionActor {
     reap_guard: Option<pty::ReapGuard>,
     /// `None` for a session restored from the store (its program died
     /// with an earlier run of the node).
-    master: Option<Arc<Mutex<Box<dyn MasterPty + Send>>>>,
+    terminal: Option<pty::Terminal>,
     /// The PTY's events; held by the pending read while one runs.
     events: Option<tokio::sync::mpsc::Receiver<PtyEvent>>,
     /// Intake is paused: a snapshot pins the ring and it is full. The
@@ -155,7 +154,7 @@ impl SessionActor {
         let mut actor = Self::build(shared, ring, size, settings, metrics, changed);
         actor.pid = pty.pid;
         actor.reap_guard = Some(pty.reap_guard);
-        actor.master = Some(pty.master);
+        actor.terminal = Some(pty.terminal);
         actor.events = Some(pty.events);
         actor
     }
@@ -224,7 +223,7 @@ impl SessionActor {
             changed,
             pid: 0,
             reap_guard: None,
-            master: None,
+            terminal: None,
             events: None,
             intake_paused: false,
             held: std::collections::VecDeque::new(),
@@ -490,8 +489,8 @@ impl SessionActor {
     /// (then its ids may belong to someone else now).
     fn signal(&self, signal: nix::sys::signal::Signal) {
         if self.reap_guard.is_some() {
-            if let Some(master) = &self.master {
-                pty::signal_groups(self.pid, master, signal);
+            if let Some(terminal) = &self.terminal {
+                pty::signal_groups(self.pid, terminal, signal);
             }
         }
     }

@@ -9,19 +9,22 @@
 //! therefore never hit a recycled process group.
 
 use std::collections::BTreeMap;
+use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use bytes::Bytes;
+use filedescriptor::FileDescriptor;
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
-use portable_pty::{native_pty_system, MasterPty, PtySize};
+use portable_pty::{native_pty_system, PtySize};
 use tokio::sync::mpsc;
 
 pub use io::READ_CHUNK;
 
 mod io;
+mod reaper;
 
 /// Frames queued between the reader and the session actor.
 const OUTPUT_QUEUE: usize = 32;
@@ -88,12 +91,64 @@ impl SpawnError {
 #[derive(Debug)]
 pub struct ReapGuard(#[allow(dead_code)] mpsc::Sender<()>);
 
+/// A PTY's master: the one descriptor a session holds, shared by its I/O
+/// tasks (non-blocking reads and writes) and the session (size, the
+/// foreground group). Closed when the last holder lets go.
+#[derive(Debug, Clone)]
+pub struct Terminal(Arc<FileDescriptor>);
+
+impl AsRawFd for Terminal {
+    fn as_raw_fd(&self) -> RawFd {
+        self.0.as_raw_fd()
+    }
+}
+
+impl Terminal {
+    fn set_nonblocking(&self) -> std::io::Result<()> {
+        let flags = rustix::fs::fcntl_getfl(self.0.as_fd())?;
+        rustix::fs::fcntl_setfl(self.0.as_fd(), flags | rustix::fs::OFlags::NONBLOCK)?;
+        Ok(())
+    }
+
+    fn descriptor(&self) -> Arc<FileDescriptor> {
+        self.0.clone()
+    }
+
+    /// Sets the terminal's size (the kernel sends SIGWINCH on a change).
+    pub fn resize(&self, cols: u16, rows: u16) -> std::io::Result<()> {
+        let size = rustix::termios::Winsize {
+            ws_row: rows,
+            ws_col: cols,
+            ws_xpixel: 0,
+            ws_ypixel: 0,
+        };
+        Ok(rustix::termios::tcsetwinsize(self.0.as_fd(), size)?)
+    }
+
+    /// The terminal's foreground process group, if any.
+    pub fn foreground_group(&self) -> Option<i32> {
+        rustix::termios::tcgetpgrp(self.0.as_fd())
+            .ok()
+            .map(|p| p.as_raw_nonzero().get())
+            .filter(|p| *p > 0)
+    }
+}
+
+/// A raw descriptor lent to `FileDescriptor::dup`, which copies it.
+struct Lent(RawFd);
+
+impl AsRawFd for Lent {
+    fn as_raw_fd(&self) -> RawFd {
+        self.0
+    }
+}
+
 /// A running PTY program; its I/O is started by `spawn`.
 pub struct Pty {
     /// Process id of the program, which is also its process group id
     /// (`os::in_new_terminal_session` makes it a session leader).
     pub pid: i32,
-    pub master: Arc<Mutex<Box<dyn MasterPty + Send>>>,
+    pub terminal: Terminal,
     pub input: mpsc::Sender<Bytes>,
     pub events: mpsc::Receiver<PtyEvent>,
     pub reap_guard: ReapGuard,
@@ -125,12 +180,18 @@ pub fn spawn(spec: &SpawnSpec) -> Result<Pty, SpawnError> {
     let master_fd = master
         .as_raw_fd()
         .ok_or_else(|| SpawnError::Pty("the PTY master has no descriptor".into()))?;
+    // The node keeps its own copy of the master (portable-pty's goes below,
+    // so a session holds one descriptor).
+    let terminal = FileDescriptor::dup(&Lent(master_fd))
+        .map(|fd| Terminal(Arc::new(fd)))
+        .map_err(|e| pty_error(&e))?;
     // The child gets the slave opened by its name (close-on-exec here,
     // like every descriptor the node opens; its copies on 0-2 stay open).
     let slave_path = master
         .tty_name()
         .ok_or_else(|| SpawnError::Pty("the PTY has no slave name".into()))?;
     drop(pair.slave);
+    drop(master);
     let slave = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -178,7 +239,7 @@ pub fn spawn(spec: &SpawnSpec) -> Result<Pty, SpawnError> {
     let (event_tx, events) = mpsc::channel(OUTPUT_QUEUE);
     let (input, input_rx) = mpsc::channel(INPUT_QUEUE);
     let (guard_tx, guard_rx) = mpsc::channel(1);
-    if let Err(e) = io::start(master_fd, pid, event_tx, input_rx, guard_rx) {
+    if let Err(e) = io::start(&terminal, pid, event_tx, input_rx, guard_rx) {
         // Nobody would read it or reap it: it goes now.
         let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
         let _ = nix::sys::wait::waitpid(Pid::from_raw(pid), None);
@@ -187,7 +248,7 @@ pub fn spawn(spec: &SpawnSpec) -> Result<Pty, SpawnError> {
 
     Ok(Pty {
         pid,
-        master: Arc::new(Mutex::new(master)),
+        terminal,
         input,
         events,
         reap_guard: ReapGuard(guard_tx),
@@ -217,36 +278,22 @@ fn program_error(program: &str, e: std::io::Error) -> SpawnError {
 /// alive or an unreaped zombie, so `pid` is still its group). The
 /// foreground group is signalled only when its leader is in the program's
 /// session, so a stale id from the terminal never reaches a stranger.
-pub fn signal_groups(pid: i32, master: &Mutex<Box<dyn MasterPty + Send>>, signal: Signal) {
+pub fn signal_groups(pid: i32, terminal: &Terminal, signal: Signal) {
     let _ = killpg(Pid::from_raw(pid), signal);
-    signal_foreground(pid, master, signal, false);
+    signal_foreground(pid, terminal, signal, false);
 }
 
 /// Signals the terminal's foreground group if its leader belongs to the
 /// program's session (`pid` leads it); `include_own` also when that group
 /// is the program's own.
-pub fn signal_foreground(
-    pid: i32,
-    master: &Mutex<Box<dyn MasterPty + Send>>,
-    signal: Signal,
-    include_own: bool,
-) {
-    let Some(fg) = foreground_group(master) else {
+pub fn signal_foreground(pid: i32, terminal: &Terminal, signal: Signal, include_own: bool) {
+    let Some(fg) = terminal.foreground_group() else {
         return;
     };
     let ours = nix::unistd::getsid(Some(Pid::from_raw(fg))).is_ok_and(|sid| sid.as_raw() == pid);
     if ours && (include_own || fg != pid) {
         let _ = killpg(Pid::from_raw(fg), signal);
     }
-}
-
-/// The PTY's foreground process group, if any.
-pub fn foreground_group(master: &Mutex<Box<dyn MasterPty + Send>>) -> Option<i32> {
-    master
-        .lock()
-        .ok()?
-        .process_group_leader()
-        .filter(|p| *p > 0)
 }
 
 /// Parses a protocol signal name (`TERM`, `KILL`, `HUP`, `INT`).

@@ -23,7 +23,7 @@ impl Handler<Relaunch> for SessionActor {
         self.run += 1;
         self.pid = pty.pid;
         self.reap_guard = Some(pty.reap_guard);
-        self.master = Some(pty.master);
+        self.terminal = Some(pty.terminal);
         self.events = Some(pty.events);
         self.held.clear();
         self.intake_paused = false;

@@ -1,8 +1,9 @@
-//! A session's PTY I/O without threads of its own: the master is
-//! non-blocking, and each session's reader, writer and exit waiter are
-//! tasks on one small runtime the node shares (`PTY_IO_THREADS` threads),
-//! so ten thousand sessions cost ten thousand sets of tasks, not thirty
-//! thousand threads.
+//! A session's PTY I/O without threads or descriptors of its own: the
+//! master is non-blocking and registered once with one small runtime the
+//! node shares (`PTY_IO_THREADS` threads); each session's reader, writer
+//! and exit waiter are tasks there, so ten thousand sessions cost ten
+//! thousand sets of tasks and one descriptor each (the master), not thirty
+//! thousand threads or four descriptors each.
 //!
 //! - The reader reads into a buffer whose filled part is split off as the
 //!   frame (no copy between the read and every subscriber), and passes it
@@ -14,24 +15,23 @@
 //! - The writer drains the input channel that connections hold senders
 //!   of, so keystrokes never wait behind output work; a program that does
 //!   not read its input makes only its own writer wait.
-//! - The waiter watches a pidfd (Linux 5.4 and later; a thread per session
-//!   on older kernels) and learns of the exit without reaping (`WNOWAIT`),
-//!   so the program's pid, and with it its process group id, stays
-//!   reserved by the zombie; it reaps only when the session drops its
-//!   `ReapGuard`, after which the session never signals the group again.
+//! - The waiter learns of the exit from the node's SIGCHLD pass
+//!   (`reaper`) without reaping, so the program's pid, and with it its
+//!   process group id, stays reserved by the zombie; it reaps only when
+//!   the session drops its `ReapGuard`, after which the session never
+//!   signals the group again.
 
 use std::io::ErrorKind;
-use std::os::fd::{AsFd, AsRawFd, RawFd};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use bytes::{Bytes, BytesMut};
 use filedescriptor::FileDescriptor;
-use nix::sys::wait::{waitid, waitpid, Id, WaitPidFlag, WaitStatus};
+use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::Pid;
-use tokio::net::unix::pipe;
+use tokio::io::unix::AsyncFd;
 use tokio::sync::mpsc;
 
-use super::{ExitInfo, PtyEvent};
+use super::{reaper, ExitInfo, PtyEvent, Terminal};
 
 /// Largest read from the PTY, and so the largest frame.
 pub const READ_CHUNK: usize = 64 * 1024;
@@ -56,66 +56,44 @@ fn runtime() -> &'static tokio::runtime::Runtime {
     })
 }
 
-/// A raw descriptor lent to `FileDescriptor::dup`, which copies it.
-struct Lent(RawFd);
+/// The master as the reader and writer share it.
+type Master = Arc<AsyncFd<Arc<FileDescriptor>>>;
 
-impl AsRawFd for Lent {
-    fn as_raw_fd(&self) -> RawFd {
-        self.0
-    }
-}
-
-/// Starts the reader and writer on duplicates of `master` (made
-/// non-blocking, which the master shares) and the waiter for `pid`.
-/// The duplicates are registered with the runtime as pipe ends, which
-/// tokio allows for any pollable descriptor (`*_unchecked`): a PTY master
-/// reads and writes like one.
+/// Starts the reader and writer on `terminal` (made non-blocking) and
+/// the waiter for `pid`.
 pub fn start(
-    master: RawFd,
+    terminal: &Terminal,
     pid: i32,
     events: mpsc::Sender<PtyEvent>,
     input: mpsc::Receiver<Bytes>,
     release: mpsc::Receiver<()>,
 ) -> std::io::Result<()> {
-    let mut fd = FileDescriptor::dup(&Lent(master)).map_err(std::io::Error::other)?;
-    fd.set_non_blocking(true).map_err(std::io::Error::other)?;
-    let (read_fd, write_fd) = (
-        fd.as_fd().try_clone_to_owned()?,
-        fd.as_fd().try_clone_to_owned()?,
-    );
+    terminal.set_nonblocking()?;
     let rt = runtime();
+    reaper::start(rt)?;
     let _in_runtime = rt.enter();
-    let reader = pipe::Receiver::from_owned_fd_unchecked(read_fd)?;
-    let writer = pipe::Sender::from_owned_fd_unchecked(write_fd)?;
-    rt.spawn(read_task(reader, events.clone()));
-    rt.spawn(write_task(writer, input));
-    let pidfd = rustix::process::Pid::from_raw(pid)
-        .ok_or_else(|| std::io::Error::other("no pid"))
-        .and_then(|p| {
-            rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty())
-                .map_err(std::io::Error::from)
-        });
-    match pidfd.and_then(pipe::Receiver::from_owned_fd_unchecked) {
-        Ok(pidfd) => {
-            rt.spawn(wait_task(pidfd, events, release));
-        }
-        Err(e) => {
-            tracing::debug!(pid, "no pidfd ({e}): the exit is waited for by a thread");
-            std::thread::Builder::new()
-                .name("pty-wait".into())
-                .spawn(move || wait_thread(pid, events, release))?;
-        }
-    }
+    let master: Master = Arc::new(crate::os::register_owned(terminal.descriptor())?);
+    rt.spawn(read_task(master.clone(), events.clone()));
+    rt.spawn(write_task(master, input));
+    rt.spawn(wait_task(pid, events, release));
     Ok(())
 }
 
-async fn read_task(rx: pipe::Receiver, tx: mpsc::Sender<PtyEvent>) {
+fn read(fd: &FileDescriptor, buf: &mut [u8]) -> std::io::Result<usize> {
+    Ok(rustix::io::read(fd, buf)?)
+}
+
+fn write(fd: &FileDescriptor, buf: &[u8]) -> std::io::Result<usize> {
+    Ok(rustix::io::write(fd, buf)?)
+}
+
+async fn read_task(master: Master, tx: mpsc::Sender<PtyEvent>) {
     let mut buf = BytesMut::new();
     let mut want = MIN_CHUNK;
     loop {
         buf.clear();
         buf.resize(want, 0);
-        let mut filled = match read_ready(&rx, &mut buf).await {
+        let mut filled = match read_ready(&master, &mut buf).await {
             // Linux reports EIO once the last slave fd closes: that is EOF.
             Ok(0) | Err(_) => break,
             Ok(n) => n,
@@ -134,7 +112,7 @@ async fn read_task(rx: pipe::Receiver, tx: mpsc::Sender<PtyEvent>) {
             if filled == buf.len() {
                 buf.resize((buf.len() * 2).min(READ_CHUNK), 0);
             }
-            match rx.try_read(&mut buf[filled..]) {
+            match read(master.get_ref(), &mut buf[filled..]) {
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
                 // Nothing more waiting (or the end, which the next read sees).
                 Ok(0) | Err(_) => break,
@@ -150,93 +128,52 @@ async fn read_task(rx: pipe::Receiver, tx: mpsc::Sender<PtyEvent>) {
 }
 
 /// One read once the PTY is readable.
-async fn read_ready(rx: &pipe::Receiver, buf: &mut [u8]) -> std::io::Result<usize> {
+async fn read_ready(master: &Master, buf: &mut [u8]) -> std::io::Result<usize> {
     loop {
-        rx.readable().await?;
-        match rx.try_read(buf) {
-            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => {}
-            result => return result,
+        let mut ready = master.readable().await?;
+        match ready.try_io(|fd| read(fd.get_ref(), buf)) {
+            Ok(Err(e)) if e.kind() == ErrorKind::Interrupted => {}
+            Ok(result) => return result,
+            // Would block: readiness was cleared, wait for the next edge.
+            Err(_would_block) => {}
         }
     }
 }
 
-async fn write_task(tx: pipe::Sender, mut rx: mpsc::Receiver<Bytes>) {
+async fn write_task(master: Master, mut rx: mpsc::Receiver<Bytes>) {
     while let Some(data) = rx.recv().await {
         let mut rest = &data[..];
         while !rest.is_empty() {
-            if tx.writable().await.is_err() {
+            let Ok(mut ready) = master.writable().await else {
                 return;
-            }
-            match tx.try_write(rest) {
-                Ok(n) => rest = &rest[n..],
-                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => {}
+            };
+            match ready.try_io(|fd| write(fd.get_ref(), rest)) {
+                Ok(Ok(n)) => rest = &rest[n..],
+                Ok(Err(e)) if e.kind() == ErrorKind::Interrupted => {}
                 // The terminal is gone: input has nowhere to go.
-                Err(_) => return,
+                Ok(Err(_)) => return,
+                Err(_would_block) => {}
             }
         }
     }
 }
 
-/// `pidfd` is registered for readiness as a pipe's reading end (it is
-/// never read; `waitid` takes it).
-async fn wait_task(
-    pidfd: pipe::Receiver,
-    tx: mpsc::Sender<PtyEvent>,
-    mut release: mpsc::Receiver<()>,
-) {
-    // A pidfd is readable once its process has exited.
-    let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT | WaitPidFlag::WNOHANG;
-    let info = loop {
-        if pidfd.readable().await.is_err() {
-            break None;
-        }
-        // The look is made inside `try_io`, so readiness is forgotten only
-        // for the look that found the program alive (an exit after it is a
-        // new edge), never for one that raced an exit.
-        let looked = pidfd.try_io(|| match waitid(Id::PIDFd(pidfd.as_fd()), flags) {
-            Ok(WaitStatus::StillAlive) => Err(ErrorKind::WouldBlock.into()),
-            other => Ok(other),
-        });
-        match looked {
-            Ok(Err(nix::errno::Errno::EINTR)) | Err(_) => {}
-            Ok(result) => break exit_info(result),
-        }
-    };
-    let _ = tx
-        .send(PtyEvent::Exited(info.unwrap_or(ExitInfo {
-            code: 1,
-            signal: None,
-        })))
-        .await;
-    // Wait until the session lets go of its guard (or is gone), then reap.
+/// Tells the session of the exit, then reaps once it lets go of its guard.
+async fn wait_task(pid: i32, tx: mpsc::Sender<PtyEvent>, mut release: mpsc::Receiver<()>) {
+    let info = reaper::exited(pid).await.unwrap_or(ExitInfo {
+        code: 1,
+        signal: None,
+    });
+    let _ = tx.send(PtyEvent::Exited(info)).await;
+    // Wait until the session lets go of its guard (or is gone), then reap
+    // the zombie (at once: it has exited).
     while release.recv().await.is_some() {}
-    while let Err(nix::errno::Errno::EINTR) = waitid(Id::PIDFd(pidfd.as_fd()), WaitPidFlag::WEXITED)
-    {
-    }
-}
-
-/// The waiter on kernels without pidfds: a thread per session.
-fn wait_thread(pid: i32, tx: mpsc::Sender<PtyEvent>, mut release: mpsc::Receiver<()>) {
-    let info = loop {
-        let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT;
-        match waitid(Id::Pid(Pid::from_raw(pid)), flags) {
-            Err(nix::errno::Errno::EINTR) => continue,
-            result => {
-                break exit_info(result).unwrap_or(ExitInfo {
-                    code: 1,
-                    signal: None,
-                })
-            }
-        }
-    };
-    let _ = tx.blocking_send(PtyEvent::Exited(info));
-    while release.blocking_recv().is_some() {}
     while let Err(nix::errno::Errno::EINTR) = waitpid(Pid::from_raw(pid), None) {}
 }
 
 /// How the program ended, from `waitid`; `None` while it has not (a
 /// `WNOHANG` look too early).
-fn exit_info(result: nix::Result<WaitStatus>) -> Option<ExitInfo> {
+pub(super) fn exit_info(result: nix::Result<WaitStatus>) -> Option<ExitInfo> {
     match result {
         Ok(WaitStatus::Exited(_, code)) => Some(ExitInfo {
             code: code as u32,

@@ -1,0 +1,85 @@
+//! Learns of every session program's exit for the whole node from one
+//! SIGCHLD stream, so a session costs no descriptor (a pidfd) and no
+//! thread for it. Each SIGCHLD makes one pass over the programs still
+//! running, a `waitid(WNOHANG | WNOWAIT)` each: the exit is seen without
+//! reaping, so the pid (and with it the process group id) stays reserved
+//! by the zombie until the session lets go (`io::wait_task`). Only pids
+//! the node started are looked at, so children started any other way
+//! (tokio, std) are never reaped from under their owners.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
+
+use nix::sys::wait::{waitid, Id, WaitPidFlag};
+use nix::unistd::Pid;
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::oneshot;
+
+use super::io::exit_info;
+use super::ExitInfo;
+
+type Waiting = HashMap<i32, oneshot::Sender<ExitInfo>>;
+
+/// Programs whose exit is awaited, by pid.
+fn waiting() -> &'static Mutex<Waiting> {
+    static WAITING: OnceLock<Mutex<Waiting>> = OnceLock::new();
+    WAITING.get_or_init(Mutex::default)
+}
+
+/// Starts the node's SIGCHLD listener on `rt` (once).
+pub fn start(rt: &tokio::runtime::Runtime) -> std::io::Result<()> {
+    static STARTED: OnceLock<Result<(), String>> = OnceLock::new();
+    STARTED
+        .get_or_init(|| {
+            let _in_runtime = rt.enter();
+            let mut children = signal(SignalKind::child()).map_err(|e| e.to_string())?;
+            rt.spawn(async move {
+                while children.recv().await.is_some() {
+                    // Passes are short system calls, one per running
+                    // program: off the I/O threads all the same.
+                    let _ = tokio::task::spawn_blocking(look_all).await;
+                }
+            });
+            Ok(())
+        })
+        .clone()
+        .map_err(std::io::Error::other)
+}
+
+/// Answers once `pid` (a child of this process) has exited, leaving it a
+/// zombie. `start` must have run.
+pub fn exited(pid: i32) -> oneshot::Receiver<ExitInfo> {
+    let (tx, rx) = oneshot::channel();
+    lock().insert(pid, tx);
+    // An exit before the insert sent its SIGCHLD to a pass that did not
+    // know the pid yet.
+    look(pid);
+    rx
+}
+
+fn lock() -> std::sync::MutexGuard<'static, Waiting> {
+    waiting().lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn look_all() {
+    let pids: Vec<i32> = lock().keys().copied().collect();
+    for pid in pids {
+        look(pid);
+    }
+}
+
+/// Tells `pid`'s waiter if it has exited.
+fn look(pid: i32) {
+    let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT | WaitPidFlag::WNOHANG;
+    let result = loop {
+        match waitid(Id::Pid(Pid::from_raw(pid)), flags) {
+            Err(nix::errno::Errno::EINTR) => continue,
+            result => break result,
+        }
+    };
+    if let Some(info) = exit_info(result) {
+        if let Some(tx) = lock().remove(&pid) {
+            let _ = tx.send(info);
+        }
+    }
+}

@@ -10,8 +10,8 @@
 //! `unsafe` lives here only (STYLE.md 13): `getpriority`/`setpriority` have
 //! no safe wrapper in the nix version the workspace uses (both only read or
 //! set a number the kernel keeps for a process, with plain integer
-//! arguments), a child's setup between fork and exec is a `pre_exec`
-//! closure (see `in_new_terminal_session`), glibc's `malloc_trim`, and
+//! arguments), a child's setup is a `posix_spawn`
+//! call (see `spawn_on_terminal`), glibc's `malloc_trim`, and
 //! registering a PTY master with tokio (`AsyncFd::register` asks its
 //! caller to promise the descriptor stays open: see `register_owned`).
 #![allow(unsafe_code)]
@@ -34,66 +34,163 @@ pub fn reset_for_child(pid: i32) {
     }
 }
 
-/// Makes `cmd`'s child the leader of a new session whose controlling
-/// terminal is its stdin (a PTY slave), with default signal dispositions
-/// and mask, and every descriptor above 2 closed at exec. Unlike
-/// portable-pty's spawn, which lists `/proc/self/fd` in every child and
-/// closes each entry (a cost that grows with the node's descriptors:
-/// 12,000 at 3,000 sessions), this is a constant handful of syscalls.
-pub fn in_new_terminal_session(cmd: &mut std::process::Command) {
-    use std::os::unix::process::CommandExt;
-    // SAFETY: the closure runs in the child between fork and exec, where
-    // only async-signal-safe calls are allowed: signal, sigemptyset,
-    // sigprocmask, setsid, ioctl, close_range, getrlimit and close all
-    // are, and the closure allocates nothing and takes no lock.
-    unsafe {
-        cmd.pre_exec(|| {
-            for signo in [
-                libc::SIGCHLD,
-                libc::SIGHUP,
-                libc::SIGINT,
-                libc::SIGQUIT,
-                libc::SIGTERM,
-                libc::SIGALRM,
-                libc::SIGPIPE,
-            ] {
-                libc::signal(signo, libc::SIG_DFL);
-            }
-            let mut empty: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut empty);
-            libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
-            if libc::setsid() == -1 {
-                return Err(std::io::Error::last_os_error());
-            }
-            // The PTY slave on stdin becomes the controlling terminal, so
-            // resizes send SIGWINCH and ^C reaches the foreground group.
-            if libc::ioctl(0, libc::TIOCSCTTY as _, 0) == -1 {
-                return Err(std::io::Error::last_os_error());
-            }
-            // Descriptors opened without CLOEXEC (by a library, or a PTY
-            // that portable-pty opened on another thread and has not
-            // flagged yet) do not reach the program.
-            let marked = libc::syscall(
-                libc::SYS_close_range,
-                3u32,
-                u32::MAX,
-                libc::CLOSE_RANGE_CLOEXEC,
-            );
-            if marked != 0 {
-                // Before Linux 5.11: close them one by one, up to the limit.
-                let mut limit: libc::rlimit = std::mem::zeroed();
-                let top = if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 {
-                    limit.rlim_cur.min(1 << 20) as libc::c_int
-                } else {
-                    1024
-                };
-                for fd in 3..top {
-                    libc::close(fd);
-                }
-            }
-            Ok(())
-        });
+/// What `spawn_on_terminal` starts.
+pub struct TerminalProgram<'a> {
+    /// The program: a path, or a name looked up in the child's `PATH`.
+    pub program: &'a str,
+    pub args: &'a [String],
+    /// The child's whole environment.
+    pub env: &'a [(std::ffi::OsString, std::ffi::OsString)],
+    pub cwd: Option<&'a std::path::Path>,
+    /// The PTY slave, opened by the child as its stdin, stdout and stderr.
+    pub slave: &'a std::path::Path,
+}
+
+/// Starts a program as the leader of a new session whose controlling
+/// terminal is a PTY slave, with default signal dispositions and an empty
+/// mask, and no descriptor of the node's but its terminal: its pid.
+///
+/// `posix_spawn` (glibc: `clone(CLONE_VM | CLONE_VFORK)`), not `fork`: a
+/// fork copies the node's page tables and the exec tears them down again,
+/// a cost that grows with the node's memory (at 8,000 sessions a quarter
+/// of a create's CPU was `copy_page_range` and `unmap_page_range`). The
+/// child: `setsid`, then opens the slave by name (the first terminal a
+/// session leader opens becomes its controlling terminal), duplicates it
+/// onto 1 and 2, closes everything from 3 up, changes directory, execs.
+pub fn spawn_on_terminal(p: &TerminalProgram) -> std::io::Result<i32> {
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt;
+    let c = |bytes: &[u8]| {
+        CString::new(bytes).map_err(|_| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "a NUL byte in the command",
+            )
+        })
+    };
+    let path = resolve(p.program, p.env)?;
+    let path = c(path.as_os_str().as_bytes())?;
+    let mut argv = vec![c(p.program.as_bytes())?];
+    for a in p.args {
+        argv.push(c(a.as_bytes())?);
     }
+    let mut envp = Vec::with_capacity(p.env.len());
+    for (k, v) in p.env {
+        let mut kv = k.as_bytes().to_vec();
+        kv.push(b'=');
+        kv.extend_from_slice(v.as_bytes());
+        envp.push(c(&kv)?);
+    }
+    let slave = c(p.slave.as_os_str().as_bytes())?;
+    let cwd = p.cwd.map(|d| c(d.as_os_str().as_bytes())).transpose()?;
+    let ptrs = |v: &[CString]| {
+        let mut out: Vec<*mut libc::c_char> = v.iter().map(|s| s.as_ptr() as *mut _).collect();
+        out.push(std::ptr::null_mut());
+        out
+    };
+    let (argv_p, envp_p) = (ptrs(&argv), ptrs(&envp));
+    let check = |rc: libc::c_int| {
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(std::io::Error::from_raw_os_error(rc))
+        }
+    };
+    // SAFETY: every pointer passed is to a CString or a null-terminated
+    // array of them that lives until the end of this function; the attr
+    // and the file actions are each destroyed by their guard, which is
+    // made once initialised; posix_spawn copies what it needs before
+    // it returns.
+    unsafe {
+        // Both are plain structs (the actions point to a heap array), so
+        // they may move once initialised.
+        let mut raw = std::mem::zeroed();
+        check(libc::posix_spawnattr_init(&mut raw))?;
+        let mut attr = Attr(raw);
+        let mut raw = std::mem::zeroed();
+        check(libc::posix_spawn_file_actions_init(&mut raw))?;
+        let mut actions = Actions(raw);
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        let mut none: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut none);
+        let flags = libc::POSIX_SPAWN_SETSID
+            | libc::POSIX_SPAWN_SETSIGDEF as libc::c_short
+            | libc::POSIX_SPAWN_SETSIGMASK as libc::c_short;
+        check(libc::posix_spawnattr_setflags(&mut attr.0, flags))?;
+        check(libc::posix_spawnattr_setsigdefault(&mut attr.0, &all))?;
+        check(libc::posix_spawnattr_setsigmask(&mut attr.0, &none))?;
+        let a = &mut actions.0;
+        check(libc::posix_spawn_file_actions_addopen(
+            a,
+            0,
+            slave.as_ptr(),
+            libc::O_RDWR,
+            0,
+        ))?;
+        check(libc::posix_spawn_file_actions_adddup2(a, 0, 1))?;
+        check(libc::posix_spawn_file_actions_adddup2(a, 0, 2))?;
+        check(libc::posix_spawn_file_actions_addclosefrom_np(a, 3))?;
+        if let Some(dir) = &cwd {
+            check(libc::posix_spawn_file_actions_addchdir_np(a, dir.as_ptr()))?;
+        }
+        let mut pid: libc::pid_t = 0;
+        check(libc::posix_spawn(
+            &mut pid,
+            path.as_ptr(),
+            &actions.0,
+            &attr.0,
+            argv_p.as_ptr(),
+            envp_p.as_ptr(),
+        ))?;
+        Ok(pid)
+    }
+}
+
+/// Spawn attributes, destroyed on drop (made once initialised).
+struct Attr(libc::posix_spawnattr_t);
+
+impl Drop for Attr {
+    fn drop(&mut self) {
+        // SAFETY: initialised by posix_spawnattr_init (see its maker).
+        unsafe {
+            libc::posix_spawnattr_destroy(&mut self.0);
+        }
+    }
+}
+
+/// Spawn file actions, destroyed on drop (made once initialised).
+struct Actions(libc::posix_spawn_file_actions_t);
+
+impl Drop for Actions {
+    fn drop(&mut self) {
+        // SAFETY: initialised by posix_spawn_file_actions_init.
+        unsafe {
+            libc::posix_spawn_file_actions_destroy(&mut self.0);
+        }
+    }
+}
+
+/// The program's path: as given when it names one, else the first
+/// executable file of that name in the child's `PATH` (as `execvp`).
+fn resolve(
+    program: &str,
+    env: &[(std::ffi::OsString, std::ffi::OsString)],
+) -> std::io::Result<std::path::PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    if program.contains('/') {
+        return Ok(program.into());
+    }
+    let path = env
+        .iter()
+        .find(|(k, _)| k == "PATH")
+        .map_or_else(|| "/usr/local/bin:/usr/bin:/bin".into(), |(_, v)| v.clone());
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(program))
+        .find(|f| {
+            std::fs::metadata(f).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+        .ok_or_else(|| std::io::Error::from_raw_os_error(libc::ENOENT))
 }
 
 /// Gives the allocator's free memory back to the kernel (glibc keeps what

@@ -38,6 +38,56 @@ async fn environment_and_cwd() {
     );
 }
 
+/// The program leads a session of its own whose controlling terminal is
+/// the PTY (it is the terminal's foreground group), no signal is ignored
+/// (but glibc's two internal ones, which posix_spawn leaves ignored and a
+/// glibc program takes back) or blocked, it holds no descriptor of the
+/// node's, and without a cwd it starts in the home directory with `SHELL`
+/// set.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_program_leads_its_own_terminal_and_inherits_nothing() {
+    let node = TestNode::start();
+    let script = "set -- $(cut -d' ' -f5-8 /proc/$$/stat); \
+        [ \"$1\" = $$ ] && [ \"$2\" = $$ ] && [ \"$3\" != 0 ] && [ \"$4\" = $$ ] && echo leads-its-terminal; \
+        grep -E '^Sig(Ign|Blk)' /proc/$$/status | tr -s '\\t\\n' '  '; echo; \
+        echo \"home=$(pwd) shell=${SHELL:+set} pid=$$ done\"; exec sleep 1000";
+    let info = node.create(&["sh", "-c", script]).await;
+    let text = wait_output(&node, &info.id, "done").await;
+    assert!(text.contains("leads-its-terminal"), "{text}");
+    let mask = |name: &str| {
+        let hex = text.split(name).nth(1).unwrap().split_whitespace().next();
+        u64::from_str_radix(hex.unwrap(), 16).unwrap()
+    };
+    const GLIBC_INTERNAL: u64 = 0b11 << 31; // signals 32 and 33
+    assert_eq!(mask("SigIgn:") & !GLIBC_INTERNAL, 0, "{text}");
+    assert_eq!(mask("SigBlk:"), 0, "{text}");
+    let home = std::env::var("HOME").unwrap_or_default();
+    assert!(text.contains(&format!("home={home} shell=set")), "{text}");
+    // Once it is `sleep` (same pid), its descriptors are its terminal's.
+    let pid: u32 = text
+        .split("pid=")
+        .nth(1)
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    within(PATIENCE, "the exec of sleep", async {
+        while std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default() != "sleep\n"
+        {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    let mut fds: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    fds.sort();
+    assert_eq!(fds, ["0", "1", "2"]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exit_code_and_signal_are_reported() {
     let node = TestNode::start();

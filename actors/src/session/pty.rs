@@ -10,7 +10,6 @@
 
 use std::collections::BTreeMap;
 use std::os::fd::{AsFd, AsRawFd, RawFd};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -146,7 +145,7 @@ impl AsRawFd for Lent {
 /// A running PTY program; its I/O is started by `spawn`.
 pub struct Pty {
     /// Process id of the program, which is also its process group id
-    /// (`os::in_new_terminal_session` makes it a session leader).
+    /// (`os::spawn_on_terminal` makes it a session leader).
     pub pid: i32,
     pub terminal: Terminal,
     pub input: mpsc::Sender<Bytes>,
@@ -163,9 +162,9 @@ impl std::fmt::Debug for Pty {
 /// Opens a PTY (portable-pty), starts the program in it as a session
 /// leader with the slave as its controlling terminal, and starts the PTY's
 /// I/O. The program is started here rather than by portable-pty's
-/// `spawn_command`, whose child lists `/proc/self/fd` and closes every
-/// entry: a cost that grows with the node's descriptors (12,000 at 3,000
-/// sessions), paid by every create (`os::in_new_terminal_session`).
+/// `spawn_command`, whose forked child lists `/proc/self/fd` and closes
+/// every entry: costs that grow with the node's memory and descriptors,
+/// paid by every create (`os::spawn_on_terminal`).
 pub fn spawn(spec: &SpawnSpec) -> Result<Pty, SpawnError> {
     let pty_error = |e: &dyn std::fmt::Display| SpawnError::Pty(e.to_string());
     let pair = native_pty_system()
@@ -185,55 +184,28 @@ pub fn spawn(spec: &SpawnSpec) -> Result<Pty, SpawnError> {
     let terminal = FileDescriptor::dup(&Lent(master_fd))
         .map(|fd| Terminal(Arc::new(fd)))
         .map_err(|e| pty_error(&e))?;
-    // The child gets the slave opened by its name (close-on-exec here,
-    // like every descriptor the node opens; its copies on 0-2 stay open).
-    let slave_path = master
+    // The child opens the slave by its name (the parent never holds it,
+    // so the reader sees EOF once the program and its children close it).
+    let slave = master
         .tty_name()
         .ok_or_else(|| SpawnError::Pty("the PTY has no slave name".into()))?;
     drop(pair.slave);
     drop(master);
-    let slave = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .custom_flags(libc::O_NOCTTY)
-        .open(&slave_path)
-        .map_err(|e| pty_error(&e))?;
-    let stdio = || slave.try_clone().map(std::process::Stdio::from);
-    let mut cmd = std::process::Command::new(&spec.command[0]);
-    cmd.args(&spec.command[1..])
-        .env("TERM", "xterm-256color")
-        .envs(&spec.env)
-        .stdin(stdio().map_err(|e| pty_error(&e))?)
-        .stdout(stdio().map_err(|e| pty_error(&e))?)
-        .stderr(stdio().map_err(|e| pty_error(&e))?);
+    let env = child_env(&spec.env);
     // As portable-pty did: without a cwd the program starts in the home
-    // directory, and SHELL names a shell.
-    match &spec.cwd {
-        Some(cwd) => {
-            cmd.current_dir(cwd);
-        }
-        None => {
-            if let Some(home) =
-                std::env::var_os("HOME").filter(|h| std::path::Path::new(h).is_dir())
-            {
-                cmd.current_dir(home);
-            }
-        }
-    }
-    if std::env::var_os("SHELL").is_none() && !spec.env.contains_key("SHELL") {
-        cmd.env("SHELL", "/bin/sh");
-    }
-    crate::os::in_new_terminal_session(&mut cmd);
-    let child = cmd
-        .spawn()
-        .map_err(|e| program_error(&spec.command[0], e))?;
-    // The slave must go (here and in `cmd`), or the reader never sees EOF.
-    drop(cmd);
-    drop(slave);
-    let pid = child.id() as i32;
-    // We reap the child ourselves (waitid) to learn the signal number;
-    // dropping std's handle does not wait or kill.
-    drop(child);
+    // directory.
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .filter(|h| h.is_dir());
+    let program = crate::os::TerminalProgram {
+        program: &spec.command[0],
+        args: &spec.command[1..],
+        env: &env,
+        cwd: spec.cwd.as_deref().or(home.as_deref()),
+        slave: &slave,
+    };
+    let pid =
+        crate::os::spawn_on_terminal(&program).map_err(|e| program_error(&spec.command[0], e))?;
     crate::os::reset_for_child(pid);
 
     let (event_tx, events) = mpsc::channel(OUTPUT_QUEUE);
@@ -253,6 +225,19 @@ pub fn spawn(spec: &SpawnSpec) -> Result<Pty, SpawnError> {
         events,
         reap_guard: ReapGuard(guard_tx),
     })
+}
+
+/// The program's environment: the node's, `TERM`, the request's, and a
+/// `SHELL` when none is set (as portable-pty did).
+fn child_env(extra: &BTreeMap<String, String>) -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
+    let mut env: BTreeMap<std::ffi::OsString, std::ffi::OsString> = std::env::vars_os().collect();
+    env.insert("TERM".into(), "xterm-256color".into());
+    for (k, v) in extra {
+        env.insert(k.into(), v.into());
+    }
+    env.entry("SHELL".into())
+        .or_insert_with(|| "/bin/sh".into());
+    env.into_iter().collect()
 }
 
 /// Sorts a failed program start: missing or not executable is the

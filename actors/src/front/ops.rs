@@ -69,6 +69,24 @@ impl NodeCtx {
         all
     }
 
+    /// A page of `list` (`front::page`): every session without `limit`,
+    /// else records for the page's ids only.
+    pub fn page(
+        &self,
+        after: Option<&str>,
+        limit: Option<u32>,
+    ) -> Result<(Vec<SessionInfo>, Option<String>), ApiError> {
+        let Some(limit) = crate::front::page::limit(after, limit)? else {
+            return Ok((self.list(), None));
+        };
+        let mut ids = self.dir.ids();
+        ids.extend(self.mesh.view.ids());
+        let (ids, next) = crate::front::page::select(ids, after, limit);
+        // A session removed meanwhile is left out; `next` stays as chosen.
+        let infos = ids.iter().filter_map(|id| self.info(id).ok()).collect();
+        Ok((infos, next))
+    }
+
     /// One session of the cluster, as `list` shows it.
     pub fn info(&self, id: &str) -> Result<SessionInfo, ApiError> {
         if let Some((info, _)) = self.mesh.view.get(id) {

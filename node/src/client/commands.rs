@@ -9,11 +9,30 @@ use termesh_transport::{ClientMsg, CreateRequest, ServerMsg, SessionInfo};
 use super::resolve::{describe, last_or_most_recent, resolve};
 use super::{Client, Target};
 
+/// Every session of the cluster, oldest first, read a page at a time (one
+/// answer for a large directory would be over the reply bound).
 pub(super) async fn list(client: &mut Client) -> anyhow::Result<Vec<SessionInfo>> {
-    let ServerMsg::Sessions { sessions, .. } = client.request(ClientMsg::list).await? else {
-        bail!("unexpected reply to list");
-    };
-    Ok(sessions)
+    let mut all = Vec::new();
+    let mut after = None;
+    loop {
+        let reply = client
+            .request(|id| ClientMsg::List {
+                id,
+                after: after.take(),
+                limit: Some(termesh_actors::front::page::MAX_PAGE),
+            })
+            .await?;
+        let ServerMsg::Sessions { sessions, next, .. } = reply else {
+            bail!("unexpected reply to list");
+        };
+        all.extend(sessions);
+        match next {
+            Some(next) => after = Some(next),
+            None => break,
+        }
+    }
+    all.sort_by(|a, b| a.created_at.cmp(&b.created_at).then(a.id.cmp(&b.id)));
+    Ok(all)
 }
 
 /// The session `wanted` names (id, id prefix or name).

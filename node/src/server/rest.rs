@@ -8,7 +8,6 @@ use futures_util::StreamExt;
 use serde::Deserialize;
 use termesh_actors::cluster::forward::Route;
 use termesh_actors::error::ApiError;
-use termesh_actors::front::page::page;
 use termesh_actors::front::request::spec;
 use termesh_actors::session::ScreenWant;
 use termesh_config::Role;
@@ -155,11 +154,29 @@ struct ListQuery {
 /// Every session, or with `?limit=N[&after=ID]` a page of them ordered by
 /// id; a page that is not the last names the next one's `after` in
 /// `X-Termesh-Next`.
+/// Gathered on a blocking thread (a large directory takes a while) and
+/// bounded like every reply (`too_large` past 8 MiB: page instead).
 async fn list(req: HttpRequest, state: web::Data<AppState>) -> HttpResponse {
+    let asked = require(&req, &state.node.tokens, Role::Viewer).and_then(|_| query(&req));
+    let q: ListQuery = match asked {
+        Ok(q) => q,
+        Err(e) => return error_response(&e),
+    };
+    let node = state.node.clone();
+    let gathered = web::block(move || node.page(q.after.as_deref(), q.limit)).await;
     respond((|| {
-        require(&req, &state.node.tokens, Role::Viewer)?;
-        let q: ListQuery = query(&req)?;
-        let (sessions, next) = page(state.node.list(), q.after.as_deref(), q.limit)?;
+        let (sessions, next) =
+            gathered.map_err(|e| ApiError::new(ErrorCode::Internal, format!("list: {e}")))??;
+        let reply = ServerMsg::Sessions {
+            id: 0,
+            sessions,
+            next,
+        }
+        .bounded();
+        let ServerMsg::Sessions { sessions, next, .. } = reply else {
+            return Err(ApiError::from_message(&reply)
+                .unwrap_or_else(|| ApiError::new(ErrorCode::Internal, "list")));
+        };
         let mut reply = HttpResponse::Ok();
         if let Some(next) = next {
             reply.insert_header(("X-Termesh-Next", next));

@@ -77,6 +77,14 @@ impl ClusterView {
             .collect()
     }
 
+    /// Every remote session's id.
+    pub fn ids(&self) -> Vec<String> {
+        let map = self.0.read().unwrap_or_else(|p| p.into_inner());
+        map.values()
+            .flat_map(|n| n.sessions.keys().map(|k| k.to_string()))
+            .collect()
+    }
+
     /// Whether `node`'s directory arrived since this node started.
     pub fn heard(&self, node: &str) -> bool {
         let map = self.0.read().unwrap_or_else(|p| p.into_inner());

@@ -11,7 +11,6 @@ use crate::cluster::forward::Route;
 use crate::directory::registry::{Watch, NEXT_SUB_ID};
 use crate::directory::watch::WatchQueue;
 use crate::error::ApiError;
-use crate::front::page::page;
 use crate::front::request::{answer_later, answer_now, ids, spec, Class};
 use crate::front::tokens::Recheck;
 use crate::output::publisher::Kind;
@@ -163,8 +162,17 @@ impl ConnectionActor {
             ClientMsg::Auth { .. } => {}
             ClientMsg::Ping { nonce } => self.send(ctx, &ServerMsg::Pong { nonce }),
             ClientMsg::List { id, after, limit } => {
-                let (sessions, next) = page(self.node.list(), after.as_deref(), limit)?;
-                self.send(ctx, &ServerMsg::Sessions { id, sessions, next });
+                // Off this connection's thread: a large directory takes a
+                // while to gather, and other connections share the thread.
+                let node = self.node.clone();
+                let work = async move {
+                    let gather = move || node.page(after.as_deref(), limit);
+                    let (sessions, next) = tokio::task::spawn_blocking(gather)
+                        .await
+                        .map_err(|e| ApiError::new(ErrorCode::Internal, format!("list: {e}")))??;
+                    Ok(ServerMsg::Sessions { id, sessions, next })
+                };
+                self.spawn_reply(ctx, id, None, work, false);
             }
             ClientMsg::Watch { id } => {
                 if self.watch.is_none() {
@@ -175,14 +183,7 @@ impl ConnectionActor {
                         queue,
                         sink: ctx.address().recipient(),
                         local_only: false,
-                        known_remote: self
-                            .node
-                            .mesh
-                            .view
-                            .list()
-                            .into_iter()
-                            .map(|s| s.id)
-                            .collect(),
+                        known_remote: self.node.mesh.view.ids().into_iter().collect(),
                     });
                 }
                 self.send(ctx, &ServerMsg::Ok { id });

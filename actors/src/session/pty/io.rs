@@ -51,6 +51,7 @@ fn runtime() -> &'static tokio::runtime::Runtime {
             .worker_threads(PTY_IO_THREADS)
             .thread_name("pty-io")
             .enable_io()
+            .enable_time()
             .build()
             .expect("the PTY I/O runtime starts")
     })

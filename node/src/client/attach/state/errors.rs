@@ -19,6 +19,9 @@ impl State {
                 self.notify(format!("other attaches stay: {message}"));
                 Ok(Step::Continue)
             }
+            // The look for a `lost` status is a nicety: without it the
+            // stream's own events still end the attach.
+            (Some(LIST_ID), _) => Ok(Step::Continue),
             (Some(HISTORY_ID), _) => {
                 self.scroll_wanted = None;
                 self.notify(format!("no scroll mode: {message}"));

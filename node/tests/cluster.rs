@@ -14,16 +14,37 @@ use common::*;
 use termesh_node::client::Client;
 use termesh_transport::{ClientMsg, CreateRequest, ServerMsg, SessionInfo, SessionStatus};
 
+/// Node `i`'s whole list, walked in pages of two (so every wait below
+/// also walks pages mixing the node's own sessions and other nodes').
 async fn list(cluster: &Cluster, i: usize) -> Vec<SessionInfo> {
     let Ok(mut c) = Client::connect(&cluster.target(i)).await else {
         return Vec::new();
     };
-    let reply = c.request(ClientMsg::list).await;
-    c.close().await;
-    match reply {
-        Ok(ServerMsg::Sessions { sessions, .. }) => sessions,
-        _ => Vec::new(),
+    let (mut all, mut after) = (Vec::new(), None);
+    loop {
+        let reply = c
+            .request(|id| ClientMsg::List {
+                id,
+                after: after.take(),
+                limit: Some(2),
+            })
+            .await;
+        match reply {
+            Ok(ServerMsg::Sessions { sessions, next, .. }) => {
+                all.extend(sessions);
+                match next {
+                    Some(next) => after = Some(next),
+                    None => break,
+                }
+            }
+            _ => {
+                all.clear();
+                break;
+            }
+        }
     }
+    c.close().await;
+    all
 }
 
 async fn create(cluster: &Cluster, i: usize, name: &str) -> SessionInfo {

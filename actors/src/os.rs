@@ -57,18 +57,18 @@ pub struct TerminalProgram<'a> {
 /// child: `setsid`, then opens the slave by name (the first terminal a
 /// session leader opens becomes its controlling terminal), duplicates it
 /// onto 1 and 2, closes everything from 3 up, changes directory, execs.
-pub fn spawn_on_terminal(p: &TerminalProgram) -> std::io::Result<i32> {
+pub fn spawn_on_terminal(p: &TerminalProgram) -> Result<i32, SpawnFailed> {
     use std::ffi::CString;
     use std::os::unix::ffi::OsStrExt;
     let c = |bytes: &[u8]| {
         CString::new(bytes).map_err(|_| {
-            std::io::Error::new(
+            SpawnFailed::Program(std::io::Error::new(
                 std::io::ErrorKind::InvalidInput,
                 "a NUL byte in the command",
-            )
+            ))
         })
     };
-    let path = resolve(p.program, p.env)?;
+    let path = resolve(p.program, p.env).map_err(SpawnFailed::Program)?;
     let path = c(path.as_os_str().as_bytes())?;
     let mut argv = vec![c(p.program.as_bytes())?];
     for a in p.args {
@@ -83,27 +83,42 @@ pub fn spawn_on_terminal(p: &TerminalProgram) -> std::io::Result<i32> {
     }
     let slave = c(p.slave.as_os_str().as_bytes())?;
     let cwd = p.cwd.map(|d| c(d.as_os_str().as_bytes())).transpose()?;
-    let ptrs = |v: &[CString]| {
-        let mut out: Vec<*mut libc::c_char> = v.iter().map(|s| s.as_ptr() as *mut _).collect();
-        out.push(std::ptr::null_mut());
-        out
-    };
-    let (argv_p, envp_p) = (ptrs(&argv), ptrs(&envp));
-    let check = |rc: libc::c_int| {
-        if rc == 0 {
-            Ok(())
-        } else {
-            Err(std::io::Error::from_raw_os_error(rc))
+    let (attr, actions) = setup(&slave, cwd.as_deref()).map_err(SpawnFailed::Node)?;
+    match spawn(&attr, &actions, &path, &argv, &envp) {
+        // A script without `#!`: run by the shell, as execvp does.
+        Err(e) if e.raw_os_error() == Some(libc::ENOEXEC) => {
+            let sh = c(b"/bin/sh")?;
+            let mut argv = argv;
+            argv[0] = path;
+            argv.insert(0, sh.clone());
+            spawn(&attr, &actions, &sh, &argv, &envp)
         }
-    };
-    // SAFETY: every pointer passed is to a CString or a null-terminated
-    // array of them that lives until the end of this function; the attr
-    // and the file actions are each destroyed by their guard, which is
-    // made once initialised; posix_spawn copies what it needs before
-    // it returns.
+        result => result,
+    }
+    .map_err(SpawnFailed::Program)
+}
+
+/// Why `spawn_on_terminal` failed.
+#[derive(Debug)]
+pub enum SpawnFailed {
+    /// Setting the spawn up failed (an old C library, no memory): the
+    /// node's fault.
+    Node(std::io::Error),
+    /// Starting the program failed (not found, not executable, no
+    /// descriptors left: its `errno` tells whose fault).
+    Program(std::io::Error),
+}
+
+/// The spawn's attributes and file actions: a new session, default
+/// signals, an empty mask; the slave opened on 0 (the first terminal a
+/// session leader opens becomes its controlling terminal) and copied onto
+/// 1 and 2, everything from 3 up closed, then `cwd`.
+fn setup(slave: &std::ffi::CStr, cwd: Option<&std::ffi::CStr>) -> std::io::Result<(Attr, Actions)> {
+    // SAFETY: the attr and the file actions are each destroyed by their
+    // guard, made once they are initialised (both are plain structs, the
+    // actions pointing to a heap array, so they may move then); the
+    // strings passed are copied by the calls that take them.
     unsafe {
-        // Both are plain structs (the actions point to a heap array), so
-        // they may move once initialised.
         let mut raw = std::mem::zeroed();
         check(libc::posix_spawnattr_init(&mut raw))?;
         let mut attr = Attr(raw);
@@ -131,19 +146,50 @@ pub fn spawn_on_terminal(p: &TerminalProgram) -> std::io::Result<i32> {
         check(libc::posix_spawn_file_actions_adddup2(a, 0, 1))?;
         check(libc::posix_spawn_file_actions_adddup2(a, 0, 2))?;
         check(libc::posix_spawn_file_actions_addclosefrom_np(a, 3))?;
-        if let Some(dir) = &cwd {
+        if let Some(dir) = cwd {
             check(libc::posix_spawn_file_actions_addchdir_np(a, dir.as_ptr()))?;
         }
-        let mut pid: libc::pid_t = 0;
-        check(libc::posix_spawn(
+        Ok((attr, actions))
+    }
+}
+
+/// `posix_spawn` of `path` with `argv` and `envp`: the child's pid.
+fn spawn(
+    attr: &Attr,
+    actions: &Actions,
+    path: &std::ffi::CStr,
+    argv: &[std::ffi::CString],
+    envp: &[std::ffi::CString],
+) -> std::io::Result<i32> {
+    let ptrs = |v: &[std::ffi::CString]| {
+        let mut out: Vec<*mut libc::c_char> = v.iter().map(|s| s.as_ptr() as *mut _).collect();
+        out.push(std::ptr::null_mut());
+        out
+    };
+    let (argv, envp) = (ptrs(argv), ptrs(envp));
+    let mut pid: libc::pid_t = 0;
+    // SAFETY: `path` and every string `argv` and `envp` point to outlive
+    // the call, and both arrays end with a null pointer; posix_spawn
+    // returns only after the child has exec'd or failed.
+    check(unsafe {
+        libc::posix_spawn(
             &mut pid,
             path.as_ptr(),
             &actions.0,
             &attr.0,
-            argv_p.as_ptr(),
-            envp_p.as_ptr(),
-        ))?;
-        Ok(pid)
+            argv.as_ptr(),
+            envp.as_ptr(),
+        )
+    })?;
+    Ok(pid)
+}
+
+/// A posix_spawn family return code as a result.
+fn check(rc: libc::c_int) -> std::io::Result<()> {
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::from_raw_os_error(rc))
     }
 }
 

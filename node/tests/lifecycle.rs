@@ -88,6 +88,21 @@ async fn the_program_leads_its_own_terminal_and_inherits_nothing() {
     assert_eq!(fds, ["0", "1", "2"]);
 }
 
+/// A script without `#!` runs through the shell, as a shell would run it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_script_without_a_shebang_runs_through_the_shell() {
+    use std::os::unix::fs::PermissionsExt;
+    let node = TestNode::start();
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("plain-script");
+    std::fs::write(&script, "echo \"ran as $0 with $1\"\nexec sleep 1000\n").unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = script.display().to_string();
+    let info = node.create(&[&path, "arg1"]).await;
+    let text = wait_output(&node, &info.id, "arg1").await;
+    assert!(text.contains(&format!("ran as {path} with arg1")), "{text}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exit_code_and_signal_are_reported() {
     let node = TestNode::start();

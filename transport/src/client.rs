@@ -377,6 +377,12 @@ pub struct SessionInfo {
     pub tags: Vec<String>,
 }
 
+/// `list`'s order: oldest first, by id among sessions created in the same
+/// millisecond.
+pub fn oldest_first(sessions: &mut [SessionInfo]) {
+    sessions.sort_by(|a, b| a.created_at.cmp(&b.created_at).then(a.id.cmp(&b.id)));
+}
+
 /// Session events sent to subscribers (`event` notification).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]

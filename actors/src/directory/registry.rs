@@ -65,7 +65,7 @@ impl Directory {
             return Vec::new();
         };
         let mut infos: Vec<SessionInfo> = map.values().map(|h| h.shared.info()).collect();
-        infos.sort_by(|a, b| a.created_at.cmp(&b.created_at).then(a.id.cmp(&b.id)));
+        termesh_transport::oldest_first(&mut infos);
         infos
     }
 

@@ -59,14 +59,36 @@ impl std::fmt::Debug for NodeCtx {
     }
 }
 
+/// `list` answers gathered at once on a node.
+const LIST_GATHERS: usize = 2;
+
 impl NodeCtx {
     /// Every session of the cluster, oldest first: this node's and what
     /// the other nodes announced (`unreachable` where a link is down).
     pub fn list(&self) -> Vec<SessionInfo> {
         let mut all = self.dir.list();
         all.extend(self.mesh.view.list());
-        all.sort_by(|a, b| a.created_at.cmp(&b.created_at).then(a.id.cmp(&b.id)));
+        termesh_transport::oldest_first(&mut all);
         all
+    }
+
+    /// `page` on a blocking thread, at most `LIST_GATHERS` at once for
+    /// the node (a large directory takes a while to gather; connections
+    /// and REST requests wait their turn instead of piling up threads).
+    pub async fn page_off_thread(
+        &self,
+        after: Option<String>,
+        limit: Option<u32>,
+    ) -> Result<(Vec<SessionInfo>, Option<String>), ApiError> {
+        static GATHERS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(LIST_GATHERS);
+        let _turn = GATHERS
+            .acquire()
+            .await
+            .map_err(|e| ApiError::new(ErrorCode::Internal, format!("list: {e}")))?;
+        let node = self.clone();
+        tokio::task::spawn_blocking(move || node.page(after.as_deref(), limit))
+            .await
+            .map_err(|e| ApiError::new(ErrorCode::Internal, format!("list: {e}")))?
     }
 
     /// A page of `list` (`front::page`): every session without `limit`,

@@ -40,6 +40,8 @@ pub fn select(
         ids.truncate(limit);
     }
     ids.sort_unstable();
+    // An id both here and in another node's announcement is one session.
+    ids.dedup();
     let next = more.then(|| ids.last().cloned()).flatten();
     (ids, next)
 }

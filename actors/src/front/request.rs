@@ -32,14 +32,16 @@ pub enum Routing {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Class {
     /// The connection's own state (auth, list, watch, subscriptions,
-    /// ping): answered by the connection, never forwarded.
+    /// ping): answered by the connection, never forwarded (`list` is
+    /// gathered on a blocking thread, holding a screen slot).
     Connection,
     /// Small, answered at once and in order (input, resize, kill, rename,
     /// tag): never waits behind other work; bounded by the input limit.
     Immediate,
     /// Renders the screen (screen, history): at most
-    /// `MAX_SCREENS_IN_FLIGHT` per connection, wherever answered; replies
-    /// bounded by `MAX_REPLY`.
+    /// `MAX_SCREENS_IN_FLIGHT` per connection (a `list`, gathered off the
+    /// connection's thread, takes one of these slots too), wherever
+    /// answered; replies bounded by `MAX_REPLY`.
     Screen,
     /// Waits for the registry or the store (create, remove, revive,
     /// events, read_output); replies bounded by `MAX_REPLY`.

@@ -466,8 +466,11 @@ impl SessionActor {
             signal: None,
         });
         self.finished = true;
-        // The program has exited and its output ended: let the waiter reap.
+        // The program has exited and its output ended: let the waiter reap
+        // and the reader and writer go (a background job still holding the
+        // terminal does not keep the master open), and close the master.
         self.reap_guard = None;
+        self.terminal = None;
         self.shared.exited.store(true, Ordering::Release);
         self.shared.update(|m| {
             m.status = SessionStatus::Exited;

@@ -88,7 +88,7 @@ impl SpawnError {
 /// Held by the session while it may still signal the program's group;
 /// dropping it lets the waiter reap the exited program.
 #[derive(Debug)]
-pub struct ReapGuard(#[allow(dead_code)] mpsc::Sender<()>);
+pub struct ReapGuard(#[allow(dead_code)] tokio::sync::watch::Sender<()>);
 
 /// A PTY's master: the one descriptor a session holds, shared by its I/O
 /// tasks (non-blocking reads and writes) and the session (size, the
@@ -191,6 +191,9 @@ pub fn spawn(spec: &SpawnSpec) -> Result<Pty, SpawnError> {
         .ok_or_else(|| SpawnError::Pty("the PTY has no slave name".into()))?;
     drop(pair.slave);
     drop(master);
+    // The child opens it; that it cannot is the node's fault, not the
+    // program's, so it is checked here.
+    std::fs::metadata(&slave).map_err(|e| pty_error(&e))?;
     let env = child_env(&spec.env);
     // As portable-pty did: without a cwd the program starts in the home
     // directory.
@@ -204,13 +207,15 @@ pub fn spawn(spec: &SpawnSpec) -> Result<Pty, SpawnError> {
         cwd: spec.cwd.as_deref().or(home.as_deref()),
         slave: &slave,
     };
-    let pid =
-        crate::os::spawn_on_terminal(&program).map_err(|e| program_error(&spec.command[0], e))?;
+    let pid = crate::os::spawn_on_terminal(&program).map_err(|failed| match failed {
+        crate::os::SpawnFailed::Node(e) => pty_error(&e),
+        crate::os::SpawnFailed::Program(e) => program_error(&spec.command[0], e),
+    })?;
     crate::os::reset_for_child(pid);
 
     let (event_tx, events) = mpsc::channel(OUTPUT_QUEUE);
     let (input, input_rx) = mpsc::channel(INPUT_QUEUE);
-    let (guard_tx, guard_rx) = mpsc::channel(1);
+    let (guard_tx, guard_rx) = tokio::sync::watch::channel(());
     if let Err(e) = io::start(&terminal, pid, event_tx, input_rx, guard_rx) {
         // Nobody would read it or reap it: it goes now.
         let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);

@@ -31,7 +31,7 @@ pub(super) async fn list(client: &mut Client) -> anyhow::Result<Vec<SessionInfo>
             None => break,
         }
     }
-    all.sort_by(|a, b| a.created_at.cmp(&b.created_at).then(a.id.cmp(&b.id)));
+    termesh_transport::oldest_first(&mut all);
     Ok(all)
 }
 

@@ -154,6 +154,7 @@ struct ListQuery {
 /// Every session, or with `?limit=N[&after=ID]` a page of them ordered by
 /// id; a page that is not the last names the next one's `after` in
 /// `X-Termesh-Next`.
+///
 /// Gathered on a blocking thread (a large directory takes a while) and
 /// bounded like every reply (`too_large` past 8 MiB: page instead).
 async fn list(req: HttpRequest, state: web::Data<AppState>) -> HttpResponse {
@@ -162,11 +163,9 @@ async fn list(req: HttpRequest, state: web::Data<AppState>) -> HttpResponse {
         Ok(q) => q,
         Err(e) => return error_response(&e),
     };
-    let node = state.node.clone();
-    let gathered = web::block(move || node.page(q.after.as_deref(), q.limit)).await;
+    let gathered = state.node.page_off_thread(q.after, q.limit).await;
     respond((|| {
-        let (sessions, next) =
-            gathered.map_err(|e| ApiError::new(ErrorCode::Internal, format!("list: {e}")))??;
+        let (sessions, next) = gathered?;
         let reply = ServerMsg::Sessions {
             id: 0,
             sessions,

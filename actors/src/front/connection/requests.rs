@@ -162,17 +162,16 @@ impl ConnectionActor {
             ClientMsg::Auth { .. } => {}
             ClientMsg::Ping { nonce } => self.send(ctx, &ServerMsg::Pong { nonce }),
             ClientMsg::List { id, after, limit } => {
-                // Off this connection's thread: a large directory takes a
-                // while to gather, and other connections share the thread.
+                // Off this connection's thread (other connections share
+                // it), holding a slot like a screen: a client cannot queue
+                // gathers of a large directory without bound.
+                self.take_screen_slot()?;
                 let node = self.node.clone();
                 let work = async move {
-                    let gather = move || node.page(after.as_deref(), limit);
-                    let (sessions, next) = tokio::task::spawn_blocking(gather)
-                        .await
-                        .map_err(|e| ApiError::new(ErrorCode::Internal, format!("list: {e}")))??;
+                    let (sessions, next) = node.page_off_thread(after, limit).await?;
                     Ok(ServerMsg::Sessions { id, sessions, next })
                 };
-                self.spawn_reply(ctx, id, None, work, false);
+                self.spawn_reply(ctx, id, None, work, true);
             }
             ClientMsg::Watch { id } => {
                 if self.watch.is_none() {
@@ -248,7 +247,7 @@ impl ConnectionActor {
     fn take_screen_slot(&mut self) -> Result<(), ApiError> {
         if self.screens_in_flight >= MAX_SCREENS_IN_FLIGHT {
             return Err(ApiError::bad_request(format!(
-                "{MAX_SCREENS_IN_FLIGHT} screen or history requests are already in flight \
+                "{MAX_SCREENS_IN_FLIGHT} screen, history or list requests are already in flight \
                  on this connection; wait for their replies"
             )));
         }

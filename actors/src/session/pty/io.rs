@@ -29,7 +29,7 @@ use filedescriptor::FileDescriptor;
 use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::Pid;
 use tokio::io::unix::AsyncFd;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
 use super::{reaper, ExitInfo, PtyEvent, Terminal};
 
@@ -51,7 +51,6 @@ fn runtime() -> &'static tokio::runtime::Runtime {
             .worker_threads(PTY_IO_THREADS)
             .thread_name("pty-io")
             .enable_io()
-            .enable_time()
             .build()
             .expect("the PTY I/O runtime starts")
     })
@@ -67,15 +66,15 @@ pub fn start(
     pid: i32,
     events: mpsc::Sender<PtyEvent>,
     input: mpsc::Receiver<Bytes>,
-    release: mpsc::Receiver<()>,
+    release: watch::Receiver<()>,
 ) -> std::io::Result<()> {
     terminal.set_nonblocking()?;
     let rt = runtime();
     reaper::start(rt)?;
     let _in_runtime = rt.enter();
     let master: Master = Arc::new(crate::os::register_owned(terminal.descriptor())?);
-    rt.spawn(read_task(master.clone(), events.clone()));
-    rt.spawn(write_task(master, input));
+    rt.spawn(read_task(master.clone(), events.clone(), release.clone()));
+    rt.spawn(write_task(master, input, release.clone()));
     rt.spawn(wait_task(pid, events, release));
     Ok(())
 }
@@ -88,13 +87,20 @@ fn write(fd: &FileDescriptor, buf: &[u8]) -> std::io::Result<usize> {
     Ok(rustix::io::write(fd, buf)?)
 }
 
-async fn read_task(master: Master, tx: mpsc::Sender<PtyEvent>) {
+/// Ends at EOF, or once the session lets go (`ReapGuard`): a background
+/// job that keeps the terminal open after the session finished does not
+/// keep its master open with it.
+async fn read_task(master: Master, tx: mpsc::Sender<PtyEvent>, mut release: watch::Receiver<()>) {
     let mut buf = BytesMut::new();
     let mut want = MIN_CHUNK;
     loop {
         buf.clear();
         buf.resize(want, 0);
-        let mut filled = match read_ready(&master, &mut buf).await {
+        let got = tokio::select! {
+            got = read_ready(&master, &mut buf) => got,
+            _ = released(&mut release) => return,
+        };
+        let mut filled = match got {
             // Linux reports EIO once the last slave fd closes: that is EOF.
             Ok(0) | Err(_) => break,
             Ok(n) => n,
@@ -141,8 +147,20 @@ async fn read_ready(master: &Master, buf: &mut [u8]) -> std::io::Result<usize> {
     }
 }
 
-async fn write_task(master: Master, mut rx: mpsc::Receiver<Bytes>) {
-    while let Some(data) = rx.recv().await {
+/// Ends when every sender of input is gone, or the session lets go.
+async fn write_task(
+    master: Master,
+    mut rx: mpsc::Receiver<Bytes>,
+    mut release: watch::Receiver<()>,
+) {
+    loop {
+        let data = tokio::select! {
+            data = rx.recv() => data,
+            _ = released(&mut release) => return,
+        };
+        let Some(data) = data else {
+            return;
+        };
         let mut rest = &data[..];
         while !rest.is_empty() {
             let Ok(mut ready) = master.writable().await else {
@@ -159,16 +177,22 @@ async fn write_task(master: Master, mut rx: mpsc::Receiver<Bytes>) {
     }
 }
 
+/// Once the session has dropped its `ReapGuard`.
+async fn released(release: &mut watch::Receiver<()>) {
+    while release.changed().await.is_ok() {}
+}
+
 /// Tells the session of the exit, then reaps once it lets go of its guard.
-async fn wait_task(pid: i32, tx: mpsc::Sender<PtyEvent>, mut release: mpsc::Receiver<()>) {
+async fn wait_task(pid: i32, tx: mpsc::Sender<PtyEvent>, mut release: watch::Receiver<()>) {
     let info = reaper::exited(pid).await.unwrap_or(ExitInfo {
         code: 1,
         signal: None,
     });
     let _ = tx.send(PtyEvent::Exited(info)).await;
     // Wait until the session lets go of its guard (or is gone), then reap
-    // the zombie (at once: it has exited).
-    while release.recv().await.is_some() {}
+    // the zombie: at once, as the reaper saw it exit (an answer without an
+    // exit only comes when the reaper is gone, and then so is the node).
+    released(&mut release).await;
     while let Err(nix::errno::Errno::EINTR) = waitpid(Pid::from_raw(pid), None) {}
 }
 

@@ -1,9 +1,10 @@
 //! Learns of every session program's exit for the whole node from one
 //! SIGCHLD stream, so a session costs no descriptor (a pidfd) and no
-//! thread for it. A SIGCHLD makes one pass over the programs still
-//! running, a `waitid(WNOHANG | WNOWAIT)` each (about a microsecond): the
-//! exit is seen without reaping, so the pid (and with it the process group
-//! id) stays reserved by the zombie until the session lets go
+//! thread for it. A SIGCHLD wakes one thread of the node's (`pty-reaper`),
+//! which makes one pass over the programs still running, a
+//! `waitid(WNOHANG | WNOWAIT)` each (about a microsecond): the exit is
+//! seen without reaping, so the pid (and with it the process group id)
+//! stays reserved by the zombie until the session lets go
 //! (`io::wait_task`). Passes start at most every `PASS_GAP`, so a burst of
 //! exits shares one: with 10,000 programs running (a pass of about 10 ms)
 //! and others ending all the time, that bounds the cost to a fifth of a
@@ -34,27 +35,40 @@ fn waiting() -> &'static Mutex<Waiting> {
     WAITING.get_or_init(Mutex::default)
 }
 
-/// Starts the node's SIGCHLD listener on `rt` (once).
+/// Starts the node's SIGCHLD listener on `rt` and its pass thread (once;
+/// a failure is returned, and tried again by the next create).
 pub fn start(rt: &tokio::runtime::Runtime) -> std::io::Result<()> {
-    static STARTED: OnceLock<Result<(), String>> = OnceLock::new();
-    STARTED
-        .get_or_init(|| {
-            let _in_runtime = rt.enter();
-            let mut children = signal(SignalKind::child()).map_err(|e| e.to_string())?;
-            rt.spawn(async move {
-                while children.recv().await.is_some() {
-                    let began = tokio::time::Instant::now();
-                    // Passes are short system calls, one per running
-                    // program: off the I/O threads all the same.
-                    let _ = tokio::task::spawn_blocking(look_all).await;
-                    // SIGCHLDs meanwhile wait as one for the next pass.
-                    tokio::time::sleep_until(began + PASS_GAP).await;
-                }
-            });
-            Ok(())
-        })
-        .clone()
-        .map_err(std::io::Error::other)
+    static STARTED: Mutex<bool> = Mutex::new(false);
+    let mut started = STARTED.lock().unwrap_or_else(|p| p.into_inner());
+    if *started {
+        return Ok(());
+    }
+    let _in_runtime = rt.enter();
+    let mut children = signal(SignalKind::child())?;
+    // The passes run on a thread of their own, made here so that a node
+    // out of threads fails this create rather than losing exits later.
+    let (wake, woken) = std::sync::mpsc::sync_channel::<()>(1);
+    std::thread::Builder::new()
+        .name("pty-reaper".into())
+        .spawn(move || passes(woken))?;
+    rt.spawn(async move {
+        while children.recv().await.is_some() {
+            // A wake already waiting covers this SIGCHLD too.
+            let _ = wake.try_send(());
+        }
+    });
+    *started = true;
+    Ok(())
+}
+
+/// One pass per wake, at most one every `PASS_GAP`: SIGCHLDs meanwhile
+/// wait as one wake for the next pass.
+fn passes(woken: std::sync::mpsc::Receiver<()>) {
+    while woken.recv().is_ok() {
+        let began = std::time::Instant::now();
+        look_all();
+        std::thread::sleep(PASS_GAP.saturating_sub(began.elapsed()));
+    }
 }
 
 /// Answers once `pid` (a child of this process) has exited, leaving it a

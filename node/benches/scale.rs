@@ -7,7 +7,8 @@
 //! them, the machine's limit: a bare PTY spawn of the same program from
 //! this process. It also prints the kernel limits that bound the count
 //! (`kernel.pty.max`, `kernel.pid_max`, open files) and which one a size
-//! would meet first.
+//! would meet first. Last, the node's CPU per viewer of a session that
+//! prints steadily, with 1 and 50 viewers.
 //!
 //!     cargo bench -p termesh-node --bench scale
 //!
@@ -366,6 +367,80 @@ fn main() {
     for n in sizes {
         run(&rt, n);
     }
+    viewers_under_output(&rt);
+}
+
+/// A viewer of `session` until `until`: reads and acks per protocol; the
+/// bytes it received.
+async fn view_until(
+    target: termesh_node::client::Target,
+    session: String,
+    until: tokio::time::Instant,
+) -> u64 {
+    let mut c = Client::connect(&target).await.unwrap();
+    subscribe(&mut c, &session, None).await;
+    let (mut got, mut unacked) = (0u64, 0u64);
+    while let Ok(Ok(msg)) = tokio::time::timeout_at(until, c.recv()).await {
+        if let ServerMsg::Output { seq, data, .. } = msg {
+            got += data.len() as u64;
+            unacked += data.len() as u64;
+            if unacked >= WINDOW / 4 {
+                unacked = 0;
+                let ack = ClientMsg::Ack {
+                    session: session.clone(),
+                    seq,
+                };
+                if c.send(&ack).await.is_err() {
+                    break;
+                }
+            }
+        }
+    }
+    got
+}
+
+/// Node CPU per viewer of a session printing steadily (short lines, about
+/// 2 MB/s): with 1 viewer and with 50, 10 s each.
+fn viewers_under_output(rt: &tokio::runtime::Runtime) {
+    println!("\nviewers of a session printing steadily (`seq 1 20000` every 50 ms), one node");
+    let node = Node::start("");
+    let pid = node.child.id();
+    let mut c = rt.block_on(Client::connect(&node.target)).unwrap();
+    let session = rt.block_on(create(&mut c, "while :; do seq 1 20000; sleep 0.05; done"));
+    let mut per_count = Vec::new();
+    for viewers in [1usize, 50] {
+        let until = tokio::time::Instant::now() + Duration::from_secs(12);
+        let tasks: Vec<_> = (0..viewers)
+            .map(|_| rt.spawn(view_until(node.target.clone(), session.clone(), until)))
+            .collect();
+        std::thread::sleep(Duration::from_secs(1));
+        let (cpu0, t0) = (cpu_ms(pid), Instant::now());
+        std::thread::sleep(Duration::from_secs(10));
+        let cpu = (cpu_ms(pid) - cpu0) / t0.elapsed().as_secs_f64();
+        let got: u64 = rt.block_on(async {
+            let mut sum = 0;
+            for t in tasks {
+                sum += t.await.unwrap();
+            }
+            sum
+        });
+        let mb_per_viewer = got as f64 / 1e6 / viewers as f64 / 12.0;
+        line(
+            &format!("{viewers} viewer(s)"),
+            format!("node CPU {cpu:.0} ms/s, each viewer received {mb_per_viewer:.2} MB/s"),
+        );
+        per_count.push((viewers as f64, cpu, mb_per_viewer));
+    }
+    let [(v1, c1, _), (v2, c2, mb)] = [per_count[0], per_count[1]];
+    let per_viewer = (c2 - c1) / (v2 - v1);
+    line(
+        "CPU per viewer under output",
+        format!(
+            "{per_viewer:.2} ms/s each ({:.2} ms per MB delivered)",
+            per_viewer / mb.max(1e-9)
+        ),
+    );
+    rt.block_on(remove(&mut c, session));
 }
 
 /// One `/metrics` value of the node (0 when absent).

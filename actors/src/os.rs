@@ -277,6 +277,43 @@ pub fn register_owned(
     unsafe { tokio::io::unix::AsyncFd::register(fd) }.map_err(std::io::Error::from)
 }
 
+/// Puts the calling thread and this process's threads whose names start
+/// with one of `names` `by` nice steps below the process (a thread's nice
+/// value is its own on Linux; threads it starts inherit it); threads
+/// already there are left alone, so calling it again only catches threads
+/// started since. Raising a nice value needs no privilege. For background
+/// work (the store and sled's own threads) that must not delay a
+/// keystroke's path on a busy core: a woken thread of normal priority
+/// runs first.
+pub fn lower_priority(names: &[&str], by: i32) {
+    // The process's own (its first thread's), not the calling thread's.
+    let base = nice_of(std::process::id() as i32).unwrap_or(0);
+    let target = (base + by).min(19);
+    let own = rustix::thread::gettid().as_raw_nonzero().get();
+    let mut tids = vec![own];
+    if let Ok(tasks) = std::fs::read_dir("/proc/self/task") {
+        for task in tasks.flatten() {
+            let Ok(tid) = task.file_name().to_string_lossy().parse::<i32>() else {
+                continue;
+            };
+            let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+            if tid != own && names.iter().any(|n| comm.starts_with(n)) {
+                tids.push(tid);
+            }
+        }
+    }
+    for tid in tids {
+        if nice_of(tid).is_none_or(|nice| nice >= target) {
+            continue;
+        }
+        // SAFETY: plain integer arguments; no memory is passed.
+        let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, target) };
+        if rc != 0 {
+            tracing::debug!(tid, "could not lower a background thread's priority");
+        }
+    }
+}
+
 /// The nice value of `pid`, from /proc (field 19 of `stat`).
 pub fn nice_of(pid: i32) -> Option<i32> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;

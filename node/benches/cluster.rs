@@ -7,6 +7,8 @@
 //! build, from `termesh cluster init`, on 127.0.0.1-3.
 //!
 //! `TERMESH_BENCH_MIB` changes the 64 MiB throughput payload;
+//! `TERMESH_BENCH_CONFIG` is added to every node's config (`\n` for
+//! newlines);
 //! `TERMESH_BENCH_SLOW_VIEWER=1` adds a viewer on b that acks late beside
 //! one that keeps up (does the slow one delay only itself?).
 
@@ -233,6 +235,15 @@ async fn main() {
         .unwrap()
         .trim()
         .to_string();
+    // Extra config for every node (`\n` for newlines), e.g. to compare
+    // `[store]\nenabled = false`.
+    if let Ok(extra) = std::env::var("TERMESH_BENCH_CONFIG") {
+        for name in ["a", "b", "c"] {
+            let path = out.join(name).join("termesh.toml");
+            let text = std::fs::read_to_string(&path).unwrap();
+            std::fs::write(&path, format!("{text}\n{}\n", extra.replace("\\n", "\n"))).unwrap();
+        }
+    }
     let mut procs = Procs(Vec::new());
     for name in ["a", "b", "c"] {
         procs.0.push(

@@ -71,3 +71,61 @@ async fn sessions_do_not_inherit_the_nodes_raised_priority() {
         assert_eq!(oom_adj(pid), -900);
     }
 }
+
+/// The store's threads (its actor's and sled's own) run 10 nice steps
+/// below the node, so its batches and flushes never delay a keystroke's
+/// path on a busy core; threads sled starts later are caught too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_store_runs_below_the_node() {
+    let node = BinaryNode::start("");
+    let pid = node.pid().as_raw();
+    let base = nice_of(pid).unwrap();
+    let mut c = Client::connect(&node.target(OPERATOR)).await.unwrap();
+    // Output for the store to write (its writes catch sled's new threads).
+    let req = CreateRequest {
+        command: Some(vec![
+            "sh".into(),
+            "-c".into(),
+            "seq 1 200000; exec sleep 100000".into(),
+        ]),
+        ..Default::default()
+    };
+    c.request(|id| ClientMsg::Create { id, req }).await.unwrap();
+    let store_threads = || -> Vec<(String, Option<i32>)> {
+        std::fs::read_dir(format!("/proc/{pid}/task"))
+            .unwrap()
+            .flatten()
+            .filter_map(|t| {
+                let comm = std::fs::read_to_string(t.path().join("comm")).ok()?;
+                let comm = comm.trim().to_string();
+                (comm.starts_with("sled-io") || comm == "log flusher").then(|| {
+                    let tid = t.file_name().to_string_lossy().parse().unwrap();
+                    (comm, nice_of(tid))
+                })
+            })
+            .collect()
+    };
+    within(PATIENCE, "every store thread 10 below the node", async {
+        loop {
+            let threads = store_threads();
+            if !threads.is_empty() && threads.iter().all(|(_, n)| *n == Some(base + 10)) {
+                return;
+            }
+            poll_pause().await;
+        }
+    })
+    .await;
+    // The node's request threads keep its priority.
+    let others: Vec<i32> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+        .filter(|t| {
+            std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.starts_with("actix-rt"))
+        })
+        .filter_map(|t| nice_of(t.file_name().to_string_lossy().parse().ok()?))
+        .collect();
+    assert!(
+        !others.is_empty() && others.iter().all(|n| *n == base),
+        "{others:?}"
+    );
+}

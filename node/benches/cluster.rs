@@ -293,32 +293,37 @@ async fn main() {
 
     // Memory per mirror, first (a node that has carried a flood keeps its
     // allocator's free memory, which hides small growth): b's RSS before
-    // and after one client on b subscribes to 200 sessions of a that
-    // printed a few lines (b keeps one mirror each).
-    const MIRRORS: usize = 200;
+    // and after one client on b subscribes to sessions of a that printed
+    // a few lines (b keeps one mirror each), at two sizes: 200, then 800
+    // more.
     let mut c = Client::connect(&target(1)).await.unwrap();
-    let mut idle = Vec::new();
-    for _ in 0..MIRRORS {
-        idle.push(common::create_on(&mut c, Some("a"), "seq 1 20; exec sleep 100000").await);
-    }
     let b_pid = procs.0[1].id();
-    let mirrors_before = metric(https[1], "termesh_mirrors");
-    let rss_before = rss_kib(b_pid);
-    for id in &idle {
-        common::subscribe(&mut c, id, None).await;
+    let mut idle = Vec::new();
+    for more in [200usize, 800] {
+        let mut batch = Vec::new();
+        for _ in 0..more {
+            batch.push(common::create_on(&mut c, Some("a"), "seq 1 20; exec sleep 100000").await);
+        }
+        let mirrors_before = metric(https[1], "termesh_mirrors");
+        let rss_before = rss_kib(b_pid);
+        for id in &batch {
+            common::subscribe(&mut c, id, None).await;
+        }
+        // The mirror count has no event to wait on: poll it, bounded.
+        let settle = Instant::now() + Duration::from_secs(60);
+        while metric(https[1], "termesh_mirrors") < mirrors_before + more as f64 {
+            assert!(Instant::now() < settle, "b did not start {more} mirrors");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let rss_after = rss_kib(b_pid);
+        idle.extend(batch);
+        println!(
+            "memory per mirror: node b RSS {rss_before} KiB, {rss_after} KiB with {more} more mirrors \
+             ({} in all, one subscription each, one connection): {:.1} KiB per mirror",
+            idle.len(),
+            rss_after.saturating_sub(rss_before) as f64 / more as f64
+        );
     }
-    // The mirror count has no event to wait on: poll it, bounded.
-    let settle = Instant::now() + Duration::from_secs(30);
-    while metric(https[1], "termesh_mirrors") < mirrors_before + MIRRORS as f64 {
-        assert!(Instant::now() < settle, "b did not start {MIRRORS} mirrors");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let rss_after = rss_kib(b_pid);
-    println!(
-        "memory per mirror: node b RSS {rss_before} KiB, {rss_after} KiB with {MIRRORS} more mirrors \
-         (one subscription each, one connection): {:.1} KiB per mirror",
-        rss_after.saturating_sub(rss_before) as f64 / MIRRORS as f64
-    );
     for id in idle {
         common::remove(&mut c, id).await;
     }

@@ -14,7 +14,7 @@
 
 mod common;
 
-use std::net::{SocketAddr, TcpListener, UdpSocket};
+use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -24,16 +24,6 @@ use termesh_transport::{ClientMsg, CreateRequest, ServerMsg};
 
 const BIN: &str = env!("CARGO_BIN_EXE_termesh");
 const REQUESTS: usize = 2000;
-
-fn free_port(ip: &str) -> u16 {
-    loop {
-        let tcp = TcpListener::bind(format!("{ip}:0")).unwrap();
-        let port = tcp.local_addr().unwrap().port();
-        if UdpSocket::bind(format!("{ip}:{port}")).is_ok() {
-            return port;
-        }
-    }
-}
 
 struct Procs(Vec<Child>);
 
@@ -225,9 +215,12 @@ async fn main() {
     let mut https: Vec<SocketAddr> = Vec::new();
     for (i, name) in ["a", "b", "c"].iter().enumerate() {
         let ip = format!("127.0.0.{}", i + 1);
-        let http: SocketAddr = format!("{ip}:{}", free_port(&ip)).parse().unwrap();
+        let http: SocketAddr = format!("{ip}:{}", common::free_port(&ip)).parse().unwrap();
         args.push("--node".into());
-        args.push(format!("{name},quic={ip}:{},http={http}", free_port(&ip)));
+        args.push(format!(
+            "{name},quic={ip}:{},http={http}",
+            common::free_port(&ip)
+        ));
         https.push(http);
     }
     assert!(Command::new(BIN).args(&args).status().unwrap().success());

@@ -21,7 +21,7 @@
 
 mod common;
 
-use std::net::{SocketAddr, TcpListener, UdpSocket};
+use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -36,16 +36,6 @@ const PROGRAM: &str = "exec sleep 1000000";
 const PAGE: u32 = 10_000;
 /// Parallel creators per node while its share is created.
 const CREATORS: usize = 8;
-
-fn free_port(ip: &str) -> u16 {
-    loop {
-        let tcp = TcpListener::bind(format!("{ip}:0")).unwrap();
-        let port = tcp.local_addr().unwrap().port();
-        if UdpSocket::bind(format!("{ip}:{port}")).is_ok() {
-            return port;
-        }
-    }
-}
 
 fn read_num(path: &str) -> u64 {
     std::fs::read_to_string(path)
@@ -81,9 +71,12 @@ impl Cluster {
         for i in 0..n {
             let ip = format!("127.0.0.{}", i + 1);
             let name = format!("n{}", i + 1);
-            let http: SocketAddr = format!("{ip}:{}", free_port(&ip)).parse().unwrap();
+            let http: SocketAddr = format!("{ip}:{}", common::free_port(&ip)).parse().unwrap();
             args.push("--node".into());
-            args.push(format!("{name},quic={ip}:{},http={http}", free_port(&ip)));
+            args.push(format!(
+                "{name},quic={ip}:{},http={http}",
+                common::free_port(&ip)
+            ));
             names.push(name);
             https.push(http);
         }

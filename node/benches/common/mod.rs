@@ -431,3 +431,14 @@ pub async fn wait_tail(c: &mut Client, session: &str, tail: &[u8]) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// A port free for both TCP and UDP on `ip` (a node's HTTP and QUIC).
+pub fn free_port(ip: &str) -> u16 {
+    loop {
+        let tcp = std::net::TcpListener::bind(format!("{ip}:0")).unwrap();
+        let port = tcp.local_addr().unwrap().port();
+        if std::net::UdpSocket::bind(format!("{ip}:{port}")).is_ok() {
+            return port;
+        }
+    }
+}

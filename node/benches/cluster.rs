@@ -206,37 +206,12 @@ fn line(what: &str, times: &[Duration]) {
 async fn main() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("cluster");
-    let mut args = vec![
-        "cluster".to_string(),
-        "init".into(),
-        "--out".into(),
-        out.display().to_string(),
-    ];
-    let mut https: Vec<SocketAddr> = Vec::new();
-    for (i, name) in ["a", "b", "c"].iter().enumerate() {
-        let ip = format!("127.0.0.{}", i + 1);
-        let http: SocketAddr = format!("{ip}:{}", common::free_port(&ip)).parse().unwrap();
-        args.push("--node".into());
-        args.push(format!(
-            "{name},quic={ip}:{},http={http}",
-            common::free_port(&ip)
-        ));
-        https.push(http);
-    }
-    assert!(Command::new(BIN).args(&args).status().unwrap().success());
-    let token = std::fs::read_to_string(out.join("admin.token"))
-        .unwrap()
-        .trim()
-        .to_string();
     // Extra config for every node (`\n` for newlines), e.g. to compare
     // `[store]\nenabled = false`.
-    if let Ok(extra) = std::env::var("TERMESH_BENCH_CONFIG") {
-        for name in ["a", "b", "c"] {
-            let path = out.join(name).join("termesh.toml");
-            let text = std::fs::read_to_string(&path).unwrap();
-            std::fs::write(&path, format!("{text}\n{}\n", extra.replace("\\n", "\n"))).unwrap();
-        }
-    }
+    let extra = std::env::var("TERMESH_BENCH_CONFIG")
+        .unwrap_or_default()
+        .replace("\\n", "\n");
+    let (https, token) = common::cluster_init(&out, &["a", "b", "c"], &extra);
     let mut procs = Procs(Vec::new());
     for name in ["a", "b", "c"] {
         procs.0.push(

@@ -65,35 +65,13 @@ struct Cluster {
 impl Cluster {
     fn start(n: usize, root: &std::path::Path, per_node: usize) -> Cluster {
         let dir = root.join("cluster");
-        let mut args = vec!["cluster".to_string(), "init".into(), "--out".into()];
-        args.push(dir.display().to_string());
-        let (mut names, mut https) = (Vec::new(), Vec::new());
-        for i in 0..n {
-            let ip = format!("127.0.0.{}", i + 1);
-            let name = format!("n{}", i + 1);
-            let http: SocketAddr = format!("{ip}:{}", common::free_port(&ip)).parse().unwrap();
-            args.push("--node".into());
-            args.push(format!(
-                "{name},quic={ip}:{},http={http}",
-                common::free_port(&ip)
-            ));
-            names.push(name);
-            https.push(http);
-        }
-        assert!(Command::new(BIN).args(&args).status().unwrap().success());
-        for name in &names {
-            let path = dir.join(name).join("termesh.toml");
-            let mut text = std::fs::read_to_string(&path).unwrap();
-            text.push_str(&format!(
-                "\n[session]\nmax_sessions = {}\n",
-                (per_node + 1000).min(100_000)
-            ));
-            std::fs::write(&path, text).unwrap();
-        }
-        let token = std::fs::read_to_string(dir.join("admin.token"))
-            .unwrap()
-            .trim()
-            .to_string();
+        let names: Vec<String> = (1..=n).map(|i| format!("n{i}")).collect();
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        let extra = format!(
+            "[session]\nmax_sessions = {}",
+            (per_node + 1000).min(100_000)
+        );
+        let (https, token) = common::cluster_init(&dir, &refs, &extra);
         let mut cluster = Cluster {
             dir,
             names,
@@ -365,27 +343,13 @@ async fn main() {
             create_share(&cluster.target(i), per_node - running_per_node, "true").await;
         times.extend(more);
         let wall = wall + more_wall;
+        times.sort();
         println!(
-            "    {}: {per_node} creates in {:.1} s ({:.0}/s), p50 {:.1} ms p99 {:.1} ms",
+            "    {}: {per_node} creates in {:.1} s ({:.0}/s), {}",
             cluster.names[i],
             wall.as_secs_f64(),
             per_node as f64 / wall.as_secs_f64(),
-            ms(percentile(
-                &{
-                    let mut t = times.clone();
-                    t.sort();
-                    t
-                },
-                0.5
-            )),
-            ms(percentile(
-                &{
-                    let mut t = times.clone();
-                    t.sort();
-                    t
-                },
-                0.99
-            )),
+            common::p50_p99(&times),
         );
         all_times.extend(times);
     }

@@ -215,28 +215,16 @@ fn run(rt: &tokio::runtime::Runtime, n: usize) {
     seq.sort();
     line(
         "create, one client, idle node",
-        format!(
-            "p50 {:6.2} ms  p99 {:6.2} ms  (target p50 < 10 ms)",
-            ms(percentile(&seq, 0.5)),
-            ms(percentile(&seq, 0.99))
-        ),
+        format!("{}  (target p50 < 10 ms)", p50_p99(&seq)),
     );
-    line(
-        "  limit: bare PTY spawn from this process",
-        format!(
-            "p50 {:6.2} ms  p99 {:6.2} ms",
-            ms(percentile(&bare, 0.5)),
-            ms(percentile(&bare, 0.99))
-        ),
-    );
+    line("  limit: bare PTY spawn from this process", p50_p99(&bare));
     let (times, wall, more) = rt.block_on(create_many(&node, n - ids.len()));
     ids.extend(more);
     line(
         &format!("create, {CREATORS} clients in parallel"),
         format!(
-            "p50 {:6.2} ms  p99 {:6.2} ms  {:.0} creates/s  (target > 300/s)",
-            ms(percentile(&times, 0.5)),
-            ms(percentile(&times, 0.99)),
+            "{}  {:.0} creates/s  (target > 300/s)",
+            p50_p99(&times),
             times.len() as f64 / wall.as_secs_f64()
         ),
     );

@@ -61,7 +61,7 @@ async fn a_session_holds_one_descriptor_and_gives_it_back() {
     }
     within(PATIENCE, "the descriptors to be given back", async {
         while open_descriptors(&node) >= before {
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            poll_pause().await;
         }
     })
     .await;
@@ -105,7 +105,7 @@ async fn a_session_ended_beside_a_background_job_gives_its_descriptor_back() {
                 if ended && open_descriptors(&node) <= before {
                     return;
                 }
-                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                poll_pause().await;
             }
         },
     )

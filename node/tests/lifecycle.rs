@@ -76,7 +76,7 @@ async fn the_program_leads_its_own_terminal_and_inherits_nothing() {
     within(PATIENCE, "the exec of sleep", async {
         while std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default() != "sleep\n"
         {
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            poll_pause().await;
         }
     })
     .await;
@@ -86,6 +86,35 @@ async fn the_program_leads_its_own_terminal_and_inherits_nothing() {
         .collect();
     fds.sort();
     assert_eq!(fds, ["0", "1", "2"]);
+}
+
+/// Programs that end at once (one SIGCHLD may stand for many exits) each
+/// report their own exit code: the node's exit passes miss none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn programs_ending_together_each_report_their_exit() {
+    const N: u32 = 40;
+    let node = TestNode::start();
+    let mut c = node.client(OPERATOR).await;
+    let mut sessions = Vec::new();
+    for i in 0..N {
+        let script = format!("read x; exit {}", i + 1);
+        sessions.push(node.create(&["sh", "-c", &script]).await.id);
+    }
+    // Every program is waiting for its line: send them all in one go.
+    for session in &sessions {
+        c.send(&ClientMsg::Input {
+            session: session.clone(),
+            data: b"\n".to_vec(),
+        })
+        .await
+        .unwrap();
+    }
+    for (i, session) in sessions.iter().enumerate() {
+        let info = node
+            .wait_info(session, "its exit", |s| s.status == SessionStatus::Exited)
+            .await;
+        assert_eq!(info.exit_code, Some(i as u32 + 1), "{info:?}");
+    }
 }
 
 /// A script without `#!` runs through the shell, as a shell would run it.

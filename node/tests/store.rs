@@ -195,7 +195,7 @@ async fn durable(node: &BinaryNode, session: &str) -> Result<(), String> {
             if wire::metric(&node.url, FLUSHES).await >= before + 2.0 {
                 return Ok(());
             }
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            poll_pause().await;
         }
     }
     Err(format!("{FLUSHES} stayed below {}", before + 2.0))

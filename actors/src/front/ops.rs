@@ -81,14 +81,13 @@ impl NodeCtx {
         limit: Option<u32>,
     ) -> Result<(Vec<SessionInfo>, Option<String>), ApiError> {
         static GATHERS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(LIST_GATHERS);
-        let _turn = GATHERS
-            .acquire()
-            .await
-            .map_err(|e| ApiError::new(ErrorCode::Internal, format!("list: {e}")))?;
+        let internal =
+            |e: &dyn std::fmt::Display| ApiError::new(ErrorCode::Internal, format!("list: {e}"));
+        let _turn = GATHERS.acquire().await.map_err(|e| internal(&e))?;
         let node = self.clone();
         tokio::task::spawn_blocking(move || node.page(after.as_deref(), limit))
             .await
-            .map_err(|e| ApiError::new(ErrorCode::Internal, format!("list: {e}")))?
+            .map_err(|e| internal(&e))?
     }
 
     /// A page of `list` (`front::page`): every session without `limit`,

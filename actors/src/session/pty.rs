@@ -96,19 +96,7 @@ pub struct ReapGuard(#[allow(dead_code)] tokio::sync::watch::Sender<()>);
 #[derive(Debug, Clone)]
 pub struct Terminal(Arc<FileDescriptor>);
 
-impl AsRawFd for Terminal {
-    fn as_raw_fd(&self) -> RawFd {
-        self.0.as_raw_fd()
-    }
-}
-
 impl Terminal {
-    fn set_nonblocking(&self) -> std::io::Result<()> {
-        let flags = rustix::fs::fcntl_getfl(self.0.as_fd())?;
-        rustix::fs::fcntl_setfl(self.0.as_fd(), flags | rustix::fs::OFlags::NONBLOCK)?;
-        Ok(())
-    }
-
     fn descriptor(&self) -> Arc<FileDescriptor> {
         self.0.clone()
     }
@@ -179,11 +167,11 @@ pub fn spawn(spec: &SpawnSpec) -> Result<Pty, SpawnError> {
     let master_fd = master
         .as_raw_fd()
         .ok_or_else(|| SpawnError::Pty("the PTY master has no descriptor".into()))?;
-    // The node keeps its own copy of the master (portable-pty's goes below,
-    // so a session holds one descriptor).
-    let terminal = FileDescriptor::dup(&Lent(master_fd))
-        .map(|fd| Terminal(Arc::new(fd)))
-        .map_err(|e| pty_error(&e))?;
+    // The node keeps its own copy of the master, non-blocking for the I/O
+    // tasks (portable-pty's goes below, so a session holds one descriptor).
+    let mut own = FileDescriptor::dup(&Lent(master_fd)).map_err(|e| pty_error(&e))?;
+    own.set_non_blocking(true).map_err(|e| pty_error(&e))?;
+    let terminal = Terminal(Arc::new(own));
     // The child opens the slave by its name (the parent never holds it,
     // so the reader sees EOF once the program and its children close it).
     let slave = master

@@ -442,3 +442,44 @@ pub fn free_port(ip: &str) -> u16 {
         }
     }
 }
+
+/// `termesh cluster init` into `out` for nodes `names` on 127.0.0.1, .2,
+/// ... (free ports), each config given `extra` at its end: every node's
+/// HTTP address, and the admin token.
+pub fn cluster_init(
+    out: &Path,
+    names: &[&str],
+    extra: &str,
+) -> (Vec<std::net::SocketAddr>, String) {
+    let mut args = vec!["cluster".to_string(), "init".into(), "--out".into()];
+    args.push(out.display().to_string());
+    let mut https = Vec::new();
+    for (i, name) in names.iter().enumerate() {
+        let ip = format!("127.0.0.{}", i + 1);
+        let http: std::net::SocketAddr = format!("{ip}:{}", free_port(&ip)).parse().unwrap();
+        args.push("--node".into());
+        args.push(format!("{name},quic={ip}:{},http={http}", free_port(&ip)));
+        https.push(http);
+    }
+    let bin = env!("CARGO_BIN_EXE_termesh");
+    assert!(Command::new(bin).args(&args).status().unwrap().success());
+    for name in names {
+        let path = out.join(name).join("termesh.toml");
+        let text = std::fs::read_to_string(&path).unwrap();
+        std::fs::write(&path, format!("{text}\n{extra}\n")).unwrap();
+    }
+    let token = std::fs::read_to_string(out.join("admin.token"))
+        .unwrap()
+        .trim()
+        .to_string();
+    (https, token)
+}
+
+/// "p50 .. ms  p99 .. ms" of sorted times.
+pub fn p50_p99(sorted: &[Duration]) -> String {
+    format!(
+        "p50 {:6.2} ms  p99 {:6.2} ms",
+        ms(percentile(sorted, 0.5)),
+        ms(percentile(sorted, 0.99))
+    )
+}

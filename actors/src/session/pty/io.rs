@@ -59,8 +59,8 @@ fn runtime() -> &'static tokio::runtime::Runtime {
 /// The master as the reader and writer share it.
 type Master = Arc<AsyncFd<Arc<FileDescriptor>>>;
 
-/// Starts the reader and writer on `terminal` (made non-blocking) and
-/// the waiter for `pid`.
+/// Starts the reader and writer on `terminal` (non-blocking) and the
+/// waiter for `pid`.
 pub fn start(
     terminal: &Terminal,
     pid: i32,
@@ -68,7 +68,6 @@ pub fn start(
     input: mpsc::Receiver<Bytes>,
     release: watch::Receiver<()>,
 ) -> std::io::Result<()> {
-    terminal.set_nonblocking()?;
     let rt = runtime();
     reaper::start(rt)?;
     let _in_runtime = rt.enter();

@@ -13,8 +13,8 @@
 //! started any other way (tokio, std) are never reaped from under their
 //! owners.
 
-use std::collections::HashMap;
-use std::sync::{Mutex, OnceLock};
+use std::collections::BTreeMap;
+use std::sync::Mutex;
 
 use nix::sys::wait::{waitid, Id, WaitPidFlag};
 use nix::unistd::Pid;
@@ -24,16 +24,11 @@ use tokio::sync::oneshot;
 use super::io::exit_info;
 use super::ExitInfo;
 
-type Waiting = HashMap<i32, oneshot::Sender<ExitInfo>>;
-
 /// The least time between the starts of two passes.
 const PASS_GAP: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// Programs whose exit is awaited, by pid.
-fn waiting() -> &'static Mutex<Waiting> {
-    static WAITING: OnceLock<Mutex<Waiting>> = OnceLock::new();
-    WAITING.get_or_init(Mutex::default)
-}
+static WAITING: Mutex<BTreeMap<i32, oneshot::Sender<ExitInfo>>> = Mutex::new(BTreeMap::new());
 
 /// Starts the node's SIGCHLD listener on `rt` and its pass thread (once;
 /// a failure is returned, and tried again by the next create).
@@ -82,8 +77,8 @@ pub fn exited(pid: i32) -> oneshot::Receiver<ExitInfo> {
     rx
 }
 
-fn lock() -> std::sync::MutexGuard<'static, Waiting> {
-    waiting().lock().unwrap_or_else(|p| p.into_inner())
+fn lock() -> std::sync::MutexGuard<'static, BTreeMap<i32, oneshot::Sender<ExitInfo>>> {
+    WAITING.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 fn look_all() {

@@ -9,11 +9,34 @@
 use serde_json::{json, Value};
 use termesh_transport::{SessionInfo, StoredFrame};
 
+/// A stored `resized` event: when, the seq of the output before it
+/// (events stored before it was kept have none: their time places them),
+/// and the new size.
+#[derive(Clone, Copy)]
+struct Resize {
+    at: u64,
+    after_seq: Option<u64>,
+    cols: u16,
+    rows: u16,
+}
+
+impl Resize {
+    /// Whether it comes before the frame `seq` stored at `ts`: by seq when
+    /// it has one (a millisecond clock cannot order a resize and output
+    /// of the same millisecond), else by time.
+    fn before(&self, seq: u64, ts: u64) -> bool {
+        match self.after_seq {
+            Some(after) => after < seq,
+            None => self.at <= ts,
+        }
+    }
+}
+
 /// Turns pages of stored frames into asciicast lines.
 pub struct CastWriter {
     start_ms: u64,
-    /// Resizes (at ms, cols, rows) not yet written, oldest first.
-    resizes: std::collections::VecDeque<(u64, u16, u16)>,
+    /// Resizes not yet written, oldest first.
+    resizes: std::collections::VecDeque<Resize>,
     /// The start of a UTF-8 sequence the last frame cut.
     carry: Vec<u8>,
     last_seq: u64,
@@ -39,8 +62,13 @@ impl CastWriter {
             .iter()
             .filter(|e| kind(e, "resized"))
             .filter_map(|e| {
-                let (c, r) = size(e)?;
-                Some((e.get("ts")?.as_u64()?, c, r))
+                let (cols, rows) = size(e)?;
+                Some(Resize {
+                    at: e.get("ts")?.as_u64()?,
+                    after_seq: e.get("after_seq").and_then(Value::as_u64),
+                    cols,
+                    rows,
+                })
             })
             .collect();
         let mut header = json!({
@@ -70,7 +98,7 @@ impl CastWriter {
         let mut out = String::new();
         for frame in frames {
             self.last_seq = frame.seq;
-            self.resizes_until(frame.ts, &mut out);
+            self.resizes_until(frame.seq, frame.ts, &mut out);
             let text = self.decode(&frame.data);
             if !text.is_empty() {
                 let line = json!([self.time(frame.ts), "o", text]);
@@ -89,7 +117,7 @@ impl CastWriter {
     /// The resizes after the last frame.
     pub fn finish(&mut self) -> String {
         let mut out = String::new();
-        self.resizes_until(u64::MAX, &mut out);
+        self.resizes_until(u64::MAX, u64::MAX, &mut out);
         if !self.carry.is_empty() {
             // A sequence the output never finished.
             self.carry.clear();
@@ -97,12 +125,15 @@ impl CastWriter {
         out
     }
 
-    fn resizes_until(&mut self, ts: u64, out: &mut String) {
-        while let Some(&(at, cols, rows)) = self.resizes.front() {
-            if at > ts {
+    /// The resizes before the frame `seq` stored at `ts` (never later
+    /// than it in time, so time goes forward).
+    fn resizes_until(&mut self, seq: u64, ts: u64, out: &mut String) {
+        while let Some(&r) = self.resizes.front() {
+            if !r.before(seq, ts) {
                 break;
             }
             self.resizes.pop_front();
+            let (at, cols, rows) = (r.at.min(ts), r.cols, r.rows);
             let line = json!([self.time(at), "r", format!("{cols}x{rows}")]);
             out.push_str(&line.to_string());
             out.push('\n');
@@ -194,6 +225,28 @@ mod tests {
                 json!([0.25, "o", "hi "]),
                 json!([1.5, "r", "100x40"]),
                 json!([2.0, "o", "€\u{FFFD}!"]),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_resize_in_the_same_millisecond_as_output_sits_by_its_seq() {
+        let events = vec![
+            json!({"id": 1, "ts": 10_000, "kind": "created", "cols": 80, "rows": 24}),
+            json!({"id": 2, "ts": 10_500, "kind": "resized", "cols": 100, "rows": 40, "after_seq": 1}),
+        ];
+        let (mut w, _) = CastWriter::new(&info(), &events);
+        let body = w.page(&[frame(1, 10_500, b"one"), frame(2, 10_500, b"two")]) + &w.finish();
+        let lines: Vec<Value> = body
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(
+            lines,
+            vec![
+                json!([0.5, "o", "one"]),
+                json!([0.5, "r", "100x40"]),
+                json!([0.5, "o", "two"]),
             ]
         );
     }

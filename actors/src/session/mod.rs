@@ -258,8 +258,18 @@ impl SessionActor {
         self.notify_changed();
     }
 
+    /// Stores `event`; a resize with the seq of the output before it
+    /// (`after_seq`), which places it in an export exactly: its time, in
+    /// milliseconds, cannot order it against output of the same one.
     fn persist_event(&self, event: &EventKind) {
-        if let Some(store) = &self.settings.store {
+        let Some(store) = &self.settings.store else {
+            return;
+        };
+        if let EventKind::Resized { .. } = event {
+            let mut stored = serde_json::to_value(event).unwrap_or_default();
+            stored["after_seq"] = self.publisher.last_seq().into();
+            store.record_event(&self.id, stored);
+        } else {
             store.event(&self.id, event);
         }
     }

@@ -81,12 +81,14 @@ async fn the_store_runs_below_the_node() {
     let pid = node.pid().as_raw();
     let base = nice_of(pid).unwrap();
     let mut c = Client::connect(&node.target(OPERATOR)).await.unwrap();
-    // Output for the store to write (its writes catch sled's new threads).
+    // Output all along for the store to write: its writes (once a second)
+    // catch the threads sled starts as it goes, so a thread started after
+    // the last write would stay unseen until the next one.
     let req = CreateRequest {
         command: Some(vec![
             "sh".into(),
             "-c".into(),
-            "seq 1 200000; exec sleep 100000".into(),
+            "while :; do seq 1 2000; sleep 0.2; done".into(),
         ]),
         ..Default::default()
     };

@@ -194,6 +194,9 @@ async fn from_seq_resubscribe_replaces_a_stuck_subscription() {
     subscribe(&mut c, &session, Some(0), SMALL_WINDOW)
         .await
         .unwrap();
+    // `ready` comes after `stty -echo`: a newline sent before it would be
+    // echoed into the stream.
+    wait_output(&node, &session, "ready").await;
     input(&node, &session, b"\n").await;
     let mut s = Stream::new(SMALL_WINDOW);
     within(

@@ -19,6 +19,7 @@ pub mod cluster;
 pub mod directory;
 pub mod error;
 pub mod front;
+pub mod keeper;
 pub mod liveness;
 pub mod metrics;
 pub mod os;

@@ -107,6 +107,10 @@ pub struct NodeConfig {
     pub name: String,
     /// Where the node keeps its files (admin token now; the store later).
     pub data_dir: PathBuf,
+    /// Programs run under the node's PTY keeper (`termesh keeper`) and
+    /// outlive the node's restarts; `false`: they are the node's children
+    /// and end with it.
+    pub keeper: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -435,7 +439,11 @@ impl Config {
             cluster,
             store,
             source: None,
-            node: NodeConfig { name, data_dir },
+            node: NodeConfig {
+                name,
+                data_dir,
+                keeper: raw.node.keeper.unwrap_or(true),
+            },
             http: HttpConfig {
                 listen,
                 keepalive_idle,
@@ -552,6 +560,7 @@ struct RawConfig {
 struct RawNode {
     name: Option<String>,
     data_dir: Option<PathBuf>,
+    keeper: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -4,6 +4,7 @@
 pub mod client;
 pub mod cluster_init;
 pub mod export;
+pub mod keeper;
 pub mod server;
 pub mod token;
 pub mod token_file;

@@ -68,6 +68,24 @@ enum Command {
         /// dir's store/]
         #[arg(long)]
         no_store: bool,
+        /// Run programs as this process's children, so they end with it,
+        /// instead of under the data dir's PTY keeper (`termesh keeper`),
+        /// where they outlive the node's restarts [default: the keeper,
+        /// started when none runs]
+        #[arg(long)]
+        no_keeper: bool,
+    },
+    /// The PTY keeper of a data dir: holds the node's programs and their
+    /// terminals across node restarts (the node starts one when none runs;
+    /// deploy/termesh-keeper.service runs it under systemd).
+    Keeper {
+        /// The data dir whose node it serves [default: the config's, else
+        /// ~/.local/share/termesh]
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+        /// Config file (TOML), for its data dir
+        #[arg(long, short)]
+        config: Option<PathBuf>,
     },
     /// Config file tools.
     Config {
@@ -351,12 +369,23 @@ fn main() {
 
 fn run(cli: Cli) -> anyhow::Result<i32> {
     match cli.command {
+        Command::Keeper { data_dir, config } => {
+            init_logging();
+            let dir = match (data_dir, config) {
+                (Some(dir), _) => dir,
+                (None, Some(path)) => termesh_node::cluster_init::check(&path)?.node.data_dir,
+                (None, None) => termesh_config::default_data_dir(),
+            };
+            termesh_node::keeper::run(&dir)?;
+            Ok(0)
+        }
         Command::Node {
             config,
             listen,
             data_dir,
             name,
             no_store,
+            no_keeper,
         } => {
             init_logging();
             let mut cfg = match &config {
@@ -375,6 +404,9 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             }
             if no_store {
                 cfg.store.enabled = false;
+            }
+            if no_keeper {
+                cfg.node.keeper = false;
             }
             if let Some(name) = name {
                 termesh_config::check_name(&name)
@@ -600,6 +632,7 @@ async fn run_client(command: Command) -> anyhow::Result<i32> {
             attach(&target, opts).await.map(|end| end.exit_code())
         }
         Command::Node { .. }
+        | Command::Keeper { .. }
         | Command::Config { .. }
         | Command::Cluster { .. }
         | Command::Token { .. } => Ok(0),

@@ -109,20 +109,6 @@ async fn a_seq_is_never_given_twice_across_a_kill_9_and_a_revive() {
     );
 }
 
-/// Stops node `i` with SIGTERM and waits until it has exited.
-fn stop_node(cluster: &mut Cluster, i: usize) {
-    let pid = Pid::from_raw(cluster.pid(i) as i32);
-    kill(pid, Signal::SIGTERM).unwrap();
-    let deadline = std::time::Instant::now() + PATIENCE;
-    while kill(pid, None).is_ok() && !cluster.reap(i) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "node {i} did not stop"
-        );
-        poll_pause_blocking();
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_owner_that_stops_is_a_link_loss_then_lost_for_remote_viewers() {
     let mut cluster = Cluster::start(&["a", "b"]);
@@ -139,7 +125,7 @@ async fn an_owner_that_stops_is_a_link_loss_then_lost_for_remote_viewers() {
     )
     .await
     .unwrap();
-    stop_node(&mut cluster, 0);
+    cluster.stop_node(0);
     within(
         PATIENCE,
         "`unreachable` on b after a stopped",

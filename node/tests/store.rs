@@ -7,46 +7,11 @@
 
 mod common;
 
-use common::binary::BinaryNode;
+use common::binary::{client, create, info, BinaryNode};
 use common::*;
-use termesh_node::client::Client;
-use termesh_transport::{ClientMsg, CreateRequest, ServerMsg, SessionInfo, SessionStatus};
+use termesh_transport::{ClientMsg, CreateRequest, ServerMsg, SessionStatus};
 
 const BIG_RING: &str = "[session]\nring_bytes = \"64MiB\"\nring_frames = 4194304\n";
-
-async fn client(node: &BinaryNode) -> Client {
-    Client::connect(&node.target(OPERATOR))
-        .await
-        .expect("connects")
-}
-
-async fn create(node: &BinaryNode, script: &str) -> SessionInfo {
-    let mut c = client(node).await;
-    let req = CreateRequest {
-        command: Some(vec!["sh".into(), "-c".into(), script.into()]),
-        ..Default::default()
-    };
-    match c.request(|id| ClientMsg::Create { id, req }).await.unwrap() {
-        ServerMsg::Created { session, .. } => session,
-        other => panic!("{other:?}"),
-    }
-}
-
-async fn list(node: &BinaryNode) -> Vec<SessionInfo> {
-    let mut c = client(node).await;
-    match c.request(ClientMsg::list).await.unwrap() {
-        ServerMsg::Sessions { sessions, .. } => sessions,
-        other => panic!("{other:?}"),
-    }
-}
-
-async fn info(node: &BinaryNode, id: &str) -> SessionInfo {
-    list(node)
-        .await
-        .into_iter()
-        .find(|s| s.id == id)
-        .unwrap_or_else(|| panic!("no session {id}; log:\n{}", node.log()))
-}
 
 /// Everything the node holds of a session, from seq 1, through `subscribe`.
 /// Everything the store holds of `session`, read page by page with

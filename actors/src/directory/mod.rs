@@ -1,10 +1,12 @@
 //! The node's directory of sessions: the registry actor that creates,
-//! restores, revives and removes them, the checks of create requests, the
+//! restores (taking up programs the PTY keeper held), revives and removes
+//! them, the checks of create requests, the
 //! agent hook secret, and the watch queues that tell clients and peers of
 //! changes.
 
 pub mod create;
 pub mod hook;
 pub mod registry;
+pub mod restore;
 pub mod revive;
 pub mod watch;

@@ -103,7 +103,7 @@ impl Directory {
         self.0.write().ok()?.remove(id)
     }
 
-    fn drain(&self) -> Vec<SessionHandle> {
+    pub(crate) fn drain(&self) -> Vec<SessionHandle> {
         self.1.store(true, std::sync::atomic::Ordering::SeqCst);
         self.0
             .write()
@@ -133,14 +133,16 @@ pub struct RegistryConfig {
     /// The CA a session's program trusts to reach this node over HTTPS
     /// (`TERMESH_CA`: the hook command and the CLI read it).
     pub ca: Option<std::path::PathBuf>,
+    /// Programs start under the PTY keeper (`None`: as the node's children).
+    pub keeper: Option<crate::keeper::Keeper>,
 }
 
 pub struct Registry {
-    config: RegistryConfig,
+    pub(crate) config: RegistryConfig,
     pub(crate) dir: Directory,
-    metrics: Arc<Metrics>,
-    arbiters: Vec<Arbiter>,
-    next_arbiter: usize,
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) arbiters: Vec<Arbiter>,
+    pub(crate) next_arbiter: usize,
     watchers: HashMap<u64, Watcher>,
     /// Ids of sessions whose program is being started off this thread,
     /// with the names they will carry (revived ones included).
@@ -331,75 +333,6 @@ impl Registry {
             store.record(info);
         }
     }
-
-    /// Puts a session found in the store back in the directory: `lost`
-    /// if it was running when the node went down.
-    fn restore(&mut self, stored: crate::store::Restored, ctx: &mut Context<Self>) {
-        let info = &stored.info;
-        let id: Arc<str> = info.id.as_str().into();
-        if self.dir.get(&id).is_some() {
-            return;
-        }
-        let status = match info.status {
-            SessionStatus::Exited => SessionStatus::Exited,
-            _ => SessionStatus::Lost,
-        };
-        if info.status == SessionStatus::Running {
-            self.record_event(
-                &id,
-                serde_json::json!({
-                    "kind": "node_restarted",
-                    "status": "lost",
-                    "message": "the node restarted; the session's program died with it",
-                }),
-            );
-        }
-        let shared = Arc::new(SessionShared {
-            id: id.clone(),
-            node: self.config.node.clone(),
-            command: info.command.clone(),
-            cwd: info.cwd.clone(),
-            created_at: info.created_at,
-            last_seq: stored.last_seq.into(),
-            last_output_ms: stored
-                .tail
-                .last()
-                .map_or(info.created_at, |e| e.at_ms)
-                .into(),
-            viewers: 0.into(),
-            at_prompt: false.into(),
-            exited: true.into(),
-            meta: std::sync::Mutex::new(Meta {
-                name: info.name.clone(),
-                tags: info.tags.clone(),
-                cols: info.cols,
-                rows: info.rows,
-                status,
-                exit_code: info.exit_code,
-                phase: info.phase.clone(),
-            }),
-        });
-        let arbiter = &self.arbiters[self.next_arbiter % self.arbiters.len()];
-        self.next_arbiter += 1;
-        let (settings, metrics) = (self.config.settings.clone(), self.metrics.clone());
-        let changed = ctx.address().recipient();
-        let session_shared = shared.clone();
-        let addr = SessionActor::start_in_arbiter(&arbiter.handle(), move |_| {
-            SessionActor::restored(session_shared, stored, settings, metrics, changed)
-        });
-        // Input goes nowhere: the session is not running.
-        let (input, _) = mpsc::channel(1);
-        self.dir.insert(SessionHandle {
-            id,
-            addr,
-            input,
-            shared: shared.clone(),
-        });
-        Metrics::gauge(&self.metrics.sessions, 1);
-        let info = shared.info();
-        self.persist(&info);
-        self.tell_watchers(WatchEvent::Changed(info));
-    }
 }
 
 /// The error for a session name another session of this node carries.
@@ -409,13 +342,22 @@ pub fn name_taken(name: &str, other: &str) -> ApiError {
     ))
 }
 
-/// Checks the cwd and starts the program: blocking work (a `stat`, a
-/// fork and exec), run off every actor thread.
-pub(crate) fn spawn_program(id: &str, spec: &SpawnSpec) -> Result<pty::Pty, ApiError> {
+/// Checks the cwd and starts the program (under `keeper` when given):
+/// blocking work (a `stat`, a fork and exec, the keeper's answer), run off
+/// every actor thread.
+pub(crate) fn spawn_program(
+    id: &str,
+    spec: &SpawnSpec,
+    keeper: Option<&crate::keeper::Keeper>,
+) -> Result<pty::Pty, ApiError> {
     if let Some(cwd) = &spec.cwd {
         check_cwd(cwd)?;
     }
-    pty::spawn(spec).map_err(|e| {
+    let spawned = match keeper {
+        Some(keeper) => pty::spawn_kept(keeper, id, spec),
+        None => pty::spawn(spec),
+    };
+    spawned.map_err(|e| {
         if e.is_internal() {
             tracing::error!(session = id, "session spawn failed: {e}");
             ApiError::new(ErrorCode::Internal, e.to_string())
@@ -445,7 +387,10 @@ impl Handler<Create> for Registry {
             Err(e) => return Box::pin(actix::fut::ready(Err(e))),
         };
         let thread_id = id.clone();
-        let work = actix_rt::task::spawn_blocking(move || spawn_program(&thread_id, &spawn));
+        let keeper = self.config.keeper.clone();
+        let work = actix_rt::task::spawn_blocking(move || {
+            spawn_program(&thread_id, &spawn, keeper.as_ref())
+        });
         Box::pin(work.into_actor(self).then(move |spawned, act, ctx| {
             act.starting.remove(&id);
             let started = spawned
@@ -581,23 +526,6 @@ impl Handler<SessionChanged> for Registry {
     }
 }
 
-/// Sessions found in the store at start.
-#[derive(Message)]
-#[rtype(result = "usize")]
-pub struct Restore(pub Vec<crate::store::Restored>);
-
-impl Handler<Restore> for Registry {
-    type Result = usize;
-
-    fn handle(&mut self, msg: Restore, ctx: &mut Context<Self>) -> usize {
-        let n = msg.0.len();
-        for stored in msg.0 {
-            self.restore(stored, ctx);
-        }
-        n
-    }
-}
-
 /// Other nodes' sessions changed (a `PeerActor` merged them): tell the
 /// watchers that want the whole cluster.
 #[derive(Message)]
@@ -611,32 +539,5 @@ impl Handler<Broadcast> for Registry {
         for event in msg.0 {
             self.tell(event, false);
         }
-    }
-}
-
-/// Node shutdown: kill every session's program; answers (with how many)
-/// once every session has stopped, so all the output they read has been
-/// handed to the store before the store's flush is asked for.
-#[derive(Message)]
-#[rtype(result = "usize")]
-pub struct Shutdown;
-
-impl Handler<Shutdown> for Registry {
-    type Result = ResponseFuture<usize>;
-
-    fn handle(&mut self, _: Shutdown, _: &mut Context<Self>) -> Self::Result {
-        let handles = self.dir.drain();
-        Metrics::gauge(&self.metrics.sessions, -(handles.len() as i64));
-        let n = handles.len();
-        let closing: Vec<_> = handles
-            .iter()
-            .map(|h| h.addr.send(Close { removed: false }))
-            .collect();
-        Box::pin(async move {
-            for close in closing {
-                let _ = close.await;
-            }
-            n
-        })
     }
 }

@@ -31,12 +31,15 @@ impl Handler<Revive> for Registry {
         let id = handle.id.clone();
         self.starting.insert(id.clone(), None);
         let thread_id = id.clone();
+        let keeper = self.config.keeper.clone();
         let work = async move {
-            let pty = actix_rt::task::spawn_blocking(move || spawn_program(&thread_id, &spec))
-                .await
-                .map_err(|e| {
-                    ApiError::new(ErrorCode::Internal, format!("session start failed: {e}"))
-                })??;
+            let pty = actix_rt::task::spawn_blocking(move || {
+                spawn_program(&thread_id, &spec, keeper.as_ref())
+            })
+            .await
+            .map_err(|e| {
+                ApiError::new(ErrorCode::Internal, format!("session start failed: {e}"))
+            })??;
             let input = pty.input.clone();
             handle
                 .addr

@@ -188,15 +188,27 @@ impl Handler<Close> for SessionActor {
             self.finished = true;
             self.shared.exited.store(true, Ordering::Release);
         }
-        if let Some(store) = self.settings.store.as_ref().filter(|_| !msg.removed) {
-            // Nothing above the last seq was sent: a restart continues
-            // right after it, without a gap.
-            store.seq_mark(&self.id, self.publisher.last_seq());
+        self.close(msg.removed, ctx);
+    }
+}
+
+impl Handler<Leave> for SessionActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: Leave, ctx: &mut Context<Self>) {
+        match self.reap_guard.take() {
+            Some(guard) if self.kept && !self.finished => {
+                // The PTY's tasks end without an exit or EOF; once their
+                // events are applied, `pull` closes the session.
+                guard.detach();
+                self.leaving = Some(msg.0);
+            }
+            guard => {
+                self.reap_guard = guard;
+                self.handle(Close { removed: false }, ctx);
+                let _ = msg.0.send(());
+            }
         }
-        self.publisher.broadcast(Delivery::Closed {
-            removed: msg.removed,
-        });
-        ctx.stop();
     }
 }
 

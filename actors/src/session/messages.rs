@@ -59,6 +59,14 @@ pub struct Close {
     pub removed: bool,
 }
 
+/// The node stops: a program the keeper holds runs on (the session stops
+/// reading its terminal, hands what it read to the store, then closes as
+/// `Close`); the node's own child is killed, as by `Close`. Answered on
+/// the sender once the session has closed.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Leave(pub tokio::sync::oneshot::Sender<()>);
+
 /// What a screen request wants computed from the screen model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ScreenWant {

@@ -134,6 +134,11 @@ pub struct SessionActor {
     seq_limit: u64,
     /// A reservation of the next block is on its way to the disk.
     reserving: bool,
+    /// The program is the keeper's, not the node's child.
+    kept: bool,
+    /// The node stops and the kept program runs on: told once the PTY's
+    /// last events are applied (`Leave`).
+    leaving: Option<oneshot::Sender<()>>,
 }
 
 enum ScreenTo {
@@ -152,19 +157,26 @@ impl SessionActor {
     ) -> Self {
         let ring = Ring::new(settings.ring_bytes, settings.ring_frames);
         let mut actor = Self::build(shared, ring, size, settings, metrics, changed);
-        actor.pid = pty.pid;
-        actor.reap_guard = Some(pty.reap_guard);
-        actor.terminal = Some(pty.terminal);
-        actor.events = Some(pty.events);
+        actor.take_pty(pty);
         actor
     }
 
-    /// A session found in the store at start: its program is gone, its
-    /// newest output is in the ring with its seqs, and seqs continue above
-    /// the last one stored.
+    fn take_pty(&mut self, pty: Pty) {
+        self.pid = pty.pid;
+        self.reap_guard = Some(pty.reap_guard);
+        self.terminal = Some(pty.terminal);
+        self.events = Some(pty.events);
+        self.kept = pty.kept;
+    }
+
+    /// A session found in the store at start: its newest output is in the
+    /// ring with its seqs, and seqs continue above the last one stored.
+    /// With `pty` its program ran on under the keeper and is taken up
+    /// again; without, it is gone.
     pub fn restored(
         shared: Arc<SessionShared>,
         stored: crate::store::Restored,
+        pty: Option<Pty>,
         settings: SessionSettings,
         metrics: Arc<Metrics>,
         changed: Recipient<SessionChanged>,
@@ -189,6 +201,10 @@ impl SessionActor {
         // skipped, never given again.
         actor.publisher.skip_to(stored.last_seq);
         actor.seq_limit = actor.publisher.last_seq();
+        if let Some(pty) = pty {
+            actor.take_pty(pty);
+            return actor;
+        }
         actor.finished = true;
         actor.eof = true;
         match (stored.info.status, stored.info.exit_code) {
@@ -248,6 +264,8 @@ impl SessionActor {
             run: 0,
             seq_limit: if settings_has_store { 0 } else { u64::MAX },
             reserving: false,
+            kept: false,
+            leaving: None,
         }
     }
 
@@ -343,7 +361,12 @@ impl SessionActor {
                     }
                     act.events = Some(events);
                     if n == 0 {
-                        // Every PTY thread is gone; the session stays readable.
+                        // Every PTY task is gone; the session stays readable,
+                        // or, when the node stops, closes now.
+                        if let Some(done) = act.leaving.take() {
+                            act.close(false, ctx);
+                            let _ = done.send(());
+                        }
                         return;
                     }
                     act.held.extend(batch);
@@ -408,6 +431,7 @@ impl SessionActor {
                 self.exit = Some(info);
                 self.on_exit_or_eof(ctx);
             }
+            PtyEvent::Lost => self.lose(),
         }
     }
 
@@ -495,6 +519,35 @@ impl SessionActor {
             exit_code: exit.code,
             signal: exit.signal_name(),
         });
+        self.notify_changed();
+    }
+
+    /// Tells subscribers the session closes (`removed`: for good) and
+    /// stops the actor.
+    fn close(&mut self, removed: bool, ctx: &mut Context<Self>) {
+        if let Some(store) = self.settings.store.as_ref().filter(|_| !removed) {
+            // Nothing above the last seq was sent: a restart continues
+            // right after it, without a gap.
+            store.seq_mark(&self.id, self.publisher.last_seq());
+        }
+        self.publisher.broadcast(Delivery::Closed { removed });
+        ctx.stop();
+    }
+
+    /// The keeper holding the program is gone: so is the program (its
+    /// terminal hangs up as the node's copy of the master closes here).
+    fn lose(&mut self) {
+        if self.finished {
+            return;
+        }
+        self.finished = true;
+        self.reap_guard = None;
+        self.terminal = None;
+        self.shared.exited.store(true, Ordering::Release);
+        self.shared.update(|m| m.status = SessionStatus::Lost);
+        tracing::error!(session = %self.id, pid = self.pid, "session lost: the PTY keeper that held its program is gone");
+        self.persist_event(&EventKind::Lost);
+        self.publisher.finish(EventKind::Lost);
         self.notify_changed();
     }
 

@@ -9,8 +9,9 @@
 //! therefore never hit a recycled process group.
 
 use std::collections::BTreeMap;
-use std::os::fd::{AsFd, AsRawFd, RawFd};
-use std::path::PathBuf;
+use std::ffi::OsString;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -20,6 +21,7 @@ use nix::unistd::Pid;
 use portable_pty::{native_pty_system, PtySize};
 use tokio::sync::mpsc;
 
+use crate::keeper::Keeper;
 pub use io::READ_CHUNK;
 
 mod io;
@@ -62,6 +64,8 @@ pub enum PtyEvent {
     Output(Bytes),
     Eof,
     Exited(ExitInfo),
+    /// The keeper that held the program is gone, and the program with it.
+    Lost,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -78,6 +82,12 @@ pub enum SpawnError {
     Resources { program: String, reason: String },
 }
 
+impl SpawnSpec {
+    fn size(&self) -> (u16, u16) {
+        (self.cols, self.rows)
+    }
+}
+
 impl SpawnError {
     /// Whether the node, not the request, is at fault.
     pub fn is_internal(&self) -> bool {
@@ -86,9 +96,18 @@ impl SpawnError {
 }
 
 /// Held by the session while it may still signal the program's group;
-/// dropping it lets the waiter reap the exited program.
+/// dropping it lets the waiter reap the exited program (a kept one: tells
+/// the keeper to). `detach` lets go without that: the node is stopping
+/// and a kept program runs on for its next start.
 #[derive(Debug)]
-pub struct ReapGuard(#[allow(dead_code)] tokio::sync::watch::Sender<()>);
+pub struct ReapGuard(tokio::sync::watch::Sender<bool>);
+
+impl ReapGuard {
+    /// Stops the PTY's I/O without reaping or releasing the program.
+    pub fn detach(self) {
+        let _ = self.0.send(true);
+    }
+}
 
 /// A PTY's master: the one descriptor a session holds, shared by its I/O
 /// tasks (non-blocking reads and writes) and the session (size, the
@@ -139,6 +158,8 @@ pub struct Pty {
     pub input: mpsc::Sender<Bytes>,
     pub events: mpsc::Receiver<PtyEvent>,
     pub reap_guard: ReapGuard,
+    /// The keeper holds it: it runs on when the node stops.
+    pub kept: bool,
 }
 
 impl std::fmt::Debug for Pty {
@@ -149,16 +170,58 @@ impl std::fmt::Debug for Pty {
 
 /// Opens a PTY (portable-pty), starts the program in it as a session
 /// leader with the slave as its controlling terminal, and starts the PTY's
-/// I/O. The program is started here rather than by portable-pty's
-/// `spawn_command`, whose forked child lists `/proc/self/fd` and closes
-/// every entry: costs that grow with the node's memory and descriptors,
-/// paid by every create (`os::spawn_on_terminal`).
+/// I/O: the program is the node's child and ends with it.
 pub fn spawn(spec: &SpawnSpec) -> Result<Pty, SpawnError> {
+    let env = child_env(&spec.env);
+    let cwd = spec.cwd.clone().or_else(home);
+    let (pid, master) = start_in_terminal(&spec.command, &env, cwd.as_deref(), spec.size())?;
+    crate::os::reset_for_child(pid);
+    start_io(pid, master, io::Child::Own).inspect_err(|_| {
+        // Nobody would read it or reap it: it goes now.
+        let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
+        let _ = nix::sys::wait::waitpid(Pid::from_raw(pid), None);
+    })
+}
+
+/// Starts the program under the node's PTY keeper (`keeper`), which holds
+/// it and its terminal across the node's restarts.
+pub fn spawn_kept(keeper: &Keeper, id: &str, spec: &SpawnSpec) -> Result<Pty, SpawnError> {
+    let env = child_env(&spec.env);
+    let cwd = spec.cwd.clone().or_else(home);
+    let (pid, master) = keeper.spawn(id, &spec.command, &env, cwd, spec.size())?;
+    adopt(keeper, id, pid, master)
+}
+
+/// Takes up a program the keeper holds (started by this node or by an
+/// earlier run of it): `master` is the keeper's copy of its PTY master.
+pub fn adopt(keeper: &Keeper, id: &str, pid: i32, master: OwnedFd) -> Result<Pty, SpawnError> {
+    let child = io::Child::Kept(keeper.watch(id));
+    start_io(pid, FileDescriptor::new(master), child).inspect_err(|_| keeper.release(id))
+}
+
+/// Opens a PTY and starts `command` in it (the node's and the keeper's
+/// way alike); answers the program's pid and the PTY's master. The program
+/// is started here rather than by portable-pty's `spawn_command`, whose
+/// forked child lists `/proc/self/fd` and closes every entry: costs that
+/// grow with the node's memory and descriptors, paid by every create
+/// (`os::spawn_on_terminal`).
+pub fn start_in_terminal(
+    command: &[String],
+    env: &[(OsString, OsString)],
+    cwd: Option<&Path>,
+    (cols, rows): (u16, u16),
+) -> Result<(i32, FileDescriptor), SpawnError> {
     let pty_error = |e: &dyn std::fmt::Display| SpawnError::Pty(e.to_string());
+    let Some((program, args)) = command.split_first() else {
+        return Err(SpawnError::Program {
+            program: String::new(),
+            reason: "the command is empty".into(),
+        });
+    };
     let pair = native_pty_system()
         .openpty(PtySize {
-            rows: spec.rows,
-            cols: spec.cols,
+            rows,
+            cols,
             pixel_width: 0,
             pixel_height: 0,
         })
@@ -167,11 +230,8 @@ pub fn spawn(spec: &SpawnSpec) -> Result<Pty, SpawnError> {
     let master_fd = master
         .as_raw_fd()
         .ok_or_else(|| SpawnError::Pty("the PTY master has no descriptor".into()))?;
-    // The node keeps its own copy of the master, non-blocking for the I/O
-    // tasks (portable-pty's goes below, so a session holds one descriptor).
-    let mut own = FileDescriptor::dup(&Lent(master_fd)).map_err(|e| pty_error(&e))?;
-    own.set_non_blocking(true).map_err(|e| pty_error(&e))?;
-    let terminal = Terminal(Arc::new(own));
+    // A copy of the master of our own (portable-pty's goes below).
+    let own = FileDescriptor::dup(&Lent(master_fd)).map_err(|e| pty_error(&e))?;
     // The child opens the slave by its name (the parent never holds it,
     // so the reader sees EOF once the program and its children close it).
     let slave = master
@@ -182,48 +242,53 @@ pub fn spawn(spec: &SpawnSpec) -> Result<Pty, SpawnError> {
     // The child opens it; that it cannot is the node's fault, not the
     // program's, so it is checked here.
     std::fs::metadata(&slave).map_err(|e| pty_error(&e))?;
-    let env = child_env(&spec.env);
-    // As portable-pty did: without a cwd the program starts in the home
-    // directory.
-    let home = std::env::var_os("HOME")
-        .map(PathBuf::from)
-        .filter(|h| h.is_dir());
-    let program = crate::os::TerminalProgram {
-        program: &spec.command[0],
-        args: &spec.command[1..],
-        env: &env,
-        cwd: spec.cwd.as_deref().or(home.as_deref()),
+    let program_spec = crate::os::TerminalProgram {
+        program,
+        args,
+        env,
+        cwd,
         slave: &slave,
     };
-    let pid = crate::os::spawn_on_terminal(&program).map_err(|failed| match failed {
+    let pid = crate::os::spawn_on_terminal(&program_spec).map_err(|failed| match failed {
         crate::os::SpawnFailed::Node(e) => pty_error(&e),
-        crate::os::SpawnFailed::Program(e) => program_error(&spec.command[0], e),
+        crate::os::SpawnFailed::Program(e) => program_error(program, e),
     })?;
-    crate::os::reset_for_child(pid);
+    Ok((pid, own))
+}
 
+/// Starts the reader, writer and exit waiter on `master` (made
+/// non-blocking: the session's one descriptor).
+fn start_io(pid: i32, mut master: FileDescriptor, child: io::Child) -> Result<Pty, SpawnError> {
+    let kept = matches!(child, io::Child::Kept(_));
+    let pty_error = |e: &dyn std::fmt::Display| SpawnError::Pty(e.to_string());
+    master.set_non_blocking(true).map_err(|e| pty_error(&e))?;
+    let terminal = Terminal(Arc::new(master));
     let (event_tx, events) = mpsc::channel(OUTPUT_QUEUE);
     let (input, input_rx) = mpsc::channel(INPUT_QUEUE);
-    let (guard_tx, guard_rx) = tokio::sync::watch::channel(());
-    if let Err(e) = io::start(&terminal, pid, event_tx, input_rx, guard_rx) {
-        // Nobody would read it or reap it: it goes now.
-        let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
-        let _ = nix::sys::wait::waitpid(Pid::from_raw(pid), None);
-        return Err(pty_error(&e));
-    }
-
+    let (guard_tx, guard_rx) = tokio::sync::watch::channel(false);
+    io::start(&terminal, pid, child, event_tx, input_rx, guard_rx).map_err(|e| pty_error(&e))?;
     Ok(Pty {
         pid,
         terminal,
         input,
         events,
         reap_guard: ReapGuard(guard_tx),
+        kept,
     })
+}
+
+/// As portable-pty did: without a cwd the program starts in the home
+/// directory.
+fn home() -> Option<PathBuf> {
+    std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .filter(|h| h.is_dir())
 }
 
 /// The program's environment: the node's, `TERM`, the request's, and a
 /// `SHELL` when none is set (as portable-pty did).
-fn child_env(extra: &BTreeMap<String, String>) -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
-    let mut env: BTreeMap<std::ffi::OsString, std::ffi::OsString> = std::env::vars_os().collect();
+fn child_env(extra: &BTreeMap<String, String>) -> Vec<(OsString, OsString)> {
+    let mut env: BTreeMap<OsString, OsString> = std::env::vars_os().collect();
     env.insert("TERM".into(), "xterm-256color".into());
     for (k, v) in extra {
         env.insert(k.into(), v.into());

@@ -21,10 +21,7 @@ impl Handler<Relaunch> for SessionActor {
     fn handle(&mut self, msg: Relaunch, ctx: &mut Context<Self>) -> u64 {
         let pty = msg.0;
         self.run += 1;
-        self.pid = pty.pid;
-        self.reap_guard = Some(pty.reap_guard);
-        self.terminal = Some(pty.terminal);
-        self.events = Some(pty.events);
+        self.take_pty(pty);
         self.held.clear();
         self.intake_paused = false;
         self.exit = None;

@@ -375,6 +375,23 @@ pub fn cpu_ms(pid: u32) -> f64 {
     (ticks(11) + ticks(12)) * 10.0
 }
 
+/// Waits (at most 20 s) until the processes `pids` together use under 4%
+/// of a core over half a second: the background work a burst left behind
+/// (warming screen models, the store's flushes) is done. Returns how long
+/// that took.
+pub async fn settle(pids: &[u32]) -> Duration {
+    let start = Instant::now();
+    let total = || pids.iter().map(|p| cpu_ms(*p)).sum::<f64>();
+    while start.elapsed() < Duration::from_secs(20) {
+        let before = total();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        if total() - before <= 20.0 {
+            break;
+        }
+    }
+    start.elapsed()
+}
+
 /// The same coloured text through termesh's screen model as line-sized
 /// frames (as a shell loop writes them): avt plus termesh's per-frame work.
 pub fn model_feed_rate() -> f64 {

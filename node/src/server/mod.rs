@@ -24,7 +24,8 @@ use actix_web::{web, App, HttpServer};
 use anyhow::Context;
 use termesh_actors::directory::create::CreateDefaults;
 use termesh_actors::directory::hook::HookSecret;
-use termesh_actors::directory::registry::{Directory, Registry, RegistryConfig, Restore, Shutdown};
+use termesh_actors::directory::registry::{Directory, Registry, RegistryConfig};
+use termesh_actors::directory::restore::{Restore, Shutdown};
 use termesh_actors::front::connection::Connections;
 use termesh_actors::front::ops::NodeCtx;
 use termesh_actors::liveness::stall::StallClock;
@@ -63,6 +64,27 @@ pub struct Ready {
     /// The generated admin token, when none was configured.
     pub admin_token: Option<String>,
     pub token_file: Option<PathBuf>,
+}
+
+/// Connects to the data dir's PTY keeper, starting one when none runs:
+/// when the node owns its process (`signals`: the keeper is this binary),
+/// keeps a store (the sessions to take the programs up again) and was not
+/// told otherwise (`--no-keeper`). Answers it and the programs it holds.
+fn connect_keeper(
+    config: &Config,
+    signals: bool,
+) -> anyhow::Result<(
+    Option<termesh_actors::keeper::Keeper>,
+    Vec<termesh_actors::keeper::Held>,
+)> {
+    if !(signals && config.node.keeper && config.store.enabled) {
+        return Ok((None, Vec::new()));
+    }
+    let exe = std::env::current_exe().context("cannot find this binary to start the keeper")?;
+    let (keeper, held) =
+        termesh_actors::keeper::Keeper::connect_or_start(&config.node.data_dir, &exe)
+            .context("the PTY keeper (--no-keeper runs programs as the node's children)")?;
+    Ok((Some(keeper), held))
 }
 
 /// Adds a generated admin token when none is configured (saved in the data
@@ -120,6 +142,7 @@ pub fn run(
         // Before any actor starts: a store that cannot be opened ends the
         // start with its message alone.
         let (store, restored) = open_store(&config, &metrics)?;
+        let (keeper, kept) = connect_keeper(&config, signals)?;
         WatchdogActor::new(
             stall.clone(),
             config.watchdog.tick,
@@ -152,16 +175,23 @@ pub fn run(
                     .as_ref()
                     .and(config.cluster.as_ref())
                     .map(|c| c.ca.clone()),
+                keeper,
             },
             dir.clone(),
             metrics.clone(),
         )
         .start();
-        if !restored.is_empty() {
-            let n = registry.send(Restore(restored)).await.unwrap_or(0);
+        if !restored.is_empty() || !kept.is_empty() {
+            let restore = Restore {
+                sessions: restored,
+                kept,
+            };
+            let count = registry.send(restore).await.unwrap_or_default();
             tracing::info!(
-                sessions = n,
-                "sessions restored from the store (lost: their programs died with the last run)"
+                sessions = count.sessions,
+                running = count.running,
+                lost = count.lost,
+                "sessions restored from the store (running: their programs ran on under the PTY keeper; lost: their programs died)"
             );
         }
         let vacuum = store

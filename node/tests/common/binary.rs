@@ -6,6 +6,8 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 
 use termesh_config::hash_token;
+use termesh_node::client::Client;
+use termesh_transport::{ClientMsg, CreateRequest, ServerMsg, SessionInfo};
 
 use super::{ADMIN, OPERATOR, VIEWER};
 
@@ -14,11 +16,18 @@ pub struct BinaryNode {
     pub url: String,
     pub addr: std::net::SocketAddr,
     pub dir: tempfile::TempDir,
+    /// Its data dir (the PTY keeper it started serves it).
+    pub data: std::path::PathBuf,
 }
+
+/// `extra` for a node whose programs are its own children (no PTY keeper):
+/// they end with it, and its sessions are `lost` after a restart.
+pub const NO_KEEPER: &str = "keeper = false\n";
 
 impl BinaryNode {
     /// Starts a node whose config is the harness's tokens plus `extra`
-    /// (TOML sections other than `[node]`, `[http]` listen and `[auth]`).
+    /// (TOML sections other than `[node]`, `[http]` listen and `[auth]`;
+    /// keys before its first section go in `[node]`, such as `NO_KEEPER`).
     pub fn start(extra: &str) -> BinaryNode {
         BinaryNode::start_in(tempfile::tempdir().unwrap(), "127.0.0.1:0", extra)
     }
@@ -27,8 +36,16 @@ impl BinaryNode {
     /// address and data dir: a node restart.
     pub fn restart(mut self, extra: &str) -> BinaryNode {
         self.stop();
-        let dir = tempfile::tempdir().unwrap();
-        let old = std::mem::replace(&mut self.dir, dir);
+        let old = self.hand_over();
+        BinaryNode::start_in(old, &self.addr.to_string(), extra)
+    }
+
+    /// Stops this node cleanly, runs `between` while it is down, then
+    /// starts a node on the same address and data dir.
+    pub fn restart_after(mut self, extra: &str, between: impl FnOnce()) -> BinaryNode {
+        self.stop();
+        between();
+        let old = self.hand_over();
         BinaryNode::start_in(old, &self.addr.to_string(), extra)
     }
 
@@ -37,9 +54,17 @@ impl BinaryNode {
     pub fn crash_and_restart(mut self, extra: &str) -> BinaryNode {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        let dir = tempfile::tempdir().unwrap();
-        let old = std::mem::replace(&mut self.dir, dir);
+        let old = self.hand_over();
         BinaryNode::start_in(old, &self.addr.to_string(), extra)
+    }
+
+    /// Stops this node cleanly and starts `bin` (another build of the
+    /// binary: an upgrade) on the same address and data dir.
+    pub fn upgrade(mut self, bin: &std::path::Path, extra: &str) -> BinaryNode {
+        self.stop();
+        let old = self.hand_over();
+        let data = old.path().join("data");
+        BinaryNode::start_with(bin, old, &data, &self.addr.to_string(), extra)
     }
 
     /// The config file this node was started with.
@@ -64,6 +89,17 @@ impl BinaryNode {
         listen: &str,
         extra: &str,
     ) -> BinaryNode {
+        let bin = std::path::Path::new(env!("CARGO_BIN_EXE_termesh"));
+        BinaryNode::start_with(bin, dir, data, listen, extra)
+    }
+
+    fn start_with(
+        bin: &std::path::Path,
+        dir: tempfile::TempDir,
+        data: &std::path::Path,
+        listen: &str,
+        extra: &str,
+    ) -> BinaryNode {
         let mut config = format!("[node]\nname = \"bin\"\ndata_dir = {data:?}\n\n{extra}\n");
         for (token, role) in [(ADMIN, "admin"), (OPERATOR, "operator"), (VIEWER, "viewer")] {
             config.push_str(&format!(
@@ -73,7 +109,7 @@ impl BinaryNode {
         }
         let path = dir.path().join("termesh.toml");
         std::fs::write(&path, config).unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_termesh"))
+        let mut child = Command::new(bin)
             .args(["node", "--listen", listen, "--config"])
             .arg(&path)
             .env("NO_COLOR", "1")
@@ -102,6 +138,7 @@ impl BinaryNode {
             url,
             addr,
             dir,
+            data: data.to_path_buf(),
         }
     }
 
@@ -126,9 +163,18 @@ impl BinaryNode {
 }
 
 impl BinaryNode {
-    /// Stops the node cleanly and hands over its dir (config, data, log).
+    /// Hands its dir over to the node that follows it on the same data
+    /// dir (this one's drop then leaves the keeper alone).
+    fn hand_over(&mut self) -> tempfile::TempDir {
+        self.data = std::path::PathBuf::new();
+        std::mem::replace(&mut self.dir, tempfile::tempdir().unwrap())
+    }
+
+    /// Stops the node cleanly, and its PTY keeper, and hands over its dir
+    /// (config, data, log).
     pub fn stop_keeping_dir(mut self) -> tempfile::TempDir {
         self.stop();
+        super::kill_keeper(&self.data);
         std::mem::replace(&mut self.dir, tempfile::tempdir().unwrap())
     }
 
@@ -141,6 +187,7 @@ impl BinaryNode {
 impl Drop for BinaryNode {
     fn drop(&mut self) {
         self.stop();
+        super::kill_keeper(&self.data);
     }
 }
 
@@ -161,4 +208,42 @@ impl BinaryNode {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// An operator's connection to `node`.
+pub async fn client(node: &BinaryNode) -> Client {
+    Client::connect(&node.target(OPERATOR))
+        .await
+        .expect("connects")
+}
+
+/// Starts `sh -c script` on `node`.
+pub async fn create(node: &BinaryNode, script: &str) -> SessionInfo {
+    let mut c = client(node).await;
+    let req = CreateRequest {
+        command: Some(vec!["sh".into(), "-c".into(), script.into()]),
+        ..Default::default()
+    };
+    match c.request(|id| ClientMsg::Create { id, req }).await.unwrap() {
+        ServerMsg::Created { session, .. } => session,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Every session `node` lists.
+pub async fn list(node: &BinaryNode) -> Vec<SessionInfo> {
+    let mut c = client(node).await;
+    match c.request(ClientMsg::list).await.unwrap() {
+        ServerMsg::Sessions { sessions, .. } => sessions,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Session `id` as `node` lists it.
+pub async fn info(node: &BinaryNode, id: &str) -> SessionInfo {
+    list(node)
+        .await
+        .into_iter()
+        .find(|s| s.id == id)
+        .unwrap_or_else(|| panic!("no session {id}; log:\n{}", node.log()))
 }

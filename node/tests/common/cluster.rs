@@ -41,6 +41,12 @@ pub struct Cluster {
     pub nodes: Vec<ClusterNode>,
 }
 
+/// A `start_edited` edit: the node runs its programs as its own children
+/// (no PTY keeper), so they end with it.
+pub fn no_keeper(config: &str) -> String {
+    config.replacen("[node]\n", "[node]\nkeeper = false\n", 1)
+}
+
 /// A port free for both TCP and UDP on `ip` now (the node binds it soon).
 fn free_port(ip: &str) -> u16 {
     loop {
@@ -168,6 +174,20 @@ impl Cluster {
         }
     }
 
+    /// SIGTERM for node `i`, waiting (bounded) until it has stopped.
+    pub fn stop_node(&mut self, i: usize) {
+        if let Some(mut child) = self.nodes[i].child.take() {
+            let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+            let deadline = std::time::Instant::now() + super::PATIENCE;
+            while matches!(child.try_wait(), Ok(None)) && std::time::Instant::now() < deadline {
+                super::poll_pause_blocking();
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
     /// SIGKILL for node `i`: no goodbye to its peers.
     pub fn kill_node(&mut self, i: usize) {
         if let Some(mut child) = self.nodes[i].child.take() {
@@ -220,16 +240,13 @@ impl Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
-        for node in &mut self.nodes {
-            if let Some(mut child) = node.child.take() {
-                let pid = nix::unistd::Pid::from_raw(child.id() as i32);
-                let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-                let deadline = std::time::Instant::now() + super::PATIENCE;
-                while matches!(child.try_wait(), Ok(None)) && std::time::Instant::now() < deadline {
-                    super::poll_pause_blocking();
-                }
-                let _ = child.kill();
-                let _ = child.wait();
+        for i in 0..self.nodes.len() {
+            self.stop_node(i);
+        }
+        for node in &self.nodes {
+            let data = termesh_config::Config::load(&node.config).map(|c| c.node.data_dir);
+            if let Ok(data) = data {
+                super::kill_keeper(&data);
             }
         }
     }

@@ -148,6 +148,36 @@ pub async fn poll_pause() {
     tokio::time::sleep(Duration::from_millis(20)).await;
 }
 
+/// The pid of the PTY keeper serving `data_dir`, if one runs (it writes
+/// its pid in `keeper.lock`).
+pub fn keeper_pid(data_dir: &std::path::Path) -> Option<i32> {
+    if data_dir.as_os_str().is_empty() {
+        return None;
+    }
+    let pid: i32 = std::fs::read_to_string(data_dir.join("keeper.lock"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let ours = cmdline.split(|b| *b == 0).any(|arg| arg == b"keeper");
+    ours.then_some(pid)
+}
+
+/// Kills the PTY keeper a test's node started on `data_dir` (its programs'
+/// terminals hang up with it) and waits until it is gone.
+pub fn kill_keeper(data_dir: &std::path::Path) {
+    let Some(pid) = keeper_pid(data_dir) else {
+        return;
+    };
+    let pid = nix::unistd::Pid::from_raw(pid);
+    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+    let deadline = std::time::Instant::now() + PATIENCE;
+    while keeper_pid(data_dir).is_some() && std::time::Instant::now() < deadline {
+        poll_pause_blocking();
+    }
+}
+
 /// `poll_pause` for blocking tests (REST via ureq).
 pub fn poll_pause_blocking() {
     std::thread::sleep(Duration::from_millis(20));

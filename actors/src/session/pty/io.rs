@@ -15,11 +15,14 @@
 //! - The writer drains the input channel that connections hold senders
 //!   of, so keystrokes never wait behind output work; a program that does
 //!   not read its input makes only its own writer wait.
-//! - The waiter learns of the exit from the node's SIGCHLD pass
-//!   (`reaper`) without reaping, so the program's pid, and with it its
-//!   process group id, stays reserved by the zombie; it reaps only when
-//!   the session drops its `ReapGuard`, after which the session never
-//!   signals the group again.
+//! - The waiter learns of the exit without reaping, so the program's pid,
+//!   and with it its process group id, stays reserved by the zombie; it
+//!   reaps only when the session drops its `ReapGuard`, after which the
+//!   session never signals the group again. For the node's own child the
+//!   exit comes from the node's SIGCHLD pass (`reaper`) and the waiter
+//!   reaps; for a program the keeper holds, the keeper tells of the exit
+//!   and reaps when the waiter releases it. A detached guard (the node
+//!   stops) ends the tasks and leaves a kept program running.
 
 use std::io::ErrorKind;
 use std::sync::{Arc, OnceLock};
@@ -32,6 +35,7 @@ use tokio::io::unix::AsyncFd;
 use tokio::sync::{mpsc, watch};
 
 use super::{reaper, ExitInfo, PtyEvent, Terminal};
+use crate::keeper::Kept;
 
 /// Largest read from the PTY, and so the largest frame.
 pub const READ_CHUNK: usize = 64 * 1024;
@@ -59,22 +63,36 @@ fn runtime() -> &'static tokio::runtime::Runtime {
 /// The master as the reader and writer share it.
 type Master = Arc<AsyncFd<Arc<FileDescriptor>>>;
 
+/// Whose child the program is.
+pub enum Child {
+    /// The node's: the node's SIGCHLD pass sees its exit, the waiter reaps.
+    Own,
+    /// The keeper's: it tells of the exit and reaps on release.
+    Kept(Kept),
+}
+
 /// Starts the reader and writer on `terminal` (non-blocking) and the
 /// waiter for `pid`.
 pub fn start(
     terminal: &Terminal,
     pid: i32,
+    child: Child,
     events: mpsc::Sender<PtyEvent>,
     input: mpsc::Receiver<Bytes>,
-    release: watch::Receiver<()>,
+    release: watch::Receiver<bool>,
 ) -> std::io::Result<()> {
     let rt = runtime();
-    reaper::start(rt)?;
+    if matches!(child, Child::Own) {
+        reaper::start(rt)?;
+    }
     let _in_runtime = rt.enter();
     let master: Master = Arc::new(crate::os::register_owned(terminal.descriptor())?);
     rt.spawn(read_task(master.clone(), events.clone(), release.clone()));
     rt.spawn(write_task(master, input, release.clone()));
-    rt.spawn(wait_task(pid, events, release));
+    match child {
+        Child::Own => rt.spawn(wait_task(pid, events, release)),
+        Child::Kept(kept) => rt.spawn(wait_kept(kept, events, release)),
+    };
     Ok(())
 }
 
@@ -89,7 +107,7 @@ fn write(fd: &FileDescriptor, buf: &[u8]) -> std::io::Result<usize> {
 /// Ends at EOF, or once the session lets go (`ReapGuard`): a background
 /// job that keeps the terminal open after the session finished does not
 /// keep its master open with it.
-async fn read_task(master: Master, tx: mpsc::Sender<PtyEvent>, mut release: watch::Receiver<()>) {
+async fn read_task(master: Master, tx: mpsc::Sender<PtyEvent>, mut release: watch::Receiver<bool>) {
     let mut buf = BytesMut::new();
     let mut want = MIN_CHUNK;
     loop {
@@ -150,7 +168,7 @@ async fn read_ready(master: &Master, buf: &mut [u8]) -> std::io::Result<usize> {
 async fn write_task(
     master: Master,
     mut rx: mpsc::Receiver<Bytes>,
-    mut release: watch::Receiver<()>,
+    mut release: watch::Receiver<bool>,
 ) {
     loop {
         let data = tokio::select! {
@@ -176,13 +194,16 @@ async fn write_task(
     }
 }
 
-/// Once the session has dropped its `ReapGuard`.
-async fn released(release: &mut watch::Receiver<()>) {
+/// Once the session has dropped its `ReapGuard` (`false`) or detached it
+/// (`true`).
+async fn released(release: &mut watch::Receiver<bool>) -> bool {
     while release.changed().await.is_ok() {}
+    let detached = *release.borrow();
+    detached
 }
 
 /// Tells the session of the exit, then reaps once it lets go of its guard.
-async fn wait_task(pid: i32, tx: mpsc::Sender<PtyEvent>, mut release: watch::Receiver<()>) {
+async fn wait_task(pid: i32, tx: mpsc::Sender<PtyEvent>, mut release: watch::Receiver<bool>) {
     let info = reaper::exited(pid).await.unwrap_or(ExitInfo {
         code: 1,
         signal: None,
@@ -193,6 +214,29 @@ async fn wait_task(pid: i32, tx: mpsc::Sender<PtyEvent>, mut release: watch::Rec
     // exit only comes when the reaper is gone, and then so is the node).
     released(&mut release).await;
     while let Err(nix::errno::Errno::EINTR) = waitpid(Pid::from_raw(pid), None) {}
+}
+
+/// Tells the session of the exit the keeper reports (or that the keeper,
+/// and the program with it, is gone), then releases the program to the
+/// keeper once the session lets go; a detach leaves it with the keeper.
+async fn wait_kept(mut kept: Kept, tx: mpsc::Sender<PtyEvent>, mut release: watch::Receiver<bool>) {
+    let event = tokio::select! {
+        exit = kept.exit() => match exit {
+            Some(info) => PtyEvent::Exited(info),
+            None => PtyEvent::Lost,
+        },
+        detached = released(&mut release) => {
+            if !detached {
+                kept.release();
+            }
+            return;
+        }
+    };
+    let _ = tx.send(event).await;
+    drop(tx);
+    if !released(&mut release).await {
+        kept.release();
+    }
 }
 
 /// How the program ended, from `waitid`; `None` while it has not (a

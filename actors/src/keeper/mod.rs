@@ -1,0 +1,462 @@
+//! The node's side of the PTY keeper (`termesh keeper`, in the node
+//! crate): a small process per data dir that starts the node's programs as
+//! its own children, holds their PTY masters, and so keeps them running
+//! while the node restarts, upgrades or crashes. The node connects at
+//! start (starting a keeper when none answers), takes up the programs the
+//! keeper holds (`Held`: each with a copy of its master), starts new ones
+//! through it (`spawn`), hears of their exits (`watch`), and releases them
+//! when their session is done with them (`release`: the keeper reaps).
+//! One thread of the node's reads the keeper's messages.
+//!
+//! If the keeper dies, its masters close with it; the node closes its own
+//! copies, so every terminal hangs up (SIGHUP) and its sessions become
+//! `lost`. The next create starts a new keeper.
+
+pub mod wire;
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+use tokio::sync::oneshot;
+
+use crate::session::pty::{ExitInfo, SpawnError};
+use wire::{Reply, Request};
+
+/// How long a node waits for a keeper it started to listen.
+const START_WAIT: Duration = Duration::from_secs(10);
+/// How long a spawn waits for the keeper's answer.
+const SPAWN_WAIT: Duration = Duration::from_secs(10);
+
+/// The data dir's keeper: the connection to it, made again (and a new
+/// keeper started) when a spawn finds the last one gone. Cheap to clone.
+#[derive(Clone)]
+pub struct Keeper {
+    current: Arc<Mutex<Connection>>,
+    data_dir: PathBuf,
+    exe: PathBuf,
+}
+
+impl std::fmt::Debug for Keeper {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Keeper").field("pid", &self.pid()).finish()
+    }
+}
+
+/// One connection to a keeper.
+#[derive(Clone)]
+struct Connection {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    socket: OwnedFd,
+    pid: u32,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    gone: bool,
+    spawns: HashMap<String, std::sync::mpsc::SyncSender<(Reply, Option<OwnedFd>)>>,
+    exits: HashMap<String, oneshot::Sender<ExitInfo>>,
+    /// Exits told before anyone watched for them.
+    ended: HashMap<String, ExitInfo>,
+}
+
+/// A program the keeper held when the node connected.
+#[derive(Debug)]
+pub struct Held {
+    pub id: String,
+    pub pid: i32,
+    /// A copy of its PTY master.
+    pub master: OwnedFd,
+    /// It ended while no node listened.
+    pub exit: Option<ExitInfo>,
+}
+
+/// A session's watch on its kept program: its exit, and its release.
+pub struct Kept {
+    keeper: Connection,
+    id: String,
+    exit: Option<oneshot::Receiver<ExitInfo>>,
+}
+
+impl Kept {
+    /// The program's exit; `None` if the keeper is gone.
+    pub async fn exit(&mut self) -> Option<ExitInfo> {
+        self.exit.as_mut()?.await.ok()
+    }
+
+    /// Hands the program back to the keeper to reap (killed first if it
+    /// still runs).
+    pub fn release(self) {
+        self.keeper.release(&self.id);
+    }
+}
+
+impl Keeper {
+    /// Connects to the keeper of `data_dir`, starting one (`exe keeper
+    /// --data-dir DIR`, its log in DIR/keeper.log) when none listens;
+    /// answers it and the programs it holds.
+    pub fn connect_or_start(data_dir: &Path, exe: &Path) -> std::io::Result<(Keeper, Vec<Held>)> {
+        let (connection, held) = Connection::connect_or_start(data_dir, exe)?;
+        let keeper = Keeper {
+            current: Arc::new(Mutex::new(connection)),
+            data_dir: data_dir.to_path_buf(),
+            exe: exe.to_path_buf(),
+        };
+        Ok((keeper, held))
+    }
+
+    /// The keeper's process id.
+    pub fn pid(&self) -> u32 {
+        self.connection().inner.pid
+    }
+
+    /// Starts `command` in a new PTY under the keeper as session `id`;
+    /// answers its pid and a copy of its master. A keeper found gone is
+    /// started again first (its programs are lost; new ones need one).
+    pub fn spawn(
+        &self,
+        id: &str,
+        command: &[String],
+        env: &[(OsString, OsString)],
+        cwd: Option<PathBuf>,
+        size: (u16, u16),
+    ) -> Result<(i32, OwnedFd), SpawnError> {
+        let connection = {
+            let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
+            if current.is_gone() {
+                let (connection, held) = Connection::connect_or_start(&self.data_dir, &self.exe)
+                    .map_err(|e| SpawnError::Pty(format!("the PTY keeper: {e}")))?;
+                for program in held {
+                    // A keeper the node did not start holds programs no
+                    // session of this run knows: they go.
+                    connection.release(&program.id);
+                }
+                *current = connection;
+            }
+            current.clone()
+        };
+        connection.spawn(id, command, env, cwd, size)
+    }
+
+    /// Watches `id`'s program for its exit.
+    pub fn watch(&self, id: &str) -> Kept {
+        self.connection().watch(id)
+    }
+
+    /// The node is done with `id`'s program: the keeper reaps it (killing
+    /// its process group first if it still runs).
+    pub fn release(&self, id: &str) {
+        self.connection().release(id);
+    }
+
+    fn connection(&self) -> Connection {
+        self.current
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}
+
+impl Connection {
+    /// Connects to the keeper of `data_dir`, starting one (`exe keeper
+    /// --data-dir DIR`, its log in DIR/keeper.log) when none listens.
+    fn connect_or_start(data_dir: &Path, exe: &Path) -> std::io::Result<(Connection, Vec<Held>)> {
+        if let Some(found) = Self::connect(data_dir)? {
+            return Ok(found);
+        }
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(data_dir.join("keeper.log"))?;
+        let mut child = std::process::Command::new(exe)
+            .arg("keeper")
+            .arg("--data-dir")
+            .arg(data_dir)
+            .stdin(std::process::Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .map_err(|e| {
+                std::io::Error::new(e.kind(), format!("cannot start {}: {e}", exe.display()))
+            })?;
+        let started = Instant::now();
+        loop {
+            if let Some(found) = Self::connect(data_dir)? {
+                // The keeper leaves its own session at once; the node only
+                // collects the exit status of the one it started.
+                std::thread::Builder::new()
+                    .name("keeper-start".into())
+                    .spawn(move || child.wait())?;
+                tracing::info!(pid = found.0.inner.pid, "started the PTY keeper");
+                return Ok(found);
+            }
+            if let Some(status) = child.try_wait()? {
+                return Err(std::io::Error::other(format!(
+                    "the PTY keeper exited ({status}) before it listened: see {}",
+                    data_dir.join("keeper.log").display()
+                )));
+            }
+            if started.elapsed() > START_WAIT {
+                let _ = child.kill();
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("the PTY keeper did not listen within {START_WAIT:?}"),
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Connects to the keeper of `data_dir`; `None` when none listens.
+    fn connect(data_dir: &Path) -> std::io::Result<Option<(Connection, Vec<Held>)>> {
+        let path = wire::socket_path(data_dir);
+        let socket = wire::seqpacket()?;
+        match rustix::net::connect(&socket, &wire::address(&path)?) {
+            Ok(()) => {}
+            Err(rustix::io::Errno::NOENT | rustix::io::Errno::CONNREFUSED) => return Ok(None),
+            Err(e) => {
+                return Err(std::io::Error::new(
+                    e.kind(),
+                    format!("{}: {e}", path.display()),
+                ))
+            }
+        }
+        let (pid, held) = hello(&socket)?;
+        let mut state = State::default();
+        for h in &held {
+            if let Some(exit) = h.exit {
+                state.ended.insert(h.id.clone(), exit);
+            }
+        }
+        let keeper = Connection {
+            inner: Arc::new(Inner {
+                socket,
+                pid,
+                state: Mutex::new(state),
+            }),
+        };
+        let reader = keeper.clone();
+        std::thread::Builder::new()
+            .name("keeper-reader".into())
+            .spawn(move || reader.read_loop())?;
+        tracing::info!(pid, programs = held.len(), "connected to the PTY keeper");
+        Ok(Some((keeper, held)))
+    }
+
+    /// Whether the keeper's connection has ended.
+    fn is_gone(&self) -> bool {
+        self.lock().gone
+    }
+
+    fn spawn(
+        &self,
+        id: &str,
+        command: &[String],
+        env: &[(OsString, OsString)],
+        cwd: Option<PathBuf>,
+        (cols, rows): (u16, u16),
+    ) -> Result<(i32, OwnedFd), SpawnError> {
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        {
+            let mut state = self.lock();
+            if state.gone {
+                return Err(SpawnError::Pty(self.gone_reason()));
+            }
+            state.spawns.insert(id.to_string(), tx);
+        }
+        let request = Request::Spawn {
+            id: id.to_string(),
+            command: command.to_vec(),
+            cwd,
+            env: env
+                .iter()
+                .map(|(k, v)| (k.as_bytes().to_vec(), v.as_bytes().to_vec()))
+                .collect(),
+            cols,
+            rows,
+        };
+        let sent = wire::send(&self.inner.socket, &request, None);
+        let answer = sent
+            .map_err(|e| SpawnError::Pty(format!("the PTY keeper: {e}")))
+            .and_then(|()| {
+                rx.recv_timeout(SPAWN_WAIT).map_err(|_| {
+                    SpawnError::Pty(format!(
+                        "the PTY keeper (pid {}) did not answer within {SPAWN_WAIT:?}",
+                        self.inner.pid
+                    ))
+                })
+            });
+        self.lock().spawns.remove(id);
+        match answer? {
+            (Reply::Spawned { pid, .. }, fd) => match fd {
+                Some(fd) => Ok((pid, fd)),
+                None => Err(SpawnError::Pty(
+                    "the PTY keeper sent no terminal with the program".into(),
+                )),
+            },
+            (
+                Reply::SpawnFailed {
+                    internal, reason, ..
+                },
+                _,
+            ) => Err(if internal {
+                SpawnError::Pty(reason)
+            } else {
+                SpawnError::Program {
+                    program: command.first().cloned().unwrap_or_default(),
+                    reason,
+                }
+            }),
+            _ => Err(SpawnError::Pty(self.gone_reason())),
+        }
+    }
+
+    fn watch(&self, id: &str) -> Kept {
+        let mut state = self.lock();
+        let (tx, rx) = oneshot::channel();
+        if let Some(exit) = state.ended.remove(id) {
+            let _ = tx.send(exit);
+        } else if !state.gone {
+            state.exits.insert(id.to_string(), tx);
+        }
+        Kept {
+            keeper: self.clone(),
+            id: id.to_string(),
+            exit: Some(rx),
+        }
+    }
+
+    fn release(&self, id: &str) {
+        {
+            let mut state = self.lock();
+            state.ended.remove(id);
+            state.exits.remove(id);
+            if state.gone {
+                return;
+            }
+        }
+        let request = Request::Release { id: id.to_string() };
+        if let Err(e) = wire::send(&self.inner.socket, &request, None) {
+            tracing::warn!(session = id, "the PTY keeper was not told to release: {e}");
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.inner.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn gone_reason(&self) -> String {
+        format!("the PTY keeper (pid {}) is gone", self.inner.pid)
+    }
+
+    /// Reads the keeper's messages until its connection ends.
+    fn read_loop(self) {
+        let mut buf = Vec::new();
+        loop {
+            match wire::recv::<Reply>(&self.inner.socket, &mut buf) {
+                Ok(Some((reply, fd))) => self.on_reply(reply, fd),
+                Ok(None) => break,
+                Err(e) => {
+                    tracing::error!("the PTY keeper's connection failed: {e}");
+                    break;
+                }
+            }
+        }
+        let mut state = self.lock();
+        state.gone = true;
+        let lost = state.exits.len();
+        // Watchers see the keeper gone; spawns waiting fail.
+        state.exits.clear();
+        state.spawns.clear();
+        drop(state);
+        tracing::error!(
+            pid = self.inner.pid,
+            sessions = lost,
+            "the PTY keeper is gone: the programs it held end as their terminals hang up, \
+             and their sessions are lost"
+        );
+    }
+
+    fn on_reply(&self, reply: Reply, fd: Option<OwnedFd>) {
+        let mut state = self.lock();
+        match &reply {
+            Reply::Exited { id, exit } => {
+                let info = exit_info(*exit);
+                match state.exits.remove(id) {
+                    Some(tx) => {
+                        let _ = tx.send(info);
+                    }
+                    None => {
+                        state.ended.insert(id.clone(), info);
+                    }
+                }
+            }
+            Reply::Spawned { id, .. } | Reply::SpawnFailed { id, .. } => {
+                if let Some(tx) = state.spawns.remove(id) {
+                    let _ = tx.try_send((reply.clone(), fd));
+                }
+            }
+            other => tracing::warn!("the PTY keeper sent {other:?} unasked"),
+        }
+    }
+}
+
+/// The handshake: `hello`, then the programs held, each with its master.
+fn hello(socket: &OwnedFd) -> std::io::Result<(u32, Vec<Held>)> {
+    let bad = |what: String| std::io::Error::new(std::io::ErrorKind::InvalidData, what);
+    wire::send(
+        socket,
+        &Request::Hello {
+            version: wire::VERSION,
+        },
+        None,
+    )?;
+    let mut buf = Vec::new();
+    let mut next = || -> std::io::Result<(Reply, Option<OwnedFd>)> {
+        wire::recv(socket.as_fd(), &mut buf)?
+            .ok_or_else(|| bad("the PTY keeper closed the connection at hello".into()))
+    };
+    let pid = match next()?.0 {
+        Reply::Hello { version, pid } if version == wire::VERSION => pid,
+        Reply::Hello { version, pid } => {
+            return Err(bad(format!(
+                "the PTY keeper (pid {pid}) speaks version {version}, this node {}",
+                wire::VERSION
+            )))
+        }
+        Reply::Refused { reason } => return Err(bad(format!("the PTY keeper refused: {reason}"))),
+        other => return Err(bad(format!("the PTY keeper answered hello with {other:?}"))),
+    };
+    let mut held = Vec::new();
+    loop {
+        match next()? {
+            (Reply::Held { id, pid, exit }, Some(master)) => held.push(Held {
+                id,
+                pid,
+                master,
+                exit: exit.map(exit_info),
+            }),
+            (Reply::Held { id, .. }, None) => {
+                tracing::error!(session = %id, "the PTY keeper held a program without its terminal")
+            }
+            (Reply::HeldEnd, _) => return Ok((pid, held)),
+            (other, _) => return Err(bad(format!("the PTY keeper sent {other:?} at hello"))),
+        }
+    }
+}
+
+fn exit_info(exit: wire::Exit) -> ExitInfo {
+    ExitInfo {
+        code: exit.code,
+        signal: exit.signal.and_then(|s| Signal::try_from(s).ok()),
+    }
+}

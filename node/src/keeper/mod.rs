@@ -1,0 +1,233 @@
+//! `termesh keeper`: the PTY keeper of one data dir. It starts the node's
+//! programs as its own children, each in a new PTY, holds their masters,
+//! and hands a copy of each to the node over `DIR/keeper.sock` (the wire
+//! in `termesh_actors::keeper::wire`), so programs outlive the node's
+//! restarts, upgrades and crashes: while no node reads a terminal, its
+//! program blocks on the full PTY buffer and nothing is lost. It keeps the
+//! exit status of a program that ends until the node releases it.
+//!
+//! Kept small on purpose (it rarely changes and must not go down): one
+//! thread, `poll`, no async runtime, no network, no store. If it dies, its
+//! programs' terminals hang up with it (SIGHUP) and their sessions become
+//! `lost`; a machine reboot ends them too.
+
+mod programs;
+
+use std::os::fd::{BorrowedFd, OwnedFd};
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+use anyhow::Context;
+use nix::sys::signal::{SigSet, Signal};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+use rustix::event::{poll, PollFd, PollFlags};
+use termesh_actors::keeper::wire::{self, Reply, Request};
+
+use programs::Programs;
+
+/// How often the keeper checks that its socket is still its own.
+const LOOK_EVERY: rustix::event::Timespec = rustix::event::Timespec {
+    tv_sec: 5,
+    tv_nsec: 0,
+};
+
+/// The device and inode of `path`, if it exists.
+fn file_id(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+}
+
+/// Runs the keeper of `data_dir` until it is killed or its socket goes. Returns at once when
+/// another keeper already serves the dir.
+pub fn run(data_dir: &Path) -> anyhow::Result<()> {
+    // Out of the caller's session: a Ctrl-C or a closed terminal that ends
+    // a node run by hand does not reach the keeper it started.
+    let _ = rustix::process::setsid();
+    std::fs::create_dir_all(data_dir)
+        .with_context(|| format!("cannot create the data dir {}", data_dir.display()))?;
+    let Some(_lock) = lock(data_dir)? else {
+        tracing::info!(dir = %data_dir.display(), "another keeper serves this data dir");
+        return Ok(());
+    };
+    let path = wire::socket_path(data_dir);
+    let _ = std::fs::remove_file(&path);
+    let listener = wire::seqpacket()?;
+    rustix::net::bind(&listener, &wire::address(&path)?)
+        .with_context(|| format!("cannot bind {}", path.display()))?;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+    rustix::net::listen(&listener, 16)?;
+    let mut mask = SigSet::empty();
+    mask.add(Signal::SIGCHLD);
+    mask.thread_block()?;
+    let mut children = SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)?;
+    tracing::info!(socket = %path.display(), pid = std::process::id(), "PTY keeper serving");
+    let socket_id = file_id(&path);
+
+    let mut keeper = Keeper {
+        programs: Programs::default(),
+        node: None,
+        buf: Vec::new(),
+    };
+    loop {
+        let (accept, child, node) = {
+            let mut fds = vec![
+                PollFd::new(&listener, PollFlags::IN),
+                PollFd::new(&children, PollFlags::IN),
+            ];
+            if let Some(node) = &keeper.node {
+                fds.push(PollFd::new(node, PollFlags::IN));
+            }
+            match poll(&mut fds, Some(&LOOK_EVERY)) {
+                Err(rustix::io::Errno::INTR) => continue,
+                result => result?,
+            };
+            let ready = |i: usize| fds.get(i).is_some_and(|f| !f.revents().is_empty());
+            (ready(0), ready(1), ready(2))
+        };
+        if file_id(&path) != socket_id {
+            // The data dir was removed (or another keeper took it over):
+            // no node can reach these programs any more.
+            tracing::warn!(socket = %path.display(), "the keeper's socket is gone: stopping, its programs end");
+            return Ok(());
+        }
+        if child {
+            while let Ok(Some(_)) = children.read_signal() {}
+            for (id, exit) in keeper.programs.look() {
+                tell(&mut keeper.node, &Reply::Exited { id, exit }, None);
+            }
+        }
+        if node {
+            keeper.read_node();
+        }
+        if accept {
+            keeper.accept(&listener);
+        }
+    }
+}
+
+struct Keeper {
+    programs: Programs,
+    /// The node's connection (one at a time: a new one replaces it).
+    node: Option<OwnedFd>,
+    buf: Vec<u8>,
+}
+
+impl Keeper {
+    fn accept(&mut self, listener: &OwnedFd) {
+        let socket = match rustix::net::accept_with(listener, rustix::net::SocketFlags::CLOEXEC) {
+            Ok(socket) => socket,
+            Err(e) => {
+                tracing::warn!("accept: {e}");
+                return;
+            }
+        };
+        // The socket is the owner's alone (mode 0600); this checks again.
+        let uid = rustix::process::getuid().as_raw();
+        match rustix::net::sockopt::socket_peercred(&socket) {
+            Ok(cred) if cred.uid.as_raw() == uid => {}
+            _ => {
+                tracing::warn!("refused a connection from another user");
+                return;
+            }
+        }
+        if self.node.replace(socket).is_some() {
+            tracing::info!("a new node connection replaces the last one");
+        }
+    }
+
+    /// Handles one message from the node; its end or a bad message drops
+    /// the connection (the programs stay).
+    fn read_node(&mut self) {
+        let Some(node) = &self.node else { return };
+        let request = match wire::recv::<Request>(node, &mut self.buf) {
+            Ok(Some((request, _))) => request,
+            Ok(None) => {
+                tracing::info!("the node disconnected; its programs run on");
+                self.node = None;
+                return;
+            }
+            Err(e) => {
+                tracing::warn!("a bad message from the node ({e}): connection dropped");
+                self.node = None;
+                return;
+            }
+        };
+        match request {
+            Request::Hello { version } if version != wire::VERSION => {
+                let reason = format!(
+                    "this keeper speaks version {}, the node {version}: restart the keeper (its programs end) or run the node with --no-keeper",
+                    wire::VERSION
+                );
+                tracing::error!("{reason}");
+                tell(&mut self.node, &Reply::Refused { reason }, None);
+                self.node = None;
+            }
+            Request::Hello { .. } => {
+                let hello = Reply::Hello {
+                    version: wire::VERSION,
+                    pid: std::process::id(),
+                };
+                tell(&mut self.node, &hello, None);
+                for (reply, master) in self.programs.held() {
+                    tell(&mut self.node, &reply, Some(master));
+                }
+                tell(&mut self.node, &Reply::HeldEnd, None);
+            }
+            Request::Spawn {
+                id,
+                command,
+                cwd,
+                env,
+                cols,
+                rows,
+            } => {
+                let reply = match self.programs.spawn(&id, &command, cwd, env, (cols, rows)) {
+                    Ok(pid) => Reply::Spawned { id, pid },
+                    Err((internal, reason)) => Reply::SpawnFailed {
+                        id,
+                        internal,
+                        reason,
+                    },
+                };
+                let master = match &reply {
+                    Reply::Spawned { id, .. } => self.programs.master(id),
+                    _ => None,
+                };
+                tell(&mut self.node, &reply, master);
+            }
+            Request::Release { id } => self.programs.release(&id),
+        }
+    }
+}
+
+/// Sends to the node, if one is connected (a failed send drops it).
+fn tell(node: &mut Option<OwnedFd>, reply: &Reply, fd: Option<BorrowedFd<'_>>) {
+    let Some(socket) = node else { return };
+    if let Err(e) = wire::send(&*socket, reply, fd) {
+        tracing::warn!("the node connection failed ({e}): dropped");
+        *node = None;
+    }
+}
+
+/// Takes `DIR/keeper.lock` (an exclusive `flock`, held while the keeper
+/// lives) and writes the keeper's pid in it; `None` when another process
+/// holds it.
+fn lock(data_dir: &Path) -> anyhow::Result<Option<nix::fcntl::Flock<std::fs::File>>> {
+    let path = data_dir.join("keeper.lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("cannot open {}", path.display()))?;
+    match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
+        Ok(mut locked) => {
+            use std::io::Write;
+            locked.set_len(0)?;
+            writeln!(locked, "{}", std::process::id())?;
+            Ok(Some(locked))
+        }
+        Err((_, nix::errno::Errno::EWOULDBLOCK)) => Ok(None),
+        Err((_, e)) => Err(anyhow::anyhow!("cannot lock {}: {e}", path.display())),
+    }
+}

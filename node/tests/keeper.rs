@@ -1,0 +1,229 @@
+//! Programs outlive their node (issue 20): real `termesh node` processes
+//! whose programs run under the data dir's PTY keeper. The restart matrix
+//! (SIGTERM, kill -9, another build of the binary) with a program counting
+//! lines, checked line for line through a client that resumes with
+//! `from_seq`; an exit while the node is down reported afterwards; a
+//! keeper killed makes its sessions `lost`, and the next create starts a
+//! new one.
+
+mod common;
+
+use common::binary::{client, create, info, BinaryNode};
+use common::*;
+use termesh_transport::SessionStatus;
+
+/// Counts up, a line every 10 ms, forever.
+const COUNTER: &str =
+    "stty -onlcr -echo; i=0; while true; do i=$((i+1)); echo $i; sleep 0.01; done";
+
+/// The complete lines of `data` count 1, 2, 3, ...; answers the last.
+fn counted(data: &[u8]) -> u64 {
+    let text = String::from_utf8_lossy(data);
+    let mut last = 0;
+    for line in text.split_inclusive('\n').filter(|l| l.ends_with('\n')) {
+        let n: u64 = line
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("not a count: {line:?} after {last}"));
+        assert_eq!(
+            n,
+            last + 1,
+            "after {last} came {n}: a line lost or repeated"
+        );
+        last = n;
+    }
+    last
+}
+
+/// The pids of the keeper's children whose command line holds `marker`.
+fn kept_pids(node: &BinaryNode, marker: &str) -> Vec<i32> {
+    let Some(keeper) = keeper_pid(&node.data) else {
+        return Vec::new();
+    };
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let ppid = stat
+            .rsplit_once(") ")
+            .and_then(|(_, rest)| rest.split(' ').nth(1))
+            .and_then(|p| p.parse::<i32>().ok());
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        if ppid == Some(keeper) && String::from_utf8_lossy(&cmdline).contains(marker) {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+/// Resumes `s` from its last seq on `node` and reads until `more` more
+/// lines have come; the stream must not be resynced.
+async fn resume(node: &BinaryNode, session: &str, s: &mut Stream, more: u64, what: &str) {
+    let mut c = client(node).await;
+    let reply = subscribe(&mut c, session, Some(s.last_seq), 1 << 20)
+        .await
+        .unwrap();
+    let target = counted(&s.data) + more;
+    within(
+        PATIENCE,
+        what,
+        pump_until(&mut c, session, s, true, |s| {
+            s.resyncs > 0 || counted(&s.data) >= target
+        }),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        (s.resyncs, s.snapshots.len()),
+        (0, 0),
+        "{what}: resynced ({reply:?}); log:\n{}",
+        node.log()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn programs_run_on_through_sigterm_kill_9_and_an_upgrade() {
+    let mut node = BinaryNode::start("");
+    let session = create(&node, COUNTER).await.id;
+    let mut s = Stream::new(1 << 20);
+    let mut c = client(&node).await;
+    subscribe(&mut c, &session, Some(0), 1 << 20).await.unwrap();
+    within(
+        PATIENCE,
+        "the first lines",
+        pump_until(&mut c, &session, &mut s, true, |s| counted(&s.data) >= 30),
+    )
+    .await
+    .unwrap();
+    drop(c);
+    let pids = kept_pids(&node, "while true");
+    assert_eq!(pids.len(), 1, "the keeper is the program's parent");
+    // Another build of the binary: a copy at another path.
+    let upgraded = node.dir.path().join("termesh-upgraded");
+    std::fs::copy(env!("CARGO_BIN_EXE_termesh"), &upgraded).unwrap();
+
+    for how in ["SIGTERM", "kill -9", "an upgrade"] {
+        node = match how {
+            "SIGTERM" => node.restart(""),
+            "kill -9" => node.crash_and_restart(""),
+            _ => node.upgrade(&upgraded, ""),
+        };
+        let now = info(&node, &session).await;
+        assert_eq!(now.status, SessionStatus::Running, "after {how}: {now:?}");
+        assert_eq!(
+            kept_pids(&node, "while true"),
+            pids,
+            "after {how}: the same program"
+        );
+        resume(&node, &session, &mut s, 30, how).await;
+        println!("after {how}: counted to {}", counted(&s.data));
+    }
+    assert!(counted(&s.data) >= 120);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_program_that_exits_while_its_node_is_down_reports_its_exit() {
+    let node = BinaryNode::start("");
+    let flag = node.dir.path().join("go");
+    let script = format!(
+        "echo ready; while [ ! -e {} ]; do sleep 0.02; done; echo bye; exit 7",
+        flag.display()
+    );
+    let session = create(&node, &script).await.id;
+    let mut s = Stream::new(1 << 20);
+    let mut c = client(&node).await;
+    subscribe(&mut c, &session, Some(0), 1 << 20).await.unwrap();
+    within(
+        PATIENCE,
+        "ready",
+        pump_until(&mut c, &session, &mut s, true, |s| {
+            String::from_utf8_lossy(&s.data).contains("ready")
+        }),
+    )
+    .await
+    .unwrap();
+    drop(c);
+    let pid = kept_pids(&node, "echo bye")[0];
+    let node = node.restart_after("", || {
+        std::fs::write(&flag, "").unwrap();
+        // It ends while no node runs: a zombie the keeper keeps.
+        let deadline = std::time::Instant::now() + PATIENCE;
+        loop {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+            if stat
+                .rsplit_once(") ")
+                .is_some_and(|(_, r)| r.starts_with('Z'))
+            {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the program did not end"
+            );
+            poll_pause_blocking();
+        }
+    });
+    let mut c = client(&node).await;
+    subscribe(&mut c, &session, Some(s.last_seq), 1 << 20)
+        .await
+        .unwrap();
+    within(
+        PATIENCE,
+        "the exit, after the node is back",
+        pump_until(&mut c, &session, &mut s, true, |s| s.exited.is_some()),
+    )
+    .await
+    .unwrap();
+    assert_eq!(s.exited, Some(7));
+    assert!(
+        String::from_utf8_lossy(&s.data).contains("bye"),
+        "what it printed last came"
+    );
+    let ended = info(&node, &session).await;
+    assert_eq!(
+        (ended.status, ended.exit_code),
+        (SessionStatus::Exited, Some(7))
+    );
+    // Released: the keeper reaped it.
+    within(PATIENCE, "the zombie to be reaped", async {
+        while std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            poll_pause().await;
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keeper_killed_loses_its_sessions_and_the_next_create_starts_another() {
+    let node = BinaryNode::start("");
+    let session = create(&node, "echo held; exec sleep 100000").await.id;
+    let first = keeper_pid(&node.data).expect("the node started a keeper");
+    kill_keeper(&node.data);
+    within(PATIENCE, "the session to be lost", async {
+        while info(&node, &session).await.status != SessionStatus::Lost {
+            poll_pause().await;
+        }
+    })
+    .await;
+    assert!(
+        node.log().contains("the PTY keeper is gone"),
+        "a clear log line:\n{}",
+        node.log()
+    );
+    let again = create(&node, "echo again; exec sleep 100001").await;
+    assert_eq!(again.status, SessionStatus::Running);
+    let second = keeper_pid(&node.data).expect("a new keeper");
+    assert_ne!(first, second);
+    assert_eq!(kept_pids(&node, "100001").len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_keeper_programs_end_with_their_node() {
+    let node = BinaryNode::start(binary::NO_KEEPER);
+    let session = create(&node, "echo mine; exec sleep 100000").await.id;
+    assert!(keeper_pid(&node.data).is_none(), "no keeper was started");
+    let node = node.restart(binary::NO_KEEPER);
+    assert_eq!(info(&node, &session).await.status, SessionStatus::Lost);
+}

@@ -9,6 +9,7 @@ use std::path::Path;
 const LAYERS: &[&str] = &[
     "output",
     "store",
+    "keeper",
     "session",
     "liveness",
     "directory",

@@ -712,5 +712,8 @@ fn init_logging() {
         .with_env_filter(filter)
         .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr)
+        // A log that cannot be written (a full or dead disk under the log
+        // file) loses lines; reporting that on stderr too would panic.
+        .log_internal_errors(false)
         .init();
 }

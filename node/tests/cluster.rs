@@ -168,9 +168,10 @@ async fn three_nodes_share_one_directory_and_survive_an_owner_crash() {
     .await;
     assert!(told.id == late.id || told.id == made[2].id);
 
-    // c comes back (its programs died with it, its store kept them): the
-    // links re-form by themselves and its new directory replaces the old,
-    // with the earlier sessions `lost` on every node.
+    // c comes back (its programs ran on under its PTY keeper, its store
+    // kept their output): the links re-form by themselves and its new
+    // directory replaces the old, with the earlier sessions running again
+    // on every node.
     cluster.start_node(2);
     let fresh = create(&cluster, 2, "after-restart").await;
     for i in 0..3 {
@@ -178,8 +179,8 @@ async fn three_nodes_share_one_directory_and_survive_an_owner_crash() {
             let status = |id: &str| l.iter().find(|s| s.id == id).map(|s| s.status);
             l.iter().filter(|s| s.node == "c").count() == 3
                 && status(&fresh.id) == Some(SessionStatus::Running)
-                && status(&late.id) == Some(SessionStatus::Lost)
-                && status(&made[2].id) == Some(SessionStatus::Lost)
+                && status(&late.id) == Some(SessionStatus::Running)
+                && status(&made[2].id) == Some(SessionStatus::Running)
         })
         .await;
     }

@@ -11,7 +11,7 @@ mod common;
 
 use std::collections::HashMap;
 
-use common::cluster::{connect, create, Cluster};
+use common::cluster::{connect, create, no_keeper, Cluster};
 use common::*;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
@@ -50,7 +50,8 @@ async fn record_until(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_seq_is_never_given_twice_across_a_kill_9_and_a_revive() {
-    let mut cluster = Cluster::start(&["a"]);
+    // Without a keeper, so the program dies with the node and is revived.
+    let mut cluster = Cluster::start_edited(&["a"], no_keeper);
     // A flood of numbered lines: at the kill, output was sent that the
     // store had not written yet.
     let session = create(
@@ -111,7 +112,9 @@ async fn a_seq_is_never_given_twice_across_a_kill_9_and_a_revive() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_owner_that_stops_is_a_link_loss_then_lost_for_remote_viewers() {
-    let mut cluster = Cluster::start(&["a", "b"]);
+    // Without a keeper the program ends with its node (with one, it runs
+    // on: keeper.rs).
+    let mut cluster = Cluster::start_edited(&["a", "b"], no_keeper);
     let session = create(&cluster, 1, "a", "echo ready; exec sleep 100000").await;
     let mut c = connect(&cluster, 1).await;
     let mut s = Stream::new(1 << 20);

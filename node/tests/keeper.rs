@@ -227,3 +227,53 @@ async fn without_a_keeper_programs_end_with_their_node() {
     let node = node.restart(binary::NO_KEEPER);
     assert_eq!(info(&node, &session).await.status, SessionStatus::Lost);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_viewer_on_another_node_follows_the_program_across_its_owner_s_restarts() {
+    use common::cluster::{connect, create, Cluster};
+    let mut cluster = Cluster::start(&["a", "b"]);
+    let session = create(&cluster, 1, "a", COUNTER).await;
+    let mut c = connect(&cluster, 1).await;
+    let mut s = Stream::new(1 << 20);
+    subscribe(&mut c, &session, Some(0), 1 << 20).await.unwrap();
+    for how in ["SIGTERM", "kill -9"] {
+        let target = counted(&s.data) + 30;
+        within(
+            PATIENCE,
+            "lines through b",
+            pump_until(&mut c, &session, &mut s, true, |s| {
+                counted(&s.data) >= target
+            }),
+        )
+        .await
+        .unwrap();
+        match how {
+            "SIGTERM" => cluster.stop_node(0),
+            _ => cluster.kill_node(0),
+        }
+        within(
+            PATIENCE,
+            "`unreachable` on b",
+            pump_until(&mut c, &session, &mut s, true, |s| s.link_is("unreachable")),
+        )
+        .await
+        .expect("the viewer's connection to b stays open");
+        cluster.start_node(0);
+        let target = counted(&s.data) + 30;
+        within(
+            PATIENCE,
+            "`reachable` and the lines printed meanwhile, through b",
+            pump_until(&mut c, &session, &mut s, true, |s| {
+                s.link_is("reachable") && counted(&s.data) >= target
+            }),
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            (s.resyncs, s.snapshots.len(), s.lost),
+            (0, 0, false),
+            "after {how}: every line, no resync"
+        );
+        println!("after {how}: counted to {} through b", counted(&s.data));
+    }
+}

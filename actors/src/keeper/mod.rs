@@ -22,11 +22,21 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::Signal;
 use tokio::sync::oneshot;
 
-use crate::session::pty::{ExitInfo, SpawnError};
+pub use wire::Exit;
 use wire::{Reply, Request};
+
+/// Why a spawn through the keeper failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SpawnError {
+    /// The keeper's fault (or the node's): no PTY, no answer, gone.
+    #[error("{0}")]
+    Keeper(String),
+    /// The request's: no such program, not executable.
+    #[error("{0}")]
+    Program(String),
+}
 
 /// How long a node waits for a keeper it started to listen.
 const START_WAIT: Duration = Duration::from_secs(10);
@@ -64,9 +74,9 @@ struct Inner {
 struct State {
     gone: bool,
     spawns: HashMap<String, std::sync::mpsc::SyncSender<(Reply, Option<OwnedFd>)>>,
-    exits: HashMap<String, oneshot::Sender<ExitInfo>>,
+    exits: HashMap<String, oneshot::Sender<Exit>>,
     /// Exits told before anyone watched for them.
-    ended: HashMap<String, ExitInfo>,
+    ended: HashMap<String, Exit>,
 }
 
 /// A program the keeper held when the node connected.
@@ -77,19 +87,19 @@ pub struct Held {
     /// A copy of its PTY master.
     pub master: OwnedFd,
     /// It ended while no node listened.
-    pub exit: Option<ExitInfo>,
+    pub exit: Option<Exit>,
 }
 
 /// A session's watch on its kept program: its exit, and its release.
 pub struct Kept {
     keeper: Connection,
     id: String,
-    exit: Option<oneshot::Receiver<ExitInfo>>,
+    exit: Option<oneshot::Receiver<Exit>>,
 }
 
 impl Kept {
     /// The program's exit; `None` if the keeper is gone.
-    pub async fn exit(&mut self) -> Option<ExitInfo> {
+    pub async fn exit(&mut self) -> Option<Exit> {
         self.exit.as_mut()?.await.ok()
     }
 
@@ -134,7 +144,7 @@ impl Keeper {
             let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
             if current.is_gone() {
                 let (connection, held) = Connection::connect_or_start(&self.data_dir, &self.exe)
-                    .map_err(|e| SpawnError::Pty(format!("the PTY keeper: {e}")))?;
+                    .map_err(|e| SpawnError::Keeper(format!("the PTY keeper: {e}")))?;
                 for program in held {
                     // A keeper the node did not start holds programs no
                     // session of this run knows: they go.
@@ -269,7 +279,7 @@ impl Connection {
         {
             let mut state = self.lock();
             if state.gone {
-                return Err(SpawnError::Pty(self.gone_reason()));
+                return Err(SpawnError::Keeper(self.gone_reason()));
             }
             state.spawns.insert(id.to_string(), tx);
         }
@@ -286,10 +296,10 @@ impl Connection {
         };
         let sent = wire::send(&self.inner.socket, &request, None);
         let answer = sent
-            .map_err(|e| SpawnError::Pty(format!("the PTY keeper: {e}")))
+            .map_err(|e| SpawnError::Keeper(format!("the PTY keeper: {e}")))
             .and_then(|()| {
                 rx.recv_timeout(SPAWN_WAIT).map_err(|_| {
-                    SpawnError::Pty(format!(
+                    SpawnError::Keeper(format!(
                         "the PTY keeper (pid {}) did not answer within {SPAWN_WAIT:?}",
                         self.inner.pid
                     ))
@@ -299,7 +309,7 @@ impl Connection {
         match answer? {
             (Reply::Spawned { pid, .. }, fd) => match fd {
                 Some(fd) => Ok((pid, fd)),
-                None => Err(SpawnError::Pty(
+                None => Err(SpawnError::Keeper(
                     "the PTY keeper sent no terminal with the program".into(),
                 )),
             },
@@ -309,14 +319,11 @@ impl Connection {
                 },
                 _,
             ) => Err(if internal {
-                SpawnError::Pty(reason)
+                SpawnError::Keeper(reason)
             } else {
-                SpawnError::Program {
-                    program: command.first().cloned().unwrap_or_default(),
-                    reason,
-                }
+                SpawnError::Program(reason)
             }),
-            _ => Err(SpawnError::Pty(self.gone_reason())),
+            _ => Err(SpawnError::Keeper(self.gone_reason())),
         }
     }
 
@@ -390,7 +397,7 @@ impl Connection {
         let mut state = self.lock();
         match &reply {
             Reply::Exited { id, exit } => {
-                let info = exit_info(*exit);
+                let info = *exit;
                 match state.exits.remove(id) {
                     Some(tx) => {
                         let _ = tx.send(info);
@@ -443,7 +450,7 @@ fn hello(socket: &OwnedFd) -> std::io::Result<(u32, Vec<Held>)> {
                 id,
                 pid,
                 master,
-                exit: exit.map(exit_info),
+                exit,
             }),
             (Reply::Held { id, .. }, None) => {
                 tracing::error!(session = %id, "the PTY keeper held a program without its terminal")
@@ -451,12 +458,5 @@ fn hello(socket: &OwnedFd) -> std::io::Result<(u32, Vec<Held>)> {
             (Reply::HeldEnd, _) => return Ok((pid, held)),
             (other, _) => return Err(bad(format!("the PTY keeper sent {other:?} at hello"))),
         }
-    }
-}
-
-fn exit_info(exit: wire::Exit) -> ExitInfo {
-    ExitInfo {
-        code: exit.code,
-        signal: exit.signal.and_then(|s| Signal::try_from(s).ok()),
     }
 }

@@ -437,10 +437,12 @@ impl SessionActor {
 
     fn on_output(&mut self, data: Bytes, ctx: &mut Context<Self>) {
         self.modes.feed(&data);
-        let frame = self.publisher.push(data);
+        // In the store's journal before anyone is sent its seq: a node
+        // killed now continues right after it.
         if let Some(store) = &self.settings.store {
-            store.output(&self.id, frame.seq, frame.data.clone());
+            store.output(&self.id, self.publisher.last_seq() + 1, data.clone());
         }
+        let frame = self.publisher.push(data);
         if frame.seq + SEQ_BLOCK / 2 >= self.seq_limit {
             self.reserve(ctx);
         }

@@ -50,6 +50,15 @@ pub struct ExitInfo {
     pub signal: Option<Signal>,
 }
 
+impl From<crate::keeper::Exit> for ExitInfo {
+    fn from(exit: crate::keeper::Exit) -> Self {
+        ExitInfo {
+            code: exit.code,
+            signal: exit.signal.and_then(|s| Signal::try_from(s).ok()),
+        }
+    }
+}
+
 impl ExitInfo {
     /// The signal's name without `SIG` (`"TERM"`).
     pub fn signal_name(&self) -> Option<String> {
@@ -188,7 +197,15 @@ pub fn spawn(spec: &SpawnSpec) -> Result<Pty, SpawnError> {
 pub fn spawn_kept(keeper: &Keeper, id: &str, spec: &SpawnSpec) -> Result<Pty, SpawnError> {
     let env = child_env(&spec.env);
     let cwd = spec.cwd.clone().or_else(home);
-    let (pid, master) = keeper.spawn(id, &spec.command, &env, cwd, spec.size())?;
+    let (pid, master) = keeper
+        .spawn(id, &spec.command, &env, cwd, spec.size())
+        .map_err(|e| match e {
+            crate::keeper::SpawnError::Keeper(reason) => SpawnError::Pty(reason),
+            crate::keeper::SpawnError::Program(reason) => SpawnError::Program {
+                program: spec.command.first().cloned().unwrap_or_default(),
+                reason,
+            },
+        })?;
     adopt(keeper, id, pid, master)
 }
 

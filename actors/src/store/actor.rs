@@ -182,6 +182,28 @@ impl StoreActor {
     }
 }
 
+/// The journal left a half behind: once everything queued (its frames
+/// among it) is on disk, `Durable` is set and the journal may write over
+/// that half again.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(super) struct MakeDurable(pub Arc<super::journal::Durable>);
+
+impl Handler<MakeDurable> for StoreActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: MakeDurable, _: &mut SyncContext<Self>) {
+        self.drain();
+        match self.flush() {
+            Ok(()) => msg.0.set(),
+            // Not set: the journal waits, then says it overwrites.
+            Err(e) => {
+                tracing::error!(path = %self.store.path().display(), "store flush for the journal failed: {e}")
+            }
+        }
+    }
+}
+
 /// Something was queued: apply the queue.
 #[derive(Message)]
 #[rtype(result = "()")]

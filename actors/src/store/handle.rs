@@ -15,9 +15,10 @@ use bytes::Bytes;
 use termesh_transport::{EventKind, SessionInfo};
 
 use super::actor::{
-    Drain, Flush, LiveEvent, Queue, ReadEvents, ReadOutput, Removed, StoreActor, Vacuum, Wake,
-    MAX_BACKLOG,
+    Drain, Flush, LiveEvent, MakeDurable, Queue, ReadEvents, ReadOutput, Removed, StoreActor,
+    Vacuum, Wake, MAX_BACKLOG,
 };
+use super::journal::Journal;
 use super::{Entry, Retention, Store, StoreError, Write};
 use crate::metrics::Metrics;
 
@@ -37,6 +38,8 @@ pub struct StoreHandle {
     queue: Arc<Mutex<Queue>>,
     backlog: Arc<AtomicU64>,
     live: tokio::sync::broadcast::Sender<LiveEvent>,
+    /// Every frame, before its seq is sent (`journal`).
+    journal: Arc<Mutex<Journal>>,
 }
 
 impl std::fmt::Debug for StoreHandle {
@@ -72,7 +75,12 @@ impl StoreHandle {
     ) -> Result<(StoreHandle, Vec<Restored>), StoreError> {
         let mut store = Store::open(dir)?;
         store.set_output_cap(output_cap);
-        let restored = load(&store, tail_bytes)?;
+        let journal_path = super::load::journal_path(dir);
+        let restored = super::load::load(&mut store, &journal_path, tail_bytes)?;
+        let journal = Journal::open(&journal_path).map_err(|e| StoreError::Open {
+            path: journal_path.display().to_string(),
+            cause: e.to_string(),
+        })?;
         if let Ok(size) = store.size_on_disk() {
             metrics.store_bytes.store(size, Ordering::Relaxed);
         }
@@ -104,6 +112,7 @@ impl StoreHandle {
             queue,
             backlog,
             live,
+            journal: Arc::new(Mutex::new(journal)),
         };
         Ok((handle, restored))
     }
@@ -133,14 +142,26 @@ impl StoreHandle {
         }
     }
 
-    /// Output of `session` as frame `seq`: on the output path, so no
-    /// copy (the id and the frame are shared).
+    /// Output of `session` as frame `seq`, before the seq is sent to
+    /// anyone: written to the journal (one `pwrite`), then queued for the
+    /// store without a copy (the id and the frame are shared). Under the
+    /// journal's lock, so a half's frames are all queued when the switch
+    /// away from it asks the store to make them durable.
     pub fn output(&self, session: &Arc<str>, seq: u64, data: Bytes) {
         let len = data.len() as u64;
+        let at_ms = crate::clock::now_ms();
+        let mut journal = self.journal.lock().unwrap_or_else(|p| p.into_inner());
+        let addr = &self.addr;
+        let written = journal.append(session, seq, at_ms, &data, |durable| {
+            addr.do_send(MakeDurable(durable));
+        });
+        if let Err(e) = written {
+            tracing::error!("the output journal cannot be written: {e}");
+        }
         let write = Write::Output {
             session: session.clone(),
             seq,
-            at_ms: crate::clock::now_ms(),
+            at_ms,
             data,
         };
         self.push(write, len);
@@ -266,26 +287,4 @@ impl StoreHandle {
             .await
             .map_err(|e| e.to_string())?
     }
-}
-
-/// Every session not removed, with the newest `tail_bytes` of output.
-fn load(store: &Store, tail_bytes: usize) -> Result<Vec<Restored>, StoreError> {
-    let mut out = Vec::new();
-    for (id, record, removed) in store.records()? {
-        if removed {
-            continue;
-        }
-        let Ok(info) = rmp_serde::from_slice::<SessionInfo>(&record) else {
-            tracing::warn!(session = %id, "store: a session record that does not decode is skipped");
-            continue;
-        };
-        let tail = store.output_tail(&id, tail_bytes)?;
-        let last_seq = store.last_seq(&id)?.max(store.seq_mark(&id)?);
-        out.push(Restored {
-            info,
-            tail,
-            last_seq,
-        });
-    }
-    Ok(out)
 }

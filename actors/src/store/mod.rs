@@ -15,11 +15,18 @@
 //!   section 4). A session reserves seqs in blocks and sends none past the
 //!   mark on disk; a clean stop lowers it to the last seq sent.
 //!
+//! - `seq_floors`: id -> the seq the session continued from at the node's
+//!   last start: with a whole journal (`journal`) a restart continues
+//!   above the last seq sent, and never below this floor (seqs an earlier
+//!   start skipped stay skipped).
+//!
 //! `key(id)` is the id's length (one byte) then its bytes, so one
 //! session's keys are one contiguous, seq-ordered range.
 
 mod actor;
 mod handle;
+pub mod journal;
+mod load;
 mod manifest;
 #[cfg(test)]
 mod tests;
@@ -134,6 +141,7 @@ pub struct Store {
     events: sled::Tree,
     last_ids: sled::Tree,
     seq_marks: sled::Tree,
+    seq_floors: sled::Tree,
     /// Last event id per session, read from `last_ids` on first use.
     event_ids: HashMap<String, u64>,
     /// Output kept per session: past it by an eighth, the oldest frames
@@ -216,6 +224,7 @@ impl Store {
             events: tree("events")?,
             last_ids: tree("event_ids")?,
             seq_marks: tree("seq_marks")?,
+            seq_floors: tree("seq_floors")?,
             event_ids: HashMap::new(),
             output_cap: u64::MAX,
             output_bytes: HashMap::new(),
@@ -409,6 +418,25 @@ impl Store {
             .seq_marks
             .get(key(session)?)?
             .map_or(0, |v| number_of(&v)))
+    }
+
+    /// The seq the session continued from at the node's last start (0:
+    /// none).
+    pub fn seq_floor(&self, session: &str) -> Result<u64, StoreError> {
+        Ok(self
+            .seq_floors
+            .get(key(session)?)?
+            .map_or(0, |v| number_of(&v)))
+    }
+
+    /// Records where each session continues from at this start (written
+    /// with the next flush).
+    pub fn set_floors(&self, floors: &[(&str, u64)]) -> Result<(), StoreError> {
+        let mut batch = sled::Batch::default();
+        for (session, seq) in floors {
+            batch.insert(key(session)?, &seq.to_be_bytes());
+        }
+        Ok(self.seq_floors.apply_batch(batch)?)
     }
 
     /// The newest stored seq of a session (0: none).

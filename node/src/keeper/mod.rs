@@ -31,10 +31,15 @@ const LOOK_EVERY: rustix::event::Timespec = rustix::event::Timespec {
     tv_nsec: 0,
 };
 
-/// The device and inode of `path`, if it exists.
-fn file_id(path: &Path) -> Option<(u64, u64)> {
+/// Whether `path` is still the socket `id` names: `false` only when it is
+/// gone (ENOENT) or another file; a file system that fails to answer
+/// (a dead disk) is not a reason to end the programs.
+fn still_ours(path: &Path, id: (u64, u64)) -> bool {
     use std::os::unix::fs::MetadataExt;
-    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+    match std::fs::metadata(path) {
+        Ok(m) => (m.dev(), m.ino()) == id,
+        Err(e) => e.kind() != std::io::ErrorKind::NotFound,
+    }
 }
 
 /// Runs the keeper of `data_dir` until it is killed or its socket goes. Returns at once when
@@ -61,7 +66,11 @@ pub fn run(data_dir: &Path) -> anyhow::Result<()> {
     mask.thread_block()?;
     let mut children = SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)?;
     tracing::info!(socket = %path.display(), pid = std::process::id(), "PTY keeper serving");
-    let socket_id = file_id(&path);
+    let socket_id = {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(&path)?;
+        (m.dev(), m.ino())
+    };
 
     let mut keeper = Keeper {
         programs: Programs::default(),
@@ -84,7 +93,7 @@ pub fn run(data_dir: &Path) -> anyhow::Result<()> {
             let ready = |i: usize| fds.get(i).is_some_and(|f| !f.revents().is_empty());
             (ready(0), ready(1), ready(2))
         };
-        if file_id(&path) != socket_id {
+        if !still_ours(&path, socket_id) {
             // The data dir was removed (or another keeper took it over):
             // no node can reach these programs any more.
             tracing::warn!(socket = %path.display(), "the keeper's socket is gone: stopping, its programs end");

@@ -222,7 +222,7 @@ async fn wait_task(pid: i32, tx: mpsc::Sender<PtyEvent>, mut release: watch::Rec
 async fn wait_kept(mut kept: Kept, tx: mpsc::Sender<PtyEvent>, mut release: watch::Receiver<bool>) {
     let event = tokio::select! {
         exit = kept.exit() => match exit {
-            Some(info) => PtyEvent::Exited(info),
+            Some(exit) => PtyEvent::Exited(exit.into()),
             None => PtyEvent::Lost,
         },
         detached = released(&mut release) => {

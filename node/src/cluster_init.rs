@@ -118,36 +118,74 @@ pub fn init(out: &Path, nodes: &[NodeSpec], options: &InitOptions) -> anyhow::Re
     write(&out.join("admin.token"), &format!("{token}\n"), true)?;
     let mut configs = Vec::new();
     for node in nodes {
-        let dir = out.join(&node.name);
-        std::fs::create_dir_all(&dir)
-            .with_context(|| format!("cannot create {}", dir.display()))?;
-        let issued = ca
-            .issue(&node.name)
-            .with_context(|| format!("cannot issue the certificate of {}", node.name))?;
-        write(&dir.join("node.pem"), &issued.cert_pem, false)?;
-        write(&dir.join("node.key"), &issued.key_pem, true)?;
-        write(&dir.join("ca.pem"), &ca_pem.cert_pem, false)?;
-        if *http_tls {
-            let mut names = vec![node.name.clone(), "localhost".to_string()];
-            if !node.http.ip().is_unspecified() {
-                names.insert(0, node.http.ip().to_string());
-            }
-            let http = ca
-                .issue_http(&names)
-                .with_context(|| format!("cannot issue the HTTPS certificate of {}", node.name))?;
-            write(&dir.join("http.pem"), &http.cert_pem, false)?;
-            write(&dir.join("http.key"), &http.key_pem, true)?;
-        }
-        let path = dir.join("termesh.toml");
-        write(
-            &path,
-            &config_text(&id, node, nodes, &token, *http_tls, data_dir),
-            false,
+        let written = write_node(
+            out,
+            &ca,
+            &NodeFiles {
+                id: &id,
+                all: nodes,
+                token: &token,
+                http_tls: *http_tls,
+                data_dir,
+            },
+            node,
         )?;
-        check(&path).with_context(|| format!("{} was written wrong", path.display()))?;
-        configs.push(path);
+        configs.push(written);
     }
     Ok(Written { id, token, configs })
+}
+
+/// What every node's folder is written from.
+pub(crate) struct NodeFiles<'a> {
+    pub id: &'a str,
+    /// Every node of the cluster, the one written included.
+    pub all: &'a [NodeSpec],
+    pub token: &'a str,
+    pub http_tls: bool,
+    pub data_dir: &'a str,
+}
+
+/// Writes `out/NAME/`: the node's certificate and key from `ca`, the CA's
+/// certificate, its HTTPS certificate when asked, and its config (read back
+/// and checked). Answers the config's path.
+pub(crate) fn write_node(
+    out: &Path,
+    ca: &Ca,
+    files: &NodeFiles,
+    node: &NodeSpec,
+) -> anyhow::Result<PathBuf> {
+    let dir = out.join(&node.name);
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let issued = ca
+        .issue(&node.name)
+        .with_context(|| format!("cannot issue the certificate of {}", node.name))?;
+    write(&dir.join("node.pem"), &issued.cert_pem, false)?;
+    write(&dir.join("node.key"), &issued.key_pem, true)?;
+    std::fs::copy(out.join("ca.pem"), dir.join("ca.pem"))
+        .with_context(|| format!("cannot copy ca.pem into {}", dir.display()))?;
+    if files.http_tls {
+        let mut names = vec![node.name.clone(), "localhost".to_string()];
+        if !node.http.ip().is_unspecified() {
+            names.insert(0, node.http.ip().to_string());
+        }
+        let http = ca
+            .issue_http(&names)
+            .with_context(|| format!("cannot issue the HTTPS certificate of {}", node.name))?;
+        write(&dir.join("http.pem"), &http.cert_pem, false)?;
+        write(&dir.join("http.key"), &http.key_pem, true)?;
+    }
+    let path = dir.join("termesh.toml");
+    let text = config_text(
+        files.id,
+        node,
+        files.all,
+        files.token,
+        files.http_tls,
+        files.data_dir,
+    );
+    write(&path, &text, false)?;
+    check(&path).with_context(|| format!("{} was written wrong", path.display()))?;
+    Ok(path)
 }
 
 /// Reads a node's config and checks its certificate: signed by the
@@ -167,8 +205,8 @@ pub fn check(path: &Path) -> anyhow::Result<Config> {
             tracing::warn!(
                 cert = %cluster.cert.display(),
                 "this node's certificate predates mesh names (SAN {}): it still links, \
-                 but re-issue the cluster's certificates with `termesh cluster init` \
-                 (docs/operations.md, \"Rotate a certificate\")",
+                 but re-issue the cluster's certificates with `termesh cluster rotate-ca` \
+                 (docs/operations.md, \"Rotate the cluster CA\")",
                 termesh_transport::peer::tls::mesh_name(&config.node.name)
             );
         }
@@ -218,7 +256,7 @@ fn config_text(
 /// file was there before (`--force`) with a wider mode: `mode` applies only
 /// to files created, so the mode is set on the open file before the secret
 /// is written into it.
-fn write(path: &Path, text: &str, secret: bool) -> anyhow::Result<()> {
+pub(crate) fn write(path: &Path, text: &str, secret: bool) -> anyhow::Result<()> {
     let mut options = std::fs::OpenOptions::new();
     options.write(true).create(true).truncate(true);
     if secret {

@@ -3,6 +3,8 @@
 
 pub mod client;
 pub mod cluster_init;
+pub mod cluster_members;
+pub mod cluster_rotate;
 pub mod export;
 pub mod keeper;
 pub mod server;

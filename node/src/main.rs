@@ -304,6 +304,39 @@ enum ClusterCommand {
         #[arg(long = "nodes-data-dir", value_name = "DIR")]
         nodes_data_dir: Option<String>,
     },
+    /// Add a node to a running cluster: sign it with the CA in DIR (the
+    /// folder `init` wrote), write DIR/NAME/, and add it to every other
+    /// node's config there (then `termesh config reload` on each).
+    AddNode {
+        /// The folder `cluster init --out` wrote
+        #[arg(long)]
+        dir: PathBuf,
+        /// The new node: NAME,quic=ADDR:PORT,http=ADDR:PORT
+        #[arg(long)]
+        node: termesh_node::cluster_init::NodeSpec,
+    },
+    /// Rotate the cluster CA without a split: a new CA, new certificates
+    /// and a trust bundle of both in DIR (then `termesh config reload` on
+    /// each node, one at a time); `--finish`, once all have them, drops
+    /// the old CA (then reload each again).
+    RotateCa {
+        /// The folder `cluster init --out` wrote
+        #[arg(long)]
+        dir: PathBuf,
+        /// Drop the old CA (the second step)
+        #[arg(long)]
+        finish: bool,
+    },
+    /// Take a node out of a cluster: out of every other node's config in
+    /// DIR, its folder moved to DIR/NAME.removed (then `termesh config
+    /// reload` on each, and stop the node).
+    RemoveNode {
+        /// The folder `cluster init --out` wrote
+        #[arg(long)]
+        dir: PathBuf,
+        /// The node's name
+        name: String,
+    },
 }
 
 #[derive(Subcommand)]
@@ -495,6 +528,57 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             );
             Ok(0)
         }
+        Command::Cluster {
+            command: ClusterCommand::AddNode { dir, node },
+        } => {
+            let changed = termesh_node::cluster_members::add_node(&dir, &node)?;
+            println!(
+                "node `{}` written to {}",
+                node.name,
+                changed.node.parent().unwrap_or(&dir).display()
+            );
+            print_edited(&changed.edited);
+            println!(
+                "then copy {} to the new node's machine and start it: termesh node --config {}",
+                changed.node.parent().unwrap_or(&dir).display(),
+                changed.node.display()
+            );
+            Ok(0)
+        }
+        Command::Cluster {
+            command: ClusterCommand::RemoveNode { dir, name },
+        } => {
+            let changed = termesh_node::cluster_members::remove_node(&dir, &name)?;
+            println!(
+                "node `{name}` removed; its folder moved to {}",
+                changed.node.display()
+            );
+            print_edited(&changed.edited);
+            println!("then stop node `{name}`");
+            Ok(0)
+        }
+        Command::Cluster {
+            command: ClusterCommand::RotateCa { dir, finish },
+        } => {
+            let written = if finish {
+                termesh_node::cluster_rotate::finish(&dir)?
+            } else {
+                termesh_node::cluster_rotate::rotate(&dir)?
+            };
+            if finish {
+                println!("the old CA is dropped: ca.pem holds the new CA only");
+            } else {
+                println!("a new CA is issued (the old one is in ca.old.pem until --finish); every node has a new certificate and trusts both CAs");
+            }
+            print_edited(&written);
+            if !finish {
+                println!(
+                    "once every node has reloaded: termesh cluster rotate-ca --dir {} --finish",
+                    dir.display()
+                );
+            }
+            Ok(0)
+        }
         Command::Token { command } => token(command),
         other => runtime()?.block_on(run_client(other)),
     }
@@ -636,6 +720,17 @@ async fn run_client(command: Command) -> anyhow::Result<i32> {
         | Command::Config { .. }
         | Command::Cluster { .. }
         | Command::Token { .. } => Ok(0),
+    }
+}
+
+/// The configs a membership change edited, and how each node applies its
+/// own.
+fn print_edited(edited: &[PathBuf]) {
+    println!(
+        "edited (copy each node's folder to it, then `termesh config reload` there, or SIGHUP):"
+    );
+    for path in edited {
+        println!("  {}", path.display());
     }
 }
 

@@ -151,8 +151,45 @@ async fn restart_under_attach(config: &'static str) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attach_goes_on_across_its_node_s_restart() {
+    // The program runs on under the node's PTY keeper: the attach
+    // reconnects and the same shell answers.
+    let node = BinaryNode::start("");
+    let target = node.target(OPERATOR);
+    let session = termesh_node::client::commands::new(&target, shell())
+        .await
+        .unwrap()
+        .id;
+    let proxy = Proxy::start(node.addr).await;
+    let pane = attach_via(&proxy, OPERATOR, &session);
+    pane.wait_for("PROMPT>").await;
+    pane.type_text("echo before-$$\n");
+    let before = pane
+        .wait_until("the shell's pid", |t| t.contains("\nbefore-"))
+        .await;
+    let pid = before
+        .split("\nbefore-")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap()
+        .to_string();
+    let node = tokio::task::spawn_blocking(move || node.restart(""))
+        .await
+        .unwrap();
+    pane.type_text("echo after-$$\n");
+    let text = pane
+        .wait_until("the same shell to answer after the restart", |t| {
+            t.contains(&format!("after-{pid}"))
+        })
+        .await;
+    assert!(!text.contains("was lost"), "{text}");
+    drop(node);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_lost_in_a_node_restart_ends_the_attach() {
-    let text = restart_under_attach("").await;
+    // Without a keeper the shell dies with the node.
+    let text = restart_under_attach(binary::NO_KEEPER).await;
     assert!(text.contains("was lost"), "{text}");
     // The screen stays, above the note.
     assert!(text.contains("PROMPT>"), "{text}");

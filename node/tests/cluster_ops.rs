@@ -11,19 +11,8 @@ use common::cluster::Cluster;
 use common::*;
 use serde_json::Value;
 
-fn get(cluster: &Cluster, i: usize, path: &str) -> Result<ureq::Response, Box<ureq::Error>> {
-    ureq::get(&format!("http://{}{path}", cluster.nodes[i].http))
-        .set("authorization", &format!("Bearer {}", cluster.token))
-        .timeout(Duration::from_secs(20))
-        .call()
-        .map_err(Box::new)
-}
-
 fn nodes(cluster: &Cluster, i: usize) -> Vec<Value> {
-    get(cluster, i, "/api/v1/nodes")
-        .unwrap()
-        .into_json()
-        .unwrap()
+    cluster.nodes_api(i)
 }
 
 /// Waits (bounded) until `check` holds for node `i`'s `/api/v1/nodes`.

@@ -175,7 +175,8 @@ async fn the_peer_port_refuses_a_client_without_a_certificate() {
                 &ca.issue("z").unwrap().key_pem,
             )
             .unwrap()
-            .ca,
+            .cas[0]
+                .clone(),
         )
         .unwrap();
     let mut tls = rustls::ClientConfig::builder_with_provider(provider())

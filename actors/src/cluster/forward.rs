@@ -44,6 +44,13 @@ impl Peers {
             .push(PeerHandle { entry, addr, stats });
     }
 
+    /// Takes `name` out (a reload removed it from the cluster).
+    pub fn remove(&self, name: &str) -> Option<PeerHandle> {
+        let mut peers = self.0.write().unwrap_or_else(|p| p.into_inner());
+        let at = peers.iter().position(|p| p.entry.name == name)?;
+        Some(peers.remove(at))
+    }
+
     pub fn get(&self, name: &str) -> Option<Addr<PeerActor>> {
         self.all()
             .into_iter()

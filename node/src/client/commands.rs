@@ -79,6 +79,25 @@ pub fn reload(target: &Target) -> anyhow::Result<()> {
         Ok(resp) => {
             let body: serde_json::Value = resp.into_json()?;
             println!("reloaded: {} token(s) in force", body["tokens"]);
+            let names = |key: &str| -> Vec<String> {
+                body[key]
+                    .as_array()
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|v| v.as_str().map(String::from))
+                            .collect()
+                    })
+                    .unwrap_or_default()
+            };
+            for (key, what) in [
+                ("peers_added", "linking to"),
+                ("peers_removed", "no longer linked to"),
+            ] {
+                let list = names(key);
+                if !list.is_empty() {
+                    println!("{what}: {}", list.join(", "));
+                }
+            }
             Ok(())
         }
         Err(ureq::Error::Status(_, resp)) => {

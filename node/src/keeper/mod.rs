@@ -66,6 +66,7 @@ pub fn run(data_dir: &Path) -> anyhow::Result<()> {
     mask.thread_block()?;
     let mut children = SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)?;
     tracing::info!(socket = %path.display(), pid = std::process::id(), "PTY keeper serving");
+    notify_ready();
     let socket_id = {
         use std::os::unix::fs::MetadataExt;
         let m = std::fs::metadata(&path)?;
@@ -215,6 +216,29 @@ fn tell(node: &mut Option<OwnedFd>, reply: &Reply, fd: Option<BorrowedFd<'_>>) {
     if let Err(e) = wire::send(&*socket, reply, fd) {
         tracing::warn!("the node connection failed ({e}): dropped");
         *node = None;
+    }
+}
+
+/// Tells systemd the keeper serves (`Type=notify`: the node's unit starts
+/// after this, so it finds the socket rather than starting a keeper of its
+/// own). Nothing without `NOTIFY_SOCKET`.
+fn notify_ready() {
+    use std::os::linux::net::SocketAddrExt;
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::net::{SocketAddr, UnixDatagram};
+    let Some(target) = std::env::var_os("NOTIFY_SOCKET") else {
+        return;
+    };
+    let target = target.as_bytes();
+    let sent = UnixDatagram::unbound().and_then(|socket| {
+        let address = match target.strip_prefix(b"@") {
+            Some(name) => SocketAddr::from_abstract_name(name)?,
+            None => SocketAddr::from_pathname(std::ffi::OsStr::from_bytes(target))?,
+        };
+        socket.send_to_addr(b"READY=1", &address)
+    });
+    if let Err(e) = sent {
+        tracing::warn!("could not tell systemd the keeper is ready: {e}");
     }
 }
 

@@ -6,6 +6,7 @@ mod auth;
 mod console;
 mod data_dir;
 mod listener;
+mod membership;
 mod nodes;
 mod reload;
 mod rest;
@@ -53,6 +54,8 @@ pub struct AppState {
     /// The config file a reload reads again, and the data dir.
     pub config_source: Option<PathBuf>,
     pub data_dir: PathBuf,
+    /// The cluster's peers as they change by reloads (`None`: one node).
+    pub membership: membership::Shared,
 }
 
 /// What a started node reports.
@@ -239,11 +242,22 @@ pub fn run(
                 .cluster
                 .as_ref()
                 .map(|c| c.this(&config.node.name).quic),
+            membership: Default::default(),
         };
-        let mesh = match &config.cluster {
-            Some(cluster) => Some(start_mesh(&config, cluster, &state.node)?),
-            None => None,
-        };
+        if let Some(cluster) = &config.cluster {
+            let started = membership::Membership::start(&config, cluster, &state.node)?;
+            *membership::lock(&state.membership) = Some(started);
+        }
+        // The certificate's expiry is warned of twice a day once it is near.
+        let expiry = state.membership.clone();
+        let expiry = actix_rt::spawn(async move {
+            loop {
+                actix_rt::time::sleep(Duration::from_secs(12 * 3600)).await;
+                if let Some(m) = membership::lock(&expiry).as_ref() {
+                    m.warn_expiry();
+                }
+            }
+        });
         let app_state = state.clone();
         let server = HttpServer::new(move || {
             App::new()
@@ -298,6 +312,7 @@ pub fn run(
         if let Some(hup) = hup {
             hup.abort();
         }
+        expiry.abort();
         let closing = state.connections.close_all(1001);
         let stopped = registry.send(Shutdown).await.unwrap_or(0);
         if let Some(store) = &store {
@@ -319,7 +334,8 @@ pub fn run(
         actix_rt::time::sleep(Duration::from_millis(200)).await;
         server_handle.stop(true).await;
         let _ = serving.await;
-        drop(mesh);
+        // The mesh closes its endpoint and stops its thread.
+        drop(membership::lock(&state.membership).take());
         if let Some(file) = url_file {
             file.remove();
         }
@@ -376,59 +392,6 @@ async fn vacuum_loop(store: StoreHandle, config: termesh_config::StoreConfig) {
             Err(e) => tracing::error!("store vacuum failed: {e}"),
         }
     }
-}
-
-/// Starts a `PeerActor` per peer and the mesh thread that links them.
-fn start_mesh(
-    config: &Config,
-    cluster: &termesh_config::ClusterConfig,
-    node: &NodeCtx,
-) -> anyhow::Result<termesh_transport::peer::link::Mesh> {
-    use termesh_actors::cluster::peer::{FromLink, LinkStats, PeerActor, SetNode};
-    use termesh_transport::peer::link::{LinkSink, MeshConfig, PeerSpec};
-    let me = config.node.name.clone();
-    let identity =
-        termesh_transport::peer::tls::Identity::load(&cluster.ca, &cluster.cert, &cluster.key)?;
-    let mut peers = Vec::new();
-    // The peer actors run on an arbiter of their own: mesh work is neither
-    // delayed by nor counted as the main arbiter's stall (the watchdog's
-    // lateness), so the breaker judges the peer, not this node's load.
-    let arbiter = actix::Arbiter::new().handle();
-    for peer in cluster.peers(&me) {
-        let stats = Arc::new(LinkStats::default());
-        let actor = PeerActor::new(
-            peer.name.clone(),
-            me.clone(),
-            node.dir.clone(),
-            node.registry.clone(),
-            node.mesh.view.clone(),
-            stats.clone(),
-        );
-        let actor = PeerActor::start_in_arbiter(&arbiter, move |_| actor);
-        actor.do_send(SetNode {
-            answer: Arc::new(termesh_actors::front::request::TableAnswer(node.clone())),
-            stall: node.stall.clone(),
-        });
-        node.mesh
-            .peers
-            .insert(peer.clone(), actor.clone(), stats.clone());
-        peers.push(PeerSpec {
-            name: peer.name.clone(),
-            addr: peer.quic,
-            sink: LinkSink::new(move |event| actor.do_send(FromLink(event))),
-            stats,
-        });
-    }
-    let mesh = MeshConfig {
-        me: me.clone(),
-        cluster: cluster.id.clone(),
-        boot: uuid::Uuid::new_v4().simple().to_string(),
-        listen: cluster.this(&me).quic,
-        identity,
-    };
-    let started = termesh_transport::peer::link::start(mesh, peers)?;
-    tracing::info!(cluster = %cluster.id, quic = %cluster.this(&me).quic, peers = cluster.nodes.len() - 1, "peer mesh started");
-    Ok(started)
 }
 
 /// Each session holds three descriptors (PTY reader, writer, master) and

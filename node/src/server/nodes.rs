@@ -34,6 +34,11 @@ pub fn list(state: &AppState) -> Vec<Value> {
         "bytes_in": 0,
         "bytes_out": 0,
     })];
+    if let Some(not_after) = cert_not_after(state) {
+        let now = termesh_actors::clock::now_ms() as i64 / 1000;
+        out[0]["cert_expires_at"] = json!(not_after);
+        out[0]["cert_days_left"] = json!((not_after - now) / 86_400);
+    }
     for peer in node.mesh.peers.all() {
         let s = &peer.stats;
         let t = s.totals();
@@ -58,11 +63,26 @@ pub fn list(state: &AppState) -> Vec<Value> {
     out
 }
 
-/// Prometheus lines for every peer link.
+/// When this node's mesh certificate expires (unix seconds).
+fn cert_not_after(state: &AppState) -> Option<i64> {
+    super::membership::lock(&state.membership)
+        .as_ref()
+        .and_then(|m| m.not_after)
+}
+
+/// Prometheus lines for every peer link, and the mesh certificate's expiry.
 pub fn metrics(state: &AppState) -> String {
+    let mut out = String::new();
+    if let Some(not_after) = cert_not_after(state) {
+        let name = "termesh_cert_expiry_timestamp_seconds";
+        out.push_str(&format!(
+            "# HELP {name} When this node's mesh certificate expires (unix seconds).\n# TYPE {name} gauge\n{name}{{node=\"{}\"}} {not_after}\n",
+            state.node.node
+        ));
+    }
     let peers = state.node.mesh.peers.all();
     if peers.is_empty() {
-        return String::new();
+        return out;
     }
     type Get = fn(&termesh_actors::cluster::peer::LinkStats) -> f64;
     let series: [(&str, &str, &str, Get); 9] = [
@@ -121,7 +141,6 @@ pub fn metrics(state: &AppState) -> String {
             |s| s.totals().lost_packets as f64,
         ),
     ];
-    let mut out = String::new();
     for (name, kind, help, get) in series {
         out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n"));
         for peer in &peers {

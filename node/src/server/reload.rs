@@ -1,5 +1,6 @@
 //! Reload: the node reads its config file again and applies the token
-//! changes (added, revoked, roles) without a restart, on SIGHUP or
+//! changes (added, revoked, roles) and the cluster's peer list (nodes
+//! added and removed: `membership`) without a restart, on SIGHUP or
 //! `POST /api/v1/config/reload` (admin; `termesh config reload`). Open
 //! connections check their token against the new set; a revoked one is
 //! closed (4401). Other changed settings are logged as taking effect at
@@ -18,9 +19,21 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     cfg.route("/config/reload", web::post().to(reload_route));
 }
 
-/// Reads the config file again and replaces the tokens; answers how many
-/// tokens are in force now.
-pub fn reload(state: &AppState) -> Result<usize, ApiError> {
+/// What a reload applied.
+#[derive(Debug, serde::Serialize)]
+pub struct Reloaded {
+    /// Tokens in force now.
+    pub tokens: usize,
+    /// Peers linked to since, and peers no longer.
+    pub peers_added: Vec<String>,
+    pub peers_removed: Vec<String>,
+    /// New mesh certificates were taken (for links made from now on).
+    pub certificates: bool,
+}
+
+/// Reads the config file again, replaces the tokens and applies the
+/// cluster's peer list.
+pub fn reload(state: &AppState) -> Result<Reloaded, ApiError> {
     let Some(path) = &state.config_source else {
         return Err(ApiError::bad_request(
             "this node was started without a config file (--config): there is nothing to reload",
@@ -34,13 +47,42 @@ pub fn reload(state: &AppState) -> Result<usize, ApiError> {
     super::ensure_admin_token(&mut config)
         .map_err(|e| ApiError::new(ErrorCode::Internal, format!("{e:#}")))?;
     let n = config.auth.tokens.len();
+    let mut certificates = false;
+    let changed = match (
+        &mut *super::membership::lock(&state.membership),
+        &config.cluster,
+    ) {
+        (Some(membership), Some(cluster)) => {
+            certificates = membership.apply_certificates(cluster).map_err(|e| {
+                ApiError::bad_request(format!(
+                    "the certificates were not taken (the peers and tokens were not applied either): {e}"
+                ))
+            })?;
+            membership.apply(cluster, &state.node)
+        }
+        (None, Some(_)) | (Some(_), None) => {
+            tracing::warn!(
+                "the [cluster] section was added or removed: that takes effect at the next start"
+            );
+            Default::default()
+        }
+        (None, None) => Default::default(),
+    };
     state.node.tokens.replace(config.auth.tokens);
     tracing::info!(
         path = %path.display(),
         tokens = n,
-        "config reloaded: tokens applied (other settings take effect at the next start)"
+        peers_added = ?changed.added,
+        peers_removed = ?changed.removed,
+        certificates,
+        "config reloaded: tokens and peers applied (other settings take effect at the next start)"
     );
-    Ok(n)
+    Ok(Reloaded {
+        tokens: n,
+        peers_added: changed.added,
+        peers_removed: changed.removed,
+        certificates,
+    })
 }
 
 /// The file is read on a blocking thread, not on the HTTP worker: a
@@ -51,7 +93,7 @@ async fn reload_route(req: HttpRequest, state: web::Data<AppState>) -> HttpRespo
     }
     let done = web::block(move || reload(&state)).await;
     respond(match done {
-        Ok(Ok(tokens)) => Ok(HttpResponse::Ok().json(serde_json::json!({ "tokens": tokens }))),
+        Ok(Ok(reloaded)) => Ok(HttpResponse::Ok().json(reloaded)),
         Ok(Err(e)) => Err(e),
         Err(e) => Err(ApiError::new(
             ErrorCode::Internal,

@@ -48,7 +48,7 @@ pub fn no_keeper(config: &str) -> String {
 }
 
 /// A port free for both TCP and UDP on `ip` now (the node binds it soon).
-fn free_port(ip: &str) -> u16 {
+pub fn free_port(ip: &str) -> u16 {
     loop {
         let tcp = TcpListener::bind(format!("{ip}:0")).unwrap();
         let port = tcp.local_addr().unwrap().port();
@@ -231,6 +231,57 @@ impl Cluster {
             .and_then(|l| l.rsplit(' ').next())
             .and_then(|v| v.parse().ok())
             .unwrap_or_else(|| panic!("no {series} in\n{text}"))
+    }
+
+    /// The folder `cluster init` wrote (CA, admin token, one folder per
+    /// node).
+    pub fn folder(&self) -> PathBuf {
+        self.dir.path().join("cluster")
+    }
+
+    /// Runs the `termesh` binary with `args`; its stdout, or a panic with
+    /// its stderr.
+    pub fn termesh(&self, args: &[&str]) -> String {
+        let out = Command::new(bin()).args(args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "termesh {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// A node `cluster add-node` wrote (`config`), started as node `i`
+    /// (the index it answers).
+    pub fn add_member(&mut self, name: &str, http: SocketAddr, config: PathBuf) -> usize {
+        self.nodes.push(ClusterNode {
+            name: name.to_string(),
+            http,
+            config,
+            wrap: Vec::new(),
+            child: None,
+        });
+        let i = self.nodes.len() - 1;
+        self.start_node(i);
+        i
+    }
+
+    /// `termesh config reload` against node `i` (its config file read
+    /// again: tokens and peers); answers what it printed.
+    pub fn reload(&self, i: usize) -> String {
+        let url = format!("http://{}", self.nodes[i].http);
+        self.termesh(&["config", "reload", "--url", &url, "--token", &self.token])
+    }
+
+    /// Node `i`'s `GET /api/v1/nodes`.
+    pub fn nodes_api(&self, i: usize) -> Vec<serde_json::Value> {
+        ureq::get(&format!("http://{}/api/v1/nodes", self.nodes[i].http))
+            .set("authorization", &format!("Bearer {}", self.token))
+            .timeout(std::time::Duration::from_secs(20))
+            .call()
+            .unwrap()
+            .into_json()
+            .unwrap()
     }
 
     pub fn log(&self, i: usize) -> String {

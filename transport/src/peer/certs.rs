@@ -3,7 +3,8 @@
 //! good for serving and dialing (serverAuth + clientAuth); and HTTPS
 //! certificates, serverAuth only and never with a mesh name, so they
 //! cannot stand in for a node on the mesh. `termesh cluster init` uses
-//! this; so do the tests, for other CAs and wrong names.
+//! this, `cluster add-node` with the CA it wrote (`Ca::load`); so do the
+//! tests, for other CAs and wrong names.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -59,6 +60,30 @@ impl Ca {
         let key = KeyPair::generate()?;
         let cert = params.self_signed(&key)?;
         Ok(Ca { cert, key })
+    }
+
+    /// The CA `cluster init` wrote (its certificate and key, PEM), to
+    /// issue more certificates from it (`cluster add-node`).
+    pub fn load(cert_pem: &str, key_pem: &str) -> Result<Ca, rcgen::Error> {
+        let key = KeyPair::from_pem(key_pem)?;
+        let params = CertificateParams::from_ca_cert_pem(cert_pem)?;
+        // The same subject and key: what it signs chains to the file's
+        // certificate (verification checks the issuer's name and key).
+        let cert = params.self_signed(&key)?;
+        Ok(Ca { cert, key })
+    }
+
+    /// `next`'s certificate signed by this CA (a cross-signed
+    /// intermediate, PEM): a node whose certificate `next` issued sends it
+    /// after its own, so a node that trusts only this CA still verifies it
+    /// while the CA is rotated.
+    pub fn cross_sign(&self, next: &Ca) -> Result<String, rcgen::Error> {
+        let cert = next
+            .cert
+            .params()
+            .clone()
+            .signed_by(&next.key, &self.cert, &self.key)?;
+        Ok(cert.pem())
     }
 
     pub fn pem(&self) -> Issued {

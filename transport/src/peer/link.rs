@@ -4,7 +4,8 @@
 //! nothing of actors: the node gives each peer's sink. Of each pair the node with
 //! the lower name dials and the other accepts; after the hellos both sides
 //! run the link alike. A link that fails is dialed again with jittered
-//! backoff.
+//! backoff. Peers join and leave while it runs (`Mesh::add_peer`,
+//! `Mesh::remove_peer`: a config reload), each link on its own.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -94,6 +95,32 @@ const REFUSAL_LOG_ADDRESSES: usize = 1024;
 pub struct Mesh {
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
+    control: mpsc::UnboundedSender<Change>,
+}
+
+/// A change of the peers the mesh links to, or of its certificates.
+enum Change {
+    Add(PeerSpec),
+    Remove(String),
+    Identity(Box<Identity>),
+}
+
+impl Mesh {
+    /// Starts a link to a new peer (another with the same name goes first).
+    pub fn add_peer(&self, peer: PeerSpec) {
+        let _ = self.control.send(Change::Add(peer));
+    }
+
+    /// Ends the link to `name` and refuses its connections from now on.
+    pub fn remove_peer(&self, name: &str) {
+        let _ = self.control.send(Change::Remove(name.to_string()));
+    }
+
+    /// New certificates (a CA rotation): connections made from now on,
+    /// both ways, are made and checked with them; the links up stay up.
+    pub fn set_identity(&self, identity: Identity) {
+        let _ = self.control.send(Change::Identity(Box::new(identity)));
+    }
 }
 
 impl Drop for Mesh {
@@ -118,11 +145,12 @@ pub fn start(config: MeshConfig, peers: Vec<PeerSpec>) -> anyhow::Result<Mesh> {
         config.identity.endpoint(config.listen)?
     };
     let (stop, stopped) = tokio::sync::oneshot::channel();
+    let (control, changes) = mpsc::unbounded_channel();
     let thread = std::thread::Builder::new()
         .name("termesh-mesh".into())
         .spawn(move || {
             runtime.block_on(async move {
-                run(config, peers, endpoint.clone(), stopped).await;
+                run(config, peers, endpoint.clone(), stopped, changes).await;
                 endpoint.close(0u32.into(), b"node stopping");
                 let _ = tokio::time::timeout(Duration::from_secs(2), endpoint.wait_idle()).await;
             })
@@ -130,29 +158,133 @@ pub fn start(config: MeshConfig, peers: Vec<PeerSpec>) -> anyhow::Result<Mesh> {
     Ok(Mesh {
         stop: Some(stop),
         thread: Some(thread),
+        control,
     })
+}
+
+/// The peers incoming connections are taken from: every configured
+/// name, and where the connections of those that dial this node go.
+struct Members {
+    names: Vec<String>,
+    accepted: HashMap<String, mpsc::Sender<quinn::Connection>>,
+    /// What a peer's certificate is checked against, and how dials are
+    /// made.
+    identity: Identity,
+    client: quinn::ClientConfig,
+}
+
+type SharedMembers = std::sync::Arc<std::sync::Mutex<Members>>;
+
+fn lock(members: &SharedMembers) -> std::sync::MutexGuard<'_, Members> {
+    members.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The link task of each peer.
+struct Links {
+    config: MeshConfig,
+    endpoint: quinn::Endpoint,
+    members: SharedMembers,
+    tasks: HashMap<String, tokio::task::AbortHandle>,
+}
+
+impl Links {
+    /// Starts `peer`'s link (the lower name dials), replacing one of the
+    /// same name.
+    fn start(&mut self, peer: PeerSpec, tasks: &mut tokio::task::JoinSet<()>) {
+        let name = peer.name.clone();
+        let mut m = lock(&self.members);
+        m.names.retain(|n| *n != name);
+        m.names.push(name.clone());
+        let handle = if peer.name.as_str() > self.config.me.as_str() {
+            m.accepted.remove(&name);
+            tasks.spawn(dial_loop(
+                self.config.clone(),
+                self.endpoint.clone(),
+                self.members.clone(),
+                peer,
+            ))
+        } else {
+            let (tx, rx) = mpsc::channel(4);
+            m.accepted.insert(name.clone(), tx);
+            tasks.spawn(accept_loop(self.config.clone(), peer, rx))
+        };
+        if let Some(old) = self.tasks.insert(name, handle) {
+            old.abort();
+        }
+    }
+
+    /// Ends `name`'s link (its task goes, and its connection with it) and
+    /// refuses its connections from now on.
+    fn stop(&mut self, name: &str) {
+        {
+            let mut m = lock(&self.members);
+            m.names.retain(|n| n != name);
+            m.accepted.remove(name);
+        }
+        if let Some(link) = self.tasks.remove(name) {
+            link.abort();
+        }
+    }
 }
 
 async fn run(
     config: MeshConfig,
     peers: Vec<PeerSpec>,
     endpoint: quinn::Endpoint,
-    stopped: tokio::sync::oneshot::Receiver<()>,
+    mut stopped: tokio::sync::oneshot::Receiver<()>,
+    mut changes: mpsc::UnboundedReceiver<Change>,
 ) {
-    let names: Vec<String> = peers.iter().map(|p| p.name.clone()).collect();
-    let mut accepted: HashMap<String, mpsc::Sender<quinn::Connection>> = HashMap::new();
+    let client = match config.identity.client_config() {
+        Ok(client) => client,
+        Err(e) => {
+            tracing::error!("the mesh cannot dial: {e}");
+            return;
+        }
+    };
+    let members = SharedMembers::new(std::sync::Mutex::new(Members {
+        names: Vec::new(),
+        accepted: HashMap::new(),
+        identity: config.identity.clone(),
+        client,
+    }));
     let mut tasks = tokio::task::JoinSet::new();
+    let mut links = Links {
+        config: config.clone(),
+        endpoint: endpoint.clone(),
+        members: members.clone(),
+        tasks: HashMap::new(),
+    };
     for peer in peers {
-        let (tx, rx) = mpsc::channel(4);
-        if peer.name.as_str() > config.me.as_str() {
-            tasks.spawn(dial_loop(config.clone(), endpoint.clone(), peer));
-        } else {
-            accepted.insert(peer.name.clone(), tx);
-            tasks.spawn(accept_loop(config.clone(), peer, rx));
+        links.start(peer, &mut tasks);
+    }
+    tasks.spawn(incoming(endpoint.clone(), members.clone()));
+    loop {
+        tokio::select! {
+            _ = &mut stopped => break,
+            change = changes.recv() => match change {
+                Some(Change::Add(peer)) => {
+                    tracing::info!(peer = %peer.name, addr = %peer.addr, "peer added");
+                    links.start(peer, &mut tasks);
+                }
+                Some(Change::Remove(name)) => {
+                    links.stop(&name);
+                    tracing::info!(peer = %name, "peer removed: its link is closed");
+                }
+                Some(Change::Identity(identity)) => match identity.apply(&endpoint) {
+                    Ok(client) => {
+                        let mut m = lock(&members);
+                        m.identity = *identity;
+                        m.client = client;
+                        tracing::info!("mesh certificates replaced: new links use them");
+                    }
+                    Err(e) => tracing::error!("mesh certificates not replaced: {e}"),
+                },
+                None => break,
+            },
+            // Finished tasks (aborted links) are collected as they end.
+            Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
         }
     }
-    tasks.spawn(incoming(config.clone(), endpoint, names, accepted));
-    let _ = stopped.await;
     tasks.shutdown().await;
 }
 
@@ -161,13 +293,7 @@ async fn run(
 /// handshake runs beside the others with a time bound (`Acceptor`), so a
 /// client that starts one and goes silent delays no peer. Refusals are
 /// logged, at most once a minute per remote address.
-async fn incoming(
-    config: MeshConfig,
-    endpoint: quinn::Endpoint,
-    names: Vec<String>,
-    accepted: HashMap<String, mpsc::Sender<quinn::Connection>>,
-) {
-    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+async fn incoming(endpoint: quinn::Endpoint, members: SharedMembers) {
     let mut acceptor = Acceptor::new(endpoint);
     let mut refusals = LogLimit::new(REFUSAL_LOG_EVERY, REFUSAL_LOG_ADDRESSES);
     let mut refused = |remote: SocketAddr, why: &dyn std::fmt::Display| {
@@ -184,28 +310,41 @@ async fn incoming(
             }
         };
         let chain = peer_chain(&conn).unwrap_or_default();
-        let Some(name) = config.identity.name_of(&chain, &names) else {
+        let (name, tx) = {
+            let m = lock(&members);
+            let names: Vec<&str> = m.names.iter().map(String::as_str).collect();
+            let name = m.identity.name_of(&chain, &names).map(str::to_string);
+            let tx = name.as_ref().and_then(|n| m.accepted.get(n).cloned());
+            (name, tx)
+        };
+        let Some(name) = name else {
             refused(remote, &"its certificate names no configured node");
             conn.close(1u32.into(), b"unknown node");
             continue;
         };
-        match accepted.get(name) {
+        match tx {
             Some(tx) => {
                 let _ = tx.try_send(conn);
             }
             None => {
-                tracing::warn!(peer = name, %remote, "refused a dial from a node this node dials");
+                tracing::warn!(peer = %name, %remote, "refused a dial from a node this node dials");
                 conn.close(1u32.into(), b"the lower name dials");
             }
         }
     }
 }
 
-async fn dial_loop(config: MeshConfig, endpoint: quinn::Endpoint, peer: PeerSpec) {
+async fn dial_loop(
+    config: MeshConfig,
+    endpoint: quinn::Endpoint,
+    members: SharedMembers,
+    peer: PeerSpec,
+) {
     let mut attempt = 0u32;
     loop {
         let started = Instant::now();
-        let result = match endpoint.connect(peer.addr, &peer.name) {
+        let client = lock(&members).client.clone();
+        let result = match endpoint.connect_with(client, peer.addr, &peer.name) {
             Ok(connecting) => match connecting.await {
                 Ok(conn) => serve(&config, &peer, conn, true).await,
                 Err(e) => Err(format!("cannot connect to {}: {e}", peer.addr)),

@@ -41,10 +41,11 @@ pub enum TlsError {
     Setup(String),
 }
 
-/// The cluster CA, this node's certificate chain and key.
+/// The cluster CAs this node trusts (one, or several while the CA is
+/// rotated: a trust bundle), this node's certificate chain and key.
 #[derive(Debug)]
 pub struct Identity {
-    pub ca: CertificateDer<'static>,
+    pub cas: Vec<CertificateDer<'static>>,
     pub chain: Vec<CertificateDer<'static>>,
     pub key: PrivateKeyDer<'static>,
 }
@@ -52,7 +53,7 @@ pub struct Identity {
 impl Clone for Identity {
     fn clone(&self) -> Self {
         Identity {
-            ca: self.ca.clone(),
+            cas: self.cas.clone(),
             chain: self.chain.clone(),
             key: self.key.clone_key(),
         }
@@ -66,8 +67,12 @@ impl Identity {
             path: path.display().to_string(),
             reason,
         };
-        let ca = CertificateDer::from_pem_file(ca)
-            .map_err(|e| file_err(ca, format!("not a PEM certificate: {e}")))?;
+        let cas = CertificateDer::pem_file_iter(ca)
+            .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+            .map_err(|e| file_err(ca, format!("not PEM certificates: {e}")))?;
+        if cas.is_empty() {
+            return Err(file_err(ca, "holds no certificate".into()));
+        }
         let chain = CertificateDer::pem_file_iter(cert)
             .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
             .map_err(|e| file_err(cert, format!("not PEM certificates: {e}")))?;
@@ -76,7 +81,7 @@ impl Identity {
         }
         let key = PrivateKeyDer::from_pem_file(key)
             .map_err(|e| file_err(key, format!("not a PEM private key: {e}")))?;
-        Ok(Identity { ca, chain, key })
+        Ok(Identity { cas, chain, key })
     }
 
     /// The same from PEM text (certificates issued in memory).
@@ -84,7 +89,12 @@ impl Identity {
         let setup = |what: &str, e: rustls::pki_types::pem::Error| {
             TlsError::Setup(format!("{what}: not PEM: {e}"))
         };
-        let ca = CertificateDer::from_pem_slice(ca.as_bytes()).map_err(|e| setup("the CA", e))?;
+        let cas = CertificateDer::pem_slice_iter(ca.as_bytes())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| setup("the CA", e))?;
+        if cas.is_empty() {
+            return Err(TlsError::Setup("the CA PEM holds none".into()));
+        }
         let chain = CertificateDer::pem_slice_iter(cert.as_bytes())
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| setup("the certificate", e))?;
@@ -92,14 +102,16 @@ impl Identity {
             return Err(TlsError::Setup("the certificate PEM holds none".into()));
         }
         let key = PrivateKeyDer::from_pem_slice(key.as_bytes()).map_err(|e| setup("the key", e))?;
-        Ok(Identity { ca, chain, key })
+        Ok(Identity { cas, chain, key })
     }
 
     fn roots(&self) -> Result<Arc<RootCertStore>, TlsError> {
         let mut roots = RootCertStore::empty();
-        roots
-            .add(self.ca.clone())
-            .map_err(|e| TlsError::Setup(format!("the CA certificate: {e}")))?;
+        for ca in &self.cas {
+            roots
+                .add(ca.clone())
+                .map_err(|e| TlsError::Setup(format!("a CA certificate: {e}")))?;
+        }
         Ok(Arc::new(roots))
     }
 
@@ -167,7 +179,7 @@ impl Identity {
         Ok(config)
     }
 
-    fn client_config(&self) -> Result<quinn::ClientConfig, TlsError> {
+    pub fn client_config(&self) -> Result<quinn::ClientConfig, TlsError> {
         let mut tls = rustls::ClientConfig::builder_with_provider(provider())
             .with_protocol_versions(&[&rustls::version::TLS13])
             .map_err(|e| TlsError::Setup(e.to_string()))?
@@ -180,6 +192,23 @@ impl Identity {
         let mut config = quinn::ClientConfig::new(Arc::new(crypto));
         config.transport_config(transport());
         Ok(config)
+    }
+
+    /// When this node's certificate expires (unix seconds).
+    pub fn not_after(&self) -> Option<i64> {
+        let leaf = self.chain.first()?;
+        let (_, cert) = x509_parser::parse_x509_certificate(leaf.as_ref()).ok()?;
+        Some(cert.validity().not_after.timestamp())
+    }
+
+    /// Makes `endpoint` accept with these certificates from now on
+    /// (connections up are not touched); answers the client side, which
+    /// each dial passes (`connect_with`: an endpoint's default is its
+    /// handle's own).
+    pub fn apply(&self, endpoint: &quinn::Endpoint) -> Result<quinn::ClientConfig, TlsError> {
+        let client = self.client_config()?;
+        endpoint.set_server_config(Some(self.server_config()?));
+        Ok(client)
     }
 
     /// A QUIC endpoint on `addr` that accepts peers and dials them. Must

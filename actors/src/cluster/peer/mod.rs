@@ -454,6 +454,29 @@ impl Actor for PeerActor {
     }
 }
 
+/// The peer left the cluster (a reload removed it): its link is gone, its
+/// sessions leave the directory (local watchers are told), and the actor
+/// stops.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Forget;
+
+impl Handler<Forget> for PeerActor {
+    type Result = ();
+
+    fn handle(&mut self, _: Forget, ctx: &mut Context<Self>) {
+        self.on_down("removed from the cluster".into());
+        self.end_upstream();
+        let gone = self.view.forget(&self.name);
+        tracing::info!(peer = %self.name, sessions = gone.len(), "peer removed from the cluster: its sessions leave the directory");
+        self.tell_local(gone.into_iter().map(WatchEvent::Removed).collect());
+        self.registry.do_send(crate::directory::registry::Unwatch {
+            conn: peer_watch_id(&self.name),
+        });
+        ctx.stop();
+    }
+}
+
 /// A link's event, handed to its peer's actor (the mesh's `LinkSink`).
 #[derive(Message)]
 #[rtype(result = "()")]

@@ -49,6 +49,14 @@ impl ClusterView {
         })
     }
 
+    /// `node` left the cluster: its sessions go; returns their ids.
+    pub fn forget(&self, node: &str) -> Vec<String> {
+        let mut map = self.0.write().unwrap_or_else(|p| p.into_inner());
+        map.remove(node)
+            .map(|n| n.sessions.into_keys().collect())
+            .unwrap_or_default()
+    }
+
     pub fn upsert(&self, node: &str, session: SessionInfo) {
         self.with(node, |n| {
             n.sessions

@@ -1,0 +1,252 @@
+//! Membership changes on a running cluster (issue 20): three real nodes, a
+//! viewer on b following a session on a throughout; `cluster add-node`
+//! writes d and edits a, b and c's configs, a reload on each applies it,
+//! d starts: every node lists four nodes up and sees d's sessions, the
+//! viewer saw no hole, no node restarted. Then `cluster remove-node` the
+//! same way.
+
+mod common;
+
+use common::cluster::{connect, create, free_port, Cluster};
+use common::*;
+use serde_json::Value;
+use termesh_node::client::Client;
+use termesh_transport::{ClientMsg, ServerMsg, SessionInfo};
+
+/// Counts up, a line every 20 ms.
+const COUNTER: &str =
+    "stty -onlcr -echo; i=0; while true; do i=$((i+1)); echo $i; sleep 0.02; done";
+
+/// How long membership may take to settle (the issue's bound).
+const SETTLE: std::time::Duration = std::time::Duration::from_secs(15);
+
+async fn sessions(cluster: &Cluster, i: usize) -> Vec<SessionInfo> {
+    let mut c = connect(cluster, i).await;
+    match c.request(ClientMsg::list).await.unwrap() {
+        ServerMsg::Sessions { sessions, .. } => sessions,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// The names node `i` lists, each with its state.
+fn node_states(cluster: &Cluster, i: usize) -> Vec<(String, String)> {
+    let list: Vec<Value> = tokio::task::block_in_place(|| cluster.nodes_api(i));
+    let mut out: Vec<(String, String)> = list
+        .iter()
+        .map(|n| {
+            (
+                n["name"].as_str().unwrap_or_default().to_string(),
+                n["state"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// Reads the viewer's stream while `until` is not yet true (bounded by
+/// `SETTLE`), so it is followed throughout.
+async fn follow_until<F, Fut>(c: &mut Client, session: &str, s: &mut Stream, what: &str, until: F)
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let started = std::time::Instant::now();
+    loop {
+        let before = s.last_seq;
+        within(
+            PATIENCE,
+            "the viewer's next lines",
+            pump_until(c, session, s, true, |s| s.last_seq > before),
+        )
+        .await
+        .unwrap();
+        if until().await {
+            println!("{what}: {:?}", started.elapsed());
+            return;
+        }
+        assert!(started.elapsed() < SETTLE, "{what}: not within {SETTLE:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_joins_and_leaves_a_running_cluster() {
+    let mut cluster = Cluster::start(&["a", "b", "c"]);
+    let pids: Vec<u32> = (0..3).map(|i| cluster.pid(i)).collect();
+    let session = create(&cluster, 0, "a", COUNTER).await;
+    let mut viewer = connect(&cluster, 1).await;
+    let mut s = Stream::new(1 << 20);
+    subscribe(&mut viewer, &session, Some(0), 1 << 20)
+        .await
+        .unwrap();
+
+    // d joins: signed by the cluster's CA, added to every config.
+    let (quic, http) = (free_port("127.0.0.4"), free_port("127.0.0.4"));
+    let spec = format!("d,quic=127.0.0.4:{quic},http=127.0.0.4:{http}");
+    let folder = cluster.folder();
+    let folder_text = folder.display().to_string();
+    let said = cluster.termesh(&[
+        "cluster",
+        "add-node",
+        "--dir",
+        &folder_text,
+        "--node",
+        &spec,
+    ]);
+    assert!(said.contains("config reload"), "{said}");
+    for i in 0..3 {
+        let text = std::fs::read_to_string(&cluster.nodes[i].config).unwrap();
+        assert!(text.contains("name = \"d\""), "{text}");
+        assert!(
+            text.contains("written by `termesh cluster init`"),
+            "comments stay: {text}"
+        );
+    }
+    for i in 0..3 {
+        let said = cluster.reload(i);
+        assert!(said.contains("linking to: d"), "{said}");
+    }
+    let d = cluster.add_member(
+        "d",
+        format!("127.0.0.4:{http}").parse().unwrap(),
+        folder.join("d").join("termesh.toml"),
+    );
+    let on_d = create(&cluster, d, "d", "echo on-d; exec sleep 100000").await;
+    let all_up = |i: usize| {
+        let states = node_states(&cluster, i);
+        states.len() == 4 && states.iter().all(|(_, state)| state == "up")
+    };
+    for i in 0..4 {
+        let cluster = &cluster;
+        let on_d = &on_d;
+        follow_until(
+            &mut viewer,
+            &session,
+            &mut s,
+            "four nodes up, d's session seen",
+            || async move { all_up(i) && sessions(cluster, i).await.iter().any(|x| x.id == *on_d) },
+        )
+        .await;
+    }
+
+    // d leaves: out of every config, reloaded, stopped.
+    let said = cluster.termesh(&["cluster", "remove-node", "--dir", &folder_text, "d"]);
+    assert!(said.contains("d.removed"), "{said}");
+    for i in 0..3 {
+        let said = cluster.reload(i);
+        assert!(said.contains("no longer linked to: d"), "{said}");
+    }
+    cluster.stop_node(d);
+    for i in 0..3 {
+        let cluster = &cluster;
+        let on_d = &on_d;
+        follow_until(
+            &mut viewer,
+            &session,
+            &mut s,
+            "three nodes, d's session gone",
+            || async move {
+                let states = node_states(cluster, i);
+                states.len() == 3
+                    && states
+                        .iter()
+                        .all(|(name, state)| name != "d" && state == "up")
+                    && !sessions(cluster, i).await.iter().any(|x| x.id == *on_d)
+            },
+        )
+        .await;
+    }
+    let now: Vec<u32> = (0..3).map(|i| cluster.pid(i)).collect();
+    assert_eq!(now, pids, "no node restarted");
+    // `Stream::apply` checked every seq: no hole, and no resync either.
+    assert_eq!((s.resyncs, s.snapshots.len()), (0, 0));
+    assert!(
+        !s.links.iter().any(|(kind, _)| *kind == "unreachable"),
+        "the viewer never saw its session unreachable: {:?}",
+        s.links
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ca_is_rotated_node_by_node_and_no_link_is_lost() {
+    let mut cluster = Cluster::start(&["a", "b", "c"]);
+    let session = create(&cluster, 0, "a", COUNTER).await;
+    let mut viewer = connect(&cluster, 1).await;
+    let mut s = Stream::new(1 << 20);
+    subscribe(&mut viewer, &session, Some(0), 1 << 20)
+        .await
+        .unwrap();
+    let folder = cluster.folder().display().to_string();
+    let before = std::fs::read_to_string(cluster.folder().join("ca.pem")).unwrap();
+    let expires = |cluster: &Cluster, i: usize| -> i64 {
+        let list: Vec<Value> = tokio::task::block_in_place(|| cluster.nodes_api(i));
+        list[0]["cert_expires_at"]
+            .as_i64()
+            .expect("the expiry is shown")
+    };
+    let first_expiry = expires(&cluster, 0);
+    assert!(cluster
+        .metric(0, "termesh_cert_expiry_timestamp_seconds{node=\"a\"}")
+        .eq(&(first_expiry as f64)));
+
+    // Step 1: a new CA, new certificates, a bundle of both CAs.
+    cluster.termesh(&["cluster", "rotate-ca", "--dir", &folder]);
+    let bundle = std::fs::read_to_string(cluster.folder().join("ca.pem")).unwrap();
+    assert_eq!(bundle.matches("BEGIN CERTIFICATE").count(), 2);
+    assert!(bundle.ends_with(&before), "the old CA stays trusted");
+    let said = cluster.reload(0);
+    assert!(said.contains("reloaded"), "{said}");
+    // c starts again with the new files while b still runs on the old ones:
+    // each side verifies the other (b through the cross-signed CA).
+    let b_to_c = "termesh_peer_links_total{node=\"b\",peer=\"c\"}";
+    let links_before = cluster.metric(1, b_to_c);
+    cluster.stop_node(2);
+    cluster.start_node(2);
+    let all_up = |cluster: &Cluster, i: usize| {
+        let states = node_states(cluster, i);
+        states.len() == 3 && states.iter().all(|(_, state)| state == "up")
+    };
+    for i in 0..3 {
+        let cluster = &cluster;
+        follow_until(
+            &mut viewer,
+            &session,
+            &mut s,
+            "links up across old and new certificates",
+            || async move { all_up(cluster, i) && cluster.metric(1, b_to_c) > links_before },
+        )
+        .await;
+    }
+    cluster.reload(1);
+    cluster.reload(2);
+
+    // Step 2: the old CA goes.
+    cluster.termesh(&["cluster", "rotate-ca", "--dir", &folder, "--finish"]);
+    let only = std::fs::read_to_string(cluster.folder().join("ca.pem")).unwrap();
+    assert_eq!(only.matches("BEGIN CERTIFICATE").count(), 1);
+    assert!(!before.contains(&only), "a new CA");
+    for i in 0..3 {
+        cluster.reload(i);
+    }
+    let links_before = cluster.metric(1, b_to_c);
+    cluster.stop_node(2);
+    cluster.start_node(2);
+    for i in 0..3 {
+        let cluster = &cluster;
+        follow_until(
+            &mut viewer,
+            &session,
+            &mut s,
+            "links up with the new CA alone",
+            || async move { all_up(cluster, i) && cluster.metric(1, b_to_c) > links_before },
+        )
+        .await;
+    }
+    assert!(expires(&cluster, 0) > 0);
+    assert_eq!((s.resyncs, s.snapshots.len()), (0, 0));
+    assert!(
+        !s.links.iter().any(|(kind, _)| *kind == "unreachable"),
+        "the viewer never saw its session unreachable: {:?}",
+        s.links
+    );
+}

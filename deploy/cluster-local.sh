@@ -4,7 +4,8 @@
 #
 #   deploy/cluster-local.sh start [DIR]   # writes DIR (default ./termesh-cluster) once, starts a, b, c
 #   deploy/cluster-local.sh status [DIR]  # termesh nodes, from node a
-#   deploy/cluster-local.sh stop [DIR]    # stops the nodes it started (by their pid files)
+#   deploy/cluster-local.sh stop [DIR]    # stops the nodes it started (by their pid files) and
+#                                         # their PTY keepers (the sessions' programs end with them)
 #
 # TERMESH_BIN names the binary (default: target/release/termesh, else `termesh`).
 set -euo pipefail
@@ -52,6 +53,12 @@ stop)
             echo "node $n stopped"
         fi
         rm -f "$pidfile"
+        # The keeper the node started holds its programs across restarts;
+        # a stop of the whole trial cluster ends it too.
+        lock="$dir/$n/data/keeper.lock"
+        if [ -f "$lock" ] && kill -0 "$(cat "$lock")" 2>/dev/null; then
+            kill -TERM "$(cat "$lock")" && echo "node $n's PTY keeper stopped"
+        fi
     done
     ;;
 *)

@@ -37,6 +37,12 @@ termesh() { "$bin" "$@"; }
 stop_nodes() {
     for n in "${!pid[@]}"; do kill -TERM "${pid[$n]}" 2>/dev/null || true; done
     for n in "${!pid[@]}"; do wait "${pid[$n]}" 2>/dev/null || true; done
+    # Each node started its PTY keeper (it outlives the node, as under
+    # systemd its own unit does); they go too, and their programs with them.
+    for n in "${!pid[@]}"; do
+        lock="host-$n/var/lib/termesh/keeper.lock"
+        [ -f "$lock" ] && kill -TERM "$(cat "$lock")" 2>/dev/null || true
+    done
 }
 trap stop_nodes EXIT
 # Waits (at most 60 s) until "$@" succeeds.
@@ -57,7 +63,8 @@ for n in "${names[@]}"; do
     root=host-$n
     install -d -m 750 "$root/etc/termesh" "$root/var/lib/termesh"
     install -m 640 "cluster/$n"/* "$root/etc/termesh/"
-    # systemctl enable --now termesh: the unit's ExecStart.
+    # systemctl enable --now termesh-keeper termesh: the node unit's
+    # ExecStart (run by hand, the node starts its keeper itself).
     "$bin" node --config "$root/etc/termesh/termesh.toml" >"$root/node.out" 2>"$root/node.log" &
     pid[$n]=$!
 done

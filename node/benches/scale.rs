@@ -203,6 +203,11 @@ fn run(rt: &tokio::runtime::Runtime, n: usize) {
     let pid = node.child.id();
     let rss0 = node.rss_kib();
     let (threads0, fds0) = threads_fds(pid);
+    // The PTY keeper that holds the programs (none with `keeper = false`).
+    let keeper = std::fs::read_to_string(node.dir.path().join("keeper.lock"))
+        .ok()
+        .and_then(|t| t.trim().parse::<u32>().ok());
+    let keeper0 = keeper.map(|k| (rss_kib(k), threads_fds(k).1));
     let bare = bare_spawns(200);
     let mut c = rt.block_on(Client::connect(&node.target)).unwrap();
     let mut seq: Vec<Duration> = Vec::new();
@@ -242,6 +247,19 @@ fn run(rt: &tokio::runtime::Runtime, n: usize) {
             rss1 / 1024
         ),
     );
+    if let (Some(k), Some((krss0, kfds0))) = (keeper, keeper0) {
+        let (krss1, kfds1) = (rss_kib(k), threads_fds(k).1);
+        line(
+            "per session: PTY keeper RSS, descriptors",
+            format!(
+                "{:.2} KiB, {:.2} fds  (keeper {} KiB, {kfds1} fds, {:.1} s CPU for {n} spawns)",
+                per(krss0, krss1),
+                per(kfds0, kfds1),
+                krss1,
+                cpu_ms(k) / 1000.0
+            ),
+        );
+    }
     let idle_cpu = |what: &str| {
         let (cpu0, t0) = (cpu_ms(pid), Instant::now());
         std::thread::sleep(Duration::from_secs(10));

@@ -125,9 +125,9 @@ async fn a_silent_link_is_dropped_and_the_stream_resumes() {
     proxy.stall(false);
 }
 
-/// Attaches, restarts the node with `config`, and returns what the
-/// attach printed once it ended (with exit code 1, without hammering).
-async fn restart_under_attach(config: &'static str) -> String {
+/// A node with `config`, a shell on it, and an attach to it through a
+/// proxy, at its prompt.
+async fn attached_shell(config: &str) -> (BinaryNode, Proxy, Tmux) {
     let node = BinaryNode::start(config);
     let target = node.target(OPERATOR);
     let session = termesh_node::client::commands::new(&target, shell())
@@ -137,6 +137,13 @@ async fn restart_under_attach(config: &'static str) -> String {
     let proxy = Proxy::start(node.addr).await;
     let pane = attach_via(&proxy, OPERATOR, &session);
     pane.wait_for("PROMPT>").await;
+    (node, proxy, pane)
+}
+
+/// Attaches, restarts the node with `config`, and returns what the
+/// attach printed once it ended (with exit code 1, without hammering).
+async fn restart_under_attach(config: &'static str) -> String {
+    let (node, proxy, pane) = attached_shell(config).await;
     let before = proxy.accepted();
     let node = tokio::task::spawn_blocking(move || node.restart(config))
         .await
@@ -154,15 +161,7 @@ async fn restart_under_attach(config: &'static str) -> String {
 async fn an_attach_goes_on_across_its_node_s_restart() {
     // The program runs on under the node's PTY keeper: the attach
     // reconnects and the same shell answers.
-    let node = BinaryNode::start("");
-    let target = node.target(OPERATOR);
-    let session = termesh_node::client::commands::new(&target, shell())
-        .await
-        .unwrap()
-        .id;
-    let proxy = Proxy::start(node.addr).await;
-    let pane = attach_via(&proxy, OPERATOR, &session);
-    pane.wait_for("PROMPT>").await;
+    let (node, _proxy, pane) = attached_shell("").await;
     pane.type_text("echo before-$$\n");
     let before = pane
         .wait_until("the shell's pid", |t| t.contains("\nbefore-"))

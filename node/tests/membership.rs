@@ -167,6 +167,29 @@ async fn a_node_joins_and_leaves_a_running_cluster() {
     );
 }
 
+/// Restarts node c (it reads its certificate files again) and follows the
+/// viewer until every node has every link up, b's to c formed anew.
+async fn restart_c(
+    cluster: &mut Cluster,
+    (viewer, session, s): (&mut Client, &str, &mut Stream),
+    what: &str,
+) {
+    let b_to_c = "termesh_peer_links_total{node=\"b\",peer=\"c\"}";
+    let links_before = cluster.metric(1, b_to_c);
+    cluster.stop_node(2);
+    cluster.start_node(2);
+    let cluster = &*cluster;
+    for i in 0..3 {
+        follow_until(viewer, session, s, what, || async move {
+            let states = node_states(cluster, i);
+            states.len() == 3
+                && states.iter().all(|(_, state)| state == "up")
+                && cluster.metric(1, b_to_c) > links_before
+        })
+        .await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_ca_is_rotated_node_by_node_and_no_link_is_lost() {
     let mut cluster = Cluster::start(&["a", "b", "c"]);
@@ -198,25 +221,12 @@ async fn the_ca_is_rotated_node_by_node_and_no_link_is_lost() {
     assert!(said.contains("reloaded"), "{said}");
     // c starts again with the new files while b still runs on the old ones:
     // each side verifies the other (b through the cross-signed CA).
-    let b_to_c = "termesh_peer_links_total{node=\"b\",peer=\"c\"}";
-    let links_before = cluster.metric(1, b_to_c);
-    cluster.stop_node(2);
-    cluster.start_node(2);
-    let all_up = |cluster: &Cluster, i: usize| {
-        let states = node_states(cluster, i);
-        states.len() == 3 && states.iter().all(|(_, state)| state == "up")
-    };
-    for i in 0..3 {
-        let cluster = &cluster;
-        follow_until(
-            &mut viewer,
-            &session,
-            &mut s,
-            "links up across old and new certificates",
-            || async move { all_up(cluster, i) && cluster.metric(1, b_to_c) > links_before },
-        )
-        .await;
-    }
+    restart_c(
+        &mut cluster,
+        (&mut viewer, &session, &mut s),
+        "links up across old and new certificates",
+    )
+    .await;
     cluster.reload(1);
     cluster.reload(2);
 
@@ -228,20 +238,12 @@ async fn the_ca_is_rotated_node_by_node_and_no_link_is_lost() {
     for i in 0..3 {
         cluster.reload(i);
     }
-    let links_before = cluster.metric(1, b_to_c);
-    cluster.stop_node(2);
-    cluster.start_node(2);
-    for i in 0..3 {
-        let cluster = &cluster;
-        follow_until(
-            &mut viewer,
-            &session,
-            &mut s,
-            "links up with the new CA alone",
-            || async move { all_up(cluster, i) && cluster.metric(1, b_to_c) > links_before },
-        )
-        .await;
-    }
+    restart_c(
+        &mut cluster,
+        (&mut viewer, &session, &mut s),
+        "links up with the new CA alone",
+    )
+    .await;
     assert!(expires(&cluster, 0) > 0);
     assert_eq!((s.resyncs, s.snapshots.len()), (0, 0));
     assert!(

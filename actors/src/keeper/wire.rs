@@ -200,15 +200,19 @@ pub fn address(path: &Path) -> std::io::Result<rustix::net::SocketAddrUnix> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_message_and_its_descriptor_cross_a_socket_pair() {
-        let (a, b) = rustix::net::socketpair(
+    fn pair() -> (OwnedFd, OwnedFd) {
+        rustix::net::socketpair(
             rustix::net::AddressFamily::UNIX,
             rustix::net::SocketType::SEQPACKET,
             rustix::net::SocketFlags::CLOEXEC,
             None,
         )
-        .unwrap();
+        .unwrap()
+    }
+
+    #[test]
+    fn a_message_and_its_descriptor_cross_a_socket_pair() {
+        let (a, b) = pair();
         let file = tempfile::tempfile().unwrap();
         let msg = Reply::Spawned {
             id: "abc".into(),
@@ -231,13 +235,7 @@ mod tests {
 
     #[test]
     fn an_oversized_message_is_refused_before_it_is_sent() {
-        let (a, _b) = rustix::net::socketpair(
-            rustix::net::AddressFamily::UNIX,
-            rustix::net::SocketType::SEQPACKET,
-            rustix::net::SocketFlags::CLOEXEC,
-            None,
-        )
-        .unwrap();
+        let (a, _b) = pair();
         let msg = Request::Spawn {
             id: "x".into(),
             command: vec!["sh".into()],

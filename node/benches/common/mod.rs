@@ -94,6 +94,20 @@ impl Node {
 impl Drop for Node {
     fn drop(&mut self) {
         self.stop();
+        stop_keeper(self.dir.path());
+    }
+}
+
+/// Stops the PTY keeper a benchmark's node started on `data_dir` (it
+/// writes its pid in `keeper.lock`); its programs end with it. A keeper
+/// whose data dir is removed stops by itself within seconds anyway.
+pub fn stop_keeper(data_dir: &Path) {
+    let pid = std::fs::read_to_string(data_dir.join("keeper.lock"))
+        .ok()
+        .and_then(|t| t.trim().parse::<i32>().ok());
+    if let Some(pid) = pid {
+        let pid = nix::unistd::Pid::from_raw(pid);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
     }
 }
 

@@ -135,22 +135,11 @@ impl Programs {
     }
 }
 
-/// How a program ended, from `waitid`; `None` while it runs.
+/// How a program ended, from `waitid` (as the node reads its own
+/// children's); `None` while it runs.
 fn exit_of(status: nix::Result<WaitStatus>) -> Option<Exit> {
-    match status {
-        Ok(WaitStatus::Exited(_, code)) => Some(Exit {
-            code: code as u32,
-            signal: None,
-        }),
-        Ok(WaitStatus::Signaled(_, signal, _)) => Some(Exit {
-            code: 128 + signal as u32,
-            signal: Some(signal as i32),
-        }),
-        Ok(_) | Err(nix::errno::Errno::EINTR) => None,
-        // Gone some other way: an exit the node can report.
-        Err(_) => Some(Exit {
-            code: 1,
-            signal: None,
-        }),
-    }
+    pty::exit_info(status).map(|info| Exit {
+        code: info.code,
+        signal: info.signal.map(|s| s as i32),
+    })
 }

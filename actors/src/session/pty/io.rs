@@ -241,7 +241,7 @@ async fn wait_kept(mut kept: Kept, tx: mpsc::Sender<PtyEvent>, mut release: watc
 
 /// How the program ended, from `waitid`; `None` while it has not (a
 /// `WNOHANG` look too early).
-pub(super) fn exit_info(result: nix::Result<WaitStatus>) -> Option<ExitInfo> {
+pub fn exit_info(result: nix::Result<WaitStatus>) -> Option<ExitInfo> {
     match result {
         Ok(WaitStatus::Exited(_, code)) => Some(ExitInfo {
             code: code as u32,

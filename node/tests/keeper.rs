@@ -236,7 +236,9 @@ async fn a_viewer_on_another_node_follows_the_program_across_its_owner_s_restart
     let mut c = connect(&cluster, 1).await;
     let mut s = Stream::new(1 << 20);
     subscribe(&mut c, &session, Some(0), 1 << 20).await.unwrap();
-    for how in ["SIGTERM", "kill -9"] {
+    let upgraded = cluster.dir.path().join("termesh-upgraded");
+    std::fs::copy(env!("CARGO_BIN_EXE_termesh"), &upgraded).unwrap();
+    for how in ["SIGTERM", "kill -9", "an upgrade"] {
         let target = counted(&s.data) + 30;
         within(
             PATIENCE,
@@ -248,8 +250,8 @@ async fn a_viewer_on_another_node_follows_the_program_across_its_owner_s_restart
         .await
         .unwrap();
         match how {
-            "SIGTERM" => cluster.stop_node(0),
-            _ => cluster.kill_node(0),
+            "kill -9" => cluster.kill_node(0),
+            _ => cluster.stop_node(0),
         }
         within(
             PATIENCE,
@@ -258,7 +260,11 @@ async fn a_viewer_on_another_node_follows_the_program_across_its_owner_s_restart
         )
         .await
         .expect("the viewer's connection to b stays open");
-        cluster.start_node(0);
+        if how == "an upgrade" {
+            cluster.start_node_as(0, &upgraded);
+        } else {
+            cluster.start_node(0);
+        }
         let target = counted(&s.data) + 30;
         within(
             PATIENCE,

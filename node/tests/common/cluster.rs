@@ -138,6 +138,12 @@ impl Cluster {
 
     /// Starts node `i` (again).
     pub fn start_node(&mut self, i: usize) {
+        self.start_node_as(i, std::path::Path::new(&bin()));
+    }
+
+    /// Starts node `i` from the binary `program` (another build: an
+    /// upgrade).
+    pub fn start_node_as(&mut self, i: usize, program: &std::path::Path) {
         let node = &mut self.nodes[i];
         let log = std::fs::OpenOptions::new()
             .create(true)
@@ -145,12 +151,12 @@ impl Cluster {
             .open(node.config.with_file_name("node.log"))
             .unwrap();
         let mut command = match node.wrap.split_first() {
-            Some((program, args)) => {
-                let mut c = Command::new(program);
-                c.args(args).arg(bin());
+            Some((wrapper, args)) => {
+                let mut c = Command::new(wrapper);
+                c.args(args).arg(program);
                 c
             }
-            None => Command::new(bin()),
+            None => Command::new(program),
         };
         let child = command
             .args(["node", "--config"])

@@ -55,9 +55,10 @@ stop)
         rm -f "$pidfile"
         # The keeper the node started holds its programs across restarts;
         # a stop of the whole trial cluster ends it too.
-        lock="$dir/$n/data/keeper.lock"
-        if [ -f "$lock" ] && kill -0 "$(cat "$lock")" 2>/dev/null; then
-            kill -TERM "$(cat "$lock")" && echo "node $n's PTY keeper stopped"
+        kpid=$(cat "$dir/$n/data/keeper.lock" 2>/dev/null || true)
+        # Only while it is a keeper (the pid may be another process's now).
+        if [ -n "$kpid" ] && grep -qa keeper "/proc/$kpid/cmdline" 2>/dev/null; then
+            kill -TERM "$kpid" && echo "node $n's PTY keeper stopped"
         fi
     done
     ;;

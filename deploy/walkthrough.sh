@@ -41,7 +41,11 @@ stop_nodes() {
     # systemd its own unit does); they go too, and their programs with them.
     for n in "${!pid[@]}"; do
         lock="host-$n/var/lib/termesh/keeper.lock"
-        [ -f "$lock" ] && kill -TERM "$(cat "$lock")" 2>/dev/null || true
+        kpid=$(cat "$lock" 2>/dev/null || true)
+        # Only while it is a keeper (the pid may be another process's now).
+        if [ -n "$kpid" ] && grep -qa keeper "/proc/$kpid/cmdline" 2>/dev/null; then
+            kill -TERM "$kpid" 2>/dev/null || true
+        fi
     done
 }
 trap stop_nodes EXIT

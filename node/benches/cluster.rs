@@ -25,7 +25,8 @@ use termesh_transport::{ClientMsg, CreateRequest, ServerMsg};
 const BIN: &str = env!("CARGO_BIN_EXE_termesh");
 const REQUESTS: usize = 2000;
 
-struct Procs(Vec<Child>);
+/// The nodes, and the data dirs whose PTY keepers go with them.
+struct Procs(Vec<Child>, Vec<std::path::PathBuf>);
 
 impl Drop for Procs {
     fn drop(&mut self) {
@@ -33,6 +34,9 @@ impl Drop for Procs {
             let pid = nix::unistd::Pid::from_raw(child.id() as i32);
             let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
             let _ = child.wait();
+        }
+        for data in &self.1 {
+            common::stop_keeper(data);
         }
     }
 }
@@ -212,8 +216,9 @@ async fn main() {
         .unwrap_or_default()
         .replace("\\n", "\n");
     let (https, token) = common::cluster_init(&out, &["a", "b", "c"], &extra);
-    let mut procs = Procs(Vec::new());
+    let mut procs = Procs(Vec::new(), Vec::new());
     for name in ["a", "b", "c"] {
+        procs.1.push(out.join(name).join("data"));
         procs.0.push(
             Command::new(BIN)
                 .args(["node", "--config"])

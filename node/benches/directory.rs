@@ -137,6 +137,9 @@ impl Drop for Cluster {
         for i in 0..self.procs.len() {
             self.stop(i);
         }
+        for name in &self.names {
+            common::stop_keeper(&self.dir.join(name).join("data"));
+        }
     }
 }
 

@@ -159,7 +159,14 @@ pub(crate) fn write_node(
     let issued = ca
         .issue(&node.name)
         .with_context(|| format!("cannot issue the certificate of {}", node.name))?;
-    write(&dir.join("node.pem"), &issued.cert_pem, false)?;
+    // During a CA rotation the node sends the new CA cross-signed by the
+    // old one too, so nodes not yet rotated accept it (`cluster_rotate`).
+    let cross = std::fs::read_to_string(out.join(crate::cluster_rotate::CROSS)).unwrap_or_default();
+    write(
+        &dir.join("node.pem"),
+        &format!("{}{cross}", issued.cert_pem),
+        false,
+    )?;
     write(&dir.join("node.key"), &issued.key_pem, true)?;
     std::fs::copy(out.join("ca.pem"), dir.join("ca.pem"))
         .with_context(|| format!("cannot copy ca.pem into {}", dir.display()))?;

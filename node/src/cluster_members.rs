@@ -3,7 +3,8 @@
 //! new node with the folder's CA (no new CA: the running nodes trust it
 //! already), writes its folder as `init` does, and adds it to every other
 //! node's config; `remove-node` takes it out of every other config and
-//! moves its folder aside (`NAME.removed`). The configs are edited, not
+//! marks its folder removed (a `REMOVED` file: the node may still run from
+//! it, as when the folder is the nodes' own config dirs). The configs are edited, not
 //! written anew: every other key and comment stays. Then each node's
 //! `termesh config reload` (SIGHUP) applies the new peer list
 //! (docs/operations.md, "Add a node").
@@ -28,8 +29,8 @@ pub(crate) struct Member {
 pub struct Changed {
     /// Configs of the nodes that stay, edited: each node reloads its own.
     pub edited: Vec<PathBuf>,
-    /// The new node's config (`add-node`), or where the removed node's
-    /// folder went (`remove-node`).
+    /// The new node's config (`add-node`), or the removed node's folder
+    /// (`remove-node`).
     pub node: PathBuf,
 }
 
@@ -65,7 +66,7 @@ pub fn add_node(dir: &Path, node: &NodeSpec) -> anyhow::Result<Changed> {
     }
     if dir.join(&node.name).exists() {
         bail!(
-            "{} exists: remove it, or choose another name",
+            "{} exists (a node removed earlier?): delete it, or choose another name",
             dir.join(&node.name).display()
         );
     }
@@ -124,17 +125,18 @@ pub fn remove_node(dir: &Path, name: &str) -> anyhow::Result<Changed> {
         })?;
         edited.push(member.config.clone());
     }
-    let mut aside = dir.join(format!("{name}.removed"));
-    let mut n = 1;
-    while aside.exists() {
-        n += 1;
-        aside = dir.join(format!("{name}.removed.{n}"));
-    }
-    std::fs::rename(dir.join(name), &aside)
-        .with_context(|| format!("cannot move {} aside", dir.join(name).display()))?;
+    let folder = dir.join(name);
+    write(
+        &folder.join(REMOVED),
+        &format!(
+            "`{name}` was removed from the cluster by `termesh cluster remove-node`.\n\
+             Stop the node, then delete this folder.\n"
+        ),
+        false,
+    )?;
     Ok(Changed {
         edited,
-        node: aside,
+        node: folder,
     })
 }
 
@@ -152,9 +154,12 @@ pub(crate) fn load_ca(dir: &Path) -> anyhow::Result<Ca> {
         .with_context(|| format!("{}: not a CA certificate and key", dir.display()))
 }
 
+/// Marks a node folder `remove-node` took out of the cluster.
+const REMOVED: &str = "REMOVED";
+
 /// Every node folder of the cluster folder `dir` (`NAME/termesh.toml`
-/// naming node NAME, in a cluster), by name; folders moved aside by
-/// `remove-node` are not members.
+/// naming node NAME, in a cluster), by name; folders `remove-node` marked
+/// are not members.
 pub(crate) fn members(dir: &Path) -> anyhow::Result<Vec<Member>> {
     let entries = std::fs::read_dir(dir).with_context(|| {
         format!(
@@ -166,7 +171,7 @@ pub(crate) fn members(dir: &Path) -> anyhow::Result<Vec<Member>> {
     for entry in entries.flatten() {
         let folder = entry.file_name().to_string_lossy().into_owned();
         let config = entry.path().join("termesh.toml");
-        if folder.contains(".removed") || !config.is_file() {
+        if entry.path().join(REMOVED).exists() || !config.is_file() {
             continue;
         }
         let loaded = check(&config)?;

@@ -63,22 +63,28 @@ pub fn rotate(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
         .context("cannot cross-sign the new CA")?;
     let next_pem = next.pem();
     let bundle = format!("{}{}", next_pem.cert_pem, old_pem);
-    // The old CA's files are kept aside until `--finish`.
-    write(&dir.join("ca.old.pem"), &old_pem, false)?;
-    write(&dir.join("ca.pem"), &bundle, false)?;
-    write(&dir.join("ca.key"), &next_pem.key_pem, true)?;
-    let mut written = Vec::new();
+    // Everything is issued before anything is written: a failure leaves
+    // the folder as it was.
+    let old_key = read(&dir.join("ca.key"))?;
+    let mut files: Vec<(PathBuf, String, bool)> = vec![
+        // The old CA is kept aside until `--finish`; the cross-signed CA
+        // too, for a node `add-node` writes meanwhile.
+        (dir.join("ca.old.pem"), old_pem.clone(), false),
+        (dir.join("ca.old.key"), old_key, true),
+        (dir.join(CROSS), cross.clone(), false),
+        (dir.join("ca.key"), next_pem.key_pem.clone(), true),
+    ];
     for member in &members {
         let folder = member.config.parent().expect("a config is in its folder");
         let issued = next
             .issue(&member.name)
             .with_context(|| format!("cannot issue the certificate of {}", member.name))?;
-        write(
-            &folder.join("node.pem"),
-            &format!("{}{cross}", issued.cert_pem),
+        files.push((
+            folder.join("node.pem"),
+            format!("{}{cross}", issued.cert_pem),
             false,
-        )?;
-        write(&folder.join("node.key"), &issued.key_pem, true)?;
+        ));
+        files.push((folder.join("node.key"), issued.key_pem, true));
         if member.loaded.http.tls.is_some() {
             let node = &member
                 .loaded
@@ -91,20 +97,32 @@ pub fn rotate(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
                 names.insert(0, node.http.ip().to_string());
             }
             let http = next.issue_http(&names)?;
-            write(
-                &folder.join("http.pem"),
-                &format!("{}{cross}", http.cert_pem),
+            files.push((
+                folder.join("http.pem"),
+                format!("{}{cross}", http.cert_pem),
                 false,
-            )?;
-            write(&folder.join("http.key"), &http.key_pem, true)?;
+            ));
+            files.push((folder.join("http.key"), http.key_pem, true));
         }
-        write(&folder.join("ca.pem"), &bundle, false)?;
+        files.push((folder.join("ca.pem"), bundle.clone(), false));
+    }
+    // The bundle last: a folder whose ca.pem is one CA is not yet rotated.
+    files.push((dir.join("ca.pem"), bundle, false));
+    for (path, text, secret) in &files {
+        write(path, text, *secret)?;
+    }
+    let mut written = Vec::new();
+    for member in &members {
         crate::cluster_init::check(&member.config)
             .with_context(|| format!("{} was written wrong", member.config.display()))?;
         written.push(member.config.clone());
     }
     Ok(written)
 }
+
+/// The new CA signed by the old one, in the cluster folder while a
+/// rotation is under way.
+pub(crate) const CROSS: &str = "ca.cross.pem";
 
 /// Drops the old CA (step 2); answers the node folders written.
 pub fn finish(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
@@ -119,7 +137,9 @@ pub fn finish(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
     }
     let next = &blocks[0];
     write(&dir.join("ca.pem"), next, false)?;
-    let _ = std::fs::remove_file(dir.join("ca.old.pem"));
+    for old in ["ca.old.pem", "ca.old.key", CROSS] {
+        let _ = std::fs::remove_file(dir.join(old));
+    }
     let mut written = Vec::new();
     for member in &members {
         let folder = member.config.parent().expect("a config is in its folder");

@@ -131,7 +131,8 @@ async fn a_node_joins_and_leaves_a_running_cluster() {
 
     // d leaves: out of every config, reloaded, stopped.
     let said = cluster.termesh(&["cluster", "remove-node", "--dir", &folder_text, "d"]);
-    assert!(said.contains("d.removed"), "{said}");
+    assert!(said.contains("REMOVED"), "{said}");
+    assert!(folder.join("d").join("REMOVED").exists());
     for i in 0..3 {
         let said = cluster.reload(i);
         assert!(said.contains("no longer linked to: d"), "{said}");
@@ -244,7 +245,12 @@ async fn the_ca_is_rotated_node_by_node_and_no_link_is_lost() {
         "links up with the new CA alone",
     )
     .await;
-    assert!(expires(&cluster, 0) > 0);
+    // The new certificate's expiry is read: ten years ahead, as issued.
+    let days_left = tokio::task::block_in_place(|| cluster.nodes_api(0))[0]["cert_days_left"]
+        .as_i64()
+        .unwrap();
+    assert!(days_left > 9 * 365, "{days_left} days left");
+    assert!(expires(&cluster, 0) >= first_expiry);
     assert_eq!((s.resyncs, s.snapshots.len()), (0, 0));
     assert!(
         !s.links.iter().any(|(kind, _)| *kind == "unreachable"),

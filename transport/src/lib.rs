@@ -1,12 +1,14 @@
 //! termesh-transport: wire types and codecs. `client` is the WebSocket
 //! protocol of PROTOCOL.md (MessagePack maps keyed by `t`); `peer` is the
-//! protocol between the nodes of a cluster, with its QUIC and TLS set-up.
-//! No actors here.
+//! protocol between the nodes of a cluster, with its QUIC and TLS set-up;
+//! `keeper` is the node's wire to its PTY keeper (a unix socket, terminals
+//! passed beside the messages). No actors here.
 
 pub mod client;
 pub mod codec;
 pub mod fuzz;
 pub mod https;
+pub mod keeper;
 pub mod peer;
 
 pub use client::*;

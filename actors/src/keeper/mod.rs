@@ -12,7 +12,7 @@
 //! copies, so every terminal hangs up (SIGHUP) and its sessions become
 //! `lost`. The next create starts a new keeper.
 
-pub mod wire;
+pub use termesh_transport::keeper as wire;
 
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -42,12 +42,17 @@ pub enum SpawnError {
 const START_WAIT: Duration = Duration::from_secs(10);
 /// How long a spawn waits for the keeper's answer.
 const SPAWN_WAIT: Duration = Duration::from_secs(10);
+/// How long a send to the keeper, or a read at hello, may block.
+const IO_WAIT: Duration = Duration::from_secs(10);
 
 /// The data dir's keeper: the connection to it, made again (and a new
 /// keeper started) when a spawn finds the last one gone. Cheap to clone.
 #[derive(Clone)]
 pub struct Keeper {
     current: Arc<Mutex<Connection>>,
+    /// Held while a gone keeper is replaced (not `current`'s lock: watches
+    /// and releases go on meanwhile).
+    reconnecting: Arc<Mutex<()>>,
     data_dir: PathBuf,
     exe: PathBuf,
 }
@@ -118,6 +123,7 @@ impl Keeper {
         let (connection, held) = Connection::connect_or_start(data_dir, exe)?;
         let keeper = Keeper {
             current: Arc::new(Mutex::new(connection)),
+            reconnecting: Arc::default(),
             data_dir: data_dir.to_path_buf(),
             exe: exe.to_path_buf(),
         };
@@ -127,6 +133,16 @@ impl Keeper {
     /// The keeper's process id.
     pub fn pid(&self) -> u32 {
         self.connection().inner.pid
+    }
+
+    /// Whether a keeper listens on `data_dir` (a connection made and
+    /// dropped at once, without a hello: its programs are not touched).
+    pub fn listening(data_dir: &Path) -> bool {
+        let Ok(socket) = wire::seqpacket() else {
+            return false;
+        };
+        wire::address(&wire::socket_path(data_dir))
+            .is_ok_and(|addr| rustix::net::connect(&socket, &addr).is_ok())
     }
 
     /// Starts `command` in a new PTY under the keeper as session `id`;
@@ -140,20 +156,22 @@ impl Keeper {
         cwd: Option<PathBuf>,
         size: (u16, u16),
     ) -> Result<(i32, OwnedFd), SpawnError> {
-        let connection = {
-            let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
-            if current.is_gone() {
-                let (connection, held) = Connection::connect_or_start(&self.data_dir, &self.exe)
+        let mut connection = self.connection();
+        if connection.is_gone() {
+            let _one = self.reconnecting.lock().unwrap_or_else(|p| p.into_inner());
+            connection = self.connection();
+            if connection.is_gone() {
+                let (fresh, held) = Connection::connect_or_start(&self.data_dir, &self.exe)
                     .map_err(|e| SpawnError::Keeper(format!("the PTY keeper: {e}")))?;
                 for program in held {
                     // A keeper the node did not start holds programs no
                     // session of this run knows: they go.
-                    connection.release(&program.id);
+                    fresh.release(&program.id);
                 }
-                *current = connection;
+                *self.current.lock().unwrap_or_else(|p| p.into_inner()) = fresh.clone();
+                connection = fresh;
             }
-            current.clone()
-        };
+        }
         connection.spawn(id, command, env, cwd, size)
     }
 
@@ -240,13 +258,21 @@ impl Connection {
                 ))
             }
         }
-        let (pid, held) = hello(&socket)?;
+        // A keeper that does not answer fails the hello, and later a send,
+        // rather than hanging the node.
+        use rustix::net::sockopt::{set_socket_timeout, Timeout};
+        set_socket_timeout(&socket, Timeout::Send, Some(IO_WAIT))?;
+        set_socket_timeout(&socket, Timeout::Recv, Some(IO_WAIT))?;
+        let Greeted { pid, held, early } = hello(&socket)?;
+        // The reader waits for the keeper's messages as long as it takes.
+        set_socket_timeout(&socket, Timeout::Recv, None)?;
         let mut state = State::default();
         for h in &held {
             if let Some(exit) = h.exit {
                 state.ended.insert(h.id.clone(), exit);
             }
         }
+        state.ended.extend(early);
         let keeper = Connection {
             inner: Arc::new(Inner {
                 socket,
@@ -305,7 +331,11 @@ impl Connection {
                     ))
                 })
             });
-        self.lock().spawns.remove(id);
+        let unanswered = self.lock().spawns.remove(id).is_some();
+        if unanswered {
+            // It may still start the program: it goes when it does.
+            self.release(id);
+        }
         match answer? {
             (Reply::Spawned { pid, .. }, fd) => match fd {
                 Some(fd) => Ok((pid, fd)),
@@ -408,8 +438,16 @@ impl Connection {
                 }
             }
             Reply::Spawned { id, .. } | Reply::SpawnFailed { id, .. } => {
-                if let Some(tx) = state.spawns.remove(id) {
-                    let _ = tx.try_send((reply.clone(), fd));
+                match state.spawns.remove(id) {
+                    Some(tx) => {
+                        let _ = tx.try_send((reply.clone(), fd));
+                    }
+                    None if matches!(reply, Reply::Spawned { .. }) => {
+                        // Its spawn gave up waiting: nobody will run it.
+                        drop(state);
+                        self.release(id);
+                    }
+                    None => {}
                 }
             }
             other => tracing::warn!("the PTY keeper sent {other:?} unasked"),
@@ -417,8 +455,17 @@ impl Connection {
     }
 }
 
-/// The handshake: `hello`, then the programs held, each with its master.
-fn hello(socket: &OwnedFd) -> std::io::Result<(u32, Vec<Held>)> {
+/// What the handshake found: the keeper's pid, the programs it holds, and
+/// exits it told meanwhile.
+struct Greeted {
+    pid: u32,
+    held: Vec<Held>,
+    early: Vec<(String, Exit)>,
+}
+
+/// The handshake: `hello`, then the programs held, each with its master
+/// (and exits told meanwhile).
+fn hello(socket: &OwnedFd) -> std::io::Result<Greeted> {
     let bad = |what: String| std::io::Error::new(std::io::ErrorKind::InvalidData, what);
     wire::send(
         socket,
@@ -443,7 +490,7 @@ fn hello(socket: &OwnedFd) -> std::io::Result<(u32, Vec<Held>)> {
         Reply::Refused { reason } => return Err(bad(format!("the PTY keeper refused: {reason}"))),
         other => return Err(bad(format!("the PTY keeper answered hello with {other:?}"))),
     };
-    let mut held = Vec::new();
+    let (mut held, mut early) = (Vec::new(), Vec::new());
     loop {
         match next()? {
             (Reply::Held { id, pid, exit }, Some(master)) => held.push(Held {
@@ -453,9 +500,12 @@ fn hello(socket: &OwnedFd) -> std::io::Result<(u32, Vec<Held>)> {
                 exit,
             }),
             (Reply::Held { id, .. }, None) => {
-                tracing::error!(session = %id, "the PTY keeper held a program without its terminal")
+                // Its terminal did not come: nobody can run it.
+                tracing::error!(session = %id, "the PTY keeper held a program whose terminal did not come: ended");
+                let _ = wire::send(socket, &Request::Release { id }, None);
             }
-            (Reply::HeldEnd, _) => return Ok((pid, held)),
+            (Reply::Exited { id, exit }, _) => early.push((id, exit)),
+            (Reply::HeldEnd, _) => return Ok(Greeted { pid, held, early }),
             (other, _) => return Err(bad(format!("the PTY keeper sent {other:?} at hello"))),
         }
     }

@@ -21,7 +21,12 @@ impl Actor for SessionActor {
     }
 
     fn stopped(&mut self, _: &mut Context<Self>) {
-        self.signal(Signal::SIGKILL);
+        // The node's own child ends with its session; a kept one only by an
+        // explicit kill or release (`Close`, `finish`), never because the
+        // actor went (a node stopping slowly).
+        if !self.kept {
+            self.signal(Signal::SIGKILL);
+        }
         self.publisher.clear();
     }
 }
@@ -187,6 +192,11 @@ impl Handler<Close> for SessionActor {
             self.signal(Signal::SIGKILL);
             self.finished = true;
             self.shared.exited.store(true, Ordering::Release);
+            // Killed: the keeper may reap it (the node's own child is
+            // reaped by its waiter either way).
+            if let Some(guard) = self.reap_guard.take() {
+                guard.release();
+            }
         }
         self.close(msg.removed, ctx);
     }

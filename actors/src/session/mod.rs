@@ -505,7 +505,9 @@ impl SessionActor {
         // The program has exited and its output ended: let the waiter reap
         // and the reader and writer go (a background job still holding the
         // terminal does not keep the master open), and close the master.
-        self.reap_guard = None;
+        if let Some(guard) = self.reap_guard.take() {
+            guard.release();
+        }
         self.terminal = None;
         self.shared.exited.store(true, Ordering::Release);
         self.shared.update(|m| {

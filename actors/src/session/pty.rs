@@ -104,17 +104,33 @@ impl SpawnError {
     }
 }
 
-/// Held by the session while it may still signal the program's group;
-/// dropping it lets the waiter reap the exited program (a kept one: tells
-/// the keeper to). `detach` lets go without that: the node is stopping
-/// and a kept program runs on for its next start.
+/// Held by the session while it may still signal the program's group.
+/// `release` lets the program be reaped (the node's own child by its
+/// waiter, a kept one by the keeper, killed first if it still runs);
+/// `detach` (the node stops) ends the PTY's tasks and leaves a kept
+/// program running. Dropped without either, the node's own child is
+/// reaped and a kept program is left to the keeper (as `detach`): only an
+/// explicit release may end it.
 #[derive(Debug)]
-pub struct ReapGuard(tokio::sync::watch::Sender<bool>);
+pub struct ReapGuard(tokio::sync::watch::Sender<Let>);
+
+/// What the session did with its `ReapGuard`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Let {
+    Held,
+    Detached,
+    Released,
+}
 
 impl ReapGuard {
     /// Stops the PTY's I/O without reaping or releasing the program.
     pub fn detach(self) {
-        let _ = self.0.send(true);
+        let _ = self.0.send(Let::Detached);
+    }
+
+    /// The session is done with the program: it may be reaped.
+    pub fn release(self) {
+        let _ = self.0.send(Let::Released);
     }
 }
 
@@ -282,7 +298,7 @@ fn start_io(pid: i32, mut master: FileDescriptor, child: io::Child) -> Result<Pt
     let terminal = Terminal(Arc::new(master));
     let (event_tx, events) = mpsc::channel(OUTPUT_QUEUE);
     let (input, input_rx) = mpsc::channel(INPUT_QUEUE);
-    let (guard_tx, guard_rx) = tokio::sync::watch::channel(false);
+    let (guard_tx, guard_rx) = tokio::sync::watch::channel(Let::Held);
     io::start(&terminal, pid, child, event_tx, input_rx, guard_rx).map_err(|e| pty_error(&e))?;
     Ok(Pty {
         pid,

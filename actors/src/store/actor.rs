@@ -127,14 +127,15 @@ impl Actor for StoreActor {
 }
 
 impl StoreActor {
-    /// Applies everything queued, as one batch.
-    fn drain(&mut self) {
+    /// Applies everything queued, as one batch; answers whether it was
+    /// applied (nothing queued counts as applied).
+    fn drain(&mut self) -> bool {
         let Queue { writes, bytes, .. } = {
             let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
             std::mem::take(&mut *q)
         };
         if writes.is_empty() {
-            return;
+            return true;
         }
         let record = writes.iter().any(|w| matches!(w, Write::Record { .. }));
         let mut result = self.store.apply(writes).map(|stored| {
@@ -163,7 +164,9 @@ impl StoreActor {
             Metrics::add(&self.metrics.store_lost_bytes, bytes);
             tracing::error!(path = %self.store.path().display(), "store write failed ({bytes} bytes of output not stored): {e}");
         }
+        let applied = result.is_ok();
         self.metrics.store_wrote(result.map_err(|e| e.to_string()));
+        applied
     }
 
     /// Everything on disk, then the manifest that says so.

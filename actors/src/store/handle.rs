@@ -227,9 +227,15 @@ impl StoreHandle {
         });
     }
 
-    /// The disk is behind: sessions hold their programs' output.
+    /// The disk is behind (the backlog, or the journal waiting for a half
+    /// to be durable): sessions hold their programs' output.
     pub fn is_behind(&self) -> bool {
         self.backlog.load(Ordering::Relaxed) > MAX_BACKLOG
+            || self
+                .journal
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .pressed()
     }
 
     pub async fn flush(&self) -> Result<(), String> {

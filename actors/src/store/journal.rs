@@ -47,6 +47,10 @@ pub struct Durable {
 }
 
 impl Durable {
+    fn is_set(&self) -> bool {
+        *self.done.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     pub fn set(&self) {
         *self.done.lock().unwrap_or_else(|p| p.into_inner()) = true;
         self.signal.notify_all();
@@ -92,6 +96,11 @@ pub struct Journal {
     buf: Vec<u8>,
     /// The other half: durable once this is set.
     other: Option<Arc<Durable>>,
+    /// A write failed: the journal is gone (unlinked), so the next start
+    /// trusts the high-water mark; nothing more is written.
+    broken: bool,
+    /// Since when output has been held for the other half to be durable.
+    pressed_since: Option<std::time::Instant>,
 }
 
 impl Journal {
@@ -107,6 +116,10 @@ impl Journal {
             return Ok(Replay::default());
         }
         let half = u64::from_le_bytes(header[8..16].try_into().unwrap_or_default());
+        if half != HALF {
+            // Not one this node wrote: as if there were none.
+            return Ok(Replay::default());
+        }
         let generations = [0, 1].map(|i| {
             let at = 16 + 8 * i;
             u64::from_le_bytes(header[at..at + 8].try_into().unwrap_or_default())
@@ -121,7 +134,13 @@ impl Journal {
         for i in order {
             let mut bytes = vec![0u8; half as usize];
             let start = HEADER + i as u64 * half;
-            let got = read_up_to(&file, &mut bytes, start)?;
+            let got = match read_up_to(&file, &mut bytes, start) {
+                Ok(got) => got,
+                Err(e) => {
+                    tracing::warn!(path = %path.display(), "the journal cannot be read ({e}): seqs continue above the high-water mark");
+                    return Ok(Replay::default());
+                }
+            };
             bytes.truncate(got);
             for (id, frame) in records(&bytes) {
                 replay.frames.entry(id).or_default().push(frame);
@@ -142,6 +161,18 @@ impl Journal {
             .create(true)
             .truncate(false)
             .open(path)?;
+        // Both halves allocated now: a frame's write never needs a block
+        // of a full disk. A file system without `fallocate` (FUSE, some
+        // network mounts) gets a sparse file: a write that then finds the
+        // disk full drops the journal (`append`).
+        if let Err(e) = nix::fcntl::fallocate(
+            std::os::fd::AsRawFd::as_raw_fd(&file),
+            nix::fcntl::FallocateFlags::empty(),
+            0,
+            (HEADER + 2 * HALF) as i64,
+        ) {
+            tracing::warn!(path = %path.display(), "the journal's space cannot be allocated ahead ({e}): it is written as it goes");
+        }
         let mut header = vec![0u8; HEADER as usize];
         header[..8].copy_from_slice(MAGIC);
         header[8..16].copy_from_slice(&HALF.to_le_bytes());
@@ -163,6 +194,8 @@ impl Journal {
             generation: 2,
             buf: Vec::new(),
             other: Some(durable),
+            broken: false,
+            pressed_since: None,
         })
     }
 
@@ -171,6 +204,46 @@ impl Journal {
     /// `flush_behind` with what the store must set once the half left
     /// behind is durable.
     pub fn append(
+        &mut self,
+        id: &str,
+        seq: u64,
+        at_ms: u64,
+        data: &[u8],
+        flush_behind: impl FnOnce(Arc<Durable>),
+    ) -> std::io::Result<()> {
+        if self.broken {
+            return Ok(());
+        }
+        let written = self.write_frame(id, seq, at_ms, data, flush_behind);
+        if let Err(e) = &written {
+            // A frame it does not hold would be a seq the next start does
+            // not know was sent: the journal goes, and with it the trust.
+            self.broken = true;
+            let _ = std::fs::remove_file(&self.path);
+            tracing::error!(path = %self.path.display(), "the output journal failed ({e}) and is dropped: after a crash now, seqs continue above the high-water mark");
+        }
+        written
+    }
+
+    /// The current half is nearly full and the other one is not durable
+    /// yet: output should wait (as for the store's backlog) rather than
+    /// reach a switch that would have to wait. At most `DURABLE_WAIT`: a
+    /// store that cannot make it durable (a failed disk) must not hold the
+    /// programs forever; the switch then overwrites it and says so.
+    pub fn pressed(&mut self) -> bool {
+        let waiting = !self.broken
+            && self.offset > self.half / 4 * 3
+            && self.other.as_ref().is_some_and(|d| !d.is_set());
+        if !waiting {
+            return false;
+        }
+        let since = *self
+            .pressed_since
+            .get_or_insert_with(std::time::Instant::now);
+        since.elapsed() < DURABLE_WAIT
+    }
+
+    fn write_frame(
         &mut self,
         id: &str,
         seq: u64,
@@ -209,7 +282,11 @@ impl Journal {
     fn switch(&mut self, flush_behind: impl FnOnce(Arc<Durable>)) -> std::io::Result<()> {
         let next = 1 - self.current;
         let durable = self.other.take().unwrap_or_default();
-        if !durable.wait(DURABLE_WAIT) {
+        let waited = self
+            .pressed_since
+            .take()
+            .map_or(Duration::ZERO, |t| t.elapsed());
+        if !durable.wait(DURABLE_WAIT.saturating_sub(waited)) {
             tracing::error!(
                 path = %self.path.display(),
                 "the store did not make the journal's older half durable within {DURABLE_WAIT:?}: \

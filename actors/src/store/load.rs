@@ -92,7 +92,9 @@ pub fn load(
 /// accounts for every seq sent (it is whole and its frames follow the
 /// store's without a hole).
 fn missing(store: &Store, id: &str, replay: &Replay) -> Result<(Vec<Frame>, bool), StoreError> {
-    let mut next = store.last_seq(id)? + 1;
+    // After the floor an earlier start continued from (its frames may not
+    // have reached the store yet).
+    let mut next = store.last_seq(id)?.max(store.seq_floor(id)?) + 1;
     let mut frames = Vec::new();
     for frame in replay.frames.get(id).into_iter().flatten() {
         if frame.seq < next {

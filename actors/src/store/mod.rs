@@ -548,6 +548,7 @@ impl Store {
                 self.tombstones.remove(&k)?;
                 self.last_ids.remove(&k)?;
                 self.seq_marks.remove(&k)?;
+                self.seq_floors.remove(&k)?;
                 self.event_ids.remove(&id);
                 continue;
             }

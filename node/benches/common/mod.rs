@@ -105,7 +105,12 @@ pub fn stop_keeper(data_dir: &Path) {
     let pid = std::fs::read_to_string(data_dir.join("keeper.lock"))
         .ok()
         .and_then(|t| t.trim().parse::<i32>().ok());
-    if let Some(pid) = pid {
+    // Only a keeper: the pid may be another process's once it has gone.
+    let is_keeper = |pid: i32| {
+        std::fs::read(format!("/proc/{pid}/cmdline"))
+            .is_ok_and(|c| c.split(|b| *b == 0).any(|arg| arg == b"keeper"))
+    };
+    if let Some(pid) = pid.filter(|p| is_keeper(*p)) {
         let pid = nix::unistd::Pid::from_raw(pid);
         let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
     }

@@ -9,7 +9,8 @@
 //! Kept small on purpose (it rarely changes and must not go down): one
 //! thread, `poll`, no async runtime, no network, no store. If it dies, its
 //! programs' terminals hang up with it (SIGHUP) and their sessions become
-//! `lost`; a machine reboot ends them too.
+//! `lost`; a machine reboot ends them too. It stops by itself only when
+//! its socket is gone (the data dir removed) and it holds no program.
 
 mod programs;
 
@@ -30,6 +31,20 @@ const LOOK_EVERY: rustix::event::Timespec = rustix::event::Timespec {
     tv_sec: 5,
     tv_nsec: 0,
 };
+
+/// Listens on `path` (a stale socket there goes first), mode 0600;
+/// answers the socket and the file's identity.
+fn listen(path: &Path) -> anyhow::Result<(OwnedFd, (u64, u64))> {
+    use std::os::unix::fs::MetadataExt;
+    let _ = std::fs::remove_file(path);
+    let listener = wire::seqpacket()?;
+    rustix::net::bind(&listener, &wire::address(path)?)
+        .with_context(|| format!("cannot bind {}", path.display()))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    rustix::net::listen(&listener, 16)?;
+    let m = std::fs::metadata(path)?;
+    Ok((listener, (m.dev(), m.ino())))
+}
 
 /// Whether `path` is still the socket `id` names: `false` only when it is
 /// gone (ENOENT) or another file; a file system that fails to answer
@@ -55,27 +70,19 @@ pub fn run(data_dir: &Path) -> anyhow::Result<()> {
         return Ok(());
     };
     let path = wire::socket_path(data_dir);
-    let _ = std::fs::remove_file(&path);
-    let listener = wire::seqpacket()?;
-    rustix::net::bind(&listener, &wire::address(&path)?)
-        .with_context(|| format!("cannot bind {}", path.display()))?;
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
-    rustix::net::listen(&listener, 16)?;
+    let (mut listener, mut socket_id) = listen(&path)?;
     let mut mask = SigSet::empty();
     mask.add(Signal::SIGCHLD);
     mask.thread_block()?;
     let mut children = SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)?;
     tracing::info!(socket = %path.display(), pid = std::process::id(), "PTY keeper serving");
     notify_ready();
-    let socket_id = {
-        use std::os::unix::fs::MetadataExt;
-        let m = std::fs::metadata(&path)?;
-        (m.dev(), m.ino())
-    };
+    let mut unreachable_said = false;
 
     let mut keeper = Keeper {
         programs: Programs::default(),
         node: None,
+        greeted: false,
         buf: Vec::new(),
     };
     loop {
@@ -95,15 +102,36 @@ pub fn run(data_dir: &Path) -> anyhow::Result<()> {
             (ready(0), ready(1), ready(2))
         };
         if !still_ours(&path, socket_id) {
-            // The data dir was removed (or another keeper took it over):
-            // no node can reach these programs any more.
-            tracing::warn!(socket = %path.display(), "the keeper's socket is gone: stopping, its programs end");
-            return Ok(());
+            // The data dir was removed or moved. Without programs there is
+            // nothing to keep; with them, the socket is made again where
+            // the node will look, or the programs run on, said once.
+            if keeper.programs.is_empty() {
+                tracing::info!(socket = %path.display(), "the keeper's socket is gone and it holds no program: stopping");
+                return Ok(());
+            }
+            match listen(&path) {
+                Ok((again, id)) => {
+                    (listener, socket_id) = (again, id);
+                    tracing::warn!(socket = %path.display(), "the keeper's socket was gone: listening there again");
+                }
+                Err(e) if !unreachable_said => {
+                    unreachable_said = true;
+                    tracing::error!(
+                        socket = %path.display(),
+                        "the keeper's socket is gone and cannot be made again ({e:#}): its programs run on where no node reaches them; stop the keeper (kill {}) to end them",
+                        std::process::id()
+                    );
+                }
+                Err(_) => {}
+            }
         }
         if child {
             while let Ok(Some(_)) = children.read_signal() {}
             for (id, exit) in keeper.programs.look() {
-                tell(&mut keeper.node, &Reply::Exited { id, exit }, None);
+                // A node not yet greeted hears of it in `held`.
+                if keeper.greeted {
+                    tell(&mut keeper.node, &Reply::Exited { id, exit }, None);
+                }
             }
         }
         if node {
@@ -119,6 +147,8 @@ struct Keeper {
     programs: Programs,
     /// The node's connection (one at a time: a new one replaces it).
     node: Option<OwnedFd>,
+    /// The node's `hello` was answered.
+    greeted: bool,
     buf: Vec<u8>,
 }
 
@@ -140,9 +170,17 @@ impl Keeper {
                 return;
             }
         }
+        // A node that stops reading (SIGSTOP) must not stop the keeper:
+        // a send that cannot go within this drops the connection.
+        let _ = rustix::net::sockopt::set_socket_timeout(
+            &socket,
+            rustix::net::sockopt::Timeout::Send,
+            Some(std::time::Duration::from_secs(2)),
+        );
         if self.node.replace(socket).is_some() {
             tracing::info!("a new node connection replaces the last one");
         }
+        self.greeted = false;
     }
 
     /// Handles one message from the node; its end or a bad message drops
@@ -156,8 +194,15 @@ impl Keeper {
                 self.node = None;
                 return;
             }
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+                // Answered, and the connection kept: the node logs it.
+                tracing::warn!("a message from the node that does not decode: {e}");
+                let reason = format!("a message this keeper cannot read: {e}");
+                tell(&mut self.node, &Reply::Refused { reason }, None);
+                return;
+            }
             Err(e) => {
-                tracing::warn!("a bad message from the node ({e}): connection dropped");
+                tracing::warn!("the node connection failed ({e}): dropped");
                 self.node = None;
                 return;
             }
@@ -182,6 +227,8 @@ impl Keeper {
                     tell(&mut self.node, &reply, Some(master));
                 }
                 tell(&mut self.node, &Reply::HeldEnd, None);
+                // Exits are told from now on (the ones before are in `held`).
+                self.greeted = true;
             }
             Request::Spawn {
                 id,

@@ -66,6 +66,10 @@ impl Programs {
         Ok(pid)
     }
 
+    pub fn is_empty(&self) -> bool {
+        self.by_id.is_empty()
+    }
+
     /// `id`'s master, to send beside a message.
     pub fn master(&self, id: &str) -> Option<BorrowedFd<'_>> {
         self.by_id.get(id).map(|p| p.master.as_fd())

@@ -81,6 +81,15 @@ fn connect_keeper(
     Vec<termesh_actors::keeper::Held>,
 )> {
     if !(signals && config.node.keeper && config.store.enabled) {
+        if signals && termesh_actors::keeper::Keeper::listening(&config.node.data_dir) {
+            // Its programs' sessions would show `lost` while they run on.
+            anyhow::bail!(
+                "a PTY keeper runs on {} and holds this node's programs: start the node with its keeper \
+                 (without --no-keeper), or stop the keeper first (its programs end: `kill $(cat {})`)",
+                config.node.data_dir.display(),
+                config.node.data_dir.join("keeper.lock").display()
+            );
+        }
         return Ok((None, Vec::new()));
     }
     let exe = std::env::current_exe().context("cannot find this binary to start the keeper")?;

@@ -34,7 +34,7 @@ use nix::unistd::Pid;
 use tokio::io::unix::AsyncFd;
 use tokio::sync::{mpsc, watch};
 
-use super::{reaper, ExitInfo, PtyEvent, Terminal};
+use super::{reaper, ExitInfo, Let, PtyEvent, Terminal};
 use crate::keeper::Kept;
 
 /// Largest read from the PTY, and so the largest frame.
@@ -79,7 +79,7 @@ pub fn start(
     child: Child,
     events: mpsc::Sender<PtyEvent>,
     input: mpsc::Receiver<Bytes>,
-    release: watch::Receiver<bool>,
+    release: watch::Receiver<Let>,
 ) -> std::io::Result<()> {
     let rt = runtime();
     if matches!(child, Child::Own) {
@@ -107,7 +107,7 @@ fn write(fd: &FileDescriptor, buf: &[u8]) -> std::io::Result<usize> {
 /// Ends at EOF, or once the session lets go (`ReapGuard`): a background
 /// job that keeps the terminal open after the session finished does not
 /// keep its master open with it.
-async fn read_task(master: Master, tx: mpsc::Sender<PtyEvent>, mut release: watch::Receiver<bool>) {
+async fn read_task(master: Master, tx: mpsc::Sender<PtyEvent>, mut release: watch::Receiver<Let>) {
     let mut buf = BytesMut::new();
     let mut want = MIN_CHUNK;
     loop {
@@ -168,7 +168,7 @@ async fn read_ready(master: &Master, buf: &mut [u8]) -> std::io::Result<usize> {
 async fn write_task(
     master: Master,
     mut rx: mpsc::Receiver<Bytes>,
-    mut release: watch::Receiver<bool>,
+    mut release: watch::Receiver<Let>,
 ) {
     loop {
         let data = tokio::select! {
@@ -194,16 +194,15 @@ async fn write_task(
     }
 }
 
-/// Once the session has dropped its `ReapGuard` (`false`) or detached it
-/// (`true`).
-async fn released(release: &mut watch::Receiver<bool>) -> bool {
+/// Once the session has let go of its `ReapGuard`: how.
+async fn released(release: &mut watch::Receiver<Let>) -> Let {
     while release.changed().await.is_ok() {}
-    let detached = *release.borrow();
-    detached
+    let how = *release.borrow();
+    how
 }
 
 /// Tells the session of the exit, then reaps once it lets go of its guard.
-async fn wait_task(pid: i32, tx: mpsc::Sender<PtyEvent>, mut release: watch::Receiver<bool>) {
+async fn wait_task(pid: i32, tx: mpsc::Sender<PtyEvent>, mut release: watch::Receiver<Let>) {
     let info = reaper::exited(pid).await.unwrap_or(ExitInfo {
         code: 1,
         signal: None,
@@ -219,14 +218,14 @@ async fn wait_task(pid: i32, tx: mpsc::Sender<PtyEvent>, mut release: watch::Rec
 /// Tells the session of the exit the keeper reports (or that the keeper,
 /// and the program with it, is gone), then releases the program to the
 /// keeper once the session lets go; a detach leaves it with the keeper.
-async fn wait_kept(mut kept: Kept, tx: mpsc::Sender<PtyEvent>, mut release: watch::Receiver<bool>) {
+async fn wait_kept(mut kept: Kept, tx: mpsc::Sender<PtyEvent>, mut release: watch::Receiver<Let>) {
     let event = tokio::select! {
         exit = kept.exit() => match exit {
             Some(exit) => PtyEvent::Exited(exit.into()),
             None => PtyEvent::Lost,
         },
-        detached = released(&mut release) => {
-            if !detached {
+        how = released(&mut release) => {
+            if how == Let::Released {
                 kept.release();
             }
             return;
@@ -234,7 +233,7 @@ async fn wait_kept(mut kept: Kept, tx: mpsc::Sender<PtyEvent>, mut release: watc
     };
     let _ = tx.send(event).await;
     drop(tx);
-    if !released(&mut release).await {
+    if released(&mut release).await == Let::Released {
         kept.release();
     }
 }

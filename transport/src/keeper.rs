@@ -162,6 +162,11 @@ pub fn recv<T: for<'de> Deserialize<'de>>(
     if got.bytes == 0 {
         return Ok(None);
     }
+    if got.flags.contains(rustix::net::ReturnFlags::CTRUNC) {
+        // The descriptor did not fit (the open-file limit): the caller
+        // sees a message without its terminal.
+        tracing::warn!("a keeper message lost its descriptor (open-file limit?)");
+    }
     if got.flags.contains(rustix::net::ReturnFlags::TRUNC) {
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidData,
@@ -231,6 +236,39 @@ mod tests {
         assert_eq!((got, fd.is_none()), (Reply::HeldEnd, true));
         drop(a);
         assert!(recv::<Reply>(&b, &mut buf).unwrap().is_none());
+    }
+
+    #[test]
+    fn messages_encode_to_these_bytes() {
+        // A map keyed by `t` (MessagePack, field names kept): the keeper
+        // and the node may be different builds, so the bytes are the
+        // contract.
+        let bytes = rmp_serde::to_vec_named(&Request::Release { id: "ab".into() }).unwrap();
+        assert_eq!(
+            bytes,
+            [
+                0x82, 0xa1, b't', 0xa7, b'r', b'e', b'l', b'e', b'a', b's', b'e', 0xa2, b'i', b'd',
+                0xa2, b'a', b'b'
+            ]
+        );
+        let exit = Reply::Exited {
+            id: "x".into(),
+            exit: Exit {
+                code: 143,
+                signal: Some(15),
+            },
+        };
+        let bytes = rmp_serde::to_vec_named(&exit).unwrap();
+        assert_eq!(
+            bytes,
+            [
+                0x83, 0xa1, b't', 0xa6, b'e', b'x', b'i', b't', b'e', b'd', 0xa2, b'i', b'd', 0xa1,
+                b'x', 0xa4, b'e', b'x', b'i', b't', 0x82, 0xa4, b'c', b'o', b'd', b'e', 0xcc, 143,
+                0xa6, b's', b'i', b'g', b'n', b'a', b'l', 15
+            ]
+        );
+        let back: Reply = rmp_serde::from_slice(&bytes).unwrap();
+        assert_eq!(back, exit);
     }
 
     #[test]

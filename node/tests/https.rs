@@ -113,3 +113,46 @@ async fn a_node_serves_https_and_wss_to_clients_that_trust_its_ca() {
         .unwrap();
     assert!(!answered, "plain HTTP must not be served on the TLS port");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_serves_new_https_certificate_files() {
+    // A CA rotation (or a renewal) writes new files over the old ones; a
+    // reload serves them to the connections made from then on.
+    let pki = tempfile::tempdir().unwrap();
+    let names = ["127.0.0.1".to_string(), "localhost".to_string()];
+    let (old, new) = (Ca::new("old").unwrap(), Ca::new("new").unwrap());
+    let path = |f: &str| pki.path().join(f);
+    std::fs::write(path("old.pem"), old.pem().cert_pem).unwrap();
+    std::fs::write(path("new.pem"), new.pem().cert_pem).unwrap();
+    let write_leaf = |ca: &Ca| {
+        let leaf = ca.issue_http(&names).unwrap();
+        std::fs::write(path("http.pem"), leaf.cert_pem).unwrap();
+        std::fs::write(path("http.key"), leaf.key_pem).unwrap();
+    };
+    write_leaf(&old);
+    let node = BinaryNode::start(&format!(
+        "[http]\ntls_cert = {:?}\ntls_key = {:?}\n",
+        path("http.pem").display().to_string(),
+        path("http.key").display().to_string()
+    ));
+    let ls = |ca: &str| {
+        let ca = path(ca).display().to_string();
+        termesh(&["ls", "--url", &node.url, "--token", OPERATOR, "--ca", &ca]).0
+    };
+    assert_eq!(ls("old.pem"), 0);
+    assert_ne!(ls("new.pem"), 0);
+    write_leaf(&new);
+    let (code, out, err) = termesh(&[
+        "config",
+        "reload",
+        "--url",
+        &node.url,
+        "--token",
+        ADMIN,
+        "--ca",
+        &path("old.pem").display().to_string(),
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(ls("new.pem"), 0, "the new certificate is served");
+    assert_ne!(ls("old.pem"), 0, "the old one is not");
+}

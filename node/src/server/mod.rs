@@ -56,6 +56,8 @@ pub struct AppState {
     pub data_dir: PathBuf,
     /// The cluster's peers as they change by reloads (`None`: one node).
     pub membership: membership::Shared,
+    /// The HTTPS certificate a reload replaces (`None`: plain HTTP).
+    pub https_cert: Option<Arc<termesh_transport::https::HttpsCert>>,
 }
 
 /// What a started node reports.
@@ -136,12 +138,13 @@ pub fn run(
     let listener = listener::bind(&config.http)?;
     // HTTPS: the certificate and key are read now; a bad file stops the
     // start with the path and the cause.
-    let tls = match &config.http.tls {
-        Some(files) => Some(
-            termesh_transport::https::server_config(&files.cert, &files.key)
-                .map_err(|e| anyhow::anyhow!("http TLS: {e}"))?,
-        ),
-        None => None,
+    let (tls, https_cert) = match &config.http.tls {
+        Some(files) => {
+            let (tls, served) = termesh_transport::https::server_config(&files.cert, &files.key)
+                .map_err(|e| anyhow::anyhow!("http TLS: {e}"))?;
+            (Some(tls), Some(served))
+        }
+        None => (None, None),
     };
     let scheme = if tls.is_some() { "https" } else { "http" };
     let addr = listener.local_addr()?;
@@ -252,6 +255,7 @@ pub fn run(
                 .as_ref()
                 .map(|c| c.this(&config.node.name).quic),
             membership: Default::default(),
+            https_cert: https_cert.clone(),
         };
         if let Some(cluster) = &config.cluster {
             let started = membership::Membership::start(&config, cluster, &state.node)?;

@@ -1,6 +1,7 @@
 //! Reload: the node reads its config file again and applies the token
-//! changes (added, revoked, roles) and the cluster's peer list (nodes
-//! added and removed: `membership`) without a restart, on SIGHUP or
+//! changes (added, revoked, roles), the cluster's peer list (nodes added
+//! and removed: `membership`), new mesh certificates and the HTTPS
+//! certificate files without a restart, on SIGHUP or
 //! `POST /api/v1/config/reload` (admin; `termesh config reload`). Open
 //! connections check their token against the new set; a revoked one is
 //! closed (4401). Other changed settings are logged as taking effect at
@@ -29,6 +30,23 @@ pub struct Reloaded {
     pub peers_removed: Vec<String>,
     /// New mesh certificates were taken (for links made from now on).
     pub certificates: bool,
+}
+
+/// Serves the HTTPS certificate files the config names now (the same
+/// files read again: a rotation or a renewal writes over them).
+fn apply_https(state: &AppState, config: &Config) -> Result<(), ApiError> {
+    match (&state.https_cert, &config.http.tls) {
+        (Some(served), Some(files)) => served.replace(&files.cert, &files.key).map_err(|e| {
+            ApiError::bad_request(format!(
+                "the config was applied but for the HTTPS certificate, which was not taken: {e}"
+            ))
+        }),
+        (None, Some(_)) | (Some(_), None) => {
+            tracing::warn!("HTTPS was turned on or off: that takes effect at the next start");
+            Ok(())
+        }
+        (None, None) => Ok(()),
+    }
 }
 
 /// Reads the config file again, replaces the tokens and applies the
@@ -68,7 +86,8 @@ pub fn reload(state: &AppState) -> Result<Reloaded, ApiError> {
         }
         (None, None) => Default::default(),
     };
-    state.node.tokens.replace(config.auth.tokens);
+    state.node.tokens.replace(config.auth.tokens.clone());
+    apply_https(state, &config)?;
     tracing::info!(
         path = %path.display(),
         tokens = n,

@@ -9,8 +9,10 @@
 //! Kept small on purpose (it rarely changes and must not go down): one
 //! thread, `poll`, no async runtime, no network, no store. If it dies, its
 //! programs' terminals hang up with it (SIGHUP) and their sessions become
-//! `lost`; a machine reboot ends them too. It stops by itself only when
-//! its socket is gone (the data dir removed) and it holds no program.
+//! `lost`; a machine reboot ends them too. It stops by itself when its
+//! data dir is removed (no node could reach its programs again), or when
+//! its socket is and it holds no program; a socket removed alone is made
+//! again.
 
 mod programs;
 
@@ -77,7 +79,6 @@ pub fn run(data_dir: &Path) -> anyhow::Result<()> {
     let mut children = SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)?;
     tracing::info!(socket = %path.display(), pid = std::process::id(), "PTY keeper serving");
     notify_ready();
-    let mut unreachable_said = false;
 
     let mut keeper = Keeper {
         programs: Programs::default(),
@@ -102,11 +103,13 @@ pub fn run(data_dir: &Path) -> anyhow::Result<()> {
             (ready(0), ready(1), ready(2))
         };
         if !still_ours(&path, socket_id) {
-            // The data dir was removed or moved. Without programs there is
-            // nothing to keep; with them, the socket is made again where
-            // the node will look, or the programs run on, said once.
-            if keeper.programs.is_empty() {
-                tracing::info!(socket = %path.display(), "the keeper's socket is gone and it holds no program: stopping");
+            // Its data dir was removed (no node can reach these programs
+            // any more: they end with the keeper), or only the socket was
+            // (it is made again where the node looks).
+            let dir_gone = std::fs::metadata(data_dir)
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound);
+            if dir_gone || keeper.programs.is_empty() {
+                tracing::warn!(socket = %path.display(), programs = keeper.programs.len(), "the keeper's socket is gone (its data dir too: {dir_gone}): stopping; its programs' terminals hang up");
                 return Ok(());
             }
             match listen(&path) {
@@ -114,15 +117,7 @@ pub fn run(data_dir: &Path) -> anyhow::Result<()> {
                     (listener, socket_id) = (again, id);
                     tracing::warn!(socket = %path.display(), "the keeper's socket was gone: listening there again");
                 }
-                Err(e) if !unreachable_said => {
-                    unreachable_said = true;
-                    tracing::error!(
-                        socket = %path.display(),
-                        "the keeper's socket is gone and cannot be made again ({e:#}): its programs run on where no node reaches them; stop the keeper (kill {}) to end them",
-                        std::process::id()
-                    );
-                }
-                Err(_) => {}
+                Err(e) => tracing::error!(socket = %path.display(), "the keeper's socket is gone and cannot be made again: {e:#}"),
             }
         }
         if child {

@@ -70,6 +70,10 @@ impl Programs {
         self.by_id.is_empty()
     }
 
+    pub fn len(&self) -> usize {
+        self.by_id.len()
+    }
+
     /// `id`'s master, to send beside a message.
     pub fn master(&self, id: &str) -> Option<BorrowedFd<'_>> {
         self.by_id.get(id).map(|p| p.master.as_fd())

@@ -117,7 +117,9 @@ pub fn run(data_dir: &Path) -> anyhow::Result<()> {
                     (listener, socket_id) = (again, id);
                     tracing::warn!(socket = %path.display(), "the keeper's socket was gone: listening there again");
                 }
-                Err(e) => tracing::error!(socket = %path.display(), "the keeper's socket is gone and cannot be made again: {e:#}"),
+                Err(e) => {
+                    tracing::error!(socket = %path.display(), "the keeper's socket is gone and cannot be made again: {e:#}")
+                }
             }
         }
         if child {

@@ -215,10 +215,7 @@ mod tests {
         let mut body = w.page(&[frame(1, 10_250, b"hi "), frame(2, 11_000, &euro[..1])]);
         body += &w.page(&[frame(3, 12_000, &[&euro[1..], b"\xff!"].concat())]);
         body += &w.finish();
-        let lines: Vec<Value> = body
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect();
+        let lines = cast_lines(&body);
         assert_eq!(
             lines,
             vec![
@@ -229,6 +226,13 @@ mod tests {
         );
     }
 
+    /// The cast's lines after its header, as JSON.
+    fn cast_lines(body: &str) -> Vec<Value> {
+        body.lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
     #[test]
     fn a_resize_in_the_same_millisecond_as_output_sits_by_its_seq() {
         let events = vec![
@@ -237,10 +241,7 @@ mod tests {
         ];
         let (mut w, _) = CastWriter::new(&info(), &events);
         let body = w.page(&[frame(1, 10_500, b"one"), frame(2, 10_500, b"two")]) + &w.finish();
-        let lines: Vec<Value> = body
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect();
+        let lines = cast_lines(&body);
         assert_eq!(
             lines,
             vec![

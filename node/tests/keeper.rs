@@ -37,7 +37,12 @@ fn counted(data: &[u8]) -> u64 {
 
 /// The pids of the keeper's children whose command line holds `marker`.
 fn kept_pids(node: &BinaryNode, marker: &str) -> Vec<i32> {
-    let Some(keeper) = keeper_pid(&node.data) else {
+    kept_pids_in(&node.data, marker)
+}
+
+/// The same, for the keeper of the data dir `data`.
+fn kept_pids_in(data: &std::path::Path, marker: &str) -> Vec<i32> {
+    let Some(keeper) = keeper_pid(data) else {
         return Vec::new();
     };
     let mut pids = Vec::new();
@@ -282,4 +287,51 @@ async fn a_viewer_on_another_node_follows_the_program_across_its_owner_s_restart
         );
         println!("after {how}: counted to {} through b", counted(&s.data));
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_without_a_keeper_refuses_to_start_beside_a_running_one() {
+    let node = BinaryNode::start("");
+    create(&node, "exec sleep 100002").await;
+    let data = node.data.clone();
+    // Stopped cleanly: the keeper and its program run on.
+    let dir = node.stop_leaving_keeper();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_termesh"))
+        .args([
+            "node",
+            "--no-keeper",
+            "--listen",
+            "127.0.0.1:0",
+            "--data-dir",
+        ])
+        .arg(&data)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Bounded: a node that starts anyway fails the test, not hangs it.
+    let deadline = std::time::Instant::now() + PATIENCE;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            kill_keeper(&data);
+            panic!("the node started beside the keeper");
+        }
+        poll_pause_blocking();
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(!status.success(), "it started: {err}");
+    assert!(err.contains("a PTY keeper runs"), "{err}");
+    assert_eq!(
+        kept_pids_in(&data, "100002").len(),
+        1,
+        "the program was not touched"
+    );
+    kill_keeper(&data);
+    drop(dir);
 }

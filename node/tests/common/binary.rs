@@ -170,6 +170,13 @@ impl BinaryNode {
         std::mem::replace(&mut self.dir, tempfile::tempdir().unwrap())
     }
 
+    /// Stops the node cleanly and hands over its dir, leaving its PTY keeper
+    /// (and its programs) running: the caller ends it (`kill_keeper`).
+    pub fn stop_leaving_keeper(mut self) -> tempfile::TempDir {
+        self.stop();
+        self.hand_over()
+    }
+
     /// Stops the node cleanly, and its PTY keeper, and hands over its dir
     /// (config, data, log).
     pub fn stop_keeping_dir(mut self) -> tempfile::TempDir {

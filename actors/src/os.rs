@@ -284,7 +284,8 @@ pub fn register_owned(
 /// started since. Raising a nice value needs no privilege. For background
 /// work (the store and sled's own threads) that must not delay a
 /// keystroke's path on a busy core: a woken thread of normal priority
-/// runs first.
+/// runs first. Not SCHED_IDLE: that halved the rate a flood is stored at
+/// (docs/benchmarks.md), and an unprivileged thread cannot leave it.
 pub fn lower_priority(names: &[&str], by: i32) {
     // The process's own (its first thread's), not the calling thread's.
     let base = nice_of(std::process::id() as i32).unwrap_or(0);

@@ -280,13 +280,24 @@ pub async fn read_all(mut c: Client, session: String, expected: usize) -> bool {
 }
 
 /// Keystroke to echo through the node; optionally with a flood on the same
-/// connection (subscribed and acked by the same client).
+/// connection (subscribed and acked by the same client): p50 and p99.
 pub async fn echo(
     target: &Target,
     on: Option<&str>,
     samples: usize,
     flood: bool,
 ) -> (Duration, Duration) {
+    let times = echo_times(target, on, samples, flood).await;
+    (percentile(&times, 0.5), percentile(&times, 0.99))
+}
+
+/// As `echo`, every sample, sorted.
+pub async fn echo_times(
+    target: &Target,
+    on: Option<&str>,
+    samples: usize,
+    flood: bool,
+) -> Vec<Duration> {
     let mut c = Client::connect(target).await.unwrap();
     let session = create_on(&mut c, on, "stty raw -echo; exec cat").await;
     subscribe(&mut c, &session, Some(0)).await;
@@ -353,7 +364,7 @@ pub async fn echo(
         remove(&mut c, id).await;
     }
     times.sort();
-    (percentile(&times, 0.5), percentile(&times, 0.99))
+    times
 }
 
 /// The same work avt does for a cold snapshot, without the node: the

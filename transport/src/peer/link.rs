@@ -1,5 +1,6 @@
-//! The mesh thread: the node's QUIC endpoint on a tokio runtime of its own,
-//! one link task per configured peer, bridged to that peer's actor by a
+//! The mesh: the node's QUIC endpoint on a current-thread tokio runtime
+//! the node gives (its peer actors' thread), one link task per configured
+//! peer, bridged to that peer's actor by a
 //! `LinkSink` (in: what the link says) and channels (out). It knows
 //! nothing of actors: the node gives each peer's sink. Of each pair the node with
 //! the lower name dials and the other accepts; after the hellos both sides
@@ -91,12 +92,16 @@ const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(60);
 /// Remote addresses the refusal log remembers (bounded memory).
 const REFUSAL_LOG_ADDRESSES: usize = 1024;
 
-/// The running mesh; dropping it closes the endpoint and stops the thread.
+/// The running mesh; dropping it closes the endpoint and waits (bounded)
+/// for its tasks to end.
 pub struct Mesh {
     stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    done: std::sync::mpsc::Receiver<()>,
     control: mpsc::UnboundedSender<Change>,
 }
+
+/// How long dropping the mesh waits for its endpoint to close.
+const STOP_WAIT: Duration = Duration::from_secs(5);
 
 /// A change of the peers the mesh links to, or of its certificates.
 enum Change {
@@ -124,40 +129,41 @@ impl Mesh {
 }
 
 impl Drop for Mesh {
+    /// Not to be dropped on the runtime's own thread (it would wait for
+    /// itself, up to `STOP_WAIT`).
     fn drop(&mut self) {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
+        let _ = self.done.recv_timeout(STOP_WAIT);
     }
 }
 
 /// Binds the endpoint (an error here is a start-up error) and starts the
-/// links on the mesh thread.
-pub fn start(config: MeshConfig, peers: Vec<PeerSpec>) -> anyhow::Result<Mesh> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
+/// links on `runtime`: a current-thread runtime the caller runs, so that
+/// what handles the links' events (the node's peer actors) can share its
+/// thread, and a message crosses no thread between the socket and them.
+pub fn start(
+    config: MeshConfig,
+    peers: Vec<PeerSpec>,
+    runtime: &tokio::runtime::Handle,
+) -> anyhow::Result<Mesh> {
     let endpoint = {
         let _guard = runtime.enter();
         config.identity.endpoint(config.listen)?
     };
     let (stop, stopped) = tokio::sync::oneshot::channel();
     let (control, changes) = mpsc::unbounded_channel();
-    let thread = std::thread::Builder::new()
-        .name("termesh-mesh".into())
-        .spawn(move || {
-            runtime.block_on(async move {
-                run(config, peers, endpoint.clone(), stopped, changes).await;
-                endpoint.close(0u32.into(), b"node stopping");
-                let _ = tokio::time::timeout(Duration::from_secs(2), endpoint.wait_idle()).await;
-            })
-        })?;
+    let (finished, done) = std::sync::mpsc::channel();
+    runtime.spawn(async move {
+        run(config, peers, endpoint.clone(), stopped, changes).await;
+        endpoint.close(0u32.into(), b"node stopping");
+        let _ = tokio::time::timeout(Duration::from_secs(2), endpoint.wait_idle()).await;
+        let _ = finished.send(());
+    });
     Ok(Mesh {
         stop: Some(stop),
-        thread: Some(thread),
+        done,
         control,
     })
 }

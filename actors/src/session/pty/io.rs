@@ -1,7 +1,7 @@
 //! A session's PTY I/O without threads or descriptors of its own: the
-//! master is non-blocking and registered once with one small runtime the
-//! node shares (`PTY_IO_THREADS` threads); each session's reader, writer
-//! and exit waiter are tasks there, so ten thousand sessions cost ten
+//! master is non-blocking and registered once with one of the small
+//! runtimes the node shares (`PTY_IO_THREADS`, a thread each); each
+//! session's reader, writer and exit waiter are tasks there, so ten thousand sessions cost ten
 //! thousand sets of tasks and one descriptor each (the master), not thirty
 //! thousand threads or four descriptors each.
 //!
@@ -25,6 +25,7 @@
 //!   stops) ends the tasks and leaves a kept program running.
 
 use std::io::ErrorKind;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use bytes::{Bytes, BytesMut};
@@ -41,23 +42,39 @@ use crate::keeper::Kept;
 pub const READ_CHUNK: usize = 64 * 1024;
 /// First read size: an idle session touches no more memory than this.
 const MIN_CHUNK: usize = 4 * 1024;
-/// Threads that run every session's PTY tasks: reads and writes are short
-/// non-blocking calls, so one keeps up with floods that the session actors
-/// (which run elsewhere) cannot follow anyway; a second keeps a flood's
-/// reads from delaying another session's keystrokes.
+/// Threads that run the sessions' PTY tasks, each a runtime of its own
+/// that a session's three tasks stay on: reads and writes are short
+/// non-blocking calls, so one thread keeps up with floods that the session
+/// actors (which run elsewhere) cannot follow anyway; a second keeps a
+/// flood's reads from delaying the keystrokes of half the sessions. Not
+/// one two-worker runtime: its workers wake each other for every task
+/// woken from outside (a keystroke), and on a busy two-core machine the
+/// woken one could preempt the other and leave it waiting behind the
+/// store's background thread for a scheduler tick (echo p99 through a
+/// mirror: 1-2.5 ms samples, seen with `perf sched`).
 const PTY_IO_THREADS: usize = 2;
 
-/// The runtime every session's PTY tasks run on.
-fn runtime() -> &'static tokio::runtime::Runtime {
-    static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
-    RT.get_or_init(|| {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(PTY_IO_THREADS)
-            .thread_name("pty-io")
-            .enable_io()
-            .build()
-            .expect("the PTY I/O runtime starts")
-    })
+/// The runtime a new session's PTY tasks run on (in turn).
+fn runtime() -> &'static tokio::runtime::Handle {
+    static RT: OnceLock<Vec<tokio::runtime::Handle>> = OnceLock::new();
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let all = RT.get_or_init(|| (0..PTY_IO_THREADS).map(io_thread).collect());
+    &all[NEXT.fetch_add(1, Ordering::Relaxed) % all.len()]
+}
+
+/// A `pty-io` thread running a current-thread runtime until the process
+/// ends.
+fn io_thread(_: usize) -> tokio::runtime::Handle {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build()
+        .expect("the PTY I/O runtime starts");
+    let handle = rt.handle().clone();
+    std::thread::Builder::new()
+        .name("pty-io".into())
+        .spawn(move || rt.block_on(std::future::pending::<()>()))
+        .expect("the PTY I/O thread starts");
+    handle
 }
 
 /// The master as the reader and writer share it.

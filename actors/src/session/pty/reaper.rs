@@ -32,7 +32,7 @@ static WAITING: Mutex<BTreeMap<i32, oneshot::Sender<ExitInfo>>> = Mutex::new(BTr
 
 /// Starts the node's SIGCHLD listener on `rt` and its pass thread (once;
 /// a failure is returned, and tried again by the next create).
-pub fn start(rt: &tokio::runtime::Runtime) -> std::io::Result<()> {
+pub fn start(rt: &tokio::runtime::Handle) -> std::io::Result<()> {
     static STARTED: Mutex<bool> = Mutex::new(false);
     let mut started = STARTED.lock().unwrap_or_else(|p| p.into_inner());
     if *started {

@@ -127,7 +127,7 @@ impl Actor for StoreActor {
 }
 
 /// A batch is applied in chunks of at most this many writes...
-const CHUNK_WRITES: usize = 32;
+const CHUNK_WRITES: usize = 8;
 /// ...or of about this much output.
 const CHUNK_BYTES: usize = 256 << 10;
 /// In a batch of less output than `PAUSE_BELOW` (typing, not a flood),
@@ -141,7 +141,7 @@ const CHUNK_BYTES: usize = 256 << 10;
 /// Each chunk is atomic, and chunks are applied in order, so a crash keeps
 /// a prefix of the batch, as it keeps a prefix of batches.
 const PAUSE_BELOW: u64 = 1 << 20;
-const RUN_FOR: Duration = Duration::from_micros(250);
+const RUN_FOR: Duration = Duration::from_micros(100);
 const PAUSE: Duration = Duration::from_micros(50);
 
 /// A batch's writes in chunks, with a pause between chunks once the
@@ -442,7 +442,11 @@ mod tests {
         let writes: Vec<Write> = (0..100).map(|seq| numbered(seq, 5)).collect();
         let chunks: Vec<Vec<Write>> = Chunks::new(writes.clone(), 500).collect();
         let sizes: Vec<usize> = chunks.iter().map(Vec::len).collect();
-        assert_eq!(sizes, [32, 32, 32, 4], "at most CHUNK_WRITES each");
+        assert_eq!(
+            sizes,
+            [8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 4],
+            "at most CHUNK_WRITES each"
+        );
         assert_eq!(chunks.concat(), writes, "every write, in order");
         // Large frames: a chunk ends once it holds CHUNK_BYTES.
         let frames: Vec<Write> = (0..10).map(|seq| numbered(seq, 100 << 10)).collect();

@@ -1,9 +1,10 @@
 //! A session's PTY I/O without threads or descriptors of its own: the
 //! master is non-blocking and registered once with one of the small
 //! runtimes the node shares (`PTY_IO_THREADS`, a thread each); each
-//! session's reader, writer and exit waiter are tasks there, so ten thousand sessions cost ten
-//! thousand sets of tasks and one descriptor each (the master), not thirty
-//! thousand threads or four descriptors each.
+//! session's reader, writer and exit waiter are tasks there, so ten
+//! thousand sessions cost ten thousand sets of tasks and one descriptor
+//! each (the master), not thirty thousand threads or four descriptors
+//! each.
 //!
 //! - The reader reads into a buffer whose filled part is split off as the
 //!   frame (no copy between the read and every subscriber), and passes it
@@ -58,13 +59,13 @@ const PTY_IO_THREADS: usize = 2;
 fn runtime() -> &'static tokio::runtime::Handle {
     static RT: OnceLock<Vec<tokio::runtime::Handle>> = OnceLock::new();
     static NEXT: AtomicUsize = AtomicUsize::new(0);
-    let all = RT.get_or_init(|| (0..PTY_IO_THREADS).map(io_thread).collect());
+    let all = RT.get_or_init(|| (0..PTY_IO_THREADS).map(|_| io_thread()).collect());
     &all[NEXT.fetch_add(1, Ordering::Relaxed) % all.len()]
 }
 
 /// A `pty-io` thread running a current-thread runtime until the process
 /// ends.
-fn io_thread(_: usize) -> tokio::runtime::Handle {
+fn io_thread() -> tokio::runtime::Handle {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_io()
         .build()

@@ -3,7 +3,7 @@
 //! write onto a shared queue and go on; output wakes the actor 100 ms
 //! after the first write into an empty queue (at once past 256 KiB),
 //! anything else at once, and the actor takes everything queued and
-//! applies it as one batch, in chunks (`Chunks`), so a busy node makes
+//! applies it as one batch, in chunks (`chunks`), so a busy node makes
 //! few, large writes. Requests for durability are committed in groups
 //! (`Flush`). The bytes handed over and not yet written are the backlog;
 //! past `MAX_BACKLOG` a session stops taking output from its program until
@@ -126,67 +126,9 @@ impl Actor for StoreActor {
     }
 }
 
-/// A batch is applied in chunks of at most this many writes...
-const CHUNK_WRITES: usize = 8;
-/// ...or of about this much output.
-const CHUNK_BYTES: usize = 256 << 10;
-/// In a batch of less output than `PAUSE_BELOW` (typing, not a flood),
-/// after `RUN_FOR` of applying chunks the store's thread sleeps briefly
-/// (`PAUSE`) before the next: sled takes 10-20 us of CPU per small frame,
-/// so 100 ms of a fast typist's echoes is a few milliseconds of work, and
-/// a thread woken meanwhile on that core (the terminal's kernel worker,
-/// the program, a client, the node's own) waited for the scheduler to
-/// take the core from it: echo p99 through a mirror over 1 ms, seen with
-/// `perf sched`. A flood's batches run unpaused, at the store's full rate.
-/// Each chunk is atomic, and chunks are applied in order, so a crash keeps
-/// a prefix of the batch, as it keeps a prefix of batches.
-const PAUSE_BELOW: u64 = 1 << 20;
-const RUN_FOR: Duration = Duration::from_micros(100);
-const PAUSE: Duration = Duration::from_micros(50);
-
-/// A batch's writes in chunks, with a pause between chunks once the
-/// store has worked `RUN_FOR` without one (if `pausing`).
-struct Chunks {
-    writes: std::vec::IntoIter<Write>,
-    pausing: bool,
-    since_pause: Instant,
-}
-
-impl Chunks {
-    fn new(writes: Vec<Write>, output_bytes: u64) -> Self {
-        Chunks {
-            writes: writes.into_iter(),
-            pausing: output_bytes < PAUSE_BELOW,
-            since_pause: Instant::now(),
-        }
-    }
-}
-
-impl Iterator for Chunks {
-    type Item = Vec<Write>;
-
-    fn next(&mut self) -> Option<Vec<Write>> {
-        let first = self.writes.next()?;
-        if self.pausing && self.since_pause.elapsed() >= RUN_FOR {
-            std::thread::sleep(PAUSE);
-            self.since_pause = Instant::now();
-        }
-        let mut bytes = first.output_len();
-        let mut chunk = vec![first];
-        while chunk.len() < CHUNK_WRITES && bytes < CHUNK_BYTES {
-            let Some(next) = self.writes.next() else {
-                break;
-            };
-            bytes += next.output_len();
-            chunk.push(next);
-        }
-        Some(chunk)
-    }
-}
-
 impl StoreActor {
-    /// Applies everything queued, in chunks (`Chunks`); answers whether it was
-    /// applied (nothing queued counts as applied).
+    /// Applies everything queued, in chunks (`chunks`); answers whether
+    /// it was all applied (nothing queued counts as applied).
     fn drain(&mut self) -> bool {
         let Queue { writes, bytes, .. } = {
             let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
@@ -195,28 +137,22 @@ impl StoreActor {
         if writes.is_empty() {
             return true;
         }
-        let record = writes.iter().any(|w| matches!(w, Write::Record { .. }));
-        let mut result = Ok(());
-        for chunk in Chunks::new(writes, bytes) {
-            result = self.store.apply(chunk).map(|stored| {
-                for e in stored {
-                    let _ = self.live.send(LiveEvent {
-                        session: e.session,
-                        entry: e.entry,
-                    });
-                }
+        let live = &self.live;
+        let applied = super::chunks::apply(&mut self.store, writes, |e| {
+            let _ = live.send(LiveEvent {
+                session: e.session,
+                entry: e.entry,
             });
-            if result.is_err() {
-                break;
-            }
-        }
-        if record
-            && result.is_ok()
+        });
+        let mut result = applied.result;
+        // A record applied is flushed even when a later chunk failed.
+        if applied.record
             && self
                 .last_record_flush
                 .is_none_or(|at| at.elapsed() >= RECORD_FLUSH_GAP)
         {
-            result = self.flush();
+            let flushed = self.flush();
+            result = result.and(flushed);
             self.last_record_flush = Some(Instant::now());
         }
         self.backlog.fetch_sub(bytes, Ordering::Relaxed);
@@ -225,8 +161,9 @@ impl StoreActor {
             self.measure();
         }
         if let Err(e) = &result {
-            Metrics::add(&self.metrics.store_lost_bytes, bytes);
-            tracing::error!(path = %self.store.path().display(), "store write failed ({bytes} bytes of output not stored): {e}");
+            let lost = bytes.saturating_sub(applied.output_bytes);
+            Metrics::add(&self.metrics.store_lost_bytes, lost);
+            tracing::error!(path = %self.store.path().display(), "store write failed ({lost} bytes of output not stored): {e}");
         }
         let applied = result.is_ok();
         self.metrics.store_wrote(result.map_err(|e| e.to_string()));
@@ -426,38 +363,6 @@ mod tests {
             at_ms: 0,
             data: bytes::Bytes::from(vec![b'x'; len]),
         }
-    }
-
-    fn numbered(seq: u64, len: usize) -> Write {
-        Write::Output {
-            session: "s".into(),
-            seq,
-            at_ms: 0,
-            data: bytes::Bytes::from(vec![b'x'; len]),
-        }
-    }
-
-    #[test]
-    fn a_batch_is_applied_in_bounded_chunks_in_order() {
-        let writes: Vec<Write> = (0..100).map(|seq| numbered(seq, 5)).collect();
-        let chunks: Vec<Vec<Write>> = Chunks::new(writes.clone(), 500).collect();
-        let sizes: Vec<usize> = chunks.iter().map(Vec::len).collect();
-        assert_eq!(
-            sizes,
-            [8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 4],
-            "at most CHUNK_WRITES each"
-        );
-        assert_eq!(chunks.concat(), writes, "every write, in order");
-        // Large frames: a chunk ends once it holds CHUNK_BYTES.
-        let frames: Vec<Write> = (0..10).map(|seq| numbered(seq, 100 << 10)).collect();
-        let sizes: Vec<usize> = Chunks::new(frames, 1000 << 10).map(|c| c.len()).collect();
-        assert_eq!(sizes, [3, 3, 3, 1]);
-    }
-
-    #[test]
-    fn only_a_batch_of_little_output_pauses() {
-        assert!(Chunks::new(Vec::new(), 4 << 10).pausing, "typing");
-        assert!(!Chunks::new(Vec::new(), 4 << 20).pausing, "a flood");
     }
 
     #[test]

@@ -24,6 +24,7 @@
 //! session's keys are one contiguous, seq-ordered range.
 
 mod actor;
+mod chunks;
 mod handle;
 pub mod journal;
 mod load;

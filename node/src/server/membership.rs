@@ -42,16 +42,6 @@ pub struct Membership {
     pub not_after: Option<i64>,
 }
 
-/// The tokio runtime under `arbiter` (the mesh runs its tasks there).
-fn runtime_of(arbiter: &actix::ArbiterHandle) -> anyhow::Result<tokio::runtime::Handle> {
-    let (tx, rx) = std::sync::mpsc::channel();
-    arbiter.spawn_fn(move || {
-        let _ = tx.send(tokio::runtime::Handle::current());
-    });
-    rx.recv_timeout(std::time::Duration::from_secs(10))
-        .map_err(|_| anyhow::anyhow!("the mesh's thread did not start"))
-}
-
 /// A certificate this close to its end is warned of.
 const EXPIRY_WARNING_DAYS: i64 = 30;
 
@@ -164,6 +154,16 @@ fn certificate_files(cluster: &ClusterConfig) -> Vec<u8> {
         .iter()
         .flat_map(|path| std::fs::read(path).unwrap_or_default())
         .collect()
+}
+
+/// The tokio runtime under `arbiter` (the mesh runs its tasks there).
+fn runtime_of(arbiter: &actix::ArbiterHandle) -> anyhow::Result<tokio::runtime::Handle> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    arbiter.spawn_fn(move || {
+        let _ = tx.send(tokio::runtime::Handle::current());
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(10))
+        .map_err(|_| anyhow::anyhow!("the mesh's thread did not start"))
 }
 
 /// `entry`'s actor (registered with the node) and what the mesh needs to

@@ -347,7 +347,7 @@ pub fn run(
         actix_rt::time::sleep(Duration::from_millis(200)).await;
         server_handle.stop(true).await;
         let _ = serving.await;
-        // The mesh closes its endpoint and stops its thread.
+        // The mesh closes its endpoint and ends its tasks.
         drop(membership::lock(&state.membership).take());
         if let Some(file) = url_file {
             file.remove();

@@ -1,10 +1,9 @@
 //! The mesh: the node's QUIC endpoint on a current-thread tokio runtime
 //! the node gives (its peer actors' thread), one link task per configured
-//! peer, bridged to that peer's actor by a
-//! `LinkSink` (in: what the link says) and channels (out). It knows
-//! nothing of actors: the node gives each peer's sink. Of each pair the node with
-//! the lower name dials and the other accepts; after the hellos both sides
-//! run the link alike. A link that fails is dialed again with jittered
+//! peer, bridged to that peer's actor by a `LinkSink` (in: what the link
+//! says) and channels (out). It knows nothing of actors: the node gives
+//! each peer's sink. Of each pair the node with the lower name dials and
+//! the other accepts; after the hellos both sides run the link alike. A link that fails is dialed again with jittered
 //! backoff. Peers join and leave while it runs (`Mesh::add_peer`,
 //! `Mesh::remove_peer`: a config reload), each link on its own.
 
@@ -97,6 +96,8 @@ const REFUSAL_LOG_ADDRESSES: usize = 1024;
 pub struct Mesh {
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     done: std::sync::mpsc::Receiver<()>,
+    /// The thread running the mesh's tasks, once they started.
+    thread: std::sync::Arc<std::sync::OnceLock<std::thread::ThreadId>>,
     control: mpsc::UnboundedSender<Change>,
 }
 
@@ -129,13 +130,15 @@ impl Mesh {
 }
 
 impl Drop for Mesh {
-    /// Not to be dropped on the runtime's own thread (it would wait for
-    /// itself, up to `STOP_WAIT`).
     fn drop(&mut self) {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
-        let _ = self.done.recv_timeout(STOP_WAIT);
+        // On the mesh's own thread the tasks cannot end while this waits:
+        // they end once that thread is free again.
+        if self.thread.get() != Some(&std::thread::current().id()) {
+            let _ = self.done.recv_timeout(STOP_WAIT);
+        }
     }
 }
 
@@ -155,7 +158,10 @@ pub fn start(
     let (stop, stopped) = tokio::sync::oneshot::channel();
     let (control, changes) = mpsc::unbounded_channel();
     let (finished, done) = std::sync::mpsc::channel();
+    let thread = std::sync::Arc::new(std::sync::OnceLock::new());
+    let on = thread.clone();
     runtime.spawn(async move {
+        let _ = on.set(std::thread::current().id());
         run(config, peers, endpoint.clone(), stopped, changes).await;
         endpoint.close(0u32.into(), b"node stopping");
         let _ = tokio::time::timeout(Duration::from_secs(2), endpoint.wait_idle()).await;
@@ -164,6 +170,7 @@ pub fn start(
     Ok(Mesh {
         stop: Some(stop),
         done,
+        thread,
         control,
     })
 }

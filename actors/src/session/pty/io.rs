@@ -27,7 +27,7 @@
 
 use std::io::ErrorKind;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex};
 
 use bytes::{Bytes, BytesMut};
 use filedescriptor::FileDescriptor;
@@ -55,27 +55,31 @@ const MIN_CHUNK: usize = 4 * 1024;
 /// mirror: 1-2.5 ms samples, seen with `perf sched`).
 const PTY_IO_THREADS: usize = 2;
 
-/// The runtime a new session's PTY tasks run on (in turn).
-fn runtime() -> &'static tokio::runtime::Handle {
-    static RT: OnceLock<Vec<tokio::runtime::Handle>> = OnceLock::new();
+/// The runtime a new session's PTY tasks run on (in turn). The threads
+/// start with the first session; a failure to start them is returned (the
+/// create fails) and tried again by the next.
+fn runtime() -> std::io::Result<tokio::runtime::Handle> {
+    static RT: Mutex<Vec<tokio::runtime::Handle>> = Mutex::new(Vec::new());
     static NEXT: AtomicUsize = AtomicUsize::new(0);
-    let all = RT.get_or_init(|| (0..PTY_IO_THREADS).map(|_| io_thread()).collect());
-    &all[NEXT.fetch_add(1, Ordering::Relaxed) % all.len()]
+    let mut all = RT.lock().unwrap_or_else(|p| p.into_inner());
+    while all.len() < PTY_IO_THREADS {
+        let handle = io_thread()?;
+        all.push(handle);
+    }
+    Ok(all[NEXT.fetch_add(1, Ordering::Relaxed) % all.len()].clone())
 }
 
 /// A `pty-io` thread running a current-thread runtime until the process
 /// ends.
-fn io_thread() -> tokio::runtime::Handle {
+fn io_thread() -> std::io::Result<tokio::runtime::Handle> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_io()
-        .build()
-        .expect("the PTY I/O runtime starts");
+        .build()?;
     let handle = rt.handle().clone();
     std::thread::Builder::new()
         .name("pty-io".into())
-        .spawn(move || rt.block_on(std::future::pending::<()>()))
-        .expect("the PTY I/O thread starts");
-    handle
+        .spawn(move || rt.block_on(std::future::pending::<()>()))?;
+    Ok(handle)
 }
 
 /// The master as the reader and writer share it.
@@ -99,9 +103,9 @@ pub fn start(
     input: mpsc::Receiver<Bytes>,
     release: watch::Receiver<Let>,
 ) -> std::io::Result<()> {
-    let rt = runtime();
+    let rt = runtime()?;
     if matches!(child, Child::Own) {
-        reaper::start(rt)?;
+        reaper::start(&rt)?;
     }
     let _in_runtime = rt.enter();
     let master: Master = Arc::new(crate::os::register_owned(terminal.descriptor())?);
@@ -237,14 +241,18 @@ async fn wait_task(pid: i32, tx: mpsc::Sender<PtyEvent>, mut release: watch::Rec
 /// and the program with it, is gone), then releases the program to the
 /// keeper once the session lets go; a detach leaves it with the keeper.
 async fn wait_kept(mut kept: Kept, tx: mpsc::Sender<PtyEvent>, mut release: watch::Receiver<Let>) {
-    let event = tokio::select! {
-        exit = kept.exit() => match exit {
+    let ended = tokio::select! {
+        exit = kept.exit() => Ok(match exit {
             Some(exit) => PtyEvent::Exited(exit.into()),
             None => PtyEvent::Lost,
-        },
-        how = released(&mut release) => {
+        }),
+        how = released(&mut release) => Err(how),
+    };
+    let event = match ended {
+        Ok(event) => event,
+        Err(how) => {
             if how == Let::Released {
-                kept.release();
+                release_off_thread(kept);
             }
             return;
         }
@@ -252,8 +260,15 @@ async fn wait_kept(mut kept: Kept, tx: mpsc::Sender<PtyEvent>, mut release: watc
     let _ = tx.send(event).await;
     drop(tx);
     if released(&mut release).await == Let::Released {
-        kept.release();
+        release_off_thread(kept);
     }
+}
+
+/// Releases a kept program on a blocking thread: telling the keeper can
+/// wait up to its socket timeout, and this `pty-io` thread runs other
+/// sessions' reads and writes.
+fn release_off_thread(kept: Kept) {
+    drop(tokio::task::spawn_blocking(move || kept.release()));
 }
 
 /// How the program ended, from `waitid`; `None` while it has not (a

@@ -294,14 +294,25 @@ http = "127.0.0.2:7520"
         assert_eq!(cluster.ca, sub.join("../ca.pem"));
         assert_eq!(cluster.key, sub.join("node.key"));
         // The data dir is relative to the config file too.
-        std::fs::write(
-            &file,
-            GOOD.replace(
-                "name = \"b\"\n[cluster]",
-                "name = \"b\"\ndata_dir = \"data\"\n[cluster]",
-            ),
-        )
-        .unwrap();
+        std::fs::write(&file, with_data_dir()).unwrap();
         assert_eq!(Config::load(&file).unwrap().node.data_dir, sub.join("data"));
+    }
+
+    /// `GOOD` with `data_dir = "data"`.
+    fn with_data_dir() -> String {
+        GOOD.replace(
+            "name = \"b\"\n[cluster]",
+            "name = \"b\"\ndata_dir = \"data\"\n[cluster]",
+        )
+    }
+
+    #[test]
+    fn the_keeper_finds_its_data_dir_whatever_files_the_config_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("termesh.toml");
+        std::fs::write(&file, with_data_dir()).unwrap();
+        // The certificate files are missing: the node would not start.
+        assert!(Config::load(&file).is_err());
+        assert_eq!(Config::data_dir_in(&file).unwrap(), dir.path().join("data"));
     }
 }

@@ -178,16 +178,8 @@ impl Config {
     /// dir, certificate files) are relative to the file's folder.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         let file = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            file: file.clone(),
-            source,
-        })?;
-        let mut config = Self::parse(&text, &file)?;
-        config.source = Some(path.to_path_buf());
+        let mut config = Self::load_unchecked(path)?;
         let base = path.parent().unwrap_or(Path::new("."));
-        if config.node.data_dir.is_relative() && config.node.data_dir != default_data_dir() {
-            config.node.data_dir = base.join(&config.node.data_dir);
-        }
         if let Some(cluster) = &mut config.cluster {
             cluster.resolve_paths(base);
             cluster.check_files(&file)?;
@@ -200,6 +192,29 @@ impl Config {
     }
 
     /// Parses config text; `file` is only used in error messages.
+    /// The data dir a config file names, found as `load` finds it but
+    /// without checking the files the config names: the PTY keeper starts
+    /// whatever certificate the node would refuse.
+    pub fn data_dir_in(path: &Path) -> Result<PathBuf, ConfigError> {
+        Ok(Self::load_unchecked(path)?.node.data_dir)
+    }
+
+    /// Reads and parses the file, the data dir made relative to its folder.
+    fn load_unchecked(path: &Path) -> Result<Config, ConfigError> {
+        let file = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            file: file.clone(),
+            source,
+        })?;
+        let mut config = Self::parse(&text, &file)?;
+        config.source = Some(path.to_path_buf());
+        let base = path.parent().unwrap_or(Path::new("."));
+        if config.node.data_dir.is_relative() && config.node.data_dir != default_data_dir() {
+            config.node.data_dir = base.join(&config.node.data_dir);
+        }
+        Ok(config)
+    }
+
     pub fn parse(text: &str, file: &str) -> Result<Config, ConfigError> {
         let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError::Syntax {
             file: file.to_string(),

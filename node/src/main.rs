@@ -406,7 +406,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             init_logging();
             let dir = match (data_dir, config) {
                 (Some(dir), _) => dir,
-                (None, Some(path)) => keeper_data_dir(&path)?,
+                (None, Some(path)) => termesh_config::Config::data_dir_in(&path)?,
                 (None, None) => termesh_config::default_data_dir(),
             };
             termesh_node::keeper::run(&dir)?;
@@ -721,27 +721,6 @@ async fn run_client(command: Command) -> anyhow::Result<i32> {
         | Command::Cluster { .. }
         | Command::Token { .. } => Ok(0),
     }
-}
-
-/// The data dir a config file names, read alone: the keeper must start
-/// whatever else the file holds (a certificate the node refuses must not
-/// keep the programs' keeper down).
-fn keeper_data_dir(config: &std::path::Path) -> anyhow::Result<PathBuf> {
-    let text = std::fs::read_to_string(config)
-        .with_context(|| format!("cannot read {}", config.display()))?;
-    let doc: toml_edit::DocumentMut = text
-        .parse()
-        .with_context(|| format!("{}: not TOML", config.display()))?;
-    let Some(dir) = doc
-        .get("node")
-        .and_then(|n| n.get("data_dir"))
-        .and_then(|d| d.as_str())
-    else {
-        return Ok(termesh_config::default_data_dir());
-    };
-    // Relative to the config file, as the node reads it.
-    let base = config.parent().unwrap_or(std::path::Path::new("."));
-    Ok(base.join(dir))
 }
 
 /// The configs a membership change edited, and how each node applies its

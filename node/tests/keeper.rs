@@ -4,7 +4,8 @@
 //! lines, checked line for line through a client that resumes with
 //! `from_seq`; an exit while the node is down reported afterwards; a
 //! keeper killed makes its sessions `lost`, and the next create starts a
-//! new one.
+//! new one; a keeper makes its socket again when it alone is removed, and
+//! stops when its data dir is.
 
 mod common;
 
@@ -333,5 +334,47 @@ async fn a_node_without_a_keeper_refuses_to_start_beside_a_running_one() {
         "the program was not touched"
     );
     kill_keeper(&data);
+    drop(dir);
+}
+
+/// Whether `pid` runs (a zombie does not).
+fn running(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit_once(')')
+                .map(|(_, rest)| rest.trim_start().to_string())
+        })
+        .is_some_and(|rest| !rest.starts_with('Z'))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keeper_makes_its_socket_again_and_stops_when_its_data_dir_goes() {
+    let node = BinaryNode::start("");
+    create(&node, "exec sleep 100003").await;
+    let data = node.data.clone();
+    let socket = data.join("keeper.sock");
+    // The socket alone removed: made again where the next node looks, the
+    // program untouched.
+    std::fs::remove_file(&socket).unwrap();
+    within(PATIENCE, "the keeper's socket made again", async {
+        while !termesh_actors::keeper::Keeper::listening(&data) {
+            poll_pause().await;
+        }
+    })
+    .await;
+    assert_eq!(kept_pids(&node, "100003").len(), 1, "the program runs on");
+    // The data dir removed: no node can reach the programs any more; the
+    // keeper stops (and its program's terminal hangs up).
+    let keeper = keeper_pid(&data).expect("a keeper");
+    let program = kept_pids(&node, "100003")[0];
+    let dir = node.stop_leaving_keeper();
+    std::fs::remove_dir_all(&data).unwrap();
+    within(PATIENCE, "the keeper and its program gone", async {
+        while running(keeper) || running(program) {
+            poll_pause().await;
+        }
+    })
+    .await;
     drop(dir);
 }

@@ -1,7 +1,5 @@
 //! The `SessionActor`'s lifecycle and one `Handler` per message.
 
-use std::sync::atomic::Ordering;
-
 use actix::prelude::*;
 use bytes::BytesMut;
 use nix::sys::signal::Signal;
@@ -190,13 +188,7 @@ impl Handler<Close> for SessionActor {
     fn handle(&mut self, msg: Close, ctx: &mut Context<Self>) {
         if !self.finished {
             self.signal(Signal::SIGKILL);
-            self.finished = true;
-            self.shared.exited.store(true, Ordering::Release);
-            // Killed: the keeper may reap it (the node's own child is
-            // reaped by its waiter either way).
-            if let Some(guard) = self.reap_guard.take() {
-                guard.release();
-            }
+            self.let_program_go();
         }
         self.close(msg.removed, ctx);
     }

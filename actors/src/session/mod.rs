@@ -501,15 +501,11 @@ impl SessionActor {
             code: 1,
             signal: None,
         });
-        self.finished = true;
         // The program has exited and its output ended: let the waiter reap
         // and the reader and writer go (a background job still holding the
         // terminal does not keep the master open), and close the master.
-        if let Some(guard) = self.reap_guard.take() {
-            guard.release();
-        }
+        self.let_program_go();
         self.terminal = None;
-        self.shared.exited.store(true, Ordering::Release);
         self.shared.update(|m| {
             m.status = SessionStatus::Exited;
             m.exit_code = Some(exit.code);
@@ -536,6 +532,17 @@ impl SessionActor {
         }
         self.publisher.broadcast(Delivery::Closed { removed });
         ctx.stop();
+    }
+
+    /// The session is done with its program (it exited, or was killed):
+    /// it may be reaped (the node's own child by its waiter, a kept one by
+    /// the keeper), and the session counts as exited.
+    pub(crate) fn let_program_go(&mut self) {
+        self.finished = true;
+        if let Some(guard) = self.reap_guard.take() {
+            guard.release();
+        }
+        self.shared.exited.store(true, Ordering::Release);
     }
 
     /// The keeper holding the program is gone: so is the program (its

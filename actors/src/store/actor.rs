@@ -197,7 +197,12 @@ impl Handler<MakeDurable> for StoreActor {
     type Result = ();
 
     fn handle(&mut self, msg: MakeDurable, _: &mut SyncContext<Self>) {
-        self.drain();
+        // Frames that did not reach the store are not durable: not set,
+        // the journal waits, then overwrites the half and says so (the
+        // next start then trusts the high-water mark).
+        if !self.drain() {
+            return;
+        }
         match self.flush() {
             Ok(()) => msg.0.set(),
             // Not set: the journal waits, then says it overwrites.

@@ -7,7 +7,7 @@
 //! vacuum are messages that first apply what is queued. Also the opening
 //! of the store at start and what it restores.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use actix::prelude::*;
@@ -40,6 +40,9 @@ pub struct StoreHandle {
     live: tokio::sync::broadcast::Sender<LiveEvent>,
     /// Every frame, before its seq is sent (`journal`).
     journal: Arc<Mutex<Journal>>,
+    /// `Journal::filling` as of the last append: `is_behind`, asked before
+    /// every frame, takes the journal's lock only when it may be pressed.
+    journal_filling: Arc<AtomicBool>,
 }
 
 impl std::fmt::Debug for StoreHandle {
@@ -113,6 +116,7 @@ impl StoreHandle {
             backlog,
             live,
             journal: Arc::new(Mutex::new(journal)),
+            journal_filling: Arc::default(),
         };
         Ok((handle, restored))
     }
@@ -158,6 +162,8 @@ impl StoreHandle {
         if let Err(e) = written {
             tracing::error!("the output journal cannot be written: {e}");
         }
+        self.journal_filling
+            .store(journal.filling(), Ordering::Relaxed);
         let write = Write::Output {
             session: session.clone(),
             seq,
@@ -231,11 +237,12 @@ impl StoreHandle {
     /// to be durable): sessions hold their programs' output.
     pub fn is_behind(&self) -> bool {
         self.backlog.load(Ordering::Relaxed) > MAX_BACKLOG
-            || self
-                .journal
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .pressed()
+            || (self.journal_filling.load(Ordering::Relaxed)
+                && self
+                    .journal
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .pressed())
     }
 
     pub async fn flush(&self) -> Result<(), String> {

@@ -214,7 +214,9 @@ impl Journal {
         if self.broken {
             return Ok(());
         }
-        let written = self.write_frame(id, seq, at_ms, data, flush_behind);
+        let written = self
+            .encode(id, seq, at_ms, data)
+            .and_then(|()| self.put(flush_behind));
         if let Err(e) = &written {
             // A frame it does not hold would be a seq the next start does
             // not know was sent: the journal goes, and with it the trust.
@@ -231,9 +233,7 @@ impl Journal {
     /// store that cannot make it durable (a failed disk) must not hold the
     /// programs forever; the switch then overwrites it and says so.
     pub fn pressed(&mut self) -> bool {
-        let waiting = !self.broken
-            && self.offset > self.half / 4 * 3
-            && self.other.as_ref().is_some_and(|d| !d.is_set());
+        let waiting = self.filling() && self.other.as_ref().is_some_and(|d| !d.is_set());
         if !waiting {
             return false;
         }
@@ -243,21 +243,18 @@ impl Journal {
         since.elapsed() < DURABLE_WAIT
     }
 
-    fn write_frame(
-        &mut self,
-        id: &str,
-        seq: u64,
-        at_ms: u64,
-        data: &[u8],
-        flush_behind: impl FnOnce(Arc<Durable>),
-    ) -> std::io::Result<()> {
+    /// The current half is past three quarters full (only an append
+    /// changes that): `pressed` may be true.
+    pub fn filling(&self) -> bool {
+        !self.broken && self.offset > self.half / 4 * 3
+    }
+
+    /// The record of one frame, with the end mark after it, in `buf`.
+    fn encode(&mut self, id: &str, seq: u64, at_ms: u64, data: &[u8]) -> std::io::Result<()> {
         let id = &id.as_bytes()[..id.len().min(255)];
         let len = FIXED + id.len() + data.len();
         if len as u64 + 4 > self.half {
             return Err(std::io::Error::other("a frame larger than the journal"));
-        }
-        if self.offset + len as u64 + 4 > self.half {
-            self.switch(flush_behind)?;
         }
         self.buf.clear();
         self.buf
@@ -273,9 +270,19 @@ impl Journal {
         // The end mark after it: a reader stops there, never at a record
         // an earlier round of this half left behind.
         self.buf.extend_from_slice(&[0u8; 4]);
+        Ok(())
+    }
+
+    /// Writes the record in `buf` at the end of the current half, after a
+    /// switch to the other when it does not fit.
+    fn put(&mut self, flush_behind: impl FnOnce(Arc<Durable>)) -> std::io::Result<()> {
+        let len = self.buf.len() as u64 - 4;
+        if self.offset + len + 4 > self.half {
+            self.switch(flush_behind)?;
+        }
         let at = HEADER + self.current as u64 * self.half + self.offset;
         self.file.write_all_at(&self.buf, at)?;
-        self.offset += len as u64;
+        self.offset += len;
         Ok(())
     }
 
@@ -422,5 +429,36 @@ mod tests {
         let replay = Journal::read(&path).unwrap();
         let seqs: Vec<u64> = replay.frames["a"].iter().map(|f| f.seq).collect();
         assert_eq!(seqs, (1..=seq).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn output_is_pressed_while_the_half_left_behind_is_not_durable() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut j = Journal::open(&dir.path().join("j")).unwrap();
+        let frame = vec![b'x'; 1 << 20];
+        let behind = std::cell::RefCell::new(None);
+        let mut seq = 0;
+        let mut append = |j: &mut Journal| {
+            seq += 1;
+            j.append("a", seq, 0, &frame, |d| *behind.borrow_mut() = Some(d))
+                .unwrap();
+        };
+        // The first half: the other one starts durable, nothing presses.
+        while behind.borrow().is_none() {
+            append(&mut j);
+            assert!(!j.pressed(), "frame {seq}");
+        }
+        // Past three quarters of the second half with the first one not
+        // yet durable: pressed.
+        while !j.filling() {
+            assert!(!j.pressed());
+            append(&mut j);
+        }
+        assert!(j.pressed(), "the store has not made the first half durable");
+        behind.borrow().as_ref().unwrap().set();
+        assert!(!j.pressed(), "durable now");
+        // A broken journal never holds output.
+        j.broken = true;
+        assert!(!j.filling() && !j.pressed());
     }
 }

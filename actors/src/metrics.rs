@@ -34,6 +34,18 @@ pub struct Metrics {
     /// Why the store's last write failed, while it fails (`/healthz` says
     /// so); cleared by the next write that works.
     pub store_error: std::sync::Mutex<Option<String>>,
+    /// The output log's segments on disk, in bytes.
+    pub log_bytes: AtomicU64,
+    /// Output the log deleted for retention (per session and node-wide).
+    pub log_dropped_bytes: AtomicU64,
+    /// Group syncs of the output log that wrote something.
+    pub log_syncs: AtomicU64,
+    /// Segment files the log holds open (bounded: `log::session::MAX_OPEN`).
+    pub log_open_files: AtomicU64,
+    /// Bytes in the log's index cache (bounded: `log::cache::INDEX_CACHE_BYTES`).
+    pub log_cache_bytes: AtomicU64,
+    /// Why the output log's last write failed, while writes fail.
+    pub log_error: std::sync::Mutex<Option<String>>,
 }
 
 impl Metrics {
@@ -43,12 +55,20 @@ impl Metrics {
         *e = result.err();
     }
 
-    /// Why the store fails, while it does.
+    /// Why the store fails, while it does (its records, or its output).
     pub fn store_failure(&self) -> Option<String> {
-        self.store_error
+        let records = self
+            .store_error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let output = self
+            .log_error
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone()
+            .map(|e| format!("output is not stored: {e}"));
+        records.or(output)
     }
 
     pub fn add(counter: &AtomicU64, n: u64) {
@@ -63,7 +83,7 @@ impl Metrics {
     pub fn render(&self, node: &str, stall: std::time::Duration) -> String {
         let g = |v: &AtomicI64| v.load(Ordering::Relaxed);
         let c = |v: &AtomicU64| v.load(Ordering::Relaxed);
-        let rows: [(&str, &str, &str, String); 19] = [
+        let rows: [(&str, &str, &str, String); 24] = [
             (
                 "termesh_sessions",
                 "gauge",
@@ -175,8 +195,38 @@ impl Metrics {
             (
                 "termesh_store_bytes",
                 "gauge",
-                "The store's size on disk (as of start or the last vacuum).",
-                c(&self.store_bytes).to_string(),
+                "The store's size on disk: records, events and the output log.",
+                (c(&self.store_bytes) + c(&self.log_bytes)).to_string(),
+            ),
+            (
+                "termesh_store_output_bytes",
+                "gauge",
+                "The output log's segments on disk.",
+                c(&self.log_bytes).to_string(),
+            ),
+            (
+                "termesh_store_output_dropped_bytes_total",
+                "counter",
+                "Output deleted by retention (store.output_bytes, store.max_bytes).",
+                c(&self.log_dropped_bytes).to_string(),
+            ),
+            (
+                "termesh_store_output_syncs_total",
+                "counter",
+                "Group syncs of the output log to disk.",
+                c(&self.log_syncs).to_string(),
+            ),
+            (
+                "termesh_store_output_open_files",
+                "gauge",
+                "Segment files held open for appending (at most 512).",
+                c(&self.log_open_files).to_string(),
+            ),
+            (
+                "termesh_store_output_cache_bytes",
+                "gauge",
+                "Memory in the output log's index cache (at most 4 MiB).",
+                c(&self.log_cache_bytes).to_string(),
             ),
         ];
         let mut out = String::new();

@@ -28,6 +28,7 @@ mod chunks;
 mod handle;
 pub mod journal;
 mod load;
+pub mod log;
 mod manifest;
 #[cfg(test)]
 mod tests;

@@ -1,0 +1,400 @@
+//! The output log (ARCHITECTURE.md, "Persistence"; docs/architecture.md,
+//! "The output log"): every session's output as an append-only log of
+//! segment files under `DATA_DIR/output/<session>/`, written before a
+//! frame's seq is sent (so it is also the crash journal), synced in
+//! groups, deleted a whole segment at a time as retention requires, and
+//! read page by page. The node holds none of its frames in memory: only
+//! each segment's name, length and last seq, the block index of the
+//! segments being written, and a bounded cache of sealed ones' indexes.
+//!
+//! Whether a restarted node may continue each session's seqs right after
+//! its log's last frame, or must go above its seq high-water mark, is the
+//! `LOGGED` file: it holds the machine's boot id while every frame sent
+//! is in the log (a process crash keeps what was written; a machine
+//! crash, another boot id, may not), and is deleted at the first write
+//! that fails.
+
+pub mod cache;
+pub mod format;
+pub mod session;
+#[cfg(test)]
+mod tests;
+pub mod view;
+
+use std::collections::HashMap;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+pub use format::Frame;
+pub use view::{Page, View};
+
+use crate::metrics::Metrics;
+use cache::IndexCache;
+use session::SessionLog;
+
+/// Segment size by default: large enough that a busy session makes a new
+/// file every few seconds at most, small enough that retention frees
+/// space in steps a user would not notice.
+pub const SEGMENT_BYTES: u64 = 8 << 20;
+/// How often written output is synced to disk (group commit): a machine
+/// crash loses at most about this much of the newest output (a process
+/// crash, nothing).
+pub const SYNC_EVERY: Duration = Duration::from_secs(1);
+/// A session's segment descriptor is let go after this long unwritten.
+const IDLE: Duration = Duration::from_secs(10);
+const MARKER: &str = "LOGGED";
+
+/// What opening the log found.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Recovery {
+    /// Every frame sent by the last run is in the log (the same boot, no
+    /// write failed): seqs may continue right after each log's last.
+    pub whole: bool,
+    /// Bytes of torn tails cut off.
+    pub repaired: u64,
+    pub sessions: usize,
+}
+
+#[derive(Debug)]
+pub struct OutputLog {
+    dir: PathBuf,
+    segment_bytes: u64,
+    /// Output kept per session (whole segments deleted past it).
+    keep_bytes: AtomicU64,
+    sessions: Mutex<HashMap<String, Arc<Mutex<SessionLog>>>>,
+    pub cache: IndexCache,
+    /// What it counts (`termesh_store_output_*`, `store_lost_bytes`, and
+    /// `log_error` for `/healthz`).
+    metrics: Arc<Metrics>,
+    /// The `LOGGED` file says this run's log is whole.
+    whole: AtomicBool,
+}
+
+thread_local! {
+    /// The record being written (one per writing thread, not per session).
+    static RECORD: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+impl OutputLog {
+    /// Opens the log in `dir` (made when absent): every session's
+    /// segments, torn tails repaired.
+    pub fn open(
+        dir: &Path,
+        segment_bytes: u64,
+        keep_bytes: u64,
+        metrics: Arc<Metrics>,
+    ) -> io::Result<(OutputLog, Recovery)> {
+        session::make_private_dir(dir)?;
+        let marker = std::fs::read_to_string(dir.join(MARKER)).ok();
+        let mut recovery = Recovery {
+            whole: marker.is_some_and(|m| Some(m.trim()) == boot_id().as_deref()),
+            ..Recovery::default()
+        };
+        let mut sessions = HashMap::new();
+        let mut disk = 0;
+        for entry in std::fs::read_dir(dir)? {
+            let entry = entry?;
+            if !entry.file_type()?.is_dir() {
+                continue;
+            }
+            let Some(id) = format::id_of_folder(&entry.file_name().to_string_lossy()) else {
+                continue;
+            };
+            let (log, opened) = SessionLog::open(entry.path())?;
+            recovery.repaired += opened.repaired;
+            disk += log.bytes();
+            sessions.insert(id, Arc::new(Mutex::new(log)));
+        }
+        recovery.sessions = sessions.len();
+        let log = OutputLog {
+            dir: dir.to_path_buf(),
+            segment_bytes,
+            keep_bytes: AtomicU64::new(keep_bytes),
+            sessions: Mutex::new(sessions),
+            cache: IndexCache::new(metrics.clone()),
+            metrics,
+            whole: AtomicBool::new(false),
+        };
+        log.metrics.log_bytes.store(disk, Ordering::Relaxed);
+        Ok((log, recovery))
+    }
+
+    /// From now on every frame sent is in the log: said in the `LOGGED`
+    /// file (call once what a restart continues from is on disk).
+    pub fn declare_whole(&self) -> io::Result<()> {
+        let path = self.dir.join(MARKER);
+        let tmp = self.dir.join(format!("{MARKER}.tmp"));
+        {
+            use std::os::unix::fs::OpenOptionsExt;
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .open(&tmp)?;
+            let Some(boot) = boot_id() else {
+                // No boot id: a restart cannot tell a process crash from
+                // a machine's, so it never trusts the log's end.
+                return Ok(());
+            };
+            io::Write::write_all(&mut f, boot.as_bytes())?;
+            f.sync_all()?;
+        }
+        std::fs::rename(&tmp, &path)?;
+        self.whole.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn set_keep_bytes(&self, bytes: u64) {
+        self.keep_bytes.store(bytes, Ordering::Relaxed);
+    }
+
+    fn slot(&self, id: &str) -> Arc<Mutex<SessionLog>> {
+        let mut sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
+        sessions
+            .entry(id.to_string())
+            .or_insert_with(|| {
+                let dir = self.dir.join(format::folder_name(id));
+                Arc::new(Mutex::new(SessionLog::new(dir)))
+            })
+            .clone()
+    }
+
+    fn existing(&self, id: &str) -> Option<Arc<Mutex<SessionLog>>> {
+        let sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
+        sessions.get(id).cloned()
+    }
+
+    /// Appends frame `seq` of `id` (call before its seq is sent). A write
+    /// that fails is counted and said, and the log no longer claims to
+    /// be whole: a restart then continues above the seq high-water mark.
+    pub fn append(&self, id: &str, seq: u64, at_ms: u64, data: &[u8]) -> io::Result<()> {
+        let slot = self.slot(id);
+        let mut log = slot.lock().unwrap_or_else(|p| p.into_inner());
+        let written = RECORD.with(|buf| {
+            let mut buf = buf.borrow_mut();
+            let r = log.append(
+                seq,
+                at_ms,
+                data,
+                &mut buf,
+                self.segment_bytes,
+                &self.metrics.log_open_files,
+            );
+            if buf.capacity() > 1 << 20 {
+                *buf = Vec::new();
+            }
+            r
+        });
+        match written {
+            Ok(grew) => {
+                self.metrics.log_bytes.fetch_add(grew, Ordering::Relaxed);
+                if grew > (format::RECORD + data.len()) as u64 {
+                    // A new segment: the oldest may go.
+                    let freed = log.trim(self.keep_bytes.load(Ordering::Relaxed))?;
+                    self.count_dropped(freed);
+                }
+                let mut failing = self
+                    .metrics
+                    .log_error
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner());
+                if failing.take().is_some() {
+                    tracing::info!(dir = %self.dir.display(), "output log: writes work again");
+                }
+                Ok(())
+            }
+            Err(e) => {
+                drop(log);
+                self.failed(data.len() as u64, &e);
+                Err(e)
+            }
+        }
+    }
+
+    fn failed(&self, bytes: u64, e: &io::Error) {
+        Metrics::add(&self.metrics.store_lost_bytes, bytes);
+        let mut failing = self
+            .metrics
+            .log_error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if failing.is_none() {
+            tracing::error!(dir = %self.dir.display(), "output log: a write failed ({e}): output is sent but not stored until the disk takes writes again");
+        }
+        *failing = Some(e.to_string());
+        if self.whole.swap(false, Ordering::AcqRel) {
+            // Unlinking needs no space: it works on a full disk.
+            if let Err(e) = std::fs::remove_file(self.dir.join(MARKER)) {
+                tracing::error!("output log: cannot withdraw the LOGGED mark ({e})");
+            }
+        }
+    }
+
+    fn count_dropped(&self, freed: u64) {
+        if freed > 0 {
+            self.metrics.log_bytes.fetch_sub(freed, Ordering::Relaxed);
+            Metrics::add(&self.metrics.log_dropped_bytes, freed);
+        }
+    }
+
+    /// The session's log as it stands, to read without its lock.
+    pub fn view(&self, id: &str) -> Option<View> {
+        let slot = self.existing(id)?;
+        let log = slot.lock().unwrap_or_else(|p| p.into_inner());
+        Some(View::of(&log))
+    }
+
+    /// Frames of `id` after `after`, up to `max_bytes` (at least one).
+    pub fn after(&self, id: &str, after: u64, max_bytes: usize) -> io::Result<Vec<Frame>> {
+        match self.view(id) {
+            Some(v) => v.after(after, max_bytes, &self.cache),
+            None => Ok(Vec::new()),
+        }
+    }
+
+    /// The newest frames of `id` before `before`, up to `max_bytes`.
+    pub fn before(&self, id: &str, before: u64, max_bytes: usize) -> io::Result<Page> {
+        match self.view(id) {
+            Some(v) => v.before(before, max_bytes, &self.cache),
+            None => Ok(Page::default()),
+        }
+    }
+
+    /// The newest seq in `id`'s log (0: none).
+    pub fn last_seq(&self, id: &str) -> u64 {
+        self.existing(id).map_or(0, |s| {
+            s.lock().unwrap_or_else(|p| p.into_inner()).last_seq()
+        })
+    }
+
+    /// Bytes `id`'s log takes.
+    pub fn bytes(&self, id: &str) -> u64 {
+        self.existing(id)
+            .map_or(0, |s| s.lock().unwrap_or_else(|p| p.into_inner()).bytes())
+    }
+
+    /// Every session with a log.
+    pub fn ids(&self) -> Vec<String> {
+        let sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
+        sessions.keys().cloned().collect()
+    }
+
+    /// The session will write no more (its program ended): its segment
+    /// is indexed and its descriptor let go.
+    pub fn seal(&self, id: &str) {
+        if let Some(slot) = self.existing(id) {
+            let mut log = slot.lock().unwrap_or_else(|p| p.into_inner());
+            if let Err(e) = log.seal(&self.metrics.log_open_files) {
+                tracing::warn!(
+                    session = id,
+                    "output log: sealing failed ({e}): the next start scans it"
+                );
+            }
+        }
+    }
+
+    /// Deletes `id`'s output now.
+    pub fn purge(&self, id: &str) -> io::Result<()> {
+        let slot = {
+            let mut sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
+            sessions.remove(id)
+        };
+        let dir = self.dir.join(format::folder_name(id));
+        if let Some(slot) = slot {
+            let mut log = slot.lock().unwrap_or_else(|p| p.into_inner());
+            self.metrics
+                .log_bytes
+                .fetch_sub(log.bytes(), Ordering::Relaxed);
+            log.close(&self.metrics.log_open_files);
+        }
+        match std::fs::remove_dir_all(&dir) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        }
+    }
+
+    /// Every session's log to at least `keep` bytes, whole segments.
+    pub fn trim_all(&self, keep: u64) -> io::Result<u64> {
+        let mut freed = 0;
+        for id in self.ids() {
+            if let Some(slot) = self.existing(&id) {
+                let f = slot.lock().unwrap_or_else(|p| p.into_inner()).trim(keep)?;
+                self.count_dropped(f);
+                freed += f;
+            }
+        }
+        Ok(freed)
+    }
+
+    /// Makes everything written durable; lets idle descriptors go.
+    /// Answers how many sessions it synced.
+    pub fn sync(&self) -> io::Result<usize> {
+        let mut synced = 0;
+        let mut result = Ok(());
+        for id in self.ids() {
+            let Some(slot) = self.existing(&id) else {
+                continue;
+            };
+            let mut log = slot.lock().unwrap_or_else(|p| p.into_inner());
+            match log.sync(IDLE, &self.metrics.log_open_files) {
+                Ok(true) => synced += 1,
+                Ok(false) => {}
+                Err(e) => result = Err(e),
+            }
+        }
+        if synced > 0 {
+            Metrics::add(&self.metrics.log_syncs, 1);
+        }
+        result.map(|()| synced)
+    }
+
+    /// A clean stop: every segment being written is indexed as it
+    /// stands and synced, so the next start reads indexes, not segments.
+    pub fn checkpoint(&self) -> io::Result<()> {
+        for id in self.ids() {
+            if let Some(slot) = self.existing(&id) {
+                slot.lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .checkpoint()?;
+            }
+        }
+        self.sync().map(|_| ())
+    }
+
+    /// Syncs the log every `SYNC_EVERY` on a thread of its own, below the
+    /// node's priority, until the log is dropped.
+    pub fn start_syncing(log: &Arc<OutputLog>) -> io::Result<()> {
+        let weak: Weak<OutputLog> = Arc::downgrade(log);
+        std::thread::Builder::new()
+            .name("log-sync".into())
+            .spawn(move || {
+                crate::os::lower_priority(&[], 10);
+                loop {
+                    std::thread::sleep(SYNC_EVERY);
+                    let Some(log) = weak.upgrade() else {
+                        return;
+                    };
+                    if let Err(e) = log.sync() {
+                        tracing::error!(dir = %log.dir.display(), "output log: sync failed: {e}");
+                    }
+                }
+            })
+            .map(|_| ())
+    }
+}
+
+/// This boot of the machine (Linux's random boot id).
+pub fn boot_id() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+}

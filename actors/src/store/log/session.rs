@@ -1,0 +1,546 @@
+//! One session's output log: its segments on disk, the one it appends to,
+//! retention by whole segments, and recovery of the segment a crash left
+//! open (its torn tail cut off). Reads go through a `View`
+//! (`view.rs`), taken under the session's lock and read without it.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use super::format::{self, Index, IndexEntry, BLOCK, HEADER, RECORD};
+
+/// Segment files a node keeps open for appending, at most: past it a
+/// write opens, writes and closes (a busy node with thousands of
+/// sessions spends no descriptor per session on its log).
+pub const MAX_OPEN: u64 = 512;
+
+/// One segment file as the log knows it.
+#[derive(Debug, Clone)]
+pub struct Segment {
+    /// The seq in its name: no record in it is older.
+    pub first_seq: u64,
+    /// Its newest record's seq (`first_seq - 1` while it has none).
+    pub last_seq: u64,
+    /// When its newest record was read (unix ms; 0 while it has none).
+    pub last_at: u64,
+    /// Its length: the header and whole records.
+    pub len: u64,
+}
+
+impl Segment {
+    pub fn has_records(&self) -> bool {
+        self.len > HEADER
+    }
+}
+
+/// The segment being appended to.
+#[derive(Debug)]
+struct Active {
+    file: Option<Open>,
+    /// Its blocks so far (the index written when it is sealed).
+    index: Vec<IndexEntry>,
+    /// Written since the last sync.
+    dirty: bool,
+    last_write: Instant,
+}
+
+#[derive(Debug)]
+struct Open {
+    file: File,
+    /// Counts against `MAX_OPEN`.
+    counted: bool,
+}
+
+/// A session's log. Every field describes files on disk: `segments` is
+/// oldest first, and when `active` is set its last one is being written.
+#[derive(Debug)]
+pub struct SessionLog {
+    dir: PathBuf,
+    segments: Vec<Segment>,
+    active: Option<Active>,
+    /// The segments' lengths, summed.
+    bytes: u64,
+    /// Sealed segments whose data has not been synced yet.
+    unsynced: Vec<u64>,
+}
+
+/// What opening a session's folder found and did.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Opened {
+    /// Bytes of a torn or damaged tail cut off the newest segment.
+    pub repaired: u64,
+}
+
+impl SessionLog {
+    /// A log with no segment yet, in `dir` (made at the first write).
+    pub fn new(dir: PathBuf) -> SessionLog {
+        SessionLog {
+            dir,
+            segments: Vec::new(),
+            active: None,
+            bytes: 0,
+            unsynced: Vec::new(),
+        }
+    }
+
+    /// Opens the segments in `dir`: every sealed one by its index, the
+    /// newest one scanned past what its index covers (a torn tail is cut
+    /// off, so the next append follows the last whole record).
+    pub fn open(dir: PathBuf) -> io::Result<(SessionLog, Opened)> {
+        let mut firsts: Vec<u64> = std::fs::read_dir(&dir)?
+            .filter_map(|e| e.ok())
+            .filter_map(|e| format::parse_segment_name(&e.file_name().to_string_lossy()))
+            .collect();
+        firsts.sort_unstable();
+        let mut log = SessionLog::new(dir);
+        let mut opened = Opened::default();
+        let newest = firsts.last().copied();
+        for first in firsts {
+            let path = log.segment_path(first);
+            let len = std::fs::metadata(&path)?.len();
+            let index = read_index(&log.index_path(first));
+            let index = match index {
+                // It describes bytes the segment no longer has (a tail
+                // cut off since): it would mislead, so it goes.
+                Some(i) if i.covered > len => {
+                    remove_if_there(&log.index_path(first))?;
+                    None
+                }
+                found => found,
+            };
+            let segment = match index {
+                Some(i) if i.covered == len => {
+                    if Some(first) == newest {
+                        // Appends continue in it (a clean stop indexed it).
+                        log.active = Some(Active {
+                            file: None,
+                            index: i.entries,
+                            dirty: false,
+                            last_write: Instant::now(),
+                        });
+                    }
+                    Segment {
+                        first_seq: first,
+                        last_seq: i.last_seq,
+                        last_at: i.last_at,
+                        len,
+                    }
+                }
+                // Written on after its index, or never indexed: scanned.
+                found => {
+                    let (scanned, entries) = scan_segment(&path, first, found)?;
+                    if scanned.len < len {
+                        opened.repaired += len - scanned.len;
+                        remove_if_there(&log.index_path(first))?;
+                        OpenOptions::new()
+                            .write(true)
+                            .open(&path)?
+                            .set_len(scanned.len)?;
+                        tracing::warn!(path = %path.display(), cut = len - scanned.len, "output log: a torn tail cut off");
+                    }
+                    if Some(first) == newest {
+                        log.active = Some(Active {
+                            file: None,
+                            index: entries,
+                            dirty: scanned.len < len,
+                            last_write: Instant::now(),
+                        });
+                    }
+                    scanned
+                }
+            };
+            log.bytes += segment.len;
+            log.segments.push(segment);
+        }
+        Ok((log, opened))
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn segments(&self) -> &[Segment] {
+        &self.segments
+    }
+
+    /// Bytes its segments take.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// The newest seq in the log (0: none).
+    pub fn last_seq(&self) -> u64 {
+        self.segments
+            .iter()
+            .rev()
+            .find(|s| s.has_records())
+            .map_or(0, |s| s.last_seq)
+    }
+
+    /// When its newest record was read (0: none).
+    pub fn last_at(&self) -> u64 {
+        self.segments.iter().map(|s| s.last_at).max().unwrap_or(0)
+    }
+
+    pub fn segment_path(&self, first_seq: u64) -> PathBuf {
+        self.dir.join(format::segment_name(first_seq))
+    }
+
+    pub fn index_path(&self, first_seq: u64) -> PathBuf {
+        self.dir.join(format::index_name(first_seq))
+    }
+
+    /// The blocks of the segment being written (sealed ones have theirs
+    /// in their index file).
+    pub fn active_index(&self) -> Option<(u64, &[IndexEntry])> {
+        let a = self.active.as_ref()?;
+        Some((self.segments.last()?.first_seq, &a.index))
+    }
+
+    /// Appends one frame (encoded in `buf`, which it reuses), after a
+    /// new segment when the current one is full; answers the bytes the
+    /// log grew by. On an error nothing is counted: the next append
+    /// writes over what this one may have left.
+    pub fn append(
+        &mut self,
+        seq: u64,
+        at_ms: u64,
+        data: &[u8],
+        buf: &mut Vec<u8>,
+        segment_bytes: u64,
+        open: &AtomicU64,
+    ) -> io::Result<u64> {
+        let size = (RECORD + data.len()) as u64;
+        let full = self
+            .segments
+            .last()
+            .is_some_and(|s| s.has_records() && s.len + size > segment_bytes);
+        let mut grew = 0;
+        if self.active.is_none() || full {
+            self.seal(open)?;
+            grew += self.start_segment(seq, open)?;
+        }
+        buf.clear();
+        format::encode(buf, seq, at_ms, data);
+        let segment = self.segments.last_mut().expect("a segment was started");
+        let active = self.active.as_mut().expect("a segment was started");
+        let file = match &active.file {
+            Some(o) => o,
+            None => active.file.insert(open_for_append(
+                &self.dir.join(format::segment_name(segment.first_seq)),
+                open,
+            )?),
+        };
+        file.file.write_all_at(buf, segment.len)?;
+        let starts_block = active
+            .index
+            .last()
+            .is_none_or(|e| segment.len - e.offset >= BLOCK);
+        if starts_block {
+            active.index.push(IndexEntry {
+                seq,
+                at_ms,
+                offset: segment.len,
+            });
+        }
+        if !file.counted {
+            // Over the budget: not kept open.
+            active.file = None;
+        }
+        segment.len += size;
+        segment.last_seq = seq;
+        segment.last_at = at_ms;
+        active.dirty = true;
+        active.last_write = Instant::now();
+        self.bytes += size;
+        Ok(grew + size)
+    }
+
+    fn start_segment(&mut self, seq: u64, open: &AtomicU64) -> io::Result<u64> {
+        make_private_dir(&self.dir)?;
+        remove_if_there(&self.index_path(seq))?;
+        let path = self.segment_path(seq);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&path)?;
+        file.write_all_at(&format::segment_header(seq), 0)?;
+        let counted = take_slot(open);
+        self.segments.push(Segment {
+            first_seq: seq,
+            last_seq: seq - 1,
+            last_at: 0,
+            len: HEADER,
+        });
+        self.bytes += HEADER;
+        self.active = Some(Active {
+            file: Some(Open { file, counted }),
+            index: Vec::new(),
+            dirty: true,
+            last_write: Instant::now(),
+        });
+        if !counted {
+            if let Some(a) = &mut self.active {
+                a.file = None;
+            }
+        }
+        Ok(HEADER)
+    }
+
+    /// Seals the segment being written: its index goes beside it and its
+    /// descriptor is let go; its data is synced by the next sync. A log
+    /// with nothing being written is left as it is.
+    pub fn seal(&mut self, open: &AtomicU64) -> io::Result<()> {
+        let Some(active) = self.active.take() else {
+            return Ok(());
+        };
+        release(active.file, open);
+        let Some(segment) = self.segments.last() else {
+            return Ok(());
+        };
+        let index = Index {
+            covered: segment.len,
+            last_seq: segment.last_seq,
+            last_at: segment.last_at,
+            entries: active.index,
+        };
+        let first = segment.first_seq;
+        if active.dirty {
+            self.unsynced.push(first);
+        }
+        write_file(&self.index_path(first), &format::encode_index(&index))
+    }
+
+    /// Writes the index of the segment being written as it stands now,
+    /// so a clean start reads it instead of scanning (appends continue
+    /// after it: the next start scans only what follows).
+    pub fn checkpoint(&mut self) -> io::Result<()> {
+        let (Some(active), Some(segment)) = (&self.active, self.segments.last()) else {
+            return Ok(());
+        };
+        let index = Index {
+            covered: segment.len,
+            last_seq: segment.last_seq,
+            last_at: segment.last_at,
+            entries: active.index.clone(),
+        };
+        write_file(
+            &self.index_path(segment.first_seq),
+            &format::encode_index(&index),
+        )
+    }
+
+    /// Makes what was written durable (data of the segment being written
+    /// and of those sealed since the last sync); lets the descriptor go
+    /// when nothing was written for `idle`. Answers whether it synced.
+    pub fn sync(&mut self, idle: std::time::Duration, open: &AtomicU64) -> io::Result<bool> {
+        let mut synced = false;
+        for first in std::mem::take(&mut self.unsynced) {
+            match File::open(self.segment_path(first)) {
+                Ok(f) => f.sync_data()?,
+                // Deleted by retention since: nothing to keep.
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+            synced = true;
+        }
+        let first = self.segments.last().map(|s| s.first_seq);
+        if let (Some(active), Some(first)) = (&mut self.active, first) {
+            if active.dirty {
+                match &active.file {
+                    Some(o) => o.file.sync_data()?,
+                    None => File::open(self.dir.join(format::segment_name(first)))?.sync_data()?,
+                }
+                active.dirty = false;
+                synced = true;
+            }
+            if active.last_write.elapsed() >= idle {
+                release(active.file.take(), open);
+            }
+        }
+        Ok(synced)
+    }
+
+    /// Deletes the oldest segments while what stays holds at least
+    /// `keep` bytes; never the one being written. Answers the bytes
+    /// deleted.
+    pub fn trim(&mut self, keep: u64) -> io::Result<u64> {
+        let mut freed = 0;
+        while self.segments.len() > 1 && self.bytes - self.segments[0].len >= keep {
+            freed += self.drop_oldest()?;
+        }
+        Ok(freed)
+    }
+
+    /// Deletes the oldest segment (the one being written only when it is
+    /// the last and the log is sealed); answers its bytes (0: none went).
+    pub fn drop_oldest(&mut self) -> io::Result<u64> {
+        let Some(oldest) = self.segments.first() else {
+            return Ok(0);
+        };
+        if self.segments.len() == 1 && self.active.is_some() {
+            return Ok(0);
+        }
+        let (first, len) = (oldest.first_seq, oldest.len);
+        remove_if_there(&self.index_path(first))?;
+        remove_if_there(&self.segment_path(first))?;
+        self.segments.remove(0);
+        self.unsynced.retain(|f| *f != first);
+        self.bytes -= len;
+        Ok(len)
+    }
+
+    /// Lets go of the descriptor and forgets the segments (after the
+    /// folder was deleted).
+    pub fn close(&mut self, open: &AtomicU64) {
+        if let Some(active) = self.active.take() {
+            release(active.file, open);
+        }
+        self.segments.clear();
+        self.unsynced.clear();
+        self.bytes = 0;
+    }
+}
+
+fn take_slot(open: &AtomicU64) -> bool {
+    open.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+        (n < MAX_OPEN).then_some(n + 1)
+    })
+    .is_ok()
+}
+
+fn release(file: Option<Open>, open: &AtomicU64) {
+    if let Some(o) = file {
+        if o.counted {
+            open.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
+fn open_for_append(path: &Path, open: &AtomicU64) -> io::Result<Open> {
+    let file = OpenOptions::new().read(true).write(true).open(path)?;
+    Ok(Open {
+        file,
+        counted: take_slot(open),
+    })
+}
+
+/// Makes `dir` (and missing parents) the node user's alone.
+pub fn make_private_dir(dir: &Path) -> io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    match std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+    {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+fn write_file(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let file = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    file.write_all_at(bytes, 0)
+}
+
+fn remove_if_there(path: &Path) -> io::Result<()> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
+}
+
+/// A segment's index file, when it is whole.
+pub fn read_index(path: &Path) -> Option<Index> {
+    let bytes = std::fs::read(path).ok()?;
+    format::decode_index(&bytes)
+}
+
+/// Reads a segment past what `index` covers (all of it without one):
+/// answers the segment as its whole records make it, with its blocks. A
+/// segment without a whole header holds nothing: it is made one header
+/// long (the caller cuts what follows).
+pub fn scan_segment(
+    path: &Path,
+    first_seq: u64,
+    index: Option<Index>,
+) -> io::Result<(Segment, Vec<IndexEntry>)> {
+    let (segment, entries, header_ok) = scan(path, first_seq, index)?;
+    if !header_ok {
+        file_rewrite_header(path, first_seq)?;
+    }
+    Ok((segment, entries))
+}
+
+/// The blocks of a segment, read without changing it.
+pub fn scan_segment_readonly(
+    path: &Path,
+    first_seq: u64,
+    index: Option<Index>,
+) -> io::Result<Vec<IndexEntry>> {
+    Ok(scan(path, first_seq, index)?.1)
+}
+
+fn scan(
+    path: &Path,
+    first_seq: u64,
+    index: Option<Index>,
+) -> io::Result<(Segment, Vec<IndexEntry>, bool)> {
+    let file = File::open(path)?;
+    let mut segment = Segment {
+        first_seq,
+        last_seq: first_seq - 1,
+        last_at: 0,
+        len: HEADER,
+    };
+    let mut entries = Vec::new();
+    let mut header = [0u8; HEADER as usize];
+    let header_ok = file.read_exact_at(&mut header, 0).is_ok()
+        && format::read_header(&header) == Some(first_seq);
+    if !header_ok {
+        return Ok((segment, entries, false));
+    }
+    if let Some(i) = index {
+        segment.len = i.covered.max(HEADER);
+        segment.last_seq = i.last_seq;
+        segment.last_at = i.last_at;
+        entries = i.entries;
+    }
+    let total = file.metadata()?.len();
+    let mut rest = vec![0u8; total.saturating_sub(segment.len) as usize];
+    let got = super::view::read_up_to(&file, &mut rest, segment.len)?;
+    rest.truncate(got);
+    let start = segment.len;
+    let whole = format::scan(&rest, |frame, at| {
+        let offset = start + at as u64;
+        if entries.last().is_none_or(|e| offset - e.offset >= BLOCK) {
+            entries.push(IndexEntry {
+                seq: frame.seq,
+                at_ms: frame.at_ms,
+                offset,
+            });
+        }
+        segment.last_seq = frame.seq;
+        segment.last_at = frame.at_ms;
+    });
+    segment.len = start + whole as u64;
+    Ok((segment, entries, true))
+}
+
+fn file_rewrite_header(path: &Path, first_seq: u64) -> io::Result<()> {
+    let file = OpenOptions::new().write(true).open(path)?;
+    file.set_len(0)?;
+    file.write_all_at(&format::segment_header(first_seq), 0)
+}

@@ -1,0 +1,270 @@
+//! The output log against a model: random appends over a few sessions
+//! with small segments, reopens (clean, and after a tail torn at a random
+//! byte), trims, seals and purges, on real files; every read (forwards,
+//! backwards, by page) must answer what the model holds.
+
+use std::collections::BTreeMap;
+
+use proptest::prelude::*;
+
+use super::*;
+
+const SEGMENT: u64 = 4 << 10;
+
+#[derive(Debug, Clone)]
+enum Op {
+    Append {
+        s: usize,
+        len: usize,
+    },
+    Reopen,
+    /// Cut the newest segment of a session `cut` bytes short (a crash in
+    /// the middle of a write): the last frames are lost, as the model says.
+    Tear {
+        s: usize,
+        cut: u64,
+    },
+    Trim,
+    Seal {
+        s: usize,
+    },
+    Purge {
+        s: usize,
+    },
+    Sync,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        12 => (0usize..3, prop::sample::select(vec![1usize, 30, 200, 700, 3000, 9000]))
+            .prop_map(|(s, len)| Op::Append { s, len }),
+        1 => Just(Op::Reopen),
+        1 => (0usize..3, 1u64..400).prop_map(|(s, cut)| Op::Tear { s, cut }),
+        1 => Just(Op::Trim),
+        1 => (0usize..3).prop_map(|s| Op::Seal { s }),
+        1 => (0usize..3).prop_map(|s| Op::Purge { s }),
+        1 => Just(Op::Sync),
+    ]
+}
+
+fn id(s: usize) -> String {
+    // One plain id, one that needs its folder name encoded.
+    match s {
+        0 => "plain-0".into(),
+        1 => "../odd id".into(),
+        _ => format!("s{s}"),
+    }
+}
+
+type Model = BTreeMap<String, BTreeMap<u64, Vec<u8>>>;
+
+fn check(log: &OutputLog, model: &Model) {
+    for s in 0..3 {
+        let id = id(s);
+        let want: Vec<(u64, Vec<u8>)> = model
+            .get(&id)
+            .map(|m| m.iter().map(|(k, v)| (*k, v.clone())).collect())
+            .unwrap_or_default();
+        let got: Vec<(u64, Vec<u8>)> = log
+            .after(&id, 0, usize::MAX)
+            .unwrap()
+            .into_iter()
+            .map(|f| (f.seq, f.data.to_vec()))
+            .collect();
+        assert_eq!(got, want, "{id}: all of it");
+        assert_eq!(log.last_seq(&id), want.last().map_or(0, |w| w.0), "{id}");
+        // Backwards in pages of ~5 KiB: the same frames, each once.
+        let mut pages = Vec::new();
+        let mut before = u64::MAX;
+        for _ in 0..10_000 {
+            let page = log.before(&id, before, 5_000).unwrap();
+            if let Some(first) = page.frames.first() {
+                before = first.seq;
+            }
+            let more = page.more;
+            pages.splice(
+                0..0,
+                page.frames.into_iter().map(|f| (f.seq, f.data.to_vec())),
+            );
+            if !more {
+                break;
+            }
+        }
+        assert_eq!(pages, want, "{id}: paged backwards");
+        // From the middle, forwards, in small reads.
+        if let Some((mid, _)) = want.get(want.len() / 2) {
+            let got = log.after(&id, *mid, 1).unwrap();
+            let next = want.iter().find(|(s, _)| s > mid).map(|w| w.0);
+            assert_eq!(got.first().map(|f| f.seq), next, "{id}: after {mid}");
+            assert_eq!(got.len(), usize::from(next.is_some()));
+        }
+    }
+}
+
+/// What the log keeps of a session after a trim to `keep`: whole segments
+/// go from the oldest while what stays is at least `keep` bytes. The
+/// model follows by asking the log which seq is now the oldest.
+fn follow_trim(log: &OutputLog, model: &mut Model) {
+    for (id, frames) in model.iter_mut() {
+        let oldest = log.after(id, 0, 1).unwrap().first().map(|f| f.seq);
+        match oldest {
+            Some(o) => frames.retain(|s, _| *s >= o),
+            None => frames.clear(),
+        }
+    }
+}
+
+fn run(ops: Vec<Op>) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("output");
+    let keep = 3 * SEGMENT;
+    let (mut log, _) = OutputLog::open(&path, SEGMENT, keep, Arc::default()).unwrap();
+    let mut model = Model::new();
+    let mut next = [1u64; 3];
+    for op in ops {
+        match op {
+            Op::Append { s, len } => {
+                let seq = next[s];
+                next[s] += 1 + (seq % 7 == 0) as u64; // a gap now and then
+                let data: Vec<u8> = (0..len).map(|i| (seq as usize + i) as u8).collect();
+                log.append(&id(s), seq, seq * 10, &data).unwrap();
+                model.entry(id(s)).or_default().insert(seq, data);
+                // A new segment may have let the oldest go.
+                follow_trim(&log, &mut model);
+                let kept: u64 = log.bytes(&id(s));
+                assert!(kept <= keep + 2 * SEGMENT + 9100, "{kept}");
+            }
+            Op::Reopen => {
+                drop(log);
+                log = OutputLog::open(&path, SEGMENT, keep, Arc::default())
+                    .unwrap()
+                    .0;
+            }
+            Op::Tear { s, cut } => {
+                let id = id(s);
+                let Some(view) = log.view(&id) else { continue };
+                drop(view);
+                drop(log);
+                let folder = path.join(format::folder_name(&id));
+                let mut segs: Vec<_> = std::fs::read_dir(&folder)
+                    .unwrap()
+                    .flatten()
+                    .map(|e| e.path())
+                    .filter(|p| p.extension().is_some_and(|e| e == "log"))
+                    .collect();
+                segs.sort();
+                let newest = segs.last().unwrap();
+                let len = std::fs::metadata(newest).unwrap().len();
+                let keep_len = len.saturating_sub(cut).max(format::HEADER);
+                let f = std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(newest)
+                    .unwrap();
+                f.set_len(keep_len).unwrap();
+                drop(f);
+                // Its index, if any, now describes more than there is.
+                log = OutputLog::open(&path, SEGMENT, keep, Arc::default())
+                    .unwrap()
+                    .0;
+                // The model loses what no longer reads whole: whatever
+                // the log's newest segment lost.
+                let first =
+                    format::parse_segment_name(&newest.file_name().unwrap().to_string_lossy())
+                        .unwrap();
+                let left: Vec<u64> = log
+                    .after(&id, first.saturating_sub(1), usize::MAX)
+                    .unwrap()
+                    .iter()
+                    .map(|f| f.seq)
+                    .collect();
+                let frames = model.entry(id).or_default();
+                frames.retain(|seq, _| *seq < first || left.contains(seq));
+                // Seqs never go back: the writer continues above.
+            }
+            Op::Trim => {
+                log.trim_all(keep).unwrap();
+                follow_trim(&log, &mut model);
+            }
+            Op::Seal { s } => log.seal(&id(s)),
+            Op::Purge { s } => {
+                log.purge(&id(s)).unwrap();
+                model.remove(&id(s));
+                assert!(!path.join(format::folder_name(&id(s))).exists());
+            }
+            Op::Sync => {
+                log.sync().unwrap();
+            }
+        }
+        check(&log, &model);
+    }
+    // What the log counts on disk is what its files take.
+    let counted = log.metrics.log_bytes.load(Ordering::Relaxed);
+    let mut on_disk = 0;
+    for s in 0..3 {
+        on_disk += log.bytes(&id(s));
+    }
+    assert_eq!(counted, on_disk);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+    #[test]
+    fn the_log_reads_back_what_the_model_holds(ops in prop::collection::vec(op(), 1..160)) {
+        run(ops);
+    }
+}
+
+#[test]
+fn a_clean_reopen_continues_the_same_segment_and_reads_its_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("output");
+    let (log, rec) = OutputLog::open(&path, SEGMENT_BYTES, u64::MAX, Arc::default()).unwrap();
+    assert!(!rec.whole, "no LOGGED mark yet");
+    for seq in 1..=100 {
+        log.append("a", seq, seq, &[b'x'; 1000]).unwrap();
+    }
+    log.declare_whole().unwrap();
+    log.checkpoint().unwrap();
+    drop(log);
+    let (log, rec) = OutputLog::open(&path, SEGMENT_BYTES, u64::MAX, Arc::default()).unwrap();
+    assert!(rec.whole, "same boot, no failed write");
+    assert_eq!(rec.repaired, 0);
+    log.append("a", 101, 101, b"after").unwrap();
+    let segs = std::fs::read_dir(path.join("a"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "log"))
+        .count();
+    assert_eq!(segs, 1, "appends continue in the segment");
+    assert_eq!(log.after("a", 99, usize::MAX).unwrap().len(), 2);
+    // Files are the node user's alone.
+    use std::os::unix::fs::PermissionsExt;
+    for p in [
+        path.clone(),
+        path.join("a"),
+        path.join("a").join(format::segment_name(1)),
+    ] {
+        let mode = std::fs::metadata(&p).unwrap().permissions().mode() & 0o077;
+        assert_eq!(mode, 0, "{}", p.display());
+    }
+}
+
+#[test]
+fn a_failed_write_is_counted_and_withdraws_the_logged_mark() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("output");
+    let (log, _) = OutputLog::open(&path, SEGMENT, u64::MAX, Arc::default()).unwrap();
+    log.declare_whole().unwrap();
+    log.append("a", 1, 1, b"one").unwrap();
+    log.seal("a");
+    // The session's folder cannot take a new segment: a write fails.
+    std::fs::remove_dir_all(path.join("a")).unwrap();
+    std::fs::write(path.join("a"), b"not a folder").unwrap();
+    assert!(log.append("a", 2, 2, b"two").is_err());
+    assert_eq!(log.metrics.store_lost_bytes.load(Ordering::Relaxed), 3);
+    assert!(log.metrics.store_failure().is_some());
+    assert!(!path.join(MARKER).exists());
+    drop(log);
+    let (_, rec) = OutputLog::open(&path, SEGMENT, u64::MAX, Arc::default()).unwrap();
+    assert!(!rec.whole, "a restart must go above the high-water mark");
+}

@@ -1,0 +1,183 @@
+//! Reading one session's log without holding its lock: a `View` is its
+//! segments as they stood when it was taken (lengths of whole records
+//! only, so a read never meets a record being written), read a block at
+//! a time: forwards from a seq, backwards from a seq, or its tail. A
+//! segment deleted by retention meanwhile reads as empty.
+
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use super::cache::IndexCache;
+use super::format::{self, Frame, IndexEntry};
+use super::session::{self, Segment, SessionLog};
+
+#[derive(Debug, Clone)]
+pub struct View {
+    dir: PathBuf,
+    segments: Vec<Segment>,
+    /// The blocks of the segment being written, by its first seq.
+    active: Option<(u64, Arc<Vec<IndexEntry>>)>,
+}
+
+/// Frames read backwards: oldest first, and whether older ones remain.
+#[derive(Debug, Default)]
+pub struct Page {
+    pub frames: Vec<Frame>,
+    pub more: bool,
+}
+
+impl View {
+    pub fn of(log: &SessionLog) -> View {
+        View {
+            dir: log.dir().to_path_buf(),
+            segments: log.segments().to_vec(),
+            active: log
+                .active_index()
+                .map(|(first, entries)| (first, Arc::new(entries.to_vec()))),
+        }
+    }
+
+    /// Frames after `after`, oldest first, up to `max_bytes` of data (at
+    /// least one frame when there is one).
+    pub fn after(
+        &self,
+        after: u64,
+        max_bytes: usize,
+        cache: &IndexCache,
+    ) -> io::Result<Vec<Frame>> {
+        let target = after.saturating_add(1);
+        let start = self
+            .segments
+            .iter()
+            .rposition(|s| s.first_seq <= target)
+            .unwrap_or(0);
+        let mut out = Vec::new();
+        let mut bytes = 0;
+        for (i, segment) in self.segments.iter().enumerate().skip(start) {
+            if !segment.has_records() || segment.last_seq < target {
+                continue;
+            }
+            let blocks = self.blocks(segment, cache)?;
+            let first_block = if i == start {
+                blocks.iter().rposition(|e| e.seq <= target).unwrap_or(0)
+            } else {
+                0
+            };
+            for k in first_block..blocks.len() {
+                for frame in self.read_block(segment, &blocks, k)? {
+                    if frame.seq < target {
+                        continue;
+                    }
+                    if !out.is_empty() && bytes + frame.data.len() > max_bytes {
+                        return Ok(out);
+                    }
+                    bytes += frame.data.len();
+                    out.push(frame);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The newest frames before `before` holding at most `max_bytes` of
+    /// data (at least one when there is one), oldest first.
+    pub fn before(&self, before: u64, max_bytes: usize, cache: &IndexCache) -> io::Result<Page> {
+        let mut newest_first = Vec::new();
+        let mut bytes = 0;
+        for segment in self.segments.iter().rev() {
+            if !segment.has_records() || segment.first_seq >= before {
+                continue;
+            }
+            let blocks = self.blocks(segment, cache)?;
+            let Some(last) = blocks.iter().rposition(|e| e.seq < before) else {
+                continue;
+            };
+            for k in (0..=last).rev() {
+                let frames = self.read_block(segment, &blocks, k)?;
+                for frame in frames.into_iter().rev().filter(|f| f.seq < before) {
+                    if !newest_first.is_empty() && bytes + frame.data.len() > max_bytes {
+                        newest_first.reverse();
+                        return Ok(Page {
+                            frames: newest_first,
+                            more: true,
+                        });
+                    }
+                    bytes += frame.data.len();
+                    newest_first.push(frame);
+                }
+            }
+        }
+        newest_first.reverse();
+        Ok(Page {
+            frames: newest_first,
+            more: false,
+        })
+    }
+
+    /// The segment's blocks: the active one's from memory, a sealed
+    /// one's from its index file (cached), or by a scan when its index is
+    /// missing or behind.
+    fn blocks(&self, segment: &Segment, cache: &IndexCache) -> io::Result<Arc<Vec<IndexEntry>>> {
+        if let Some((first, entries)) = &self.active {
+            if *first == segment.first_seq {
+                return Ok(entries.clone());
+            }
+        }
+        let path = self.dir.join(format::segment_name(segment.first_seq));
+        if let Some(entries) = cache.get(&path, segment.len) {
+            return Ok(entries);
+        }
+        let index_path = self.dir.join(format::index_name(segment.first_seq));
+        let entries = match session::read_index(&index_path) {
+            Some(i) if i.covered == segment.len => i.entries,
+            found => match session::scan_segment_readonly(&path, segment.first_seq, found) {
+                Ok(entries) => entries,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
+                Err(e) => return Err(e),
+            },
+        };
+        Ok(cache.put(path, segment.len, entries))
+    }
+
+    fn read_block(
+        &self,
+        segment: &Segment,
+        blocks: &[IndexEntry],
+        k: usize,
+    ) -> io::Result<Vec<Frame>> {
+        let start = blocks[k].offset;
+        let end = blocks.get(k + 1).map_or(segment.len, |e| e.offset);
+        if end <= start {
+            return Ok(Vec::new());
+        }
+        let path = self.dir.join(format::segment_name(segment.first_seq));
+        let file = match File::open(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(e),
+        };
+        let mut bytes = vec![0u8; (end - start) as usize];
+        let got = read_up_to(&file, &mut bytes, start)?;
+        bytes.truncate(got);
+        let mut frames = Vec::new();
+        format::scan(&bytes, |frame, _| frames.push(frame));
+        Ok(frames)
+    }
+}
+
+/// Reads as much of `buf` as the file has at `at`.
+pub fn read_up_to(file: &File, buf: &mut [u8], at: u64) -> io::Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        match file.read_at(&mut buf[got..], at + got as u64) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(got)
+}

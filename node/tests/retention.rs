@@ -238,7 +238,15 @@ async fn remove_leaves_a_tombstone_and_purge_wipes_at_once() {
         let (_, _, removed) = records.iter().find(|(r, _, _)| r == id).unwrap();
         assert!(removed, "{id} is a tombstone");
     }
-    let out = |id: &str| store.output_after(id, 0, 1 << 20).unwrap();
+    let store_path = BinaryNode::store_path(&dir);
+    let (log, _) = termesh_actors::store::log::OutputLog::open(
+        &termesh_actors::store::log_dir(&store_path),
+        termesh_actors::store::log::SEGMENT_BYTES,
+        u64::MAX,
+        Default::default(),
+    )
+    .unwrap();
+    let out = |id: &str| log.after(id, 0, 1 << 20).unwrap();
     let evs = |id: &str| store.events_after(id, 0, 100).unwrap();
     assert!(String::from_utf8_lossy(&out(&kept)[0].data).contains("keep-me"));
     let kinds: Vec<String> = evs(&kept)

@@ -49,7 +49,6 @@ const IDLE_CATCHUP: Duration = Duration::from_millis(100);
 /// most sessions are not looked at most of the time.
 const MODEL_TTL: Duration = Duration::from_secs(600);
 /// How soon a session held by the store's backlog looks again.
-const STORE_RETRY: Duration = Duration::from_millis(20);
 /// Seqs reserved at a time in the store's high-water mark: a crash skips
 /// at most this many seqs, and the next block is asked for half a block
 /// ahead, so output never waits for the disk while it keeps up.
@@ -124,8 +123,6 @@ pub struct SessionActor {
     exit: Option<ExitInfo>,
     eof: bool,
     finished: bool,
-    /// A look at the store's backlog is scheduled.
-    store_wait: bool,
     /// Which run of the program the PTY events are from: a read still
     /// pending on an earlier run's PTY (revived since) is dropped.
     run: u64,
@@ -260,7 +257,6 @@ impl SessionActor {
             exit: None,
             eof: false,
             finished: false,
-            store_wait: false,
             run: 0,
             seq_limit: if settings_has_store { 0 } else { u64::MAX },
             reserving: false,
@@ -290,22 +286,6 @@ impl SessionActor {
         } else {
             store.event(&self.id, event);
         }
-    }
-
-    /// While the store is behind, output waits in the PTY (the program
-    /// blocks on a full terminal); looked at again shortly.
-    fn store_behind(&mut self, ctx: &mut Context<Self>) -> bool {
-        if !self.settings.store.as_ref().is_some_and(|s| s.is_behind()) {
-            return false;
-        }
-        if !self.store_wait {
-            self.store_wait = true;
-            ctx.run_later(STORE_RETRY, |act, ctx| {
-                act.store_wait = false;
-                act.apply_held(ctx);
-            });
-        }
-        true
     }
 
     /// Asks the store to make seqs through the next block durable; output
@@ -398,10 +378,6 @@ impl SessionActor {
                     self.intake_paused = true;
                     return;
                 }
-                if self.store_behind(ctx) {
-                    self.held.push_front(event);
-                    return;
-                }
             }
             self.on_event(event, ctx);
         }
@@ -437,10 +413,10 @@ impl SessionActor {
 
     fn on_output(&mut self, data: Bytes, ctx: &mut Context<Self>) {
         self.modes.feed(&data);
-        // In the store's journal before anyone is sent its seq: a node
-        // killed now continues right after it.
+        // In the output log before anyone is sent its seq: a node killed
+        // now continues right after it.
         if let Some(store) = &self.settings.store {
-            store.output(&self.id, self.publisher.last_seq() + 1, data.clone());
+            store.output(&self.id, self.publisher.last_seq() + 1, &data);
         }
         let frame = self.publisher.push(data);
         if frame.seq + SEQ_BLOCK / 2 >= self.seq_limit {
@@ -511,6 +487,9 @@ impl SessionActor {
             m.exit_code = Some(exit.code);
         });
         tracing::info!(session = %self.id, code = exit.code, "session exited");
+        if let Some(store) = &self.settings.store {
+            store.sealed(&self.id);
+        }
         self.persist_event(&EventKind::Exited {
             exit_code: exit.code,
             signal: exit.signal_name(),

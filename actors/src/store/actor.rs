@@ -1,17 +1,14 @@
-//! The store actor: one thread (a sync arbiter) that owns the `Store` and
-//! applies what sessions hand it. Sessions never wait on it: they push a
-//! write onto a shared queue and go on; output wakes the actor 100 ms
-//! after the first write into an empty queue (at once past 256 KiB),
-//! anything else at once, and the actor takes everything queued and
-//! applies it as one batch, in chunks (`chunks`), so a busy node makes
-//! few, large writes. Requests for durability are committed in groups
-//! (`Flush`). The bytes handed over and not yet written are the backlog;
-//! past `MAX_BACKLOG` a session stops taking output from its program until
-//! the disk catches up (as it does for a slow snapshot), so a slow disk
-//! slows the programs, and nothing acknowledged is dropped. A write that
-//! fails is counted (`termesh_store_lost_bytes_total`) and logged, never
-//! silent. Every other request (reads, remove, flush, vacuum) first
-//! applies what is queued, so it sees every write handed over before it.
+//! The store actor: one thread (a sync arbiter) that owns the `Store`
+//! (sled: records, events, seq marks) and applies what sessions hand it.
+//! Sessions never wait on it: they push a write onto a shared queue and go
+//! on; the first write into an empty queue wakes the actor, which takes
+//! everything queued meanwhile and applies it as one batch, in chunks
+//! (`chunks`). Requests for durability are committed in groups (`Flush`),
+//! and make the output log durable too. A write that fails is logged and
+//! shown by `/healthz`, never silent. Every other request (reads, remove,
+//! flush, vacuum) first applies what is queued, so it sees every write
+//! handed over before it. Output does not pass here: sessions append it
+//! to the output log themselves (`log`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -19,11 +16,10 @@ use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 
+use super::log::OutputLog;
 use super::{Entry, Retention, Store, Write};
 use crate::metrics::Metrics;
 
-/// Output handed to the store and not yet written, at most (all sessions).
-pub const MAX_BACKLOG: u64 = 32 << 20;
 /// A session record (created, renamed, exited...) is flushed at once, so
 /// a crash soon after forgets no session; flushes this close together are
 /// left to sled's own periodic flush (every 500 ms).
@@ -31,49 +27,19 @@ const RECORD_FLUSH_GAP: Duration = Duration::from_millis(20);
 /// How often writes re-measure the store's size on disk for `/metrics`.
 const SIZE_EVERY: Duration = Duration::from_secs(1);
 
-/// Writes handed over and not yet applied, and their output bytes.
+/// Writes handed over and not yet applied.
 #[derive(Default)]
 pub(super) struct Queue {
     pub writes: Vec<Write>,
-    pub bytes: u64,
-    /// A wake of the actor is on its way (now or after the coalescing
-    /// interval): later writes join the batch without another.
-    pub wake_due: bool,
-    /// An immediate wake was sent for this batch.
+    /// A wake of the actor is on its way: later writes join its batch.
     pub woken: bool,
 }
 
-/// Queued output worth a batch at once.
-pub const WAKE_BYTES: u64 = 256 << 10;
-
-/// What a write into the queue does to wake the actor.
-#[derive(Debug, PartialEq, Eq)]
-pub(super) enum Wake {
-    Now,
-    /// After the coalescing interval (`handle::WAKE_AFTER`).
-    Later,
-    /// A wake is already on its way.
-    Queued,
-}
-
 impl Queue {
-    /// Queues `write` (`bytes` of output): output waits for the interval
-    /// unless a batch's worth is queued; records, events and seq marks
-    /// wake the actor at once.
-    pub fn push(&mut self, write: Write, bytes: u64) -> Wake {
-        let urgent = !matches!(write, Write::Output { .. });
+    /// Queues `write`; answers whether the actor must be woken for it.
+    pub fn push(&mut self, write: Write) -> bool {
         self.writes.push(write);
-        self.bytes += bytes;
-        if (urgent || self.bytes >= WAKE_BYTES) && !self.woken {
-            self.woken = true;
-            self.wake_due = true;
-            Wake::Now
-        } else if !self.wake_due {
-            self.wake_due = true;
-            Wake::Later
-        } else {
-            Wake::Queued
-        }
+        !std::mem::replace(&mut self.woken, true)
     }
 }
 
@@ -88,8 +54,8 @@ pub struct LiveEvent {
 
 pub struct StoreActor {
     pub(super) store: Store,
+    pub(super) log: Arc<OutputLog>,
     pub(super) queue: Arc<Mutex<Queue>>,
-    pub(super) backlog: Arc<AtomicU64>,
     pub(super) metrics: Arc<Metrics>,
     pub(super) live: tokio::sync::broadcast::Sender<LiveEvent>,
     pub(super) last_record_flush: Option<Instant>,
@@ -123,19 +89,24 @@ impl Actor for StoreActor {
         if let Err(e) = self.flush() {
             tracing::error!(path = %self.store.path().display(), "store flush at stop failed: {e}");
         }
+        // The segments being written are indexed as they stand: the next
+        // start reads indexes instead of scanning them.
+        if let Err(e) = self.log.checkpoint() {
+            tracing::error!(dir = %self.log.dir().display(), "output log: checkpoint at stop failed: {e}");
+        }
     }
 }
 
 impl StoreActor {
-    /// Applies everything queued, in chunks (`chunks`); answers whether
-    /// it was all applied (nothing queued counts as applied).
-    fn drain(&mut self) -> bool {
-        let Queue { writes, bytes, .. } = {
+    /// Applies everything queued, in chunks (`chunks`).
+    fn drain(&mut self) {
+        let writes = {
             let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
-            std::mem::take(&mut *q)
+            q.woken = false;
+            std::mem::take(&mut q.writes)
         };
         if writes.is_empty() {
-            return true;
+            return;
         }
         let live = &self.live;
         let applied = super::chunks::apply(&mut self.store, writes, |e| {
@@ -155,19 +126,14 @@ impl StoreActor {
             result = result.and(flushed);
             self.last_record_flush = Some(Instant::now());
         }
-        self.backlog.fetch_sub(bytes, Ordering::Relaxed);
         if self.sized_at.elapsed() >= SIZE_EVERY {
             self.sized_at = Instant::now();
             self.measure();
         }
         if let Err(e) = &result {
-            let lost = bytes.saturating_sub(applied.output_bytes);
-            Metrics::add(&self.metrics.store_lost_bytes, lost);
-            tracing::error!(path = %self.store.path().display(), "store write failed ({lost} bytes of output not stored): {e}");
+            tracing::error!(path = %self.store.path().display(), "store write failed: {e}");
         }
-        let applied = result.is_ok();
         self.metrics.store_wrote(result.map_err(|e| e.to_string()));
-        applied
     }
 
     /// Everything on disk, then the manifest that says so.
@@ -182,33 +148,6 @@ impl StoreActor {
         lower_store_threads();
         if let Ok(size) = self.store.size_on_disk() {
             self.metrics.store_bytes.store(size, Ordering::Relaxed);
-        }
-    }
-}
-
-/// The journal left a half behind: once everything queued (its frames
-/// among it) is on disk, `Durable` is set and the journal may write over
-/// that half again.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub(super) struct MakeDurable(pub Arc<super::journal::Durable>);
-
-impl Handler<MakeDurable> for StoreActor {
-    type Result = ();
-
-    fn handle(&mut self, msg: MakeDurable, _: &mut SyncContext<Self>) {
-        // Frames that did not reach the store are not durable: not set,
-        // the journal waits, then overwrites the half and says so (the
-        // next start then trusts the high-water mark).
-        if !self.drain() {
-            return;
-        }
-        match self.flush() {
-            Ok(()) => msg.0.set(),
-            // Not set: the journal waits, then says it overwrites.
-            Err(e) => {
-                tracing::error!(path = %self.store.path().display(), "store flush for the journal failed: {e}")
-            }
         }
     }
 }
@@ -252,6 +191,7 @@ impl Handler<Flush> for StoreActor {
             let upto = self.stamps.load(Ordering::SeqCst);
             self.drain();
             self.flush().map_err(|e| e.to_string())?;
+            self.log.sync().map_err(|e| e.to_string())?;
             self.durable_upto = upto;
         }
         // A flush after this request's stamp has drained its writes, so the
@@ -285,6 +225,9 @@ impl Handler<Removed> for StoreActor {
         let mut done = self.store.remove(&msg.session, msg.at_ms);
         if msg.purge && done.is_ok() {
             done = self.store.purge(&msg.session);
+            if let Err(e) = self.log.purge(&msg.session) {
+                tracing::error!(session = %msg.session, "output log: purge failed: {e}");
+            }
         }
         if let Err(e) = done {
             tracing::error!(session = %msg.session, "store: remove failed: {e}");
@@ -312,26 +255,6 @@ impl Handler<ReadEvents> for StoreActor {
     }
 }
 
-/// Stored output of a session after a seq, up to `max_bytes`.
-#[derive(Message)]
-#[rtype(result = "Result<Vec<Entry>, String>")]
-pub(super) struct ReadOutput {
-    pub session: String,
-    pub after: u64,
-    pub max_bytes: usize,
-}
-
-impl Handler<ReadOutput> for StoreActor {
-    type Result = Result<Vec<Entry>, String>;
-
-    fn handle(&mut self, msg: ReadOutput, _: &mut SyncContext<Self>) -> Self::Result {
-        self.drain();
-        self.store
-            .output_after(&msg.session, msg.after, msg.max_bytes)
-            .map_err(|e| e.to_string())
-    }
-}
-
 /// Runs the vacuum; answers the entries it deleted.
 #[derive(Message)]
 #[rtype(result = "Result<u64, String>")]
@@ -345,9 +268,15 @@ impl Handler<Vacuum> for StoreActor {
 
     fn handle(&mut self, msg: Vacuum, _: &mut SyncContext<Self>) -> Self::Result {
         self.drain();
-        let deleted = self
+        let (deleted, dropped) = self
             .store
             .vacuum(msg.now_ms, msg.keep)
+            .map_err(|e| e.to_string())?;
+        for id in dropped {
+            self.log.purge(&id).map_err(|e| e.to_string())?;
+        }
+        self.log
+            .trim_all(msg.keep.output_bytes)
             .map_err(|e| e.to_string())?;
         // The records it deleted are gone on disk before the manifest
         // counts fewer.
@@ -361,32 +290,19 @@ impl Handler<Vacuum> for StoreActor {
 mod tests {
     use super::*;
 
-    fn output(len: usize) -> Write {
-        Write::Output {
-            session: "s".into(),
-            seq: 1,
-            at_ms: 0,
-            data: bytes::Bytes::from(vec![b'x'; len]),
-        }
-    }
-
     #[test]
-    fn output_waits_for_the_interval_records_and_batches_do_not() {
-        let mut q = Queue::default();
-        assert_eq!(q.push(output(4), 4), Wake::Later, "a keystroke's echo");
-        assert_eq!(q.push(output(4), 4), Wake::Queued, "joins the batch");
-        // A record wakes the actor at once, once.
-        let record = Write::Record {
+    fn the_first_write_into_an_empty_queue_wakes_the_actor_once() {
+        let event = || Write::Event {
             session: "s".into(),
+            at_ms: 0,
             data: bytes::Bytes::from_static(b"{}"),
         };
-        assert_eq!(q.push(record, 0), Wake::Now);
-        assert_eq!(q.push(output(4), 4), Wake::Queued);
-        // A drained queue starts over; a batch's worth wakes at once.
         let mut q = Queue::default();
-        assert_eq!(q.push(output(1000), 1000), Wake::Later);
-        let big = WAKE_BYTES as usize;
-        assert_eq!(q.push(output(big), big as u64), Wake::Now);
-        assert_eq!(q.push(output(big), big as u64), Wake::Queued);
+        assert!(q.push(event()));
+        assert!(!q.push(event()), "joins the batch");
+        // A drained queue starts over.
+        q.woken = false;
+        q.writes.clear();
+        assert!(q.push(event()));
     }
 }

@@ -1,33 +1,26 @@
 //! `StoreHandle`: how sessions, the registry and the front ends reach the
-//! store actor. Writes go onto the shared queue without waiting; output
-//! wakes the actor `WAKE_AFTER` after the first write into an empty queue
-//! (or at once past `WAKE_BYTES`), so a keystroke's echo never shares the
-//! CPU with a store write of its own and a busy node writes in large
-//! batches; records and events wake it at once. Reads, remove, flush and
-//! vacuum are messages that first apply what is queued. Also the opening
-//! of the store at start and what it restores.
+//! store. Output is appended to the output log by the calling session
+//! itself (one write, before its seq is sent); records, events and seq
+//! marks go onto the store actor's queue without waiting, and the first
+//! write into an empty queue wakes it. Reads of output go to the log on a
+//! blocking thread; reads of events, remove, flush and vacuum are
+//! messages that first apply what is queued. Also the opening of the
+//! store at start and what it restores.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use actix::prelude::*;
-use bytes::Bytes;
 use termesh_transport::{EventKind, SessionInfo};
 
-use super::actor::{
-    Drain, Flush, LiveEvent, MakeDurable, Queue, ReadEvents, ReadOutput, Removed, StoreActor,
-    Vacuum, Wake, MAX_BACKLOG,
-};
-use super::journal::Journal;
+use super::actor::{Drain, Flush, LiveEvent, Queue, ReadEvents, Removed, StoreActor, Vacuum};
+use super::log::{OutputLog, Page};
 use super::{Entry, Retention, Store, StoreError, Write};
 use crate::metrics::Metrics;
 
 /// Live events a slow reader may fall behind by before it reads the
 /// store again (`RecvError::Lagged`).
 const LIVE_EVENTS: usize = 1024;
-/// Output waits this long in the queue before the store thread is woken
-/// for it: what a SIGKILL may lose on top of sled's own 500 ms flush.
-pub const WAKE_AFTER: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// What sessions and the registry reach the store by.
 #[derive(Clone)]
@@ -36,22 +29,14 @@ pub struct StoreHandle {
     /// Flush requests stamped so far (group commit: `actor::Flush`).
     stamps: Arc<AtomicU64>,
     queue: Arc<Mutex<Queue>>,
-    backlog: Arc<AtomicU64>,
     live: tokio::sync::broadcast::Sender<LiveEvent>,
-    /// Every frame, before its seq is sent (`journal`).
-    journal: Arc<Mutex<Journal>>,
-    /// `Journal::filling` as of the last append: `is_behind`, asked before
-    /// every frame, takes the journal's lock only when it may be pressed.
-    journal_filling: Arc<AtomicBool>,
+    /// Every frame, before its seq is sent.
+    log: Arc<OutputLog>,
 }
 
 impl std::fmt::Debug for StoreHandle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "StoreHandle(backlog {})",
-            self.backlog.load(Ordering::Relaxed)
-        )
+        write!(f, "StoreHandle({})", self.log.dir().display())
     }
 }
 
@@ -67,9 +52,10 @@ pub struct Restored {
 }
 
 impl StoreHandle {
-    /// Opens the store in `dir` (the error names the path and the cause),
-    /// reads every session not removed with the newest `tail_bytes` of its
-    /// output, and starts the store's thread.
+    /// Opens the store in `dir` and the output log beside it (the error
+    /// names the path and the cause), migrates what the previous release
+    /// left, reads every session not removed with the newest `tail_bytes`
+    /// of its output, and starts the store's thread and the log's sync.
     pub fn open(
         dir: &std::path::Path,
         tail_bytes: usize,
@@ -77,21 +63,34 @@ impl StoreHandle {
         metrics: Arc<Metrics>,
     ) -> Result<(StoreHandle, Vec<Restored>), StoreError> {
         let mut store = Store::open(dir)?;
-        store.set_output_cap(output_cap);
-        let journal_path = super::load::journal_path(dir);
-        let restored = super::load::load(&mut store, &journal_path, tail_bytes)?;
-        let journal = Journal::open(&journal_path).map_err(|e| StoreError::Open {
-            path: journal_path.display().to_string(),
+        let log_dir = super::log_dir(dir);
+        let log_err = |e: std::io::Error| StoreError::Open {
+            path: log_dir.display().to_string(),
             cause: e.to_string(),
-        })?;
+        };
+        let started = std::time::Instant::now();
+        let segment = super::log::segment_bytes_for(output_cap);
+        let (log, recovery) =
+            OutputLog::open(&log_dir, segment, output_cap, metrics.clone()).map_err(log_err)?;
+        tracing::info!(
+            sessions = recovery.sessions,
+            bytes = metrics.log_bytes.load(Ordering::Relaxed),
+            repaired = recovery.repaired,
+            whole = recovery.whole,
+            ms = started.elapsed().as_millis() as u64,
+            "output log opened"
+        );
+        let journal = super::legacy::journal_path(dir);
+        let restored = super::load::load(&mut store, &log, recovery, &journal, tail_bytes)?;
         if let Ok(size) = store.size_on_disk() {
             metrics.store_bytes.store(size, Ordering::Relaxed);
         }
-        let backlog = Arc::new(AtomicU64::new(0));
+        let log = Arc::new(log);
+        OutputLog::start_syncing(&log).map_err(log_err)?;
         let queue = Arc::new(Mutex::new(Queue::default()));
         let (live, _) = tokio::sync::broadcast::channel(LIVE_EVENTS);
         let cell = Mutex::new(Some(store));
-        let (b, q, l) = (backlog.clone(), queue.clone(), live.clone());
+        let (q, l, lg) = (queue.clone(), live.clone(), log.clone());
         let stamps = Arc::new(AtomicU64::new(0));
         let st = stamps.clone();
         let addr = SyncArbiter::start(1, move || StoreActor {
@@ -100,8 +99,8 @@ impl StoreHandle {
                 .ok()
                 .and_then(|mut s| s.take())
                 .expect("the store thread starts once"),
+            log: lg.clone(),
             queue: q.clone(),
-            backlog: b.clone(),
             metrics: metrics.clone(),
             live: l.clone(),
             last_record_flush: None,
@@ -113,64 +112,34 @@ impl StoreHandle {
             addr,
             stamps,
             queue,
-            backlog,
             live,
-            journal: Arc::new(Mutex::new(journal)),
-            journal_filling: Arc::default(),
+            log,
         };
         Ok((handle, restored))
     }
 
-    /// Queues a write (`bytes` of output in it) and sees that the actor
-    /// is woken for it: output after `WAKE_AFTER` unless a batch's worth
-    /// is queued, anything else at once.
-    fn push(&self, write: Write, bytes: u64) {
-        self.backlog.fetch_add(bytes, Ordering::Relaxed);
+    /// Queues a write and wakes the actor when the queue was empty.
+    fn push(&self, write: Write) {
         let wake = {
             let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
-            q.push(write, bytes)
+            q.push(write)
         };
-        match wake {
-            Wake::Now => self.addr.do_send(Drain),
-            Wake::Later => match tokio::runtime::Handle::try_current() {
-                Ok(rt) => {
-                    let addr = self.addr.clone();
-                    rt.spawn(async move {
-                        tokio::time::sleep(WAKE_AFTER).await;
-                        addr.do_send(Drain);
-                    });
-                }
-                Err(_) => self.addr.do_send(Drain),
-            },
-            Wake::Queued => {}
+        if wake {
+            self.addr.do_send(Drain);
         }
     }
 
-    /// Output of `session` as frame `seq`, before the seq is sent to
-    /// anyone: written to the journal (one `pwrite`), then queued for the
-    /// store without a copy (the id and the frame are shared). Under the
-    /// journal's lock, so a half's frames are all queued when the switch
-    /// away from it asks the store to make them durable.
-    pub fn output(&self, session: &Arc<str>, seq: u64, data: Bytes) {
-        let len = data.len() as u64;
-        let at_ms = crate::clock::now_ms();
-        let mut journal = self.journal.lock().unwrap_or_else(|p| p.into_inner());
-        let addr = &self.addr;
-        let written = journal.append(session, seq, at_ms, &data, |durable| {
-            addr.do_send(MakeDurable(durable));
-        });
-        if let Err(e) = written {
-            tracing::error!("the output journal cannot be written: {e}");
-        }
-        self.journal_filling
-            .store(journal.filling(), Ordering::Relaxed);
-        let write = Write::Output {
-            session: session.clone(),
-            seq,
-            at_ms,
-            data,
-        };
-        self.push(write, len);
+    /// Output of `session` as frame `seq`: appended to its log before
+    /// the seq is sent to anyone (one write into the page cache), so a
+    /// node killed now continues right after it. A write that fails is
+    /// counted and said by the log; the output is still sent.
+    pub fn output(&self, session: &str, seq: u64, data: &[u8]) {
+        let _ = self.log.append(session, seq, crate::clock::now_ms(), data);
+    }
+
+    /// The session will write no more output (its program is gone).
+    pub fn sealed(&self, session: &str) {
+        self.log.seal(session);
     }
 
     /// A session event of the protocol (`resized`, `exited`, ...).
@@ -186,7 +155,7 @@ impl StoreHandle {
             at_ms: crate::clock::now_ms(),
             data: data.into(),
         };
-        self.push(write, 0);
+        self.push(write);
     }
 
     pub fn record(&self, info: &SessionInfo) {
@@ -197,7 +166,7 @@ impl StoreHandle {
             session: info.id.as_str().into(),
             data: data.into(),
         };
-        self.push(write, 0);
+        self.push(write);
     }
 
     /// Reserves seqs through `seq` for `session`: answers once the mark is
@@ -211,7 +180,7 @@ impl StoreHandle {
             session: session.clone(),
             seq,
         };
-        self.push(write, 0);
+        self.push(write);
         self.flush_queued(Some((session.clone(), seq)))
     }
 
@@ -222,7 +191,7 @@ impl StoreHandle {
             session: session.clone(),
             seq,
         };
-        self.push(write, 0);
+        self.push(write);
     }
 
     pub fn removed(&self, session: &str, purge: bool) {
@@ -231,18 +200,6 @@ impl StoreHandle {
             at_ms: crate::clock::now_ms(),
             purge,
         });
-    }
-
-    /// The disk is behind (the backlog, or the journal waiting for a half
-    /// to be durable): sessions hold their programs' output.
-    pub fn is_behind(&self) -> bool {
-        self.backlog.load(Ordering::Relaxed) > MAX_BACKLOG
-            || (self.journal_filling.load(Ordering::Relaxed)
-                && self
-                    .journal
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .pressed())
     }
 
     pub async fn flush(&self) -> Result<(), String> {
@@ -279,18 +236,35 @@ impl StoreHandle {
         self.addr.send(msg).await.map_err(|e| e.to_string())?
     }
 
+    /// Stored output of `session` after seq `after`, up to `max_bytes`
+    /// (at least one frame), read from its log off the caller's thread.
     pub async fn output_after(
         &self,
         session: &str,
         after: u64,
         max_bytes: usize,
     ) -> Result<Vec<Entry>, String> {
-        let msg = ReadOutput {
-            session: session.to_string(),
-            after,
-            max_bytes,
-        };
-        self.addr.send(msg).await.map_err(|e| e.to_string())?
+        let (log, id) = (self.log.clone(), session.to_string());
+        let frames = tokio::task::spawn_blocking(move || log.after(&id, after, max_bytes))
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| e.to_string())?;
+        Ok(frames.into_iter().map(Entry::from).collect())
+    }
+
+    /// The newest stored output of `session` before seq `before`, up to
+    /// `max_bytes` (at least one frame), and whether older output remains.
+    pub async fn output_before(
+        &self,
+        session: &str,
+        before: u64,
+        max_bytes: usize,
+    ) -> Result<Page, String> {
+        let (log, id) = (self.log.clone(), session.to_string());
+        tokio::task::spawn_blocking(move || log.before(&id, before, max_bytes))
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| e.to_string())
     }
 
     pub async fn vacuum(&self, keep: Retention) -> Result<u64, String> {

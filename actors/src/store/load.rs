@@ -1,41 +1,44 @@
-//! What a starting node reads from its store: the output journal replayed
-//! into the store first (frames a kill -9 caught before the store wrote
-//! them), then every session not removed with its newest output, and the
-//! seq each continues from: right after the last one sent when the journal
-//! is whole (so a client resuming there gets every byte, no resync), above
-//! the seq high-water mark when it is not (a seq is never given twice).
+//! What a starting node reads from its store: the previous release's
+//! output migrated into the log first (`migrate`), then every session not
+//! removed with its newest output, and the seq each continues from: right
+//! after its log's last frame when the log is whole (every frame the last
+//! run sent is in it: a client resuming there gets every byte, no
+//! resync), above the seq high-water mark when it is not (a seq is never
+//! given twice).
 
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::path::Path;
 
 use termesh_transport::SessionInfo;
 
 use super::handle::Restored;
-use super::journal::{Frame, Journal, Replay};
-use super::{Store, StoreError, Write};
+use super::log::{OutputLog, Recovery};
+use super::{Entry, Store, StoreError};
 
-/// The journal beside the store's directory.
-pub fn journal_path(store_dir: &Path) -> PathBuf {
-    let name = store_dir
-        .file_name()
-        .map_or_else(|| "store".into(), |n| n.to_string_lossy().into_owned());
-    store_dir.with_file_name(format!("{name}.journal"))
-}
-
-/// Replays the journal at `journal` into `store`, then reads every
-/// session not removed with the newest `tail_bytes` of its output.
+/// Migrates what the previous release left, then reads every session not
+/// removed with the newest `tail_bytes` of its output.
 pub fn load(
     store: &mut Store,
+    log: &OutputLog,
+    recovery: Recovery,
     journal: &Path,
     tail_bytes: usize,
 ) -> Result<Vec<Restored>, StoreError> {
-    let replay = Journal::read(journal).map_err(|e| StoreError::Open {
-        path: journal.display().to_string(),
+    let whole = match super::migrate::migrate(store, log, journal)? {
+        Some(migrated) => migrated.whole,
+        None => recovery.whole,
+    };
+    if !whole && recovery.sessions > 0 {
+        tracing::warn!(
+            "store: the output log may not hold every frame the last run sent (the machine \
+             restarted, or a write failed): sessions continue above their seq high-water marks"
+        );
+    }
+    let log_err = |e: std::io::Error| StoreError::Open {
+        path: log.dir().display().to_string(),
         cause: e.to_string(),
-    })?;
+    };
     let mut out = Vec::new();
     let mut floors = Vec::new();
-    let mut replayed = 0usize;
     for (id, record, removed) in store.records()? {
         if removed {
             continue;
@@ -44,29 +47,23 @@ pub fn load(
             tracing::warn!(session = %id, "store: a session record that does not decode is skipped");
             continue;
         };
-        let (frames, whole) = missing(store, &id, &replay)?;
-        replayed += frames.len();
-        if !frames.is_empty() {
-            let session: Arc<str> = id.as_str().into();
-            store.apply(
-                frames
-                    .into_iter()
-                    .map(|f| Write::Output {
-                        session: session.clone(),
-                        seq: f.seq,
-                        at_ms: f.at_ms,
-                        data: f.data,
-                    })
-                    .collect(),
-            )?;
-        }
-        let stored = store.last_seq(&id)?;
+        let logged = log.last_seq(&id);
         let last_seq = if whole {
-            stored.max(store.seq_floor(&id)?)
+            logged.max(store.seq_floor(&id)?)
         } else {
-            stored.max(store.seq_mark(&id)?)
+            logged.max(store.seq_mark(&id)?)
         };
-        let tail = store.output_tail(&id, tail_bytes)?;
+        let tail = log
+            .before(&id, u64::MAX, tail_bytes)
+            .map_err(log_err)?
+            .frames
+            .into_iter()
+            .map(|f| Entry {
+                n: f.seq,
+                at_ms: f.at_ms,
+                data: f.data,
+            })
+            .collect();
         floors.push((id, last_seq));
         out.push(Restored {
             info,
@@ -76,40 +73,12 @@ pub fn load(
     }
     let floors: Vec<(&str, u64)> = floors.iter().map(|(id, s)| (id.as_str(), *s)).collect();
     store.set_floors(&floors)?;
-    // What was replayed and the floors are on disk before the journal
-    // that held them is emptied.
+    // The floors are on disk before the log says it is whole again.
     store.flush()?;
-    if replayed > 0 {
-        tracing::info!(
-            frames = replayed,
-            "store: output the last run read but had not stored was replayed from the journal"
-        );
+    if let Err(e) = log.declare_whole() {
+        // Output is still logged; a crash of this run just cannot be
+        // told from a machine's, so the next start goes above the marks.
+        tracing::warn!(dir = %log.dir().display(), "output log: cannot write its LOGGED mark ({e})");
     }
     Ok(out)
-}
-
-/// The journal's frames of `id` the store lacks, and whether the journal
-/// accounts for every seq sent (it is whole and its frames follow the
-/// store's without a hole).
-fn missing(store: &Store, id: &str, replay: &Replay) -> Result<(Vec<Frame>, bool), StoreError> {
-    // After the floor an earlier start continued from (its frames may not
-    // have reached the store yet).
-    let mut next = store.last_seq(id)?.max(store.seq_floor(id)?) + 1;
-    let mut frames = Vec::new();
-    for frame in replay.frames.get(id).into_iter().flatten() {
-        if frame.seq < next {
-            continue;
-        }
-        if frame.seq > next {
-            tracing::warn!(
-                session = id,
-                "store: the journal misses seqs {next}..{}: seqs continue above the high-water mark",
-                frame.seq - 1
-            );
-            return Ok((frames, false));
-        }
-        frames.push(frame.clone());
-        next += 1;
-    }
-    Ok((frames, replay.complete))
 }

@@ -1,24 +1,29 @@
-//! The node's store over sled 0.34 (ARCHITECTURE.md, "Persistence"): the
-//! one module that knows the key layouts. It is synchronous; the store
-//! actor (`actor`) runs it off the session actors, in batches, and
-//! `StoreHandle` (`handle`) is how the rest of the node reaches it.
+//! The node's store (ARCHITECTURE.md, "Persistence"): output in the
+//! output log (`log`: segment files per session, written before a
+//! frame's seq is sent), everything else in sled 0.34, which this module
+//! owns: the one place that knows its key layouts. `Store` is
+//! synchronous; the store actor (`actor`) runs it off the session actors,
+//! in batches, and `StoreHandle` (`handle`) is how the rest of the node
+//! reaches both.
 //!
 //! Trees:
 //! - `sessions`: session id -> record (bytes the caller encodes), plus a
 //!   tombstone mark for removed sessions (`tombstones`: id -> removed at);
-//! - `output`: `key(id) ‖ seq (u64 BE)` -> `stored at ms (u64 BE) ‖ frame`;
 //! - `events`: `key(id) ‖ event id (u64 BE)` -> `at ms (u64 BE) ‖ event`;
 //! - `event_ids`: id -> the last event id given (u64 BE), so an id is
 //!   never given twice, a purge and a restart included;
 //! - `seq_marks`: id -> the seq high-water mark (u64 BE): no seq above it
-//!   was ever sent, so a restarted node continues above it (PROTOCOL.md
-//!   section 4). A session reserves seqs in blocks and sends none past the
-//!   mark on disk; a clean stop lowers it to the last seq sent.
-//!
+//!   was ever sent, so a restarted node that cannot trust its log's end
+//!   continues above it (PROTOCOL.md section 4). A session reserves seqs
+//!   in blocks and sends none past the mark on disk; a clean stop lowers
+//!   it to the last seq sent.
 //! - `seq_floors`: id -> the seq the session continued from at the node's
-//!   last start: with a whole journal (`journal`) a restart continues
-//!   above the last seq sent, and never below this floor (seqs an earlier
-//!   start skipped stay skipped).
+//!   last start: a restart continues right after the log's last frame
+//!   when the log is whole (`log`), and never below this floor (seqs an
+//!   earlier start skipped stay skipped).
+//! - `output`: only in a data dir of the previous release, which kept
+//!   output here (`key(id) ‖ seq` -> `at ms ‖ frame`); `migrate` moves it
+//!   into the log at the first start and drops it.
 //!
 //! `key(id)` is the id's length (one byte) then its bytes, so one
 //! session's keys are one contiguous, seq-ordered range.
@@ -26,10 +31,11 @@
 mod actor;
 mod chunks;
 mod handle;
-pub mod journal;
+pub mod legacy;
 mod load;
 pub mod log;
 mod manifest;
+mod migrate;
 #[cfg(test)]
 mod tests;
 
@@ -71,12 +77,6 @@ pub enum StoreError {
 /// One write of a batch.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Write {
-    Output {
-        session: Arc<str>,
-        seq: u64,
-        at_ms: u64,
-        data: Bytes,
-    },
     /// Gets the session's next event id.
     Event {
         session: Arc<str>,
@@ -101,16 +101,6 @@ pub enum Write {
     },
 }
 
-impl Write {
-    /// The output bytes it carries (0 for anything but output).
-    pub fn output_len(&self) -> usize {
-        match self {
-            Write::Output { data, .. } => data.len(),
-            _ => 0,
-        }
-    }
-}
-
 /// A stored frame or event: its number (seq or event id), when it was
 /// stored, and its bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -118,6 +108,22 @@ pub struct Entry {
     pub n: u64,
     pub at_ms: u64,
     pub data: Bytes,
+}
+
+impl From<log::Frame> for Entry {
+    fn from(f: log::Frame) -> Entry {
+        Entry {
+            n: f.seq,
+            at_ms: f.at_ms,
+            data: f.data,
+        }
+    }
+}
+
+/// The output log beside the store's directory (`DATA_DIR/output` for
+/// the store in `DATA_DIR/store`).
+pub fn log_dir(store_dir: &Path) -> PathBuf {
+    store_dir.with_file_name("output")
 }
 
 impl Entry {
@@ -149,18 +155,12 @@ pub struct Store {
     db: sled::Db,
     sessions: sled::Tree,
     tombstones: sled::Tree,
-    output: sled::Tree,
     events: sled::Tree,
     last_ids: sled::Tree,
     seq_marks: sled::Tree,
     seq_floors: sled::Tree,
     /// Last event id per session, read from `last_ids` on first use.
     event_ids: HashMap<String, u64>,
-    /// Output kept per session: past it by an eighth, the oldest frames
-    /// go at once (not only at the vacuum), so the cap holds under a flood.
-    output_cap: u64,
-    /// Output bytes stored per session, counted on first use.
-    output_bytes: HashMap<String, u64>,
     /// Ids with a record on disk (removed ones too), for the manifest.
     known: HashSet<String>,
     manifest: PathBuf,
@@ -232,14 +232,11 @@ impl Store {
         let mut store = Store {
             sessions: tree("sessions")?,
             tombstones: tree("tombstones")?,
-            output: tree("output")?,
             events: tree("events")?,
             last_ids: tree("event_ids")?,
             seq_marks: tree("seq_marks")?,
             seq_floors: tree("seq_floors")?,
             event_ids: HashMap::new(),
-            output_cap: u64::MAX,
-            output_bytes: HashMap::new(),
             known: HashSet::new(),
             manifest: manifest::path_for(&path),
             db,
@@ -269,39 +266,36 @@ impl Store {
         &self.path
     }
 
-    /// Output kept per session from now on (the vacuum uses its own).
-    pub fn set_output_cap(&mut self, bytes: u64) {
-        self.output_cap = bytes;
+    /// The previous release's output tree, when this data dir has one
+    /// (`migrate`).
+    pub fn legacy_output(&self) -> Result<Option<sled::Tree>, StoreError> {
+        let found = self.db.tree_names().iter().any(|n| &n[..] == b"output");
+        Ok(if found {
+            Some(self.db.open_tree("output")?)
+        } else {
+            None
+        })
+    }
+
+    /// Drops the previous release's output tree (its frames are in the
+    /// log now).
+    pub fn drop_legacy_output(&self) -> Result<(), StoreError> {
+        self.db.drop_tree("output")?;
+        Ok(())
     }
 
     /// Applies a batch, every tree's part atomically; answers the events
-    /// stored, with their ids. A session whose output went past its cap
-    /// by an eighth is trimmed to the cap, oldest frames first.
+    /// stored, with their ids.
     pub fn apply(&mut self, writes: Vec<Write>) -> Result<Vec<Stored>, StoreError> {
         let mut stored = Vec::new();
-        let mut grew: Vec<(Arc<str>, u64)> = Vec::new();
-        let (mut out, mut ev, mut rec, mut ids, mut marks) = (
-            sled::Batch::default(),
+        let (mut ev, mut rec, mut ids, mut marks) = (
             sled::Batch::default(),
             sled::Batch::default(),
             sled::Batch::default(),
             sled::Batch::default(),
         );
-        let only_output = writes.iter().all(|w| matches!(w, Write::Output { .. }));
         for w in writes {
             match w {
-                Write::Output {
-                    session,
-                    seq,
-                    at_ms,
-                    data,
-                } => {
-                    out.insert(numbered(&session, seq)?, stamped(at_ms, &data));
-                    match grew.iter_mut().find(|(s, _)| *s == session) {
-                        Some((_, n)) => *n += data.len() as u64,
-                        None => grew.push((session, data.len() as u64)),
-                    }
-                }
                 Write::Event {
                     session,
                     at_ms,
@@ -332,38 +326,17 @@ impl Store {
                 }
             }
         }
-        // Output alone (what a busy node writes nearly every time) needs
-        // one tree: its batch is atomic by itself, at a fraction of a
-        // transaction's cost (tens of microseconds a frame less, on the
-        // thread a keystroke's echo may be queued behind).
-        if only_output {
-            self.output.apply_batch(out)?;
-        } else {
-            self.apply_all((out, ev, ids, rec, marks))?;
-        }
-        if self.output_cap != u64::MAX {
-            for (session, added) in grew {
-                self.count_output(&session, added)?;
-            }
-        }
+        self.apply_all((ev, ids, rec, marks))?;
         Ok(stored)
     }
 
     /// One transaction over every tree: a crash keeps all of a batch or
-    /// none of it (an event never without its id, a record never without
-    /// the output it describes).
+    /// none of it (an event never without its id).
     fn apply_all(
         &self,
-        (out, ev, ids, rec, marks): (
-            sled::Batch,
-            sled::Batch,
-            sled::Batch,
-            sled::Batch,
-            sled::Batch,
-        ),
+        (ev, ids, rec, marks): (sled::Batch, sled::Batch, sled::Batch, sled::Batch),
     ) -> Result<(), StoreError> {
         let trees = (
-            &self.output,
             &self.events,
             &self.last_ids,
             &self.sessions,
@@ -371,8 +344,7 @@ impl Store {
         );
         use sled::Transactional;
         trees
-            .transaction(|(o, e, i, r, m)| {
-                o.apply_batch(&out)?;
+            .transaction(|(e, i, r, m)| {
                 e.apply_batch(&ev)?;
                 i.apply_batch(&ids)?;
                 r.apply_batch(&rec)?;
@@ -385,41 +357,6 @@ impl Store {
                     StoreError::Sled(sled::Error::ReportableBug("batch aborted".into()))
                 }
             })?;
-        Ok(())
-    }
-
-    /// Adds `added` to what `session` stores; trims past the cap.
-    fn count_output(&mut self, session: &str, added: u64) -> Result<(), StoreError> {
-        let total = match self.output_bytes.get_mut(session) {
-            Some(n) => {
-                *n += added;
-                *n
-            }
-            None => {
-                let mut n = 0u64;
-                for v in self.output.scan_prefix(key(session)?).values() {
-                    n += (v?.len() - 8) as u64;
-                }
-                self.output_bytes.insert(session.to_string(), n);
-                n
-            }
-        };
-        if total <= self.output_cap.saturating_add(self.output_cap / 8) {
-            return Ok(());
-        }
-        let excess = total - self.output_cap;
-        let mut freed = 0u64;
-        let mut batch = sled::Batch::default();
-        for item in self.output.scan_prefix(key(session)?) {
-            if freed >= excess {
-                break;
-            }
-            let (k, v) = item?;
-            freed += (v.len() - 8) as u64;
-            batch.remove(k);
-        }
-        self.output.apply_batch(batch)?;
-        self.output_bytes.insert(session.to_string(), total - freed);
         Ok(())
     }
 
@@ -474,59 +411,6 @@ impl Store {
         Ok(self.seq_floors.apply_batch(batch)?)
     }
 
-    /// The newest stored seq of a session (0: none).
-    pub fn last_seq(&self, session: &str) -> Result<u64, StoreError> {
-        Ok(self
-            .output
-            .scan_prefix(key(session)?)
-            .next_back()
-            .transpose()?
-            .map_or(0, |(k, _)| number_of(&k)))
-    }
-
-    /// Frames after `after`, oldest first, up to `max_bytes` of data (at
-    /// least one frame when there is one).
-    pub fn output_after(
-        &self,
-        session: &str,
-        after: u64,
-        max_bytes: usize,
-    ) -> Result<Vec<Entry>, StoreError> {
-        let from = numbered(session, after.saturating_add(1))?;
-        let prefix = key(session)?;
-        let mut out = Vec::new();
-        let mut bytes = 0;
-        for item in self.output.range(from..) {
-            let (k, v) = item?;
-            if !k.starts_with(&prefix) || k.len() != prefix.len() + 8 {
-                break;
-            }
-            if !out.is_empty() && bytes + v.len() - 8 > max_bytes {
-                break;
-            }
-            bytes += v.len() - 8;
-            out.push(entry(&k, v));
-        }
-        Ok(out)
-    }
-
-    /// The newest frames holding at most `max_bytes` of data (at least
-    /// the newest frame), oldest first.
-    pub fn output_tail(&self, session: &str, max_bytes: usize) -> Result<Vec<Entry>, StoreError> {
-        let mut out = Vec::new();
-        let mut bytes = 0;
-        for item in self.output.scan_prefix(key(session)?).rev() {
-            let (k, v) = item?;
-            if !out.is_empty() && bytes + v.len() - 8 > max_bytes {
-                break;
-            }
-            bytes += v.len() - 8;
-            out.push(entry(&k, v));
-        }
-        out.reverse();
-        Ok(out)
-    }
-
     /// Events after `after`, oldest first, at most `limit`.
     pub fn events_after(
         &self,
@@ -554,28 +438,31 @@ impl Store {
         Ok(())
     }
 
-    /// Wipes a session's output and events now (its record stays).
+    /// Wipes a session's events now (its record stays; the caller wipes
+    /// its output log).
     pub fn purge(&mut self, session: &str) -> Result<(), StoreError> {
-        let prefix = key(session)?;
-        for tree in [&self.output, &self.events] {
-            let mut batch = sled::Batch::default();
-            for k in tree.scan_prefix(&prefix).keys() {
-                batch.remove(k?);
-            }
-            tree.apply_batch(batch)?;
+        let mut batch = sled::Batch::default();
+        for k in self.events.scan_prefix(key(session)?).keys() {
+            batch.remove(k?);
         }
-        self.output_bytes.remove(session);
+        self.events.apply_batch(batch)?;
         // Event ids keep counting: an id is never reused.
         Ok(())
     }
 
-    /// Trims every session to `keep`, and drops removed sessions whole.
-    /// Returns the entries deleted.
-    pub fn vacuum(&mut self, now_ms: u64, keep: Retention) -> Result<u64, StoreError> {
+    /// Trims every session's events to `keep`, and drops removed
+    /// sessions whole. Answers the events deleted and the sessions
+    /// dropped (whose output log the caller deletes).
+    pub fn vacuum(
+        &mut self,
+        now_ms: u64,
+        keep: Retention,
+    ) -> Result<(u64, Vec<String>), StoreError> {
         let mut deleted = 0;
+        let mut dropped = Vec::new();
         for (id, _, removed) in self.records()? {
             if removed {
-                deleted += self.count(&id)?;
+                deleted += self.events.scan_prefix(key(&id)?).count() as u64;
                 self.purge(&id)?;
                 let k = key(&id)?;
                 self.sessions.remove(&k)?;
@@ -585,40 +472,19 @@ impl Store {
                 self.seq_marks.remove(&k)?;
                 self.seq_floors.remove(&k)?;
                 self.event_ids.remove(&id);
+                dropped.push(id);
                 continue;
             }
             deleted += self.trim(&id, now_ms, keep)?;
         }
-        // Counted afresh on the next write.
-        self.output_bytes.clear();
-        Ok(deleted)
+        Ok((deleted, dropped))
     }
 
-    fn count(&self, session: &str) -> Result<u64, StoreError> {
-        let prefix = key(session)?;
-        Ok(
-            (self.output.scan_prefix(&prefix).count() + self.events.scan_prefix(&prefix).count())
-                as u64,
-        )
-    }
-
-    /// Oldest output past the byte cap, oldest events past the count or age.
+    /// Oldest events past the count or age.
     fn trim(&mut self, session: &str, now_ms: u64, keep: Retention) -> Result<u64, StoreError> {
-        let prefix = key(session)?;
         let mut batch = sled::Batch::default();
         let mut deleted = 0;
-        let mut bytes = 0u64;
-        for item in self.output.scan_prefix(&prefix).rev() {
-            let (k, v) = item?;
-            bytes += (v.len() - 8) as u64;
-            if bytes > keep.output_bytes {
-                batch.remove(k);
-                deleted += 1;
-            }
-        }
-        self.output.apply_batch(batch)?;
-        let mut batch = sled::Batch::default();
-        for (i, item) in self.events.scan_prefix(&prefix).rev().enumerate() {
+        for (i, item) in self.events.scan_prefix(key(session)?).rev().enumerate() {
             let (k, v) = item?;
             let at = entry(&k, v).at_ms;
             if i >= keep.events || now_ms.saturating_sub(at) > keep.event_age_ms {

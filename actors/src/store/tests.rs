@@ -1,5 +1,6 @@
-//! The store against a simple in-memory model: random appends, events,
-//! records, removes, purges, vacuums and reopens on a real sled directory.
+//! The store against a simple in-memory model: random events, records,
+//! removes, purges, vacuums and reopens on a real sled directory (output
+//! has its own model test, in `log`).
 
 use std::collections::BTreeMap;
 
@@ -11,14 +12,12 @@ use super::*;
 struct Session {
     record: Option<Vec<u8>>,
     removed: bool,
-    output: BTreeMap<u64, (u64, Vec<u8>)>,
     events: BTreeMap<u64, (u64, Vec<u8>)>,
     last_event: u64,
 }
 
 #[derive(Debug, Clone)]
 enum Op {
-    Output { s: usize, len: usize },
     Event { s: usize, len: usize },
     Record { s: usize },
     Remove { s: usize },
@@ -30,9 +29,6 @@ enum Op {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        // Sizes that add up to the cap exactly, to try its boundary.
-        8 => (0usize..3, prop::sample::select(vec![1usize, 100, 250, 500, 1000]))
-            .prop_map(|(s, len)| Op::Output { s, len }),
         4 => (0usize..3, 1usize..50).prop_map(|(s, len)| Op::Event { s, len }),
         2 => (0usize..3).prop_map(|s| Op::Record { s }),
         1 => (0usize..3).prop_map(|s| Op::Remove { s }),
@@ -53,38 +49,11 @@ fn id(s: usize) -> String {
     format!("session{s}")
 }
 
-/// The model's cap on write: past the cap by an eighth, the oldest frames
-/// go until the cap holds.
-fn cap(m: &mut Session) {
-    let total: u64 = m.output.values().map(|(_, d)| d.len() as u64).sum();
-    if total <= KEEP.output_bytes + KEEP.output_bytes / 8 {
-        return;
-    }
-    let mut freed = 0;
-    while freed < total - KEEP.output_bytes {
-        let (_, (_, d)) = m.output.pop_first().unwrap();
-        freed += d.len() as u64;
-    }
-}
-
 /// The model's vacuum: removed sessions go whole; the rest are trimmed
 /// (the vacuum goes by records: output of a session without one stays).
 fn vacuum(model: &mut BTreeMap<String, Session>, now: u64) {
     model.retain(|_, s| !s.removed);
     for s in model.values_mut().filter(|s| s.record.is_some()) {
-        let mut bytes = 0u64;
-        let keep_from = s
-            .output
-            .iter()
-            .rev()
-            .find(|(_, (_, d))| {
-                bytes += d.len() as u64;
-                bytes > KEEP.output_bytes
-            })
-            .map(|(seq, _)| *seq + 1);
-        if let Some(from) = keep_from {
-            s.output = s.output.split_off(&from);
-        }
         let newest: Vec<u64> = s.events.keys().rev().take(KEEP.events).copied().collect();
         s.events.retain(|n, (at, _)| {
             newest.contains(n) && now.saturating_sub(*at) <= KEEP.event_age_ms
@@ -105,21 +74,6 @@ fn check(store: &Store, model: &BTreeMap<String, Session>) -> Result<(), TestCas
             prop_assert_eq!(&got[..], &r[..]);
             prop_assert_eq!(*removed, s.removed);
         }
-        let out = store.output_after(name, 0, usize::MAX).unwrap();
-        let want: Vec<(u64, u64, Vec<u8>)> = s
-            .output
-            .iter()
-            .map(|(n, (at, d))| (*n, *at, d.clone()))
-            .collect();
-        let got: Vec<(u64, u64, Vec<u8>)> = out
-            .iter()
-            .map(|e| (e.n, e.at_ms, e.data.to_vec()))
-            .collect();
-        prop_assert_eq!(got, want);
-        prop_assert_eq!(
-            store.last_seq(name).unwrap(),
-            s.output.keys().last().copied().unwrap_or(0)
-        );
         let ev = store.events_after(name, 0, usize::MAX).unwrap();
         let want: Vec<(u64, u64, Vec<u8>)> = s
             .events
@@ -139,21 +93,12 @@ proptest! {
     fn the_store_agrees_with_a_model(ops in proptest::collection::vec(op(), 1..120)) {
         let dir = tempfile::tempdir().unwrap();
         let mut store = Store::open(dir.path()).unwrap();
-        store.set_output_cap(KEEP.output_bytes);
         let mut model: BTreeMap<String, Session> = BTreeMap::new();
         let mut now = 1_000u64;
         let mut fill = 0u8;
         for op in ops {
             fill = fill.wrapping_add(1);
             match op {
-                Op::Output { s, len } => {
-                    let m = model.entry(id(s)).or_default();
-                    let seq = store.last_seq(&id(s)).unwrap().max(m.output.keys().last().copied().unwrap_or(0)) + 1;
-                    let data = vec![fill; len];
-                    store.apply(vec![Write::Output { session: id(s).into(), seq, at_ms: now, data: Bytes::from(data.clone()) }]).unwrap();
-                    m.output.insert(seq, (now, data));
-                    cap(m);
-                }
                 Op::Event { s, len } => {
                     let m = model.entry(id(s)).or_default();
                     let data = vec![fill; len];
@@ -177,7 +122,6 @@ proptest! {
                 Op::Purge { s } => {
                     store.purge(&id(s)).unwrap();
                     if let Some(m) = model.get_mut(&id(s)) {
-                        m.output.clear();
                         m.events.clear();
                     }
                 }
@@ -189,7 +133,6 @@ proptest! {
                     store.flush().unwrap();
                     drop(store);
                     store = reopen(dir.path());
-                    store.set_output_cap(KEEP.output_bytes);
                 }
                 Op::Clock(ms) => now += ms,
             }
@@ -302,7 +245,9 @@ fn flushes_asked_for_together_are_committed_together() {
     let dir = tempfile::tempdir().unwrap();
     let metrics = Arc::new(crate::metrics::Metrics::default());
     actix_rt::System::new().block_on(async {
-        let (handle, _) = StoreHandle::open(dir.path(), 1 << 20, 1 << 30, metrics.clone()).unwrap();
+        let (handle, _) =
+            StoreHandle::open(&dir.path().join("store"), 1 << 20, 1 << 30, metrics.clone())
+                .unwrap();
         let before = metrics
             .store_flushes
             .load(std::sync::atomic::Ordering::Relaxed);
@@ -327,7 +272,7 @@ fn flushes_asked_for_together_are_committed_together() {
         actix_rt::System::current().stop();
     });
     assert_eq!(
-        reopen(dir.path()).seq_mark("s1").unwrap(),
+        reopen(&dir.path().join("store")).seq_mark("s1").unwrap(),
         4096 * 16,
         "the highest reservation is the mark"
     );

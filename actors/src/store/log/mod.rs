@@ -35,10 +35,17 @@ use crate::metrics::Metrics;
 use cache::IndexCache;
 use session::SessionLog;
 
-/// Segment size by default: large enough that a busy session makes a new
+/// Segment size at most: large enough that a busy session makes a new
 /// file every few seconds at most, small enough that retention frees
 /// space in steps a user would not notice.
 pub const SEGMENT_BYTES: u64 = 8 << 20;
+/// The segment size for a session cap of `keep` bytes: an eighth of it
+/// (so a session keeps between its cap and an eighth more), at most
+/// `SEGMENT_BYTES`.
+pub fn segment_bytes_for(keep: u64) -> u64 {
+    (keep / 8).clamp(4 << 10, SEGMENT_BYTES)
+}
+
 /// How often written output is synced to disk (group commit): a machine
 /// crash loses at most about this much of the newest output (a process
 /// crash, nothing).

@@ -68,7 +68,10 @@ impl Metrics {
             .unwrap_or_else(|p| p.into_inner())
             .clone()
             .map(|e| format!("output is not stored: {e}"));
-        records.or(output)
+        match (records, output) {
+            (Some(r), Some(o)) => Some(format!("{r}; {o}")),
+            (r, o) => r.or(o),
+        }
     }
 
     pub fn add(counter: &AtomicU64, n: u64) {

@@ -10,7 +10,7 @@ pub mod fuzz;
 pub mod origins;
 mod store;
 pub mod tls;
-pub use store::StoreConfig;
+pub use store::{MaxBytes, StoreConfig};
 mod units;
 
 use std::net::SocketAddr;

@@ -255,6 +255,50 @@ impl Handler<ReadEvents> for StoreActor {
     }
 }
 
+/// The output log is over the node's budget (`store.max_bytes`): the
+/// oldest output goes, ended sessions' first (a session is ended when its
+/// record says it is not running).
+#[derive(Message)]
+#[rtype(result = "Result<super::log::Shed, String>")]
+pub(super) struct Budget {
+    pub max_bytes: u64,
+}
+
+impl Handler<Budget> for StoreActor {
+    type Result = Result<super::log::Shed, String>;
+
+    fn handle(&mut self, msg: Budget, _: &mut SyncContext<Self>) -> Self::Result {
+        self.drain();
+        let ended = self
+            .store
+            .records()
+            .map_err(|e| e.to_string())?
+            .into_iter()
+            .filter(|(_, record, removed)| {
+                *removed
+                    || rmp_serde::from_slice::<termesh_transport::SessionInfo>(record)
+                        .is_ok_and(|i| i.status != termesh_transport::SessionStatus::Running)
+            })
+            .map(|(id, _, _)| id)
+            .collect();
+        let shed = self
+            .log
+            .shed(msg.max_bytes, &ended)
+            .map_err(|e| e.to_string())?;
+        if shed.ended + shed.running > 0 {
+            tracing::warn!(
+                max_bytes = msg.max_bytes,
+                ended_bytes = shed.ended,
+                running_bytes = shed.running,
+                "store: over store.max_bytes: the oldest output was deleted ({:.1} MB of ended sessions, {:.1} MB of running ones)",
+                shed.ended as f64 / 1e6,
+                shed.running as f64 / 1e6
+            );
+        }
+        Ok(shed)
+    }
+}
+
 /// Runs the vacuum; answers the entries it deleted.
 #[derive(Message)]
 #[rtype(result = "Result<u64, String>")]

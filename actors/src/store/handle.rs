@@ -13,7 +13,9 @@ use std::sync::{Arc, Mutex};
 use actix::prelude::*;
 use termesh_transport::{EventKind, SessionInfo};
 
-use super::actor::{Drain, Flush, LiveEvent, Queue, ReadEvents, Removed, StoreActor, Vacuum};
+use super::actor::{
+    Budget, Drain, Flush, LiveEvent, Queue, ReadEvents, Removed, StoreActor, Vacuum,
+};
 use super::log::{OutputLog, Page};
 use super::{Entry, Retention, Store, StoreError, Write};
 use crate::metrics::Metrics;
@@ -265,6 +267,24 @@ impl StoreHandle {
             .await
             .map_err(|e| e.to_string())?
             .map_err(|e| e.to_string())
+    }
+
+    /// Keeps the output log within `max_bytes`, the node's budget: a
+    /// look at a counter while it is under, the oldest output deleted
+    /// when it is over (`actor::Budget`).
+    pub async fn keep_within(&self, max_bytes: u64) -> Result<super::log::Shed, String> {
+        if self.log_bytes() <= max_bytes {
+            return Ok(super::log::Shed::default());
+        }
+        self.addr
+            .send(Budget { max_bytes })
+            .await
+            .map_err(|e| e.to_string())?
+    }
+
+    /// Bytes the output log takes on disk.
+    pub fn log_bytes(&self) -> u64 {
+        self.log.bytes_on_disk()
     }
 
     pub async fn vacuum(&self, keep: Retention) -> Result<u64, String> {

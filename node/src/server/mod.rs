@@ -212,6 +212,10 @@ pub fn run(
         let vacuum = store
             .clone()
             .map(|store| actix_rt::spawn(vacuum_loop(store, config.store.clone())));
+        let budget = store.clone().map(|store| {
+            let max = max_output_bytes(&config);
+            actix_rt::spawn(budget_loop(store, max))
+        });
         let cluster_view = termesh_actors::cluster::peer::view::ClusterView::default();
         let state = AppState {
             node: NodeCtx {
@@ -319,8 +323,8 @@ pub fn run(
         // must not find the sessions gone and give up on them), tell
         // clients, stop sessions, flush the store.
         server_handle.pause().await;
-        if let Some(vacuum) = vacuum {
-            vacuum.abort();
+        for task in [vacuum, budget].into_iter().flatten() {
+            task.abort();
         }
         if let Some(hup) = hup {
             hup.abort();
@@ -403,6 +407,34 @@ async fn vacuum_loop(store: StoreHandle, config: termesh_config::StoreConfig) {
                 "store vacuumed"
             ),
             Err(e) => tracing::error!("store vacuum failed: {e}"),
+        }
+    }
+}
+
+/// `store.max_bytes` in bytes: a share of the data dir's file system is
+/// read off the file system once, at start.
+fn max_output_bytes(config: &Config) -> u64 {
+    let fs_bytes = nix::sys::statvfs::statvfs(&config.node.data_dir)
+        .map(|v| v.blocks().saturating_mul(v.fragment_size()))
+        .unwrap_or(u64::MAX);
+    let max = config.store.max_bytes.resolve(fs_bytes);
+    tracing::info!(
+        max_bytes = max,
+        "store: output kept by the node at most (store.max_bytes)"
+    );
+    max
+}
+
+/// How often the node looks whether its output is over `store.max_bytes`
+/// (a counter read; the oldest output goes when it is).
+const BUDGET_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Keeps the output log within the node's budget.
+async fn budget_loop(store: StoreHandle, max_bytes: u64) {
+    loop {
+        actix_rt::time::sleep(BUDGET_EVERY).await;
+        if let Err(e) = store.keep_within(max_bytes).await {
+            tracing::error!("store: keeping output within store.max_bytes failed: {e}");
         }
     }
 }

@@ -58,6 +58,16 @@ impl BinaryNode {
         BinaryNode::start_in(old, &self.addr.to_string(), extra)
     }
 
+    /// SIGKILL, then `between` while it is down (damage its files), then
+    /// a node on the same address and data dir.
+    pub fn crash_and_restart_after(mut self, extra: &str, between: impl FnOnce()) -> BinaryNode {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        between();
+        let old = self.hand_over();
+        BinaryNode::start_in(old, &self.addr.to_string(), extra)
+    }
+
     /// Stops this node cleanly and starts `bin` (another build of the
     /// binary: an upgrade) on the same address and data dir.
     pub fn upgrade(mut self, bin: &std::path::Path, extra: &str) -> BinaryNode {

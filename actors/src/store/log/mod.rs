@@ -54,6 +54,13 @@ pub const SYNC_EVERY: Duration = Duration::from_secs(1);
 const IDLE: Duration = Duration::from_secs(10);
 const MARKER: &str = "LOGGED";
 
+/// What `shed` deleted, in bytes.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Shed {
+    pub ended: u64,
+    pub running: u64,
+}
+
 /// What opening the log found.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Recovery {
@@ -203,11 +210,10 @@ impl OutputLog {
         match written {
             Ok(grew) => {
                 self.metrics.log_bytes.fetch_add(grew, Ordering::Relaxed);
-                if grew > (format::RECORD + data.len()) as u64 {
-                    // A new segment: the oldest may go.
-                    let freed = log.trim(self.keep_bytes.load(Ordering::Relaxed))?;
-                    self.count_dropped(freed);
-                }
+                // The oldest segment may go now (a look at two numbers
+                // unless it does).
+                let freed = log.trim(self.keep_bytes.load(Ordering::Relaxed))?;
+                self.count_dropped(freed);
                 let mut failing = self
                     .metrics
                     .log_error
@@ -288,6 +294,11 @@ impl OutputLog {
             .map_or(0, |s| s.lock().unwrap_or_else(|p| p.into_inner()).bytes())
     }
 
+    /// Bytes every session's segments take.
+    pub fn bytes_on_disk(&self) -> u64 {
+        self.metrics.log_bytes.load(Ordering::Relaxed)
+    }
+
     /// Every session with a log.
     pub fn ids(&self) -> Vec<String> {
         let sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
@@ -339,6 +350,60 @@ impl OutputLog {
             }
         }
         Ok(freed)
+    }
+
+    /// Deletes the oldest segments until the log holds at most `max`
+    /// bytes: of sessions in `ended` first (every segment may go), then
+    /// of running ones (never the segment being written), oldest output
+    /// first by when it was read. Answers what it deleted.
+    pub fn shed(&self, max: u64, ended: &std::collections::HashSet<String>) -> io::Result<Shed> {
+        let mut shed = Shed::default();
+        for ended_pass in [true, false] {
+            let mut heap = std::collections::BinaryHeap::new();
+            for id in self
+                .ids()
+                .into_iter()
+                .filter(|id| ended.contains(id) == ended_pass)
+            {
+                if let Some(at) = self.oldest_at(&id, ended_pass) {
+                    heap.push(std::cmp::Reverse((at, id)));
+                }
+            }
+            while self.metrics.log_bytes.load(Ordering::Relaxed) > max {
+                let Some(std::cmp::Reverse((_, id))) = heap.pop() else {
+                    break;
+                };
+                let Some(slot) = self.existing(&id) else {
+                    continue;
+                };
+                let freed = {
+                    let mut log = slot.lock().unwrap_or_else(|p| p.into_inner());
+                    if ended_pass {
+                        log.seal(&self.metrics.log_open_files)?;
+                    }
+                    log.drop_oldest()?
+                };
+                self.count_dropped(freed);
+                if ended_pass {
+                    shed.ended += freed;
+                } else {
+                    shed.running += freed;
+                }
+                if let Some(at) = self.oldest_at(&id, ended_pass) {
+                    heap.push(std::cmp::Reverse((at, id)));
+                }
+            }
+        }
+        Ok(shed)
+    }
+
+    /// When the oldest segment that may go was last written, if one may.
+    fn oldest_at(&self, id: &str, ended: bool) -> Option<u64> {
+        let slot = self.existing(id)?;
+        let log = slot.lock().unwrap_or_else(|p| p.into_inner());
+        let segments = log.segments();
+        let may_go = if ended { 1 } else { 2 };
+        (segments.len() >= may_go).then(|| segments[0].last_at)
     }
 
     /// Makes everything written durable; lets idle descriptors go.

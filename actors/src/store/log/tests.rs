@@ -268,3 +268,48 @@ fn a_failed_write_is_counted_and_withdraws_the_logged_mark() {
     let (_, rec) = OutputLog::open(&path, SEGMENT, u64::MAX, Arc::default()).unwrap();
     assert!(!rec.whole, "a restart must go above the high-water mark");
 }
+
+#[test]
+fn over_the_budget_ended_sessions_lose_their_oldest_output_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("output");
+    let (log, _) = OutputLog::open(&path, SEGMENT, u64::MAX, Arc::default()).unwrap();
+    let frame = [b'x'; 1000];
+    // An ended session written first (oldest), a running one after it.
+    for seq in 1..=40 {
+        log.append("ended", seq, seq, &frame).unwrap();
+    }
+    for seq in 1..=40 {
+        log.append("running", seq, 100 + seq, &frame).unwrap();
+    }
+    let total = log.bytes_on_disk();
+    let ended: std::collections::HashSet<String> = ["ended".to_string()].into();
+    // A budget the ended session's output alone can meet.
+    let shed = log.shed(total - 20_000, &ended).unwrap();
+    assert!(shed.ended >= 20_000 && shed.running == 0, "{shed:?}");
+    assert_eq!(
+        log.after("running", 0, 1).unwrap()[0].seq,
+        1,
+        "running untouched"
+    );
+    assert!(
+        log.after("ended", 0, 1).unwrap()[0].seq > 1,
+        "its oldest went"
+    );
+    // A budget below what the running session's current segment holds:
+    // the ended one goes whole, the running one keeps its newest segment.
+    let shed = log.shed(1, &ended).unwrap();
+    assert!(shed.running > 0, "{shed:?}");
+    assert!(log.after("ended", 0, usize::MAX).unwrap().is_empty());
+    let kept = log.after("running", 0, usize::MAX).unwrap();
+    assert_eq!(kept.last().unwrap().seq, 40, "the newest output stays");
+    assert_eq!(
+        log.bytes_on_disk(),
+        log.bytes("running") + log.bytes("ended")
+    );
+    assert!(log.bytes_on_disk() <= SEGMENT + 1024);
+    assert_eq!(
+        log.metrics.log_dropped_bytes.load(Ordering::Relaxed),
+        total - log.bytes_on_disk()
+    );
+}

@@ -1,0 +1,258 @@
+//! The output log's figures (a program, not assertions; docs/benchmarks.md
+//! "Output on disk"), each beside this machine's own limit:
+//!
+//!     cargo bench -p termesh-node --bench output_log
+//!
+//! - node RSS against the output it keeps: `TERMESH_BENCH_LOG_SESSIONS`
+//!   (24) sessions each printing `TERMESH_BENCH_LOG_MB` (100) MB with
+//!   nobody watching, first with the default 64 MiB kept per session (the
+//!   issue's scenario), then rounds of the same with everything kept, a
+//!   point per round (`TERMESH_BENCH_LOG_ROUNDS`, 4), beside the data
+//!   dir's size on disk and what it keeps (space amplification);
+//! - the rate output is stored at, beside the raw PTY and `dd`;
+//! - recovery after kill -9: start to serving, against the GB kept;
+//! - reading one session's 64 MiB: the newest page, and every page
+//!   through the store's read request (what history and search page
+//!   through), beside `cat` of the segment files.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+mod common;
+
+use common::*;
+use termesh_node::client::{Client, Target};
+use termesh_transport::{ClientMsg, ServerMsg, SessionStatus};
+
+fn env_or(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Allocated bytes of the files under `dir`.
+fn disk_use(dir: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let mut blocks = 0;
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let Ok(meta) = entry.metadata() else { continue };
+        blocks += if meta.is_dir() {
+            disk_use(&entry.path())
+        } else {
+            meta.blocks() * 512
+        };
+    }
+    blocks
+}
+
+fn metric(target: &Target, name: &str) -> u64 {
+    let text = ureq::get(&format!("{}/metrics", target.url))
+        .call()
+        .ok()
+        .and_then(|r| r.into_string().ok())
+        .unwrap_or_default();
+    text.lines()
+        .find(|l| l.starts_with(&format!("{name}{{")))
+        .and_then(|l| l.split_whitespace().last()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Starts `n` sessions printing `file` `repeats` times each, with
+/// nobody watching, and waits until all have exited and their output is
+/// stored. Answers the seconds it took.
+async fn print_all(target: &Target, file: &Path, n: usize, repeats: usize) -> f64 {
+    let mut c = Client::connect(target).await.unwrap();
+    let script = format!(
+        "stty raw -echo; for i in $(seq {repeats}); do cat {}; done",
+        file.display()
+    );
+    let start = Instant::now();
+    let mut ids = Vec::new();
+    for _ in 0..n {
+        ids.push(create(&mut c, &script).await);
+    }
+    for id in &ids {
+        loop {
+            let done = match c.request(ClientMsg::list).await.unwrap() {
+                ServerMsg::Sessions { sessions, .. } => sessions
+                    .iter()
+                    .any(|s| &s.id == id && s.status == SessionStatus::Exited),
+                _ => false,
+            };
+            if done {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    start.elapsed().as_secs_f64()
+}
+
+/// Every stored byte of `session` through the read request, in pages of
+/// 1 MiB: (bytes, seconds, the seconds of the first page).
+async fn read_all(target: &Target, session: &str) -> (u64, f64, f64) {
+    let mut c = Client::connect(target).await.unwrap();
+    let (mut after, mut bytes, mut first) = (0, 0u64, 0.0);
+    let start = Instant::now();
+    loop {
+        let reply = c
+            .request(|id| ClientMsg::ReadOutput {
+                id,
+                session: session.into(),
+                after: Some(after),
+                max_bytes: Some(1 << 20),
+            })
+            .await
+            .unwrap();
+        let ServerMsg::StoredOutput { frames, .. } = reply else {
+            panic!("{reply:?}")
+        };
+        if first == 0.0 {
+            first = start.elapsed().as_secs_f64();
+        }
+        let Some(last) = frames.last() else { break };
+        after = last.seq;
+        bytes += frames.iter().map(|f| f.data.len() as u64).sum::<u64>();
+    }
+    (bytes, start.elapsed().as_secs_f64(), first)
+}
+
+async fn first_session(target: &Target) -> String {
+    let mut c = Client::connect(target).await.unwrap();
+    match c.request(ClientMsg::list).await.unwrap() {
+        ServerMsg::Sessions { sessions, .. } => sessions[0].id.clone(),
+        other => panic!("{other:?}"),
+    }
+}
+
+fn point(label: &str, node: &Node) -> (f64, f64) {
+    let kept = metric(&node.target, "termesh_store_output_bytes") as f64;
+    let disk = disk_use(node.dir.path()) as f64;
+    let rss = node.rss_kib() as f64 / 1024.0;
+    println!(
+        "  {label:<34} kept {:7.2} GB   data dir {:7.2} GB ({:.3}x)   node RSS {rss:6.1} MiB",
+        kept / 1e9,
+        disk / 1e9,
+        disk / kept.max(1.0)
+    );
+    (kept, rss)
+}
+
+fn kill9_restart(node: Node, config: &str) -> (Node, f64) {
+    let mut node = node;
+    let _ = node.child.kill();
+    let _ = node.child.wait();
+    let dir = std::mem::replace(&mut node.dir, tempfile::tempdir().unwrap());
+    drop(node);
+    let start = Instant::now();
+    let node = Node::start_in(dir, config);
+    (node, start.elapsed().as_secs_f64() * 1000.0)
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    let sessions = env_or("TERMESH_BENCH_LOG_SESSIONS", 24);
+    let mb = env_or("TERMESH_BENCH_LOG_MB", 100);
+    let rounds = env_or("TERMESH_BENCH_LOG_ROUNDS", 4);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let scratch = tempfile::tempdir().unwrap();
+    let file = scratch.path().join("payload.txt");
+    payload(&file, 4);
+    let repeats = (mb << 20).div_ceil(4 << 20);
+    let printed = (sessions * repeats * (4 << 20)) as f64;
+    println!(
+        "termesh output log benchmarks on {} cores: {sessions} sessions x {} MiB each per round",
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        repeats * 4
+    );
+    let (raw_bytes, raw_time) = raw_pty(&file);
+    let raw = raw_bytes as f64 / raw_time.as_secs_f64() / 1e6;
+
+    // The issue's scenario: the default 64 MiB kept per session.
+    println!("\nRSS against output kept, default store.output_bytes (64 MiB per session)");
+    let node = Node::start("");
+    point("started", &node);
+    let secs = rt.block_on(print_all(&node.target, &file, sessions, repeats));
+    point(&format!("{:.1} GB printed", printed / 1e9), &node);
+    println!(
+        "  stored at {:.1} MB/s of output, {sessions} at once (raw PTY, one reader: {raw:.1} MB/s)",
+        printed / secs / 1e6
+    );
+    let (node, ms) = kill9_restart(node, "");
+    point(&format!("after kill -9 ({ms:.0} ms to serve)"), &node);
+    let id = rt.block_on(first_session(&node.target));
+    let (bytes, all, first) = rt.block_on(read_all(&node.target, &id));
+    let seg_dir = std::fs::read_dir(node.dir.path().join("output"))
+        .unwrap()
+        .flatten()
+        .find(|e| e.file_name().to_string_lossy() == id)
+        .map(|e| e.path())
+        .unwrap();
+    let cat_start = Instant::now();
+    let status = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!("cat {}/*.log > /dev/null", seg_dir.display()))
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let cat = cat_start.elapsed().as_secs_f64();
+    println!(
+        "  one session's {:.1} MiB through the read request: first page {:.1} ms, every page {:.0} ms ({:.0} MB/s; cat of its segments {:.0} ms)",
+        bytes as f64 / (1 << 20) as f64,
+        first * 1000.0,
+        all * 1000.0,
+        bytes as f64 / all / 1e6,
+        cat * 1000.0
+    );
+    drop(node);
+
+    // Everything kept: the curve.
+    println!("\nRSS against output kept, everything kept (store.output_bytes = 1 TiB)");
+    let config = "[store]\noutput_bytes = \"1TiB\"\n";
+    let mut node = Node::start(config);
+    let mut curve = vec![point("started", &node)];
+    for round in 1..=rounds {
+        let secs = rt.block_on(print_all(&node.target, &file, sessions, repeats));
+        curve.push(point(
+            &format!("round {round} ({:.0} MB/s)", printed / secs / 1e6),
+            &node,
+        ));
+        let (n, ms) = kill9_restart(node, config);
+        node = n;
+        point(&format!("  after kill -9 ({ms:.0} ms to serve)"), &node);
+    }
+    let dd = {
+        let f = scratch.path().join("dd.bin");
+        let start = Instant::now();
+        let ok = std::process::Command::new("dd")
+            .arg("if=/dev/zero")
+            .arg(format!("of={}", f.display()))
+            .args(["bs=1M", "count=1024", "conv=fsync"])
+            .stderr(std::process::Stdio::null())
+            .status()
+            .unwrap()
+            .success();
+        let _ = std::fs::remove_file(f);
+        if ok {
+            (1u64 << 30) as f64 / start.elapsed().as_secs_f64() / 1e6
+        } else {
+            0.0
+        }
+    };
+    println!("  (limit: dd with fsync {dd:.0} MB/s; raw PTY, one reader {raw:.0} MB/s)");
+    let (k0, r0) = curve[0];
+    let (k1, r1) = *curve.last().unwrap();
+    println!(
+        "  RSS grew {:.1} MiB over {:.2} GB kept: {:.2} MiB per GB",
+        r1 - r0,
+        (k1 - k0) / 1e9,
+        (r1 - r0) / ((k1 - k0) / 1e9).max(1e-9)
+    );
+    drop(node);
+}

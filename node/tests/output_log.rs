@@ -1,0 +1,378 @@
+//! Output on disk, on real nodes and real files: kill -9 at random moments
+//! of floods loses nothing that was sent and reuses no seq (a torn segment
+//! tail is cut off at the restart); a full file system keeps every live
+//! byte flowing to clients and storing resumes when space returns; over
+//! the node's budget, ended sessions' output goes first; a data dir of the
+//! previous release is migrated at the first start.
+
+mod common;
+
+use common::binary::{client, create, info, BinaryNode};
+use common::*;
+use termesh_transport::{ClientMsg, ServerMsg, SessionStatus};
+
+/// Every stored frame of `session` through `read_output`: (bytes, last
+/// seq, holes in the seqs).
+async fn stored_output(node: &BinaryNode, session: &str) -> (Vec<u8>, u64, u32) {
+    let mut c = client(node).await;
+    let (mut data, mut last, mut holes) = (Vec::new(), 0u64, 0);
+    loop {
+        let reply = c
+            .request(|id| ClientMsg::ReadOutput {
+                id,
+                session: session.to_string(),
+                after: Some(last),
+                max_bytes: None,
+            })
+            .await
+            .unwrap();
+        let ServerMsg::StoredOutput { frames, .. } = reply else {
+            panic!("{reply:?}");
+        };
+        if frames.is_empty() {
+            return (data, last, holes);
+        }
+        for f in frames {
+            if last != 0 && f.seq != last + 1 {
+                holes += 1;
+            }
+            last = f.seq;
+            data.extend_from_slice(&f.data);
+        }
+    }
+}
+
+/// The newest segment file of `session` under the node's data dir.
+fn newest_segment(data: &std::path::Path, session: &str) -> Option<std::path::PathBuf> {
+    let dir = data.join("output").join(session);
+    let mut segs: Vec<_> = std::fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "log"))
+        .collect();
+    segs.sort();
+    segs.pop()
+}
+
+/// A flood the client drives: `ready`, then (after a line of input)
+/// `seq 1 LINES`.
+const LINES: u64 = 200_000;
+
+fn flood_script() -> String {
+    format!("stty -onlcr -echo; echo ready; read go; exec seq 1 {LINES}")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_at_random_moments_of_floods_loses_nothing_sent_and_reuses_no_seq() {
+    use rand::{Rng, SeedableRng};
+    let rounds: usize = std::env::var("TERMESH_CRASH_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(50);
+    let seed: u64 = std::env::var("TERMESH_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random);
+    println!("kill -9 rounds: {rounds}, seed {seed} (TERMESH_TEST_SEED replays it)");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut expected = b"ready\n".to_vec();
+    expected.extend_from_slice(&numbered_lines(LINES));
+    let config = "";
+    let mut node = BinaryNode::start(config);
+    let (mut torn, mut total_received, mut total_unsent) = (0, 0usize, 0usize);
+    for round in 0..rounds {
+        let session = create(&node, &flood_script()).await.id;
+        let mut c = client(&node).await;
+        let mut s = Stream::new(1 << 20);
+        subscribe(&mut c, &session, Some(0), 1 << 20).await.unwrap();
+        within(
+            PATIENCE,
+            "ready",
+            pump_until(&mut c, &session, &mut s, true, |s| {
+                s.data.starts_with(b"ready\n")
+            }),
+        )
+        .await
+        .unwrap();
+        c.send(&ClientMsg::Input {
+            session: session.clone(),
+            data: b"\n".to_vec(),
+        })
+        .await
+        .unwrap();
+        // Killed while the flood runs: somewhere in its first 90%.
+        let point = rng.gen_range(6..expected.len() * 9 / 10);
+        within(
+            PATIENCE,
+            "the flood up to the kill",
+            pump_until(&mut c, &session, &mut s, true, |s| s.data.len() >= point),
+        )
+        .await
+        .unwrap();
+        let tear = rng.gen_bool(0.25);
+        let data_dir = node.data.clone();
+        let id = session.clone();
+        node = node.crash_and_restart_after(config, || {
+            // A write the kill cut short: garbage after the last record.
+            if let Some(seg) = newest_segment(&data_dir, &id).filter(|_| tear) {
+                use std::io::Write;
+                let mut f = std::fs::OpenOptions::new().append(true).open(seg).unwrap();
+                f.write_all(&[0x5a; 37]).unwrap();
+            }
+        });
+        if tear {
+            torn += 1;
+            assert!(
+                node.log().contains("torn tail cut off"),
+                "round {round}: the torn tail was not repaired:\n{}",
+                node.log()
+            );
+        }
+        // The program ran on under the keeper; the client resumes where
+        // it was, with no resync, and nothing it was sent is missing.
+        let before_kill = s.data.len();
+        assert!(
+            expected.starts_with(&s.data),
+            "round {round}: received before the kill"
+        );
+        let mut c = client(&node).await;
+        subscribe(&mut c, &session, Some(s.last_seq), 1 << 20)
+            .await
+            .unwrap();
+        within(
+            PATIENCE,
+            "the rest of the flood after the restart",
+            pump_until(&mut c, &session, &mut s, true, |s| s.exited.is_some()),
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            (s.resyncs, s.snapshots.len()),
+            (0, 0),
+            "round {round}: resumed without a resync"
+        );
+        // The stream is the generator's output less one run of bytes the
+        // node had read from the terminal and not yet given a seq when it
+        // was killed (never sent to anyone: at most its reader's queue,
+        // 2 MiB), after everything received before the kill; a seq given
+        // twice would repeat or garble bytes.
+        let same = s
+            .data
+            .iter()
+            .zip(&expected)
+            .take_while(|(a, b)| a == b)
+            .count();
+        assert!(same >= before_kill, "round {round}");
+        assert!(
+            expected.ends_with(&s.data[same..]),
+            "round {round}: after {same} bytes, {} that are not the generator's end (a seq reused?)",
+            s.data.len() - same
+        );
+        let unsent = expected.len() - s.data.len();
+        assert!(unsent <= 2 << 20, "round {round}: {unsent} bytes gone");
+        // The log holds every byte sent, each seq once.
+        let (stored, last, holes) = stored_output(&node, &session).await;
+        assert_eq!(holes, 0, "round {round}");
+        assert_eq!(
+            last, s.last_seq,
+            "round {round}: the last seq sent is stored"
+        );
+        assert!(
+            stored == s.data,
+            "round {round}: the log holds what was sent"
+        );
+        total_received += s.data.len();
+        total_unsent += unsent;
+        println!(
+            "round {round}: killed at {point} bytes, {} seqs, {unsent} bytes read but unsent at the kill{}",
+            s.last_seq,
+            if tear { ", torn tail" } else { "" }
+        );
+        c.request(|id| ClientMsg::Remove {
+            id,
+            session: session.clone(),
+            purge: Some(true),
+        })
+        .await
+        .unwrap();
+    }
+    println!(
+        "{rounds} rounds, {torn} with a torn tail, {total_received} bytes checked, \
+         {total_unsent} read but unsent at the kills"
+    );
+}
+
+/// A tmpfs of `size` this test mounts (as root, as the suite runs);
+/// unmounted on drop.
+struct SmallDisk {
+    dir: tempfile::TempDir,
+}
+
+impl SmallDisk {
+    fn new(size: &str) -> SmallDisk {
+        let dir = tempfile::tempdir().unwrap();
+        let ok = std::process::Command::new("mount")
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={size},mode=0755"),
+                "tmpfs",
+            ])
+            .arg(dir.path())
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "mount a tmpfs (the suite runs as root)");
+        SmallDisk { dir }
+    }
+
+    fn path(&self) -> &std::path::Path {
+        self.dir.path()
+    }
+
+    fn free(&self) -> u64 {
+        let v = nix::sys::statvfs::statvfs(self.dir.path()).unwrap();
+        v.blocks_available() as u64 * v.fragment_size() as u64
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(self.dir.path())
+            .status();
+    }
+}
+
+async fn healthz(node: &BinaryNode) -> (u16, String) {
+    let url = format!("{}/healthz", node.url);
+    tokio::task::spawn_blocking(move || match ureq::get(&url).call() {
+        Ok(r) => (r.status(), r.into_string().unwrap_or_default()),
+        Err(ureq::Error::Status(code, r)) => (code, r.into_string().unwrap_or_default()),
+        Err(e) => panic!("{e}"),
+    })
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_keeps_live_output_and_storing_resumes_when_space_returns() {
+    let disk = SmallDisk::new("48m");
+    let data = disk.path().join("data");
+    let node = BinaryNode::start_on(&data, "[store]\nmax_bytes = \"1GiB\"\n");
+    let session = create(&node, &flood_script()).await.id;
+    let mut c = client(&node).await;
+    let mut s = Stream::new(1 << 20);
+    subscribe(&mut c, &session, Some(0), 1 << 20).await.unwrap();
+    within(
+        PATIENCE,
+        "ready",
+        pump_until(&mut c, &session, &mut s, true, |s| {
+            s.data.starts_with(b"ready\n")
+        }),
+    )
+    .await
+    .unwrap();
+    // Fill the disk but for 256 KiB: the flood's 1.3 MB cannot all be kept.
+    let filler = disk.path().join("filler");
+    let room = disk.free().saturating_sub(256 << 10);
+    std::fs::write(&filler, vec![0u8; room as usize]).unwrap();
+    c.send(&ClientMsg::Input {
+        session: session.clone(),
+        data: b"\n".to_vec(),
+    })
+    .await
+    .unwrap();
+    within(
+        PATIENCE,
+        "the whole flood, live",
+        pump_until(&mut c, &session, &mut s, true, |s| s.exited.is_some()),
+    )
+    .await
+    .unwrap();
+    let mut expected = b"ready\n".to_vec();
+    expected.extend_from_slice(&numbered_lines(LINES));
+    assert!(
+        s.data == expected,
+        "every live byte reached the client, in order"
+    );
+    let lost = wire::metric(&node.url, "termesh_store_lost_bytes_total").await;
+    assert!(lost > 0.0, "output not stored is counted");
+    let (code, body) = healthz(&node).await;
+    assert_eq!(code, 503, "{body}");
+    assert!(body.contains("output is not stored"), "{body}");
+    // What was stored is the generator's output, frame for frame.
+    let (stored, last, _) = stored_output(&node, &session).await;
+    assert!(last <= s.last_seq && stored.len() < expected.len());
+
+    // Space comes back: the next output is stored, /healthz is ok again.
+    std::fs::remove_file(&filler).unwrap();
+    let after = create(&node, "echo stored-again; exec cat").await.id;
+    within(PATIENCE, "storing to resume", async {
+        loop {
+            let (stored, _, _) = stored_output(&node, &after).await;
+            if String::from_utf8_lossy(&stored).contains("stored-again") {
+                return;
+            }
+            poll_pause().await;
+        }
+    })
+    .await;
+    within(PATIENCE, "/healthz ok again", async {
+        while healthz(&node).await.0 != 200 {
+            poll_pause().await;
+        }
+    })
+    .await;
+    assert!(node.log().contains("writes work again"), "{}", node.log());
+    drop(c);
+    drop(node);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_the_node_budget_the_oldest_output_of_ended_sessions_goes_first() {
+    let node = BinaryNode::start("[store]\nmax_bytes = \"2MiB\"\n");
+    // 1.4 MB from a session that ends, then 1 MB from one that runs on.
+    let ended = create(&node, "stty -onlcr; seq 1 200000; exit 0").await.id;
+    within(PATIENCE, "the first session to end", async {
+        while info(&node, &ended).await.status != SessionStatus::Exited {
+            poll_pause().await;
+        }
+    })
+    .await;
+    let running = create(&node, "stty -onlcr; seq 1 150000; exec cat")
+        .await
+        .id;
+    within(PATIENCE, "its output stored", async {
+        loop {
+            let (stored, _, _) = stored_output(&node, &running).await;
+            if stored.ends_with(b"\n150000\n") {
+                return;
+            }
+            poll_pause().await;
+        }
+    })
+    .await;
+    within(PATIENCE, "the budget to be kept", async {
+        while !stored_output(&node, &ended).await.0.is_empty() {
+            poll_pause().await;
+        }
+    })
+    .await;
+    let (stored, _, holes) = stored_output(&node, &running).await;
+    assert_eq!(holes, 0);
+    assert!(
+        stored == numbered_lines(150_000),
+        "the running session keeps all its output"
+    );
+    let dropped = wire::metric(&node.url, "termesh_store_output_dropped_bytes_total").await;
+    assert!(dropped >= 1_000_000.0, "{dropped}");
+    assert!(
+        node.log().contains("over store.max_bytes"),
+        "{}",
+        node.log()
+    );
+}

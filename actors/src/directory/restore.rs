@@ -140,10 +140,9 @@ impl Registry {
             cwd: info.cwd.clone(),
             created_at: info.created_at,
             last_seq: stored.last_seq.into(),
-            last_output_ms: stored
-                .tail
-                .last()
-                .map_or(info.created_at, |e| e.at_ms)
+            last_output_ms: Some(stored.last_output_ms)
+                .filter(|ms| *ms > 0)
+                .unwrap_or(info.created_at)
                 .into(),
             viewers: 0.into(),
             at_prompt: false.into(),

@@ -33,6 +33,7 @@ impl Handler<Subscribe> for SessionActor {
     type Result = ();
 
     fn handle(&mut self, msg: Subscribe, ctx: &mut Context<Self>) {
+        self.warm();
         let viewer = msg.kind == Kind::Viewer;
         let done = self.publisher.subscribe(Subscription::from(msg), self.size);
         self.after_publish(ctx);
@@ -218,6 +219,7 @@ impl Handler<GetScreen> for SessionActor {
     type Result = ();
 
     fn handle(&mut self, msg: GetScreen, ctx: &mut Context<Self>) {
+        self.warm();
         self.request_screen(msg.want, ScreenTo::Reply(msg.reply), ctx);
     }
 }
@@ -226,6 +228,7 @@ impl Handler<RawTail> for SessionActor {
     type Result = RawTailResult;
 
     fn handle(&mut self, msg: RawTail, _: &mut Context<Self>) -> RawTailResult {
+        self.warm();
         let mut parts = Vec::new();
         let mut total = 0;
         for frame in self.publisher.ring().iter().rev() {

@@ -123,6 +123,9 @@ pub struct SessionActor {
     exit: Option<ExitInfo>,
     eof: bool,
     finished: bool,
+    /// Restored without its ring (it had ended): `warm` reads it from the
+    /// store before anything reads the ring.
+    cold: bool,
     /// Which run of the program the PTY events are from: a read still
     /// pending on an earlier run's PTY (revived since) is dropped.
     run: u64,
@@ -178,44 +181,75 @@ impl SessionActor {
         metrics: Arc<Metrics>,
         changed: Recipient<SessionChanged>,
     ) -> Self {
-        let first = stored.tail.first().map_or(stored.last_seq, |e| e.n - 1);
-        let ring = Ring::starting_at(first, settings.ring_bytes, settings.ring_frames);
+        let ring = Ring::starting_at(stored.last_seq, settings.ring_bytes, settings.ring_frames);
         let size = (stored.info.cols, stored.info.rows);
         let mut actor = Self::build(shared, ring, size, settings, metrics, changed);
-        for entry in stored.tail {
-            actor.modes.feed(&entry.data);
-            if actor
-                .publisher
-                .push_at(entry.n, entry.data.clone())
-                .is_err()
-            {
-                // A hole (a write that failed): continue after it.
-                actor.publisher.jump(entry.n - 1);
-                let _ = actor.publisher.push_at(entry.n, entry.data);
-            }
+        actor.cold = stored.cold && pty.is_none();
+        if !actor.cold {
+            actor.fill_ring(stored.tail, stored.last_seq);
         }
-        // Seqs may have been sent above what was stored (a crash): they are
-        // skipped, never given again.
-        actor.publisher.skip_to(stored.last_seq);
-        actor.seq_limit = actor.publisher.last_seq();
         if let Some(pty) = pty {
             actor.take_pty(pty);
             return actor;
         }
         actor.finished = true;
         actor.eof = true;
-        match (stored.info.status, stored.info.exit_code) {
-            (SessionStatus::Exited, Some(code)) => actor.publisher.finish(EventKind::Exited {
+        actor.finish_restored();
+        actor
+    }
+
+    /// Fills the ring with stored frames (a new one: no subscriber holds
+    /// the old), then skips to `last_seq`: seqs may have been sent above
+    /// what was stored (a crash); they are never given again.
+    fn fill_ring(&mut self, tail: Vec<crate::store::Entry>, last_seq: u64) {
+        let first = tail.first().map_or(last_seq, |e| e.n - 1);
+        let ring = Ring::starting_at(first, self.settings.ring_bytes, self.settings.ring_frames);
+        self.publisher = Publisher::new(self.id.clone(), ring, Mode::Owner, self.metrics.clone());
+        for entry in tail {
+            self.modes.feed(&entry.data);
+            if self.publisher.push_at(entry.n, entry.data.clone()).is_err() {
+                // A hole (a write that failed): continue after it.
+                self.publisher.jump(entry.n - 1);
+                let _ = self.publisher.push_at(entry.n, entry.data);
+            }
+        }
+        self.publisher.skip_to(last_seq);
+        self.seq_limit = self.publisher.last_seq();
+    }
+
+    /// A cold session's ring, read from the store the first time someone
+    /// asks for it (a subscribe, a screen, a raw tail, a revive): once, on
+    /// this thread, a ring's worth of reads from the page cache or disk.
+    pub(crate) fn warm(&mut self) {
+        if !std::mem::replace(&mut self.cold, false) {
+            return;
+        }
+        let Some(store) = &self.settings.store else {
+            return;
+        };
+        let tail = store.tail_now(&self.id, self.settings.ring_bytes);
+        let last_seq = self.publisher.last_seq();
+        self.fill_ring(tail, last_seq);
+        self.finish_restored();
+    }
+
+    /// Ends the output of a session restored without its program: every
+    /// subscriber is told `exited`, or `lost` (its program died with an
+    /// earlier run of the node; a mirror of another node too), after the
+    /// output it is sent.
+    fn finish_restored(&mut self) {
+        let (status, code) = {
+            let meta = self.shared.meta.lock().unwrap_or_else(|p| p.into_inner());
+            (meta.status, meta.exit_code)
+        };
+        match (status, code) {
+            (SessionStatus::Exited, Some(code)) => self.publisher.finish(EventKind::Exited {
                 exit_code: code,
                 signal: None,
             }),
             (SessionStatus::Exited, None) => {}
-            // Its program died with an earlier run of the node: every
-            // subscriber (a mirror of another node too) is told `lost`
-            // after the output it is sent.
-            _ => actor.publisher.finish(EventKind::Lost),
+            _ => self.publisher.finish(EventKind::Lost),
         }
-        actor
     }
 
     fn build(
@@ -257,6 +291,7 @@ impl SessionActor {
             exit: None,
             eof: false,
             finished: false,
+            cold: false,
             run: 0,
             seq_limit: if settings_has_store { 0 } else { u64::MAX },
             reserving: false,
@@ -477,15 +512,15 @@ impl SessionActor {
             code: 1,
             signal: None,
         });
+        self.shared.update(|m| {
+            m.status = SessionStatus::Exited;
+            m.exit_code = Some(exit.code);
+        });
         // The program has exited and its output ended: let the waiter reap
         // and the reader and writer go (a background job still holding the
         // terminal does not keep the master open), and close the master.
         self.let_program_go();
         self.terminal = None;
-        self.shared.update(|m| {
-            m.status = SessionStatus::Exited;
-            m.exit_code = Some(exit.code);
-        });
         tracing::info!(session = %self.id, code = exit.code, "session exited");
         if let Some(store) = &self.settings.store {
             store.sealed(&self.id);
@@ -518,10 +553,23 @@ impl SessionActor {
     /// the keeper), and the session counts as exited.
     pub(crate) fn let_program_go(&mut self) {
         self.finished = true;
-        if let Some(guard) = self.reap_guard.take() {
-            guard.release();
-        }
         self.shared.exited.store(true, Ordering::Release);
+        let Some(guard) = self.reap_guard.take() else {
+            return;
+        };
+        let Some(store) = self.settings.store.clone() else {
+            guard.release();
+            return;
+        };
+        // Released, a kept program is forgotten by the keeper: its end is
+        // on disk first, or a crash in between brings it back `lost`.
+        store.record(&self.shared.info());
+        actix::spawn(async move {
+            if let Err(e) = store.flush().await {
+                tracing::error!("store: the record of an ended program is not durable: {e}");
+            }
+            guard.release();
+        });
     }
 
     /// The keeper holding the program is gone: so is the program (its

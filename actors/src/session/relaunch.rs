@@ -20,6 +20,8 @@ impl Handler<Relaunch> for SessionActor {
 
     fn handle(&mut self, msg: Relaunch, ctx: &mut Context<Self>) -> u64 {
         let pty = msg.0;
+        // The new run continues the old one's ring and seqs.
+        self.warm();
         self.run += 1;
         self.take_pty(pty);
         self.held.clear();

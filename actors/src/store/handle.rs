@@ -47,10 +47,17 @@ impl std::fmt::Debug for StoreHandle {
 #[derive(Debug, Clone)]
 pub struct Restored {
     pub info: SessionInfo,
+    /// Its newest output, for its ring: read at start only for a session
+    /// that was running; an ended one starts cold and reads it when
+    /// first asked for (`cold`), so a node's memory at start does not
+    /// grow with the sessions it keeps.
     pub tail: Vec<Entry>,
+    pub cold: bool,
     /// Where its seqs continue: above the newest stored frame and above
     /// its high-water mark (seqs that may have been sent unstored).
     pub last_seq: u64,
+    /// When its newest stored output was read (unix ms; 0: none).
+    pub last_output_ms: u64,
 }
 
 impl StoreHandle {
@@ -137,6 +144,19 @@ impl StoreHandle {
     /// counted and said by the log; the output is still sent.
     pub fn output(&self, session: &str, seq: u64, data: &[u8]) {
         let _ = self.log.append(session, seq, crate::clock::now_ms(), data);
+    }
+
+    /// The newest output of `session`, up to `max_bytes` (at least one
+    /// frame), read now on the calling thread: for a cold session's ring,
+    /// once.
+    pub fn tail_now(&self, session: &str, max_bytes: usize) -> Vec<Entry> {
+        match self.log.before(session, u64::MAX, max_bytes) {
+            Ok(page) => page.frames.into_iter().map(Entry::from).collect(),
+            Err(e) => {
+                tracing::error!(session, "output log: its newest output cannot be read: {e}");
+                Vec::new()
+            }
+        }
     }
 
     /// The session will write no more output (its program is gone).

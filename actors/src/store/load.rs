@@ -8,7 +8,7 @@
 
 use std::path::Path;
 
-use termesh_transport::SessionInfo;
+use termesh_transport::{SessionInfo, SessionStatus};
 
 use super::handle::Restored;
 use super::log::{OutputLog, Recovery};
@@ -53,22 +53,26 @@ pub fn load(
         } else {
             logged.max(store.seq_mark(&id)?)
         };
-        let tail = log
-            .before(&id, u64::MAX, tail_bytes)
-            .map_err(log_err)?
-            .frames
-            .into_iter()
-            .map(|f| Entry {
-                n: f.seq,
-                at_ms: f.at_ms,
-                data: f.data,
-            })
-            .collect();
+        // A session that ended keeps no ring in memory until asked for.
+        let cold = info.status != SessionStatus::Running;
+        let tail = if cold {
+            Vec::new()
+        } else {
+            log.before(&id, u64::MAX, tail_bytes)
+                .map_err(log_err)?
+                .frames
+                .into_iter()
+                .map(Entry::from)
+                .collect()
+        };
+        let last_output_ms = log.last_at(&id);
         floors.push((id, last_seq));
         out.push(Restored {
             info,
             tail,
+            cold,
             last_seq,
+            last_output_ms,
         });
     }
     let floors: Vec<(&str, u64)> = floors.iter().map(|(id, s)| (id.as_str(), *s)).collect();

@@ -288,6 +288,12 @@ impl OutputLog {
         })
     }
 
+    /// When `id`'s newest frame was read (unix ms; 0: none).
+    pub fn last_at(&self, id: &str) -> u64 {
+        self.existing(id)
+            .map_or(0, |s| s.lock().unwrap_or_else(|p| p.into_inner()).last_at())
+    }
+
     /// Bytes `id`'s log takes.
     pub fn bytes(&self, id: &str) -> u64 {
         self.existing(id)

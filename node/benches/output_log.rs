@@ -213,8 +213,8 @@ fn main() {
     drop(node);
 
     // Everything kept: the curve.
-    println!("\nRSS against output kept, everything kept (store.output_bytes = 1 TiB)");
-    let config = "[store]\noutput_bytes = \"1TiB\"\n";
+    println!("\nRSS against output kept, everything kept (store.output_bytes = 1000 GiB)");
+    let config = "[store]\noutput_bytes = \"1000GiB\"\n";
     let mut node = Node::start(config);
     let mut curve = vec![point("started", &node)];
     for round in 1..=rounds {

@@ -199,6 +199,8 @@ async fn read_only_attaches_say_so_and_send_nothing() {
             id,
             session: session.clone(),
             limit: Some(4096),
+            before_seq: None,
+            rows: None,
         })
         .await
         .unwrap();

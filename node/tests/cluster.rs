@@ -190,6 +190,8 @@ async fn three_nodes_share_one_directory_and_survive_an_owner_crash() {
             id,
             session: made[2].id.clone(),
             limit: None,
+            before_seq: None,
+            rows: None,
         })
         .await;
         let Ok(ServerMsg::History { lines, .. }) = reply else {
@@ -317,6 +319,8 @@ async fn every_request_works_from_any_node() {
         id: rid,
         session: id.clone(),
         limit: None,
+        before_seq: None,
+        rows: None,
     })
     .await
     .unwrap();
@@ -334,6 +338,8 @@ async fn every_request_works_from_any_node() {
         id: rid,
         session: id.clone(),
         limit: Some(4096),
+        before_seq: None,
+        rows: None,
     })
     .await
     .unwrap();

@@ -379,6 +379,8 @@ async fn export_writes_an_asciicast_that_asciinema_plays() {
             id,
             session: session.clone(),
             limit: Some(1 << 20),
+            before_seq: None,
+            rows: None,
         })
         .await
         .unwrap()

@@ -249,6 +249,8 @@ async fn a_reply_over_the_bound_is_too_large_everywhere_and_the_link_stays() {
                 id,
                 session: session.clone(),
                 limit: Some(24 << 20),
+                before_seq: None,
+                rows: None,
             })
             .await
             .unwrap();
@@ -389,6 +391,8 @@ async fn screens_in_flight_are_bounded_for_a_remote_session_too() {
             id: *id,
             session: session.clone(),
             limit: None,
+            before_seq: None,
+            rows: None,
         })
         .await
         .unwrap();

@@ -77,6 +77,8 @@ async fn screens_of_a_remote_session_are_the_owners() {
         id,
         session,
         limit: None,
+        before_seq: None,
+        rows: None,
     };
     let screen = |id, session| ClientMsg::Screen {
         id,

@@ -498,3 +498,105 @@ async fn a_data_dir_of_the_previous_release_is_migrated_at_the_first_start() {
     );
     assert!(stored_output(&node, id).await.0 == expected);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn history_pages_walk_back_through_everything_retained() {
+    // 300,000 lines (2.1 MB): half again the 1 MiB ring, all of it kept.
+    const N: u64 = 300_000;
+    let node = BinaryNode::start("[session]\nring_bytes = \"1MiB\"\n");
+    let session = create(&node, &format!("seq 1 {N}; exit 0")).await.id;
+    within(PATIENCE, "the session to end", async {
+        while info(&node, &session).await.status != SessionStatus::Exited {
+            poll_pause().await;
+        }
+    })
+    .await;
+    let mut c = client(&node).await;
+    let page = |before_seq: Option<u64>, rows: Option<u32>| ClientMsg::History {
+        id: 0,
+        session: session.clone(),
+        limit: None,
+        before_seq,
+        rows,
+    };
+    let ask = |msg: ClientMsg| {
+        let mut msg = msg;
+        move |id| {
+            if let ClientMsg::History { id: i, .. } = &mut msg {
+                *i = id;
+            }
+            msg
+        }
+    };
+    let (mut before, mut pages, mut lines) = (None, 0, Vec::<String>::new());
+    loop {
+        let reply = c.request(ask(page(before, Some(10_000)))).await.unwrap();
+        let ServerMsg::History {
+            lines: Some(got),
+            first_seq: Some(first),
+            more: Some(more),
+            seq,
+            ..
+        } = reply
+        else {
+            panic!("{reply:?}")
+        };
+        // At most the rows asked for, or one frame's lines alone.
+        assert!(first <= seq && (got.len() <= 10_000 || first == seq));
+        if let Some(b) = before {
+            assert_eq!(seq + 1, b, "each page ends where the one after it began");
+        }
+        pages += 1;
+        lines.splice(0..0, got);
+        if !more {
+            assert_eq!(first, 1, "the oldest page begins at the first frame");
+            break;
+        }
+        before = Some(first);
+        assert!(pages < 1000, "walked back forever");
+    }
+    // Pages split at frame boundaries, which may fall inside a line: the
+    // text, every line joined, is the whole output once.
+    let want: String = (1..=N).map(|i| i.to_string()).collect();
+    assert_eq!(lines.concat(), want, "every retained line once, in order");
+    assert!(lines.len() as u64 >= N && lines.len() as u64 <= N + pages);
+    println!("{pages} pages back to the first line");
+
+    // Bad pages are refused clearly.
+    for (msg, needle) in [
+        (page(None, Some(0)), "rows"),
+        (page(None, Some(10_001)), "rows"),
+        (page(Some(0), None), "before_seq"),
+    ] {
+        let err = c.request(ask(msg)).await.unwrap_err();
+        assert!(format!("{err:#}").contains(needle), "{err:#}");
+    }
+    let err = c
+        .request(|id| ClientMsg::History {
+            id,
+            session: session.clone(),
+            limit: Some(10),
+            before_seq: Some(5),
+            rows: None,
+        })
+        .await
+        .unwrap_err();
+    assert!(format!("{err:#}").contains("limit"), "{err:#}");
+
+    // The same over REST, in JSON.
+    let url = format!("{}/api/v1/sessions/{session}/history?rows=3", node.url);
+    let body: serde_json::Value = tokio::task::spawn_blocking(move || {
+        ureq::get(&url)
+            .set("Authorization", &format!("Bearer {OPERATOR}"))
+            .call()
+            .unwrap()
+            .into_json()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert_eq!(body["more"], true);
+    assert!(body["first_seq"].as_u64().unwrap() > 1);
+    let last = body["lines"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(last, N.to_string(), "the newest line last");
+}

@@ -149,6 +149,8 @@ async fn fresh_attach_brings_requested_scrollback_and_history_renders_lines() {
             id,
             session: session.clone(),
             limit: None,
+            before_seq: None,
+            rows: None,
         })
         .await
         .unwrap()

@@ -108,6 +108,8 @@ async fn a_restarted_node_shows_its_sessions_lost_with_their_history() {
             id,
             session: running.id.clone(),
             limit: None,
+            before_seq: None,
+            rows: None,
         })
         .await
         .unwrap();

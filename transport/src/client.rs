@@ -124,12 +124,18 @@ pub enum ClientMsg {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         scrollback: Option<u64>,
     },
-    /// Reply `history`: rendered lines, or the raw tail with `limit`.
+    /// Reply `history`: rendered lines, or the raw tail with `limit`;
+    /// with `before_seq` or `rows`, a page of rendered lines of the stored
+    /// output before `before_seq` (PROTOCOL.md section 14).
     History {
         id: u64,
         session: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         limit: Option<u64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        before_seq: Option<u64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        rows: Option<u32>,
     },
     /// Signal the session's process group; reply `ok`.
     Kill {
@@ -502,6 +508,13 @@ pub enum ServerMsg {
         lines: Option<Vec<String>>,
         #[serde(default, skip_serializing_if = "Option::is_none", with = "opt_bytes")]
         data: Option<Vec<u8>>,
+        /// A page: the seq its lines begin at (ask again with
+        /// `before_seq` = this for the page before it).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        first_seq: Option<u64>,
+        /// A page: older retained output exists.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        more: Option<bool>,
     },
     Event {
         session: String,

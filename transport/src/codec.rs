@@ -204,6 +204,15 @@ mod tests {
                 id: 7,
                 session: "s".into(),
                 limit: Some(10),
+                before_seq: None,
+                rows: None,
+            },
+            ClientMsg::History {
+                id: 7,
+                session: "s".into(),
+                limit: None,
+                before_seq: Some(900),
+                rows: Some(1000),
             },
             ClientMsg::Kill {
                 id: 8,
@@ -357,6 +366,17 @@ mod tests {
                 seq: 3,
                 lines: None,
                 data: Some(vec![1, 2]),
+                first_seq: None,
+                more: None,
+            },
+            ServerMsg::History {
+                id: 2,
+                session: "s".into(),
+                seq: 899,
+                lines: Some(vec!["a".into()]),
+                data: None,
+                first_seq: Some(850),
+                more: Some(true),
             },
             ServerMsg::Event {
                 session: "s".into(),

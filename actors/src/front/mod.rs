@@ -4,6 +4,7 @@
 
 pub mod connection;
 pub mod fragments;
+pub mod history;
 pub mod ops;
 pub mod page;
 pub mod raw;

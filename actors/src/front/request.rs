@@ -237,8 +237,17 @@ pub async fn answer_later(node: NodeCtx, msg: ClientMsg) -> ServerMsg {
                         .unwrap_or_default(),
                 })
         }
-        ClientMsg::History { id, session, limit } => match limit {
-            Some(limit) => {
+        ClientMsg::History {
+            id,
+            session,
+            limit,
+            before_seq,
+            rows,
+        } => match (limit, before_seq, rows) {
+            (Some(_), Some(_), _) | (Some(_), _, Some(_)) => Err(ApiError::bad_request(
+                "`limit` (raw output) does not go with `before_seq` or `rows` (pages of lines)",
+            )),
+            (Some(limit), None, None) => {
                 node.raw_tail(&session, raw_limit(limit))
                     .await
                     .map(|tail| ServerMsg::History {
@@ -247,9 +256,11 @@ pub async fn answer_later(node: NodeCtx, msg: ClientMsg) -> ServerMsg {
                         seq: tail.last_seq,
                         lines: None,
                         data: Some(tail.data.to_vec()),
+                        first_seq: None,
+                        more: None,
                     })
             }
-            None => node
+            (None, None, None) => node
                 .screen(
                     &session,
                     ScreenWant::Lines {
@@ -263,7 +274,22 @@ pub async fn answer_later(node: NodeCtx, msg: ClientMsg) -> ServerMsg {
                     seq: r.seq,
                     lines: Some(r.out.into_lines().unwrap_or_default()),
                     data: None,
+                    first_seq: None,
+                    more: None,
                 }),
+            (None, before_seq, rows) => {
+                node.history_page(&session, before_seq, rows)
+                    .await
+                    .map(|page| ServerMsg::History {
+                        id,
+                        session,
+                        seq: page.last_seq,
+                        lines: Some(page.lines),
+                        data: None,
+                        first_seq: Some(page.first_seq),
+                        more: Some(page.more),
+                    })
+            }
         },
         ClientMsg::Remove { id, session, purge } => node
             .remove(&session, purge.unwrap_or(false))

@@ -8,6 +8,7 @@ mod handlers;
 mod messages;
 mod model_cache;
 pub mod modes;
+pub mod page;
 pub mod portable;
 pub mod pty;
 mod relaunch;

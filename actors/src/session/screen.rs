@@ -153,6 +153,26 @@ impl ScreenModel {
         self.apply_marks(marks, self.seq);
     }
 
+    /// Feeds output that is not one of the session's frames in order (a
+    /// page of stored output: `page`); its seq stays.
+    pub fn feed(&mut self, data: &[u8]) {
+        let text = self.decoder.decode(data);
+        self.term.feed(text.as_ref());
+    }
+
+    /// Takes the history rows out of the model (rendered, oldest first),
+    /// leaving its screen, cursor and pen as they are: a model fed more
+    /// than its scrollback holds gives up no row.
+    pub fn take_history(&mut self) -> Vec<String> {
+        let lines = self.history_only(self.history_rows());
+        let (cols, rows) = self.size();
+        let screen = self.term.dump();
+        let decoder = std::mem::take(&mut self.decoder);
+        *self = ScreenModel::from_snapshot(cols, rows, self.seq, self.resize_id, screen.as_bytes());
+        self.decoder = decoder;
+        lines
+    }
+
     /// Stands at `seq` without frames for the seqs before it: they were
     /// skipped (a node that crashed gave them out unstored), so the screen
     /// is the last one known.

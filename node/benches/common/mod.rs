@@ -468,6 +468,8 @@ pub async fn wait_tail(c: &mut Client, session: &str, tail: &[u8]) {
                 id,
                 session: session.into(),
                 limit: Some(16),
+                before_seq: None,
+                rows: None,
             })
             .await
             .unwrap();

@@ -296,7 +296,13 @@ pub async fn logs(target: &Target, wanted: &str, tail: u64, lines: bool) -> anyh
     let session = lookup(&mut client, wanted).await?.id;
     let limit = (!lines).then_some(tail);
     let reply = client
-        .request(|id| ClientMsg::History { id, session, limit })
+        .request(|id| ClientMsg::History {
+            id,
+            session,
+            limit,
+            before_seq: None,
+            rows: None,
+        })
         .await?;
     let ServerMsg::History { lines, data, .. } = reply else {
         bail!("unexpected reply to history");

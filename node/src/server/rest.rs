@@ -337,6 +337,8 @@ async fn logs(
                 id: 1,
                 session: path.to_string(),
                 limit: Some(tail as u64),
+                before_seq: None,
+                rows: None,
             };
             let ServerMsg::History { seq, data, .. } = ask(&req, &state, msg).await? else {
                 return Err(mismatch());
@@ -439,6 +441,15 @@ async fn screen(
     )
 }
 
+/// `GET /sessions/{id}/history`: the screen model's lines, or with
+/// `before_seq` or `rows` a page of the stored output (PROTOCOL.md
+/// section 14).
+#[derive(Deserialize)]
+struct HistoryQuery {
+    before_seq: Option<u64>,
+    rows: Option<u32>,
+}
+
 async fn history(
     req: HttpRequest,
     path: web::Path<String>,
@@ -447,16 +458,30 @@ async fn history(
     respond(
         async {
             require(&req, &state.node.tokens, Role::Viewer)?;
+            let q = query::<HistoryQuery>(&req)?;
             let msg = ClientMsg::History {
                 id: 1,
                 session: path.to_string(),
                 limit: None,
+                before_seq: q.before_seq,
+                rows: q.rows,
             };
-            let ServerMsg::History { seq, lines, .. } = ask(&req, &state, msg).await? else {
+            let ServerMsg::History {
+                seq,
+                lines,
+                first_seq,
+                more,
+                ..
+            } = ask(&req, &state, msg).await?
+            else {
                 return Err(mismatch());
             };
-            let lines = lines.unwrap_or_default();
-            Ok(HttpResponse::Ok().json(serde_json::json!({ "seq": seq, "lines": lines })))
+            let mut body = serde_json::json!({ "seq": seq, "lines": lines.unwrap_or_default() });
+            if let (Some(first_seq), Some(more)) = (first_seq, more) {
+                body["first_seq"] = first_seq.into();
+                body["more"] = more.into();
+            }
+            Ok(HttpResponse::Ok().json(body))
         }
         .await,
     )

@@ -193,6 +193,8 @@ pub async fn wait_output(node: &TestNode, session: &str, needle: &str) -> String
                     id,
                     session: session.into(),
                     limit: Some(1 << 20),
+                    before_seq: None,
+                    rows: None,
                 })
                 .await
                 .unwrap();

@@ -229,17 +229,32 @@ impl Visit<'_> {
                 },
             ),
             6 => ("list", ClientMsg::list(id)),
-            7 => (
-                "history",
-                ClientMsg::History {
-                    id,
-                    session,
-                    limit: None,
-                },
-            ),
+            7 => {
+                // The screen model's lines, or a page of the stored output.
+                let rows = rng.gen_bool(0.5).then(|| rng.gen_range(1u32..=10_000));
+                (
+                    "history",
+                    ClientMsg::History {
+                        id,
+                        session,
+                        limit: None,
+                        before_seq: None,
+                        rows,
+                    },
+                )
+            }
             8 => {
                 let limit = Some(rng.gen_range(1u64..(32 << 20)));
-                ("history-raw", ClientMsg::History { id, session, limit })
+                (
+                    "history-raw",
+                    ClientMsg::History {
+                        id,
+                        session,
+                        limit,
+                        before_seq: None,
+                        rows: None,
+                    },
+                )
             }
             _ => {
                 let tail = rng.gen_range(1u64..(24 << 20));

@@ -200,6 +200,8 @@ async fn big_replies(world: &Arc<World>, via: usize) {
             id,
             session: flood.clone(),
             limit: Some(32 << 20),
+            before_seq: None,
+            rows: None,
         })
         .await
     };

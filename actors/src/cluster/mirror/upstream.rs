@@ -101,6 +101,8 @@ impl MirrorActor {
             id: 0,
             session: self.id.to_string(),
             limit: Some(1),
+            before_seq: None,
+            rows: None,
         };
         let reply = self.node.forward(&self.owner, msg, HOP_BUDGET);
         ctx.spawn(reply.into_actor(self).map(move |reply, act, ctx| {

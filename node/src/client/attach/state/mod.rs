@@ -459,6 +459,8 @@ impl State {
                                 id: HISTORY_ID,
                                 session,
                                 limit: None,
+                                before_seq: None,
+                                rows: None,
                             })
                             .await?;
                         }

@@ -1,0 +1,66 @@
+//! `history` by pages (PROTOCOL.md section 14), on the session's owner:
+//! the stored output before `before_seq` read backwards from the output
+//! log, a chunk at a time until a page's worth of lines is found, and
+//! rendered off the connection's thread (`session::page`).
+
+use termesh_transport::ErrorCode;
+
+use super::ops::NodeCtx;
+use crate::error::ApiError;
+use crate::session::page::{self, RenderedPage};
+
+/// Stored output read for a page at first, and at most (a page of very
+/// long lines reads more, a chunk four times larger each time).
+const FIRST_CHUNK: usize = 256 << 10;
+const MAX_CHUNK: usize = 16 << 20;
+
+impl NodeCtx {
+    /// A page of `rows` rendered lines of `id`'s stored output before
+    /// `before_seq` (the newest without it).
+    pub async fn history_page(
+        &self,
+        id: &str,
+        before_seq: Option<u64>,
+        rows: Option<u32>,
+    ) -> Result<RenderedPage, ApiError> {
+        let handle = self.session(id)?;
+        let rows = match rows {
+            None => page::DEFAULT_ROWS,
+            Some(r) if r >= 1 && r as usize <= page::MAX_ROWS => r as usize,
+            Some(r) => {
+                return Err(ApiError::bad_request(format!(
+                    "`rows` must be 1 to {}, not {r}",
+                    page::MAX_ROWS
+                )))
+            }
+        };
+        if before_seq == Some(0) {
+            return Err(ApiError::bad_request("`before_seq` must be 1 or more"));
+        }
+        let before = before_seq.unwrap_or(u64::MAX);
+        let (cols, screen_rows) = {
+            let info = handle.shared.info();
+            (info.cols, info.rows)
+        };
+        let store = self.store()?;
+        let mut chunk = FIRST_CHUNK;
+        loop {
+            let read = store
+                .output_before(id, before, chunk)
+                .await
+                .map_err(|e| ApiError::new(ErrorCode::Internal, e))?;
+            let older = read.more;
+            let frames = read.frames;
+            let rendered = tokio::task::spawn_blocking(move || {
+                page::render(&frames, cols, screen_rows, rows, older)
+            })
+            .await
+            .map_err(|e| ApiError::new(ErrorCode::Internal, e.to_string()))?;
+            if rendered.wants_more && chunk < MAX_CHUNK {
+                chunk *= 4;
+                continue;
+            }
+            return Ok(rendered);
+        }
+    }
+}

@@ -1,0 +1,254 @@
+//! History pages (PROTOCOL.md section 14), without I/O: stored frames
+//! rendered into lines at the session's width, a page holding the newest
+//! whole frames whose lines fit, so that the next page (asked with
+//! `before_seq` = this one's `first_seq`) starts where this one began and
+//! every retained line is on exactly one page.
+
+use crate::store::log::Frame;
+
+use super::screen::ScreenModel;
+
+/// Rows a page holds by default, and at most.
+pub const DEFAULT_ROWS: usize = 1_000;
+pub const MAX_ROWS: usize = 10_000;
+/// A page's rendered lines, in bytes, at most (under the reply bound
+/// with room for the fields around them).
+pub const MAX_PAGE_BYTES: usize = 4 << 20;
+
+/// One page, rendered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RenderedPage {
+    pub lines: Vec<String>,
+    /// The seq of its first frame (0: an empty page).
+    pub first_seq: u64,
+    /// The seq of its last frame (0: an empty page).
+    pub last_seq: u64,
+    /// Older frames exist before `first_seq`.
+    pub more: bool,
+    /// Every frame given fit and older ones exist: the caller may read
+    /// more of them and render again to fill the page.
+    pub wants_more: bool,
+}
+
+/// Renders the newest of `frames` (oldest first: the stored output before
+/// the page's end) into at most `rows` lines of `cols` columns; `older`
+/// says whether frames older than the first given exist. A page holds at
+/// least one frame: a single frame of more than `rows` lines (a flood's
+/// 64 KiB read of short lines) is a page on its own, all of its lines
+/// (cut only past `MAX_PAGE_BYTES`).
+pub fn render(
+    frames: &[Frame],
+    cols: u16,
+    screen_rows: u16,
+    rows: usize,
+    older: bool,
+) -> RenderedPage {
+    let rows = rows.clamp(1, MAX_ROWS);
+    if frames.is_empty() {
+        return RenderedPage {
+            lines: Vec::new(),
+            first_seq: 0,
+            last_seq: 0,
+            more: older,
+            wants_more: false,
+        };
+    }
+    // The newest frames whose newlines leave room for `rows` lines.
+    let mut start = frames.len() - 1;
+    let mut newlines = count_newlines(&frames[start].data);
+    while start > 0 {
+        let n = count_newlines(&frames[start - 1].data);
+        if newlines + n >= rows {
+            break;
+        }
+        newlines += n;
+        start -= 1;
+    }
+    let all_fit = start == 0 && newlines + 1 < rows;
+    // Wrapped rows may still make it too many: drop the oldest frames.
+    loop {
+        let lines = render_lines(&frames[start..], cols, screen_rows);
+        let too_many = lines.len() > rows || bytes(&lines) > MAX_PAGE_BYTES;
+        if too_many && start + 1 < frames.len() {
+            start += 1;
+            continue;
+        }
+        let mut lines = lines;
+        // One frame alone over the byte bound: its newest lines.
+        let mut over = bytes(&lines).saturating_sub(MAX_PAGE_BYTES);
+        let mut cut = 0;
+        while over > 0 && cut + 1 < lines.len() {
+            over = over.saturating_sub(lines[cut].len() + 1);
+            cut += 1;
+        }
+        lines.drain(..cut);
+        return RenderedPage {
+            lines,
+            first_seq: frames[start].seq,
+            last_seq: frames[frames.len() - 1].seq,
+            more: start > 0 || older,
+            wants_more: all_fit && older,
+        };
+    }
+}
+
+fn count_newlines(data: &[u8]) -> usize {
+    memchr::memchr_iter(b'\n', data).count()
+}
+
+fn bytes(lines: &[String]) -> usize {
+    lines.iter().map(|l| l.len() + 1).sum()
+}
+
+/// Fed at most this much at a time (ending at a newline where there is
+/// one), so the model's scrollback (10,000 rows) never overflows before
+/// its history is taken out.
+const PIECE: usize = 8 << 10;
+/// History rows taken out of the model once it holds this many.
+const HARVEST: usize = 2_000;
+
+fn render_lines(frames: &[Frame], cols: u16, screen_rows: u16) -> Vec<String> {
+    let mut model = ScreenModel::new(cols, screen_rows, 0, 0);
+    let mut out = Vec::new();
+    for frame in frames {
+        let mut rest = &frame.data[..];
+        while !rest.is_empty() {
+            let mut end = rest.len().min(PIECE);
+            if end < rest.len() {
+                if let Some(nl) = memchr::memrchr(b'\n', &rest[..end]) {
+                    end = nl + 1;
+                }
+            }
+            model.feed(&rest[..end]);
+            rest = &rest[end..];
+            if model.history_rows() >= HARVEST {
+                out.extend(model.take_history());
+            }
+        }
+    }
+    out.extend(model.lines(usize::MAX));
+    while out.last().is_some_and(|l| l.is_empty()) {
+        out.pop();
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frames(lines_per_frame: &[usize]) -> Vec<Frame> {
+        let mut n = 0;
+        lines_per_frame
+            .iter()
+            .enumerate()
+            .map(|(i, count)| {
+                let mut data = String::new();
+                for _ in 0..*count {
+                    n += 1;
+                    data.push_str(&format!("line {n}\r\n"));
+                }
+                Frame {
+                    seq: i as u64 + 1,
+                    at_ms: 0,
+                    data: data.into_bytes().into(),
+                }
+            })
+            .collect()
+    }
+
+    /// Walks back page by page as a client does; answers every line once.
+    fn walk(all: &[Frame], rows: usize) -> Vec<String> {
+        let mut before = u64::MAX;
+        let mut out: Vec<String> = Vec::new();
+        for _ in 0..1000 {
+            let given: Vec<Frame> = all.iter().filter(|f| f.seq < before).cloned().collect();
+            let page = render(&given, 80, 24, rows, false);
+            assert!(page.lines.len() <= rows.max(1) || page.first_seq == page.last_seq);
+            out.splice(0..0, page.lines);
+            if !page.more {
+                return out;
+            }
+            before = page.first_seq;
+        }
+        panic!("never reached the oldest page");
+    }
+
+    #[test]
+    fn pages_walk_back_through_every_line_once() {
+        let all = frames(&[3, 40, 7, 1, 0, 25, 60, 2, 9]);
+        let want: Vec<String> = (1..=147).map(|n| format!("line {n}")).collect();
+        for rows in [1, 10, 50, 100, 1000] {
+            assert_eq!(walk(&all, rows), want, "pages of {rows}");
+        }
+    }
+
+    #[test]
+    fn a_page_fills_up_to_its_rows_with_whole_frames() {
+        let all = frames(&[10, 10, 10, 10]);
+        let page = render(&all, 80, 24, 25, false);
+        assert_eq!(
+            page.first_seq, 3,
+            "two frames: 20 lines, a third is too many"
+        );
+        assert_eq!(page.lines.len(), 20);
+        assert!(page.more && !page.wants_more);
+        // All of it fits, and older frames exist: read more first.
+        let page = render(&all, 80, 24, 100, true);
+        assert!(page.wants_more && page.more);
+        assert_eq!(page.lines.len(), 40);
+    }
+
+    #[test]
+    fn wrapped_rows_count_and_a_huge_frame_is_a_page_alone() {
+        // 10 lines of 200 columns: 30 rows at 80 columns.
+        let long = "x".repeat(200);
+        let wide = Frame {
+            seq: 2,
+            at_ms: 0,
+            data: format!("{long}\r\n").repeat(10).into_bytes().into(),
+        };
+        let small = frames(&[5]);
+        let page = render(&[small[0].clone(), wide.clone()], 80, 24, 20, false);
+        assert_eq!(page.first_seq, 2);
+        assert_eq!(page.lines.len(), 30, "one frame alone, all its rows");
+        assert!(page.more);
+        let page = render(&[small[0].clone(), wide], 80, 24, 40, false);
+        assert_eq!((page.first_seq, page.lines.len()), (1, 35));
+    }
+}
+
+#[cfg(test)]
+mod flood_tests {
+    use super::*;
+
+    #[test]
+    fn pages_of_a_flood_in_large_frames_hold_every_line() {
+        // What `seq 1 30000` gives a PTY reader: CRLF lines in 64 KiB
+        // frames that split lines.
+        let text: String = (1..=30_000).map(|i| format!("{i}\r\n")).collect();
+        let all: Vec<Frame> = text
+            .as_bytes()
+            .chunks(64 << 10)
+            .enumerate()
+            .map(|(i, c)| Frame {
+                seq: i as u64 + 1,
+                at_ms: 0,
+                data: c.to_vec().into(),
+            })
+            .collect();
+        let mut before = u64::MAX;
+        let mut lines: Vec<String> = Vec::new();
+        loop {
+            let given: Vec<Frame> = all.iter().filter(|f| f.seq < before).cloned().collect();
+            let page = render(&given, 120, 30, 10_000, false);
+            lines.splice(0..0, page.lines);
+            if !page.more {
+                break;
+            }
+            before = page.first_seq;
+        }
+        let want: String = (1..=30_000).map(|i| i.to_string()).collect();
+        assert_eq!(lines.concat(), want);
+    }
+}

@@ -9,6 +9,8 @@ pub struct Metrics {
     pub subscribers: AtomicI64,
     /// Mirrors of other nodes' sessions on this node.
     pub mirrors: AtomicI64,
+    /// Ended sessions whose ring was read back from the log (`session::cold`).
+    pub ended_warm: AtomicI64,
     pub bytes_out: AtomicU64,
     pub frames_out: AtomicU64,
     pub resyncs: AtomicU64,
@@ -86,7 +88,7 @@ impl Metrics {
     pub fn render(&self, node: &str, stall: std::time::Duration) -> String {
         let g = |v: &AtomicI64| v.load(Ordering::Relaxed);
         let c = |v: &AtomicU64| v.load(Ordering::Relaxed);
-        let rows: [(&str, &str, &str, String); 24] = [
+        let rows: [(&str, &str, &str, String); 25] = [
             (
                 "termesh_sessions",
                 "gauge",
@@ -98,6 +100,12 @@ impl Metrics {
                 "gauge",
                 "Mirrors of other nodes' sessions on this node.",
                 g(&self.mirrors).to_string(),
+            ),
+            (
+                "termesh_sessions_ended_warm",
+                "gauge",
+                "Ended sessions holding their ring in memory, read back from the output log.",
+                g(&self.ended_warm).to_string(),
             ),
             (
                 "termesh_connections",

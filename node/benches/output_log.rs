@@ -118,6 +118,45 @@ async fn read_all(target: &Target, session: &str) -> (u64, f64, f64) {
     (bytes, start.elapsed().as_secs_f64(), first)
 }
 
+/// Walks `session`'s history back in pages of `rows`: (lines, pages,
+/// seconds of the first page, seconds of all).
+async fn walk_history(target: &Target, session: &str, rows: u32) -> (usize, usize, f64, f64) {
+    let mut c = Client::connect(target).await.unwrap();
+    let (mut before, mut lines, mut pages, mut first) = (None, 0, 0, 0.0);
+    let start = Instant::now();
+    loop {
+        let reply = c
+            .request(|id| ClientMsg::History {
+                id,
+                session: session.into(),
+                limit: None,
+                before_seq: before,
+                rows: Some(rows),
+            })
+            .await
+            .unwrap();
+        let ServerMsg::History {
+            lines: Some(got),
+            first_seq: Some(first_seq),
+            more: Some(more),
+            ..
+        } = reply
+        else {
+            panic!("{reply:?}")
+        };
+        if pages == 0 {
+            first = start.elapsed().as_secs_f64();
+        }
+        pages += 1;
+        lines += got.len();
+        if !more {
+            break;
+        }
+        before = Some(first_seq);
+    }
+    (lines, pages, first, start.elapsed().as_secs_f64())
+}
+
 async fn first_session(target: &Target) -> String {
     let mut c = Client::connect(target).await.unwrap();
     match c.request(ClientMsg::list).await.unwrap() {
@@ -130,11 +169,15 @@ fn point(label: &str, node: &Node) -> (f64, f64) {
     let kept = metric(&node.target, "termesh_store_output_bytes") as f64;
     let disk = disk_use(node.dir.path()) as f64;
     let rss = node.rss_kib() as f64 / 1024.0;
+    let ratio = if kept > 0.0 {
+        format!("{:.3}x", disk / kept)
+    } else {
+        "-".into()
+    };
     println!(
-        "  {label:<34} kept {:7.2} GB   data dir {:7.2} GB ({:.3}x)   node RSS {rss:6.1} MiB",
+        "  {label:<34} kept {:7.2} GB   data dir {:7.2} GB ({ratio})   node RSS {rss:6.1} MiB",
         kept / 1e9,
         disk / 1e9,
-        disk / kept.max(1.0)
     );
     (kept, rss)
 }
@@ -210,7 +253,18 @@ fn main() {
         bytes as f64 / all / 1e6,
         cat * 1000.0
     );
+    for rows in [1_000, 10_000] {
+        let (lines, pages, first, all) = rt.block_on(walk_history(&node.target, &id, rows));
+        println!(
+            "  its history in pages of {rows} rows: first page {:.1} ms; all {lines} lines in {pages} pages {:.0} ms",
+            first * 1000.0,
+            all * 1000.0
+        );
+    }
     drop(node);
+    if rounds == 0 {
+        return;
+    }
 
     // Everything kept: the curve.
     println!("\nRSS against output kept, everything kept (store.output_bytes = 1000 GiB)");
@@ -246,10 +300,12 @@ fn main() {
         }
     };
     println!("  (limit: dd with fsync {dd:.0} MB/s; raw PTY, one reader {raw:.0} MB/s)");
-    let (k0, r0) = curve[0];
+    // The slope between the first round and the last: what keeping more
+    // costs, apart from what the rounds' live sessions hold (their rings).
+    let (k0, r0) = curve[1];
     let (k1, r1) = *curve.last().unwrap();
     println!(
-        "  RSS grew {:.1} MiB over {:.2} GB kept: {:.2} MiB per GB",
+        "  RSS from round 1 to round {rounds}: {:+.1} MiB over {:.2} GB more kept ({:+.2} MiB per GB)",
         r1 - r0,
         (k1 - k0) / 1e9,
         (r1 - r0) / ((k1 - k0) / 1e9).max(1e-9)

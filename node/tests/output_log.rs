@@ -600,3 +600,56 @@ async fn history_pages_walk_back_through_everything_retained() {
     let last = body["lines"].as_array().unwrap().last().unwrap().clone();
     assert_eq!(last, N.to_string(), "the newest line last");
 }
+
+async fn screen_text(c: &mut termesh_node::client::Client, id: &str) -> String {
+    let reply = c
+        .request(|rid| ClientMsg::Screen {
+            id: rid,
+            session: id.to_string(),
+            scrollback: None,
+        })
+        .await
+        .unwrap();
+    match reply {
+        ServerMsg::Snapshot { data, .. } => String::from_utf8_lossy(&data).into_owned(),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ended_sessions_read_back_from_the_log_go_cold_again() {
+    const N: usize = 20;
+    const WARM: &str = "termesh_sessions_ended_warm";
+    let node = BinaryNode::start("");
+    let mut ids = Vec::new();
+    for i in 0..N {
+        ids.push(create(&node, &format!("echo hello-{i}; exit 0")).await.id);
+    }
+    for id in &ids {
+        within(PATIENCE, "the session to end", async {
+            while info(&node, id).await.status != SessionStatus::Exited {
+                poll_pause().await;
+            }
+        })
+        .await;
+    }
+    // A restart brings them back cold: no ring in memory.
+    let node = node.restart("");
+    assert_eq!(wire::metric(&node.url, WARM).await, 0.0);
+    let mut c = client(&node).await;
+    for (i, id) in ids.iter().enumerate() {
+        let text = screen_text(&mut c, id).await;
+        assert!(text.contains(&format!("hello-{i}")), "{text}");
+    }
+    assert!(wire::metric(&node.url, WARM).await > 0.0, "read back, warm");
+    // Unused, they go cold again: past 16, soon; all of them in 30 s.
+    within(PATIENCE, "every ended session cold again", async {
+        while wire::metric(&node.url, WARM).await > 0.0 {
+            poll_pause().await;
+        }
+    })
+    .await;
+    // And read back again when asked.
+    let text = screen_text(&mut c, &ids[3]).await;
+    assert!(text.contains("hello-3"), "{text}");
+}

@@ -19,6 +19,7 @@ impl Actor for SessionActor {
     }
 
     fn stopped(&mut self, _: &mut Context<Self>) {
+        self.uncount_warm();
         // The node's own child ends with its session; a kept one only by an
         // explicit kill or release (`Close`, `finish`), never because the
         // actor went (a node stopping slowly).
@@ -33,7 +34,7 @@ impl Handler<Subscribe> for SessionActor {
     type Result = ();
 
     fn handle(&mut self, msg: Subscribe, ctx: &mut Context<Self>) {
-        self.warm();
+        self.warm(ctx);
         let viewer = msg.kind == Kind::Viewer;
         let done = self.publisher.subscribe(Subscription::from(msg), self.size);
         self.after_publish(ctx);
@@ -219,7 +220,7 @@ impl Handler<GetScreen> for SessionActor {
     type Result = ();
 
     fn handle(&mut self, msg: GetScreen, ctx: &mut Context<Self>) {
-        self.warm();
+        self.warm(ctx);
         self.request_screen(msg.want, ScreenTo::Reply(msg.reply), ctx);
     }
 }
@@ -227,8 +228,8 @@ impl Handler<GetScreen> for SessionActor {
 impl Handler<RawTail> for SessionActor {
     type Result = RawTailResult;
 
-    fn handle(&mut self, msg: RawTail, _: &mut Context<Self>) -> RawTailResult {
-        self.warm();
+    fn handle(&mut self, msg: RawTail, ctx: &mut Context<Self>) -> RawTailResult {
+        self.warm(ctx);
         let mut parts = Vec::new();
         let mut total = 0;
         for frame in self.publisher.ring().iter().rev() {

@@ -4,6 +4,8 @@
 //! which it computes the snapshots it wants. Nothing here is driven by a
 //! timer and nothing is dropped.
 
+mod cold;
+pub use cold::COOL_AFTER;
 mod handlers;
 mod messages;
 mod model_cache;
@@ -127,6 +129,8 @@ pub struct SessionActor {
     /// Restored without its ring (it had ended): `warm` reads it from the
     /// store before anything reads the ring.
     cold: bool,
+    /// Counted in `Metrics::ended_warm` (read back by `warm`).
+    warm_counted: bool,
     /// Which run of the program the PTY events are from: a read still
     /// pending on an earlier run's PTY (revived since) is dropped.
     run: u64,
@@ -199,60 +203,6 @@ impl SessionActor {
         actor
     }
 
-    /// Fills the ring with stored frames (a new one: no subscriber holds
-    /// the old), then skips to `last_seq`: seqs may have been sent above
-    /// what was stored (a crash); they are never given again.
-    fn fill_ring(&mut self, tail: Vec<crate::store::Entry>, last_seq: u64) {
-        let first = tail.first().map_or(last_seq, |e| e.n - 1);
-        let ring = Ring::starting_at(first, self.settings.ring_bytes, self.settings.ring_frames);
-        self.publisher = Publisher::new(self.id.clone(), ring, Mode::Owner, self.metrics.clone());
-        for entry in tail {
-            self.modes.feed(&entry.data);
-            if self.publisher.push_at(entry.n, entry.data.clone()).is_err() {
-                // A hole (a write that failed): continue after it.
-                self.publisher.jump(entry.n - 1);
-                let _ = self.publisher.push_at(entry.n, entry.data);
-            }
-        }
-        self.publisher.skip_to(last_seq);
-        self.seq_limit = self.publisher.last_seq();
-    }
-
-    /// A cold session's ring, read from the store the first time someone
-    /// asks for it (a subscribe, a screen, a raw tail, a revive): once, on
-    /// this thread, a ring's worth of reads from the page cache or disk.
-    pub(crate) fn warm(&mut self) {
-        if !std::mem::replace(&mut self.cold, false) {
-            return;
-        }
-        let Some(store) = &self.settings.store else {
-            return;
-        };
-        let tail = store.tail_now(&self.id, self.settings.ring_bytes);
-        let last_seq = self.publisher.last_seq();
-        self.fill_ring(tail, last_seq);
-        self.finish_restored();
-    }
-
-    /// Ends the output of a session restored without its program: every
-    /// subscriber is told `exited`, or `lost` (its program died with an
-    /// earlier run of the node; a mirror of another node too), after the
-    /// output it is sent.
-    fn finish_restored(&mut self) {
-        let (status, code) = {
-            let meta = self.shared.meta.lock().unwrap_or_else(|p| p.into_inner());
-            (meta.status, meta.exit_code)
-        };
-        match (status, code) {
-            (SessionStatus::Exited, Some(code)) => self.publisher.finish(EventKind::Exited {
-                exit_code: code,
-                signal: None,
-            }),
-            (SessionStatus::Exited, None) => {}
-            _ => self.publisher.finish(EventKind::Lost),
-        }
-    }
-
     fn build(
         shared: Arc<SessionShared>,
         ring: Ring,
@@ -293,6 +243,7 @@ impl SessionActor {
             eof: false,
             finished: false,
             cold: false,
+            warm_counted: false,
             run: 0,
             seq_limit: if settings_has_store { 0 } else { u64::MAX },
             reserving: false,
@@ -491,13 +442,13 @@ impl SessionActor {
             return;
         }
         match (self.exit, self.eof) {
-            (Some(_), true) => self.finish(),
+            (Some(_), true) => self.finish(ctx),
             (Some(_), false) => {
                 // Not for a later run (the session may be revived by then).
                 let run = self.run;
-                ctx.run_later(EOF_GRACE, move |act, _| {
+                ctx.run_later(EOF_GRACE, move |act, ctx| {
                     if act.run == run {
-                        act.finish();
+                        act.finish(ctx);
                     }
                 });
             }
@@ -505,10 +456,11 @@ impl SessionActor {
         }
     }
 
-    fn finish(&mut self) {
+    fn finish(&mut self, ctx: &mut Context<Self>) {
         if self.finished {
             return;
         }
+        self.cool_later(ctx);
         let exit = self.exit.unwrap_or(ExitInfo {
             code: 1,
             signal: None,

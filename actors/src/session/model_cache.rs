@@ -118,7 +118,7 @@ impl SessionActor {
 /// dropped (one trim takes a burst of drops; a drop after it schedules the
 /// next), off the actor threads: a node whose idle sessions just dropped
 /// their models should look smaller from outside too.
-fn trim_soon() {
+pub(super) fn trim_soon() {
     use std::sync::atomic::{AtomicBool, Ordering};
     static PENDING: AtomicBool = AtomicBool::new(false);
     if PENDING.swap(true, Ordering::AcqRel) {

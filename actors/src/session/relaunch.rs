@@ -21,7 +21,9 @@ impl Handler<Relaunch> for SessionActor {
     fn handle(&mut self, msg: Relaunch, ctx: &mut Context<Self>) -> u64 {
         let pty = msg.0;
         // The new run continues the old one's ring and seqs.
-        self.warm();
+        self.warm(ctx);
+        // Running again: no longer an ended session kept warm.
+        self.uncount_warm();
         self.run += 1;
         self.take_pty(pty);
         self.held.clear();

@@ -193,6 +193,69 @@ fn kill9_restart(node: Node, config: &str) -> (Node, f64) {
     (node, start.elapsed().as_secs_f64() * 1000.0)
 }
 
+/// A data dir of the previous release (output in sled and its journal)
+/// holding `mb` MB over 8 sessions, and the first start of this one on
+/// it: the start moves it all into the log before it serves.
+fn migration(file: &Path, mb: usize) {
+    use termesh_actors::store::legacy::{write_data_dir, OldSession};
+    use termesh_actors::store::log::Frame;
+    if mb == 0 {
+        return;
+    }
+    let chunk: bytes::Bytes = std::fs::read(file).unwrap()[..64 << 10].to_vec().into();
+    let per = (mb << 20) / 8 / chunk.len();
+    let sessions: Vec<OldSession> = (0..8)
+        .map(|i| {
+            let id = format!("{i:012x}");
+            let info = termesh_transport::SessionInfo {
+                id: id.clone(),
+                name: None,
+                node: "local".into(),
+                command: vec!["sh".into()],
+                cwd: None,
+                status: SessionStatus::Exited,
+                exit_code: Some(0),
+                phase: None,
+                created_at: 1_700_000_000_000,
+                cols: 120,
+                rows: 30,
+                last_seq: per as u64,
+                viewers: 0,
+                idle_ms: 0,
+                at_prompt: false,
+                tags: Vec::new(),
+            };
+            OldSession {
+                id,
+                record: rmp_serde::to_vec_named(&info).unwrap(),
+                stored: (1..=per as u64)
+                    .map(|seq| Frame {
+                        seq,
+                        at_ms: seq,
+                        data: chunk.clone(),
+                    })
+                    .collect(),
+                journaled: Vec::new(),
+                mark: per as u64,
+            }
+        })
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    write_data_dir(&dir.path().join("store"), &sessions).unwrap();
+    let bytes = (8 * per * chunk.len()) as f64;
+    let start = Instant::now();
+    let node = Node::start_in(dir, "");
+    let secs = start.elapsed().as_secs_f64();
+    println!(
+        "
+migration of the previous release's store: {:.0} MB in 8 sessions, start to serving {:.1} s: {:.0} MB/s",
+        bytes / 1e6,
+        secs,
+        bytes / secs / 1e6
+    );
+    drop(node);
+}
+
 fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
@@ -262,6 +325,7 @@ fn main() {
         );
     }
     drop(node);
+    migration(&file, env_or("TERMESH_BENCH_MIGRATE_MB", 512));
     if rounds == 0 {
         return;
     }

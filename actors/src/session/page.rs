@@ -252,3 +252,4 @@ mod flood_tests {
         assert_eq!(lines.concat(), want);
     }
 }
+

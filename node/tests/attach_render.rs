@@ -434,6 +434,47 @@ async fn the_scroll_mode_finds_a_line_printed_5000_lines_before() {
     assert_eq!(pane.exit_code().await, 0);
 }
 
+/// Past the ring (256 KiB here) and the first page of history: the search
+/// asks the node for older pages of the stored output until it finds it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_scroll_mode_reaches_the_oldest_retained_line() {
+    let node = TestNode::start_with(|c| c.session.ring_bytes = 256 << 10);
+    let session = shell_session(&node, 120, 30).await;
+    let mut op = node.client(OPERATOR).await;
+    op.send(&ClientMsg::Input {
+        session: session.clone(),
+        data: b"echo NEEDLE-OLDEST; seq 1 60000 | sed 's/^/n-/'\r".to_vec(),
+    })
+    .await
+    .unwrap();
+    wait_output(&node, &session, "n-60000").await;
+    let pane = Tmux::start(
+        80,
+        24,
+        &format!("{BIN} attach {session}"),
+        &[("TERMESH_URL", &node.url()), ("TERMESH_TOKEN", OPERATOR)],
+    );
+    pane.wait_for("n-60000").await;
+    pane.keys(&["C-]", "["]);
+    pane.wait_for("[scroll] q back").await;
+    pane.keys(&["/"]);
+    pane.type_text("NEEDLE-OLDEST");
+    pane.keys(&["Enter"]);
+    let text = pane
+        .wait_until("the oldest line, pages back", |t| {
+            t.lines().any(|l| l.trim_end() == "NEEDLE-OLDEST")
+        })
+        .await;
+    assert!(text.contains("n-1"), "the lines after it: {text}");
+    // Paging down from there walks back towards the newest lines.
+    pane.keys(&["G"]);
+    pane.wait_until("the newest lines", |t| t.contains("n-60000"))
+        .await;
+    pane.keys(&["q"]);
+    pane.keys(&["C-]", "d"]);
+    assert_eq!(pane.exit_code().await, 0);
+}
+
 /// A PTY running `termesh attach`, its output kept.
 struct PtyAttach {
     out: Arc<Mutex<Vec<u8>>>,

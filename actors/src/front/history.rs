@@ -8,6 +8,7 @@ use termesh_transport::ErrorCode;
 use super::ops::NodeCtx;
 use crate::error::ApiError;
 use crate::session::page::{self, RenderedPage};
+use crate::session::ScreenWant;
 
 /// Stored output read for a page at first, and at most (a page of very
 /// long lines reads more, a chunk four times larger each time).
@@ -42,7 +43,27 @@ impl NodeCtx {
             let info = handle.shared.info();
             (info.cols, info.rows)
         };
-        let store = self.store()?;
+        let Some(store) = self.store.as_ref() else {
+            // No store (`--no-store`): what the ring renders is all there
+            // is, one page.
+            let screen = self.screen(id, ScreenWant::Lines { max: rows }).await?;
+            if before_seq.is_some() {
+                return Ok(RenderedPage {
+                    lines: Vec::new(),
+                    first_seq: 0,
+                    last_seq: 0,
+                    more: false,
+                    wants_more: false,
+                });
+            }
+            return Ok(RenderedPage {
+                lines: screen.out.into_lines().unwrap_or_default(),
+                first_seq: 1,
+                last_seq: screen.seq,
+                more: false,
+                wants_more: false,
+            });
+        };
         let mut chunk = FIRST_CHUNK;
         loop {
             let read = store

@@ -252,4 +252,3 @@ mod flood_tests {
         assert_eq!(lines.concat(), want);
     }
 }
-

@@ -5,6 +5,7 @@
 use std::time::{Duration, Instant};
 
 use super::raw::Raw;
+pub use super::scroll::Scrolled;
 
 /// A crop of a raw display is drawn at most this often.
 const RAW_REDRAW: Duration = Duration::from_millis(20);
@@ -27,11 +28,18 @@ pub trait Display {
     fn restore(&mut self, note: &str);
     /// On the way out, the session's last screen is printed (it ended).
     fn keep_screen(&mut self);
-    /// Opens the scroll mode over `lines`; false where there is none.
-    fn open_scroll(&mut self, lines: Vec<String>) -> bool;
+    /// Opens the scroll mode over `lines` (`older`: the seq they begin
+    /// at while older output is retained); false where there is none.
+    fn open_scroll(&mut self, lines: Vec<String>, older: Option<u64>) -> bool;
     fn scrolling(&self) -> bool;
-    /// Keys typed in the scroll mode; false once it is closed.
-    fn scroll_keys(&mut self, bytes: &[u8]) -> bool;
+    /// Keys typed in the scroll mode: whether it is still open, and the
+    /// page of history it wants next (`Scrolled::Older`).
+    fn scroll_keys(&mut self, bytes: &[u8]) -> Scrolled;
+    /// The older page the scroll mode asked for; answers the page before
+    /// it when a search goes on past it.
+    fn scroll_older(&mut self, _lines: Vec<String>, _older: Option<u64>) -> Option<u64> {
+        None
+    }
     /// The session's screen (a snapshot) replaces the model, then
     /// `replay` is fed on it (a resync after a resize).
     fn replace(&mut self, _cols: u16, _rows: u16, _data: &[u8], _replay: &[Vec<u8>]) {}
@@ -85,13 +93,13 @@ impl Display for Raw {
     fn keep_screen(&mut self) {
         Raw::keep_screen(self)
     }
-    fn open_scroll(&mut self, _: Vec<String>) -> bool {
+    fn open_scroll(&mut self, _: Vec<String>, _: Option<u64>) -> bool {
         false
     }
     fn scrolling(&self) -> bool {
         false
     }
-    fn scroll_keys(&mut self, _: &[u8]) -> bool {
-        false
+    fn scroll_keys(&mut self, _: &[u8]) -> Scrolled {
+        Scrolled::Quit
     }
 }

@@ -2,7 +2,10 @@
 //! rendered history from the node (one line per row, colours kept), paged
 //! with the arrow keys, PgUp/PgDn, `g`/`G`, the mouse wheel, and searched
 //! with `/` (towards older lines; `n` again, `N` towards newer). `q` or Esc
-//! goes back to the live screen.
+//! goes back to the live screen. History comes in pages of the node's
+//! stored output (PROTOCOL.md section 14): reaching the top, or a search
+//! that finds nothing in what is loaded, asks for the page before it, so
+//! the oldest retained line is reachable however long the session is.
 
 use avt::Pen;
 
@@ -18,6 +21,9 @@ const MAX_QUERY: usize = 256;
 pub enum Scrolled {
     Stay,
     Quit,
+    /// The page of history before this seq is wanted (asked once until
+    /// it comes: `older_page`).
+    Older(u64),
 }
 
 #[derive(Debug)]
@@ -34,11 +40,19 @@ pub struct Scroll {
     /// The line the last search found.
     found: Option<usize>,
     note: Option<String>,
+    /// Where older history begins (the loaded lines' first seq), while
+    /// the node retains older output.
+    older: Option<u64>,
+    /// The older page was asked for and has not come yet.
+    asked: bool,
+    /// A search towards older lines goes on once it comes.
+    resume_search: bool,
 }
 
 impl Scroll {
-    /// `lines` as the node's `history` renders them, at `cols` columns.
-    pub fn new(lines: Vec<String>, cols: usize) -> Scroll {
+    /// `lines` as the node's `history` renders them, at `cols` columns;
+    /// `older`: the seq they begin at, when older output is retained.
+    pub fn new(lines: Vec<String>, cols: usize, older: Option<u64>) -> Scroll {
         let plain: Vec<String> = lines.iter().map(|l| strip(l)).collect();
         let bottom = lines.len().saturating_sub(1);
         Scroll {
@@ -50,21 +64,57 @@ impl Scroll {
             query: None,
             found: None,
             note: None,
+            older,
+            asked: false,
+            resume_search: false,
         }
+    }
+
+    /// The page before the loaded lines came: it goes above them, the
+    /// view stays on the same lines, a search waiting for it goes on
+    /// (answering the page before this one when it finds nothing here).
+    pub fn older_page(
+        &mut self,
+        lines: Vec<String>,
+        older: Option<u64>,
+        height: usize,
+    ) -> Option<u64> {
+        let n = lines.len();
+        self.plain.splice(0..0, lines.iter().map(|l| strip(l)));
+        self.lines.splice(0..0, lines);
+        self.bottom += n;
+        self.found = self.found.map(|f| f + n);
+        self.older = older;
+        self.asked = false;
+        if std::mem::take(&mut self.resume_search) {
+            return self.search(true, height);
+        }
+        None
+    }
+
+    /// The older page, unless it was asked for already or there is none.
+    fn want_older(&mut self) -> Option<u64> {
+        let before = self.older.filter(|_| !self.asked)?;
+        self.asked = true;
+        self.note = Some("loading older output".into());
+        Some(before)
     }
 
     /// Keys as read (several may come in one read: a held key, a paste,
     /// a burst of wheel reports): each is applied in turn.
     pub fn keys(&mut self, bytes: &[u8], height: usize) -> Scrolled {
         let mut rest = bytes;
+        let mut older = None;
         while !rest.is_empty() {
             let len = key_len(rest);
-            if self.key(&rest[..len], height) == Scrolled::Quit {
-                return Scrolled::Quit;
+            match self.key(&rest[..len], height) {
+                Scrolled::Quit => return Scrolled::Quit,
+                Scrolled::Older(before) => older = Some(before),
+                Scrolled::Stay => {}
             }
             rest = &rest[len..];
         }
-        Scrolled::Stay
+        older.map_or(Scrolled::Stay, Scrolled::Older)
     }
 
     fn key(&mut self, key: &[u8], height: usize) -> Scrolled {
@@ -77,7 +127,9 @@ impl Scroll {
                         self.query = Some(query);
                     }
                     self.found = None;
-                    self.search(true, height);
+                    if let Some(before) = self.search(true, height) {
+                        return Scrolled::Older(before);
+                    }
                 }
                 b"\x1b" | b"\x03" => self.typing = None,
                 b"\x7f" | b"\x08" => {
@@ -108,8 +160,14 @@ impl Scroll {
             b"g" | b"\x1b[H" | b"\x1b[1~" => self.bottom = height.saturating_sub(1),
             b"G" | b"\x1b[F" | b"\x1b[4~" => self.bottom = self.last(),
             b"/" | b"?" => self.typing = Some(Vec::new()),
-            b"n" => self.search(true, height),
-            b"N" => self.search(false, height),
+            b"n" => {
+                if let Some(before) = self.search(true, height) {
+                    return Scrolled::Older(before);
+                }
+            }
+            b"N" => {
+                self.search(false, height);
+            }
             _ => match wheel(key) {
                 Some(Wheel::Up) => self.up(WHEEL),
                 Some(Wheel::Down) => self.down(WHEEL),
@@ -117,7 +175,12 @@ impl Scroll {
             },
         }
         self.bottom = self.bottom.max(height.saturating_sub(1)).min(self.last());
-        Scrolled::Stay
+        // The oldest loaded line is in view: the page before it is next.
+        let at_top = self.bottom <= height.saturating_sub(1);
+        match at_top.then(|| self.want_older()).flatten() {
+            Some(before) => Scrolled::Older(before),
+            None => Scrolled::Stay,
+        }
     }
 
     fn last(&self) -> usize {
@@ -133,11 +196,13 @@ impl Scroll {
     }
 
     /// Finds the query from the line above the found one (or the view's
-    /// top) towards older lines, or below it towards newer ones.
-    fn search(&mut self, older: bool, height: usize) {
+    /// top) towards older lines, or below it towards newer ones; answers
+    /// the older page to ask for when what is loaded has no more hit and
+    /// older output is retained (the search goes on when it comes).
+    fn search(&mut self, older: bool, height: usize) -> Option<u64> {
         let Some(query) = self.query.clone() else {
             self.note = Some("no search yet: / starts one".into());
-            return;
+            return None;
         };
         let top = self.bottom.saturating_sub(height.saturating_sub(1));
         let from = self.found.unwrap_or(if older { top } else { self.bottom });
@@ -154,8 +219,20 @@ impl Scroll {
                 self.bottom = (i + height / 2)
                     .min(self.last())
                     .max(height.saturating_sub(1));
+                None
             }
-            None => self.note = Some(format!("{query:?} not found")),
+            None if older && self.older.is_some() => {
+                // Keep looking from the top of what comes next.
+                self.found = Some(0);
+                self.resume_search = true;
+                let before = self.want_older();
+                self.note = Some(format!("searching older output for {query:?}"));
+                before
+            }
+            None => {
+                self.note = Some(format!("{query:?} not found"));
+                None
+            }
         }
     }
 
@@ -299,7 +376,7 @@ mod tests {
 
     #[test]
     fn starts_at_the_bottom_and_pages() {
-        let mut s = Scroll::new(history(100), 20);
+        let mut s = Scroll::new(history(100), 20, None);
         let mut f = Frame::blank(20, 5);
         s.draw(&mut f);
         assert_eq!(rows(&f)[..4], ["line 96", "line 97", "line 98", "line 99"]);
@@ -318,7 +395,7 @@ mod tests {
 
     #[test]
     fn search_finds_older_lines_then_newer() {
-        let mut s = Scroll::new(history(6000), 30);
+        let mut s = Scroll::new(history(6000), 30, None);
         let mut f = Frame::blank(30, 11);
         s.keys(b"/", 10);
         s.keys(b"line 12", 10);
@@ -346,7 +423,7 @@ mod tests {
 
     #[test]
     fn several_keys_in_one_read_each_count() {
-        let mut s = Scroll::new(history(100), 20);
+        let mut s = Scroll::new(history(100), 20, None);
         s.keys(b"kkk\x1b[A\x1b[A", 4);
         let mut f = Frame::blank(20, 5);
         s.draw(&mut f);
@@ -361,7 +438,7 @@ mod tests {
     fn search_is_by_character() {
         let mut lines = history(10);
         lines.insert(3, "needle-日本 here".into());
-        let mut s = Scroll::new(lines, 30);
+        let mut s = Scroll::new(lines, 30, None);
         s.keys("/needle-日本x\x7f\r".as_bytes(), 5);
         let mut f = Frame::blank(30, 6);
         s.draw(&mut f);
@@ -375,5 +452,37 @@ mod tests {
     #[test]
     fn strips_escapes() {
         assert_eq!(strip("\x1b[1;31mred\x1b[0m plain"), "red plain");
+    }
+
+    #[test]
+    fn the_top_and_a_search_ask_for_the_page_before_and_go_on_in_it() {
+        // Lines 500..600 loaded; older output from seq 40 down.
+        let page = |from: usize, to: usize| -> Vec<String> {
+            (from..to).map(|i| format!("line {i}")).collect()
+        };
+        let mut s = Scroll::new(page(500, 600), 20, Some(40));
+        let height = 10;
+        // Paging up to the top asks once for the page before seq 40.
+        let mut asked = Vec::new();
+        for _ in 0..20 {
+            if let Scrolled::Older(before) = s.keys(b"\x1b[5~", height) {
+                asked.push(before);
+            }
+        }
+        assert_eq!(asked, [40], "asked once until it comes");
+        // It comes: the view stays on the same lines, above them is more.
+        let top_before = s.bottom + 1 - height;
+        assert_eq!(s.older_page(page(0, 500), None, height), None);
+        assert_eq!(s.bottom + 1 - height, top_before + 500);
+        assert_eq!(s.keys(b"\x1b[5~", height), Scrolled::Stay);
+        // A search that finds nothing loaded asks for more and resumes.
+        let mut s = Scroll::new(page(500, 600), 20, Some(40));
+        assert_eq!(s.keys(b"/line 7\r", height), Scrolled::Older(40));
+        // Not in the next page either: the one before it is asked for.
+        assert_eq!(s.older_page(page(300, 500), Some(20), height), Some(20));
+        assert_eq!(s.older_page(page(0, 300), None, height), None);
+        assert_eq!(s.found, Some(79), "the newest older hit: line 79");
+        assert_eq!(s.keys(b"n", height), Scrolled::Stay);
+        assert_eq!(s.found, Some(78));
     }
 }

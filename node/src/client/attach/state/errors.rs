@@ -27,6 +27,10 @@ impl State {
                 self.notify(format!("no scroll mode: {message}"));
                 Ok(Step::Continue)
             }
+            (Some(HISTORY_OLDER_ID), _) => {
+                self.notify(format!("no older history: {message}"));
+                Ok(Step::Continue)
+            }
             // The screen after a resize: the model stays as it is.
             (Some(id), _) if id >= SCREEN_IDS => {
                 self.resync = None;

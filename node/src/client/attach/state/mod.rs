@@ -9,7 +9,7 @@ use anyhow::anyhow;
 use termesh_transport::{ClientMsg, EventKind, ServerMsg, SessionStatus};
 
 use super::backoff::Backoff;
-use super::display::Display;
+use super::display::{Display, Scrolled};
 use super::keys::{Key, KeyFilter};
 use super::raw::Raw;
 use super::resync::{Apply, Resync, Snap};
@@ -33,6 +33,10 @@ const SUBSCRIBE_ID: u64 = 1;
 const LIST_ID: u64 = 2;
 /// The id of the `history` the scroll mode asks for.
 const HISTORY_ID: u64 = 3;
+/// The scroll mode's older pages.
+const HISTORY_OLDER_ID: u64 = 5;
+/// Rows of history a page brings (PROTOCOL.md section 14).
+const HISTORY_ROWS: u32 = 2_000;
 /// The id of the `detach` an `attach -d` sends once subscribed.
 const DETACH_ID: u64 = 4;
 /// The ids of the `screen` requests after a resize count up from here.
@@ -303,14 +307,33 @@ impl State {
             ServerMsg::History {
                 id: HISTORY_ID,
                 lines,
+                first_seq,
+                more,
                 ..
             } => {
                 self.notice = None;
-                if !self.view.open_scroll(lines.unwrap_or_default()) {
+                let older = first_seq.filter(|_| more == Some(true));
+                if !self.view.open_scroll(lines.unwrap_or_default(), older) {
                     self.notify("no scroll mode with --raw: use the terminal's scrollback".into());
                 }
                 if let Some(keys) = self.scroll_wanted.take().filter(|k| !k.is_empty()) {
-                    self.view.scroll_keys(&keys);
+                    if let Scrolled::Older(before) = self.view.scroll_keys(&keys) {
+                        self.ask_history(conn, HISTORY_OLDER_ID, Some(before))
+                            .await?;
+                    }
+                }
+            }
+            ServerMsg::History {
+                id: HISTORY_OLDER_ID,
+                lines,
+                first_seq,
+                more,
+                ..
+            } => {
+                let older = first_seq.filter(|_| more == Some(true));
+                if let Some(before) = self.view.scroll_older(lines.unwrap_or_default(), older) {
+                    self.ask_history(conn, HISTORY_OLDER_ID, Some(before))
+                        .await?;
                 }
             }
             ServerMsg::ResyncRequired { .. } => self.reset_next_snapshot = true,
@@ -406,10 +429,13 @@ impl State {
             Outside::Keys(chunk) => {
                 let mut take_size = false;
                 let mut scroll = false;
+                let mut older = None;
                 for key in self.keys.feed(&chunk) {
                     match key {
                         Key::Input(bytes) if self.view.scrolling() => {
-                            self.view.scroll_keys(&bytes);
+                            if let Scrolled::Older(before) = self.view.scroll_keys(&bytes) {
+                                older = Some(before);
+                            }
                         }
                         Key::Input(bytes) if self.scroll_wanted.is_some() => {
                             if let Some(kept) = self.scroll_wanted.as_mut() {
@@ -454,15 +480,11 @@ impl State {
                         }
                         if scroll {
                             self.notify("loading the history".into());
-                            let session = self.opts.session.clone();
-                            conn.send(&ClientMsg::History {
-                                id: HISTORY_ID,
-                                session,
-                                limit: None,
-                                before_seq: None,
-                                rows: None,
-                            })
-                            .await?;
+                            self.ask_history(conn, HISTORY_ID, None).await?;
+                        }
+                        if let Some(before) = older {
+                            self.ask_history(conn, HISTORY_OLDER_ID, Some(before))
+                                .await?;
                         }
                     }
                     None if scroll => {
@@ -535,6 +557,24 @@ impl State {
         let data = std::mem::take(&mut self.pending_input);
         let session = self.opts.session.clone();
         conn.send(&ClientMsg::Input { session, data }).await
+    }
+    /// Asks for a page of history for the scroll mode: the newest
+    /// (`before` none) or the one before `before`.
+    async fn ask_history(
+        &self,
+        conn: &mut Client,
+        id: u64,
+        before: Option<u64>,
+    ) -> anyhow::Result<()> {
+        conn.send(&ClientMsg::History {
+            id,
+            session: self.opts.session.clone(),
+            limit: None,
+            before_seq: before,
+            rows: Some(HISTORY_ROWS),
+        })
+        .await?;
+        Ok(())
     }
 
     /// Sends this terminal's size, within the node's bounds (a larger

@@ -14,7 +14,7 @@ use avt::Pen;
 use termesh_actors::session::modes::ModeTracker;
 use termesh_actors::session::screen::Utf8Decoder;
 
-use super::display::Display;
+use super::display::{Display, Scrolled};
 use super::frame::{diff, origin, screen_rows, Frame, Glyph};
 use super::mouse::{take, translate, Window};
 use super::outer::{Modes, Outer};
@@ -356,10 +356,17 @@ impl Display for View {
         self.keep_screen = true;
     }
 
-    fn open_scroll(&mut self, lines: Vec<String>) -> bool {
-        self.scroll = Some(Scroll::new(lines, usize::from(self.session.0)));
+    fn open_scroll(&mut self, lines: Vec<String>, older: Option<u64>) -> bool {
+        self.scroll = Some(Scroll::new(lines, usize::from(self.session.0), older));
         self.dirty = true;
         true
+    }
+
+    fn scroll_older(&mut self, lines: Vec<String>, older: Option<u64>) -> Option<u64> {
+        let height = usize::from(self.term.1).saturating_sub(1).max(1);
+        let scroll = self.scroll.as_mut()?;
+        self.dirty = true;
+        scroll.older_page(lines, older, height)
     }
 
     fn scrolling(&self) -> bool {
@@ -414,17 +421,17 @@ impl Display for View {
         self.predict.enabled()
     }
 
-    fn scroll_keys(&mut self, bytes: &[u8]) -> bool {
+    fn scroll_keys(&mut self, bytes: &[u8]) -> Scrolled {
         let height = usize::from(self.term.1).saturating_sub(1).max(1);
         let Some(scroll) = self.scroll.as_mut() else {
-            return false;
+            return Scrolled::Quit;
         };
         self.dirty = true;
-        if scroll.keys(bytes, height) == super::scroll::Scrolled::Quit {
+        let done = scroll.keys(bytes, height);
+        if done == Scrolled::Quit {
             self.scroll = None;
-            return false;
         }
-        true
+        done
     }
 }
 

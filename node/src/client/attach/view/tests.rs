@@ -2,6 +2,7 @@
 //! outer terminal.
 
 use super::*;
+use crate::client::attach::display::Scrolled;
 
 /// What the outer terminal shows after everything the view wrote.
 fn outer_rows(outer: &mut avt::Terminal, view: &mut View) -> Vec<String> {
@@ -147,13 +148,13 @@ fn the_scroll_mode_draws_over_the_screen_and_gives_it_back() {
     let (mut v, mut outer) = view((20, 4));
     v.snapshot(20, 4, b"live", true);
     outer_rows(&mut outer, &mut v);
-    assert!(v.open_scroll((0..50).map(|i| format!("old {i}")).collect()));
+    assert!(v.open_scroll((0..50).map(|i| format!("old {i}")).collect(), None));
     let rows = outer_rows(&mut outer, &mut v);
     assert_eq!(rows[..3], ["old 47", "old 48", "old 49"]);
-    assert!(v.scroll_keys(b"k"));
+    assert_eq!(v.scroll_keys(b"k"), Scrolled::Stay);
     let rows = outer_rows(&mut outer, &mut v);
     assert_eq!(rows[2], "old 48");
-    assert!(!v.scroll_keys(b"q"));
+    assert_eq!(v.scroll_keys(b"q"), Scrolled::Quit);
     let rows = outer_rows(&mut outer, &mut v);
     assert_eq!(rows[0], "live");
 }

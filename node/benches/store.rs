@@ -6,8 +6,9 @@
 //! - output throughput to a WebSocket client with the store on and off
 //!   (alternating rounds, medians; target: on within 5% of off), beside
 //!   the raw PTY;
-//! - sled's disk use per output byte after `TERMESH_BENCH_STORE_MB` MiB
-//!   (default 1024) of output, all of it kept, beside `dd` writing as much;
+//! - the store's disk use per output byte (the output log and sled) after
+//!   `TERMESH_BENCH_STORE_MB` MiB (default 1024) of output, all of it
+//!   kept, beside `dd` writing as much;
 //! - restart time of a node holding 1,000 stored sessions
 //!   (`TERMESH_BENCH_SESSIONS`), beside a node with none.
 
@@ -168,13 +169,18 @@ fn main() {
     let repeats = store_mib.div_ceil(mib);
     let output = (repeats * (mib << 20)) as u64;
     let secs = rt.block_on(store_all(&node.target, &file, repeats));
-    let store_dir = node.dir.path().join("store");
-    let (blocks, apparent) = disk_use(&store_dir);
+    // Output in the log, records and events in sled: both count.
+    let both = |dir: &Path| {
+        let (b1, a1) = disk_use(&dir.join("output"));
+        let (b2, a2) = disk_use(&dir.join("store"));
+        (b1 + b2, a1 + a2)
+    };
+    let (blocks, apparent) = both(node.dir.path());
     let dir = node.stop_keeping_dir();
-    let (blocks_after, apparent_after) = disk_use(&dir.path().join("store"));
+    let (blocks_after, apparent_after) = both(dir.path());
     let dd = dd_rate(scratch.path(), output.min(1 << 30));
     println!(
-        "\ndisk use after {:.2} GiB of output, all of it kept (sled 0.34)",
+        "\ndisk use after {:.2} GiB of output, all of it kept (the output log and sled)",
         output as f64 / (1u64 << 30) as f64
     );
     println!(

@@ -562,6 +562,29 @@ async fn history_pages_walk_back_through_everything_retained() {
     assert!(lines.len() as u64 >= N && lines.len() as u64 <= N + pages);
     println!("{pages} pages back to the first line");
 
+    // The raw tail past the 1 MiB ring comes from the log.
+    let reply = c
+        .request(|id| ClientMsg::History {
+            id,
+            session: session.clone(),
+            limit: Some(2 << 20),
+            before_seq: None,
+            rows: None,
+        })
+        .await
+        .unwrap();
+    let ServerMsg::History {
+        data: Some(raw), ..
+    } = reply
+    else {
+        panic!("{reply:?}")
+    };
+    let all: Vec<u8> = (1..=N)
+        .flat_map(|i| format!("{i}\r\n").into_bytes())
+        .collect();
+    assert_eq!(raw.len(), 2 << 20, "the newest 2 MiB, past the ring");
+    assert!(all.ends_with(&raw));
+
     // Bad pages are refused clearly.
     for (msg, needle) in [
         (page(None, Some(0)), "rows"),

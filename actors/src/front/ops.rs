@@ -264,14 +264,43 @@ impl NodeCtx {
         answer.await.map_err(|_| gone(id))?
     }
 
-    /// The newest `limit` bytes of output held.
+    /// The newest `limit` bytes of output: from the ring, or from the
+    /// output log when the ring holds less than asked and more is stored.
     pub async fn raw_tail(&self, id: &str, limit: usize) -> Result<RawTailResult, ApiError> {
         let handle = self.session(id)?;
-        handle
+        let ring = handle
             .addr
             .send(RawTail { limit })
             .await
-            .map_err(|_| gone(id))
+            .map_err(|_| gone(id))?;
+        let Some(store) = self.store.as_ref().filter(|_| ring.data.len() < limit) else {
+            return Ok(ring);
+        };
+        // A frame more than asked (frames are whole), cut to `limit` below.
+        let page = store
+            .output_before(
+                id,
+                ring.last_seq.saturating_add(1),
+                limit.saturating_add(crate::session::pty::READ_CHUNK),
+            )
+            .await
+            .map_err(|e| ApiError::new(ErrorCode::Internal, e))?;
+        let stored: usize = page.frames.iter().map(|f| f.data.len()).sum();
+        // The log holds every frame sent: more of it than the ring, unless
+        // its writes failed (then the ring is the better answer).
+        if stored <= ring.data.len() || page.frames.last().map(|f| f.seq) != Some(ring.last_seq) {
+            return Ok(ring);
+        }
+        let mut data = bytes::BytesMut::with_capacity(stored.min(limit));
+        for f in &page.frames {
+            data.extend_from_slice(&f.data);
+        }
+        // At least one frame comes even past `limit`: keep the newest bytes.
+        let cut = data.len().saturating_sub(limit);
+        Ok(RawTailResult {
+            last_seq: ring.last_seq,
+            data: data.freeze().slice(cut..),
+        })
     }
 
     /// Creates a session here; answers once every peer whose link is up

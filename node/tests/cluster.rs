@@ -350,6 +350,32 @@ async fn every_request_works_from_any_node() {
         panic!("{raw:?}")
     };
     assert!(String::from_utf8_lossy(&data).contains("forwarded-one"));
+    // A page of the stored history, through b: rendered by the owner
+    // from its output log.
+    let page = ask(&cluster, 1, |rid| ClientMsg::History {
+        id: rid,
+        session: id.clone(),
+        limit: None,
+        before_seq: None,
+        rows: Some(50),
+    })
+    .await
+    .unwrap();
+    let ServerMsg::History {
+        lines: Some(lines),
+        first_seq: Some(first),
+        more: Some(_),
+        seq,
+        ..
+    } = page
+    else {
+        panic!("{page:?}")
+    };
+    assert!(first >= 1 && first <= seq);
+    assert!(
+        lines.iter().any(|l| l.contains("forwarded-three")),
+        "{lines:?}"
+    );
 
     // Rename and tag from b show on c.
     ask(&cluster, 1, |rid| ClientMsg::Rename {

@@ -11,7 +11,10 @@ use termesh_transport::{ErrorCode, SessionInfo};
 use crate::directory::registry::{spawn_program, Registry, SessionHandle, WatchEvent};
 use crate::error::ApiError;
 use crate::session::pty::SpawnSpec;
-use crate::session::Relaunch;
+use crate::session::{Relaunch, Released};
+
+/// How long a revive waits for the last run's program to be released.
+const RELEASE_WAIT: std::time::Duration = std::time::Duration::from_secs(15);
 
 #[derive(Message)]
 #[rtype(result = "Result<SessionInfo, ApiError>")]
@@ -33,8 +36,29 @@ impl Handler<Revive> for Registry {
         let thread_id = id.clone();
         let keeper = self.config.keeper.clone();
         let work = async move {
+            // The last run's program is released first (its end made
+            // durable), or the keeper refuses a second program of this id.
+            if let Ok(Some(mut released)) = handle.addr.send(Released).await {
+                let wait = released.wait_for(|done| *done);
+                if tokio::time::timeout(RELEASE_WAIT, wait).await.is_err() {
+                    tracing::warn!(session = %handle.id, "revive: the last run's program was not released in {RELEASE_WAIT:?}");
+                }
+            }
             let pty = actix_rt::task::spawn_blocking(move || {
-                spawn_program(&thread_id, &spec, keeper.as_ref())
+                // The release goes to the keeper from the last run's I/O
+                // task: until it lands, the keeper still holds that run.
+                let deadline = std::time::Instant::now() + RELEASE_WAIT;
+                loop {
+                    match spawn_program(&thread_id, &spec, keeper.as_ref()) {
+                        Err(e)
+                            if e.message.contains("already holds a program")
+                                && std::time::Instant::now() < deadline =>
+                        {
+                            std::thread::sleep(std::time::Duration::from_millis(10));
+                        }
+                        done => break done,
+                    }
+                }
             })
             .await
             .map_err(|e| {

@@ -216,6 +216,14 @@ impl Handler<Leave> for SessionActor {
     }
 }
 
+impl Handler<Released> for SessionActor {
+    type Result = Option<tokio::sync::watch::Receiver<bool>>;
+
+    fn handle(&mut self, _: Released, _: &mut Context<Self>) -> Self::Result {
+        self.released.clone()
+    }
+}
+
 impl Handler<GetScreen> for SessionActor {
     type Result = ();
 

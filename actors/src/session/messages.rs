@@ -87,6 +87,13 @@ pub struct GetScreen {
     pub reply: oneshot::Sender<Result<ScreenResult, crate::error::ApiError>>,
 }
 
+/// Answers once the ended program is released (to the keeper, or to the
+/// node's waiter): a revive spawns only then, or the keeper, still holding
+/// the old run, refuses the id.
+#[derive(Message)]
+#[rtype(result = "Option<tokio::sync::watch::Receiver<bool>>")]
+pub struct Released;
+
 /// The newest `limit` bytes of output the session holds, with the last seq.
 #[derive(Message)]
 #[rtype(result = "RawTailResult")]

@@ -131,6 +131,8 @@ pub struct SessionActor {
     cold: bool,
     /// Counted in `Metrics::ended_warm` (read back by `warm`).
     warm_counted: bool,
+    /// Set once the ended program is released (`let_program_go`).
+    released: Option<tokio::sync::watch::Receiver<bool>>,
     /// Which run of the program the PTY events are from: a read still
     /// pending on an earlier run's PTY (revived since) is dropped.
     run: u64,
@@ -244,6 +246,7 @@ impl SessionActor {
             finished: false,
             cold: false,
             warm_counted: false,
+            released: None,
             run: 0,
             seq_limit: if settings_has_store { 0 } else { u64::MAX },
             reserving: false,
@@ -517,11 +520,14 @@ impl SessionActor {
         // Released, a kept program is forgotten by the keeper: its end is
         // on disk first, or a crash in between brings it back `lost`.
         store.record(&self.shared.info());
+        let (done, released) = tokio::sync::watch::channel(false);
+        self.released = Some(released);
         actix::spawn(async move {
             if let Err(e) = store.flush().await {
                 tracing::error!("store: the record of an ended program is not durable: {e}");
             }
             guard.release();
+            let _ = done.send(true);
         });
     }
 

@@ -393,6 +393,12 @@ async fn over_the_node_budget_the_oldest_output_of_ended_sessions_goes_first() {
         "{}",
         node.log()
     );
+    // Its log empty, a restart still knows where its seqs stopped (a
+    // revive must not give them again).
+    let sent = info(&node, &ended).await.last_seq;
+    assert!(sent > 0);
+    let node = node.restart("[store]\nmax_bytes = \"2MiB\"\n");
+    assert!(info(&node, &ended).await.last_seq >= sent);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

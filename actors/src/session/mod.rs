@@ -51,7 +51,6 @@ const IDLE_CATCHUP: Duration = Duration::from_millis(100);
 /// subscribes to, is dropped: with full history it can hold megabytes, and
 /// most sessions are not looked at most of the time.
 const MODEL_TTL: Duration = Duration::from_secs(600);
-/// How soon a session held by the store's backlog looks again.
 /// Seqs reserved at a time in the store's high-water mark: a crash skips
 /// at most this many seqs, and the next block is asked for half a block
 /// ahead, so output never waits for the disk while it keeps up.

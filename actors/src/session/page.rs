@@ -65,30 +65,43 @@ pub fn render(
         start -= 1;
     }
     let all_fit = start == 0 && newlines + 1 < rows;
-    // Wrapped rows may still make it too many: drop the oldest frames.
-    loop {
-        let lines = render_lines(&frames[start..], cols, screen_rows);
-        let too_many = lines.len() > rows || bytes(&lines) > MAX_PAGE_BYTES;
-        if too_many && start + 1 < frames.len() {
-            start += 1;
-            continue;
+    // Wrapped rows may still make it too many: the fewest oldest frames
+    // to drop, found in a few renders (fewer frames, fewer rows).
+    let too_many = |lines: &[String]| lines.len() > rows || bytes(lines) > MAX_PAGE_BYTES;
+    let mut lines = render_lines(&frames[start..], cols, screen_rows);
+    if too_many(&lines) && start + 1 < frames.len() {
+        let (mut lo, mut hi) = (start + 1, frames.len() - 1);
+        let mut found = None;
+        while lo <= hi {
+            let mid = lo + (hi - lo) / 2;
+            let rendered = render_lines(&frames[mid..], cols, screen_rows);
+            if too_many(&rendered) {
+                lo = mid + 1;
+            } else {
+                found = Some((mid, rendered));
+                hi = mid - 1;
+            }
         }
-        let mut lines = lines;
-        // One frame alone over the byte bound: its newest lines.
-        let mut over = bytes(&lines).saturating_sub(MAX_PAGE_BYTES);
-        let mut cut = 0;
-        while over > 0 && cut + 1 < lines.len() {
-            over = over.saturating_sub(lines[cut].len() + 1);
-            cut += 1;
-        }
-        lines.drain(..cut);
-        return RenderedPage {
-            lines,
-            first_seq: frames[start].seq,
-            last_seq: frames[frames.len() - 1].seq,
-            more: start > 0 || older,
-            wants_more: all_fit && older,
-        };
+        (start, lines) = found.unwrap_or_else(|| {
+            let last = frames.len() - 1;
+            (last, render_lines(&frames[last..], cols, screen_rows))
+        });
+    }
+    // One frame alone over the byte bound (a 64 KiB read whose every cell
+    // changes colour): its newest lines.
+    let mut over = bytes(&lines).saturating_sub(MAX_PAGE_BYTES);
+    let mut cut = 0;
+    while over > 0 && cut + 1 < lines.len() {
+        over = over.saturating_sub(lines[cut].len() + 1);
+        cut += 1;
+    }
+    lines.drain(..cut);
+    RenderedPage {
+        lines,
+        first_seq: frames[start].seq,
+        last_seq: frames[frames.len() - 1].seq,
+        more: start > 0 || older,
+        wants_more: all_fit && older,
     }
 }
 

@@ -48,10 +48,12 @@ pub fn load(
             continue;
         };
         let logged = log.last_seq(&id);
-        let last_seq = if whole {
+        // A log retention emptied (an ended session past the node's
+        // budget) no longer says where the seqs stopped: the mark does.
+        let last_seq = if whole && logged > 0 {
             logged.max(store.seq_floor(&id)?)
         } else {
-            logged.max(store.seq_mark(&id)?)
+            logged.max(store.seq_floor(&id)?).max(store.seq_mark(&id)?)
         };
         // A session that ended keeps no ring in memory until asked for.
         let cold = info.status != SessionStatus::Running;

@@ -64,6 +64,11 @@ pub fn migrate(
                 if !k.starts_with(&prefix) || k.len() != prefix.len() + 8 {
                     break;
                 }
+                if v.len() < 8 {
+                    // Damaged: no stamp. Skipped, said.
+                    tracing::warn!(session = %id, "store: a stored frame without its stamp is skipped");
+                    continue;
+                }
                 let e = super::entry(&k, v);
                 append(log, id, e.n, e.at_ms, &e.data, &mut done).map_err(open_err)?;
                 next = e.n;

@@ -161,12 +161,20 @@ pub fn decode_index(bytes: &[u8]) -> Option<Index> {
             offset: le64(&e[16..24]),
         })
         .collect();
-    Some(Index {
+    let index = Index {
         covered: le64(&body[8..16]),
         last_seq: le64(&body[16..24]),
         last_at: le64(&body[24..32]),
         entries,
-    })
+    };
+    // Blocks inside the segment, in order: a reader sizes its reads by
+    // them.
+    let ordered = index.entries.windows(2).all(|w| w[0].offset < w[1].offset);
+    let inside = index
+        .entries
+        .iter()
+        .all(|e| e.offset >= HEADER && e.offset < index.covered);
+    (ordered && inside).then_some(index)
 }
 
 /// A segment's file name: its first seq, zero-padded so names sort.
@@ -181,9 +189,11 @@ pub fn index_name(first_seq: u64) -> String {
 /// The first seq a segment file name holds (`None`: not a segment).
 pub fn parse_segment_name(name: &str) -> Option<u64> {
     let digits = name.strip_suffix(".log")?;
+    // Seqs start at 1: a segment named 0 is none of ours.
     (digits.len() == 20 && digits.bytes().all(|b| b.is_ascii_digit()))
         .then(|| digits.parse().ok())
         .flatten()
+        .filter(|first: &u64| *first > 0)
 }
 
 /// A session's folder name: the id itself when it is plain (letters,
@@ -262,7 +272,7 @@ mod tests {
     #[test]
     fn an_index_round_trips_and_a_damaged_one_is_refused() {
         let index = Index {
-            covered: 9_000,
+            covered: 90_000,
             last_seq: 40,
             last_at: 5,
             entries: vec![
@@ -286,6 +296,39 @@ mod tests {
             assert_eq!(decode_index(&bad), None, "byte {i}");
         }
         assert_eq!(decode_index(&bytes[..bytes.len() - 1]), None);
+        // Whole but not sane: blocks out of order or outside the segment.
+        for entries in [
+            vec![
+                IndexEntry {
+                    seq: 1,
+                    at_ms: 0,
+                    offset: 70_000,
+                },
+                IndexEntry {
+                    seq: 2,
+                    at_ms: 0,
+                    offset: 16,
+                },
+            ],
+            vec![IndexEntry {
+                seq: 1,
+                at_ms: 0,
+                offset: 9_000,
+            }],
+            vec![IndexEntry {
+                seq: 1,
+                at_ms: 0,
+                offset: 3,
+            }],
+        ] {
+            let bad = Index {
+                covered: 9_000,
+                last_seq: 2,
+                last_at: 0,
+                entries,
+            };
+            assert_eq!(decode_index(&encode_index(&bad)), None, "{bad:?}");
+        }
     }
 
     #[test]
@@ -293,6 +336,11 @@ mod tests {
         assert_eq!(segment_name(42), "00000000000000000042.log");
         assert_eq!(parse_segment_name(&segment_name(u64::MAX)), Some(u64::MAX));
         assert_eq!(parse_segment_name("42.log"), None);
+        assert_eq!(
+            parse_segment_name(&segment_name(0)),
+            None,
+            "seqs start at 1"
+        );
         assert_eq!(parse_segment_name("0000000000000000004x.log"), None);
         assert!(segment_name(9) < segment_name(10));
         assert_eq!(folder_name("a1b2-c_3"), "a1b2-c_3");

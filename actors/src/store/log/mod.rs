@@ -102,7 +102,15 @@ impl OutputLog {
         metrics: Arc<Metrics>,
     ) -> io::Result<(OutputLog, Recovery)> {
         session::make_private_dir(dir)?;
+        // An output log made before the node restricted it stays its own.
+        std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))?;
         let marker = std::fs::read_to_string(dir.join(MARKER)).ok();
+        // Read once: this run says it again only once it is whole
+        // (`declare_whole`); a mark left standing would outlive a write
+        // that fails before then.
+        if marker.is_some() {
+            std::fs::remove_file(dir.join(MARKER))?;
+        }
         let mut recovery = Recovery {
             whole: marker.is_some_and(|m| Some(m.trim()) == boot_id().as_deref()),
             ..Recovery::default()
@@ -251,6 +259,19 @@ impl OutputLog {
         }
     }
 
+    /// A sync failed: said once, and by `/healthz` until a write works.
+    pub fn sync_failed(&self, e: &io::Error) {
+        let mut failing = self
+            .metrics
+            .log_error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if failing.is_none() {
+            tracing::error!(dir = %self.dir.display(), "output log: a sync failed ({e}): output written since may not survive a machine crash");
+        }
+        *failing = Some(format!("sync failed: {e}"));
+    }
+
     fn count_dropped(&self, freed: u64) {
         if freed > 0 {
             self.metrics.log_bytes.fetch_sub(freed, Ordering::Relaxed);
@@ -362,7 +383,7 @@ impl OutputLog {
     /// bytes: of sessions in `ended` first (every segment may go), then
     /// of running ones (never the segment being written), oldest output
     /// first by when it was read. Answers what it deleted.
-    pub fn shed(&self, max: u64, ended: &std::collections::HashSet<String>) -> io::Result<Shed> {
+    pub fn shed(&self, max: u64, ended: &std::collections::HashSet<String>) -> Shed {
         let mut shed = Shed::default();
         for ended_pass in [true, false] {
             let mut heap = std::collections::BinaryHeap::new();
@@ -382,12 +403,21 @@ impl OutputLog {
                 let Some(slot) = self.existing(&id) else {
                     continue;
                 };
-                let freed = {
+                let dropped = {
                     let mut log = slot.lock().unwrap_or_else(|p| p.into_inner());
                     if ended_pass {
-                        log.seal(&self.metrics.log_open_files)?;
+                        // No index written: it would need space the
+                        // budget may be short of, and the segment goes.
+                        log.let_go(&self.metrics.log_open_files);
                     }
-                    log.drop_oldest()?
+                    log.drop_oldest()
+                };
+                let freed = match dropped {
+                    Ok(freed) => freed,
+                    Err(e) => {
+                        tracing::warn!(session = %id, "output log: a segment over the budget cannot be deleted: {e}");
+                        continue;
+                    }
                 };
                 self.count_dropped(freed);
                 if ended_pass {
@@ -400,7 +430,7 @@ impl OutputLog {
                 }
             }
         }
-        Ok(shed)
+        shed
     }
 
     /// When the oldest segment that may go was last written, if one may.
@@ -421,11 +451,22 @@ impl OutputLog {
             let Some(slot) = self.existing(&id) else {
                 continue;
             };
-            let mut log = slot.lock().unwrap_or_else(|p| p.into_inner());
-            match log.sync(IDLE, &self.metrics.log_open_files) {
-                Ok(true) => synced += 1,
-                Ok(false) => {}
-                Err(e) => result = Err(e),
+            let unsynced = slot
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .unsynced(IDLE, &self.metrics.log_open_files);
+            if unsynced.is_empty() {
+                continue;
+            }
+            let active = unsynced.active;
+            match unsynced.sync() {
+                Ok(()) => synced += 1,
+                Err(e) => {
+                    if active {
+                        slot.lock().unwrap_or_else(|p| p.into_inner()).sync_failed();
+                    }
+                    result = Err(e);
+                }
             }
         }
         if synced > 0 {
@@ -461,7 +502,7 @@ impl OutputLog {
                         return;
                     };
                     if let Err(e) = log.sync() {
-                        tracing::error!(dir = %log.dir.display(), "output log: sync failed: {e}");
+                        log.sync_failed(&e);
                     }
                 }
             })

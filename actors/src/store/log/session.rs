@@ -12,6 +12,10 @@ use std::time::Instant;
 
 use super::format::{self, Index, IndexEntry, BLOCK, HEADER, RECORD};
 
+/// What a scan of one segment reads at most (twice the largest segment
+/// and a record).
+const MAX_SCAN: u64 = 2 * super::SEGMENT_BYTES + format::MAX_DATA as u64;
+
 /// Segment files a node keeps open for appending, at most: past it a
 /// write opens, writes and closes (a busy node with thousands of
 /// sessions spends no descriptor per session on its log).
@@ -317,6 +321,19 @@ impl SessionLog {
         write_file(&self.index_path(first), &format::encode_index(&index))
     }
 
+    /// Lets the segment being written go without indexing it (the next
+    /// start scans it): for a log whose segments are about to be deleted.
+    pub fn let_go(&mut self, open: &AtomicU64) {
+        if let Some(active) = self.active.take() {
+            release(active.file, open);
+            if active.dirty {
+                if let Some(s) = self.segments.last() {
+                    self.unsynced.push(s.first_seq);
+                }
+            }
+        }
+    }
+
     /// Writes the index of the segment being written as it stands now,
     /// so a clean start reads it instead of scanning (appends continue
     /// after it: the next start scans only what follows).
@@ -336,35 +353,37 @@ impl SessionLog {
         )
     }
 
-    /// Makes what was written durable (data of the segment being written
-    /// and of those sealed since the last sync); lets the descriptor go
-    /// when nothing was written for `idle`. Answers whether it synced.
-    pub fn sync(&mut self, idle: std::time::Duration, open: &AtomicU64) -> io::Result<bool> {
-        let mut synced = false;
+    /// What to make durable now, taken under the session's lock and
+    /// synced without it (`Unsynced::sync`), so a slow disk's fsync never
+    /// holds the session's writes: the segments sealed since the last
+    /// sync and the one being written if it was written to. Lets the
+    /// descriptor go when nothing was written for `idle`.
+    pub fn unsynced(&mut self, idle: std::time::Duration, open: &AtomicU64) -> Unsynced {
+        let mut out = Unsynced::default();
         for first in std::mem::take(&mut self.unsynced) {
-            match File::open(self.segment_path(first)) {
-                Ok(f) => f.sync_data()?,
-                // Deleted by retention since: nothing to keep.
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                Err(e) => return Err(e),
-            }
-            synced = true;
+            out.files.push(self.segment_path(first));
         }
         let first = self.segments.last().map(|s| s.first_seq);
         if let (Some(active), Some(first)) = (&mut self.active, first) {
-            if active.dirty {
-                match &active.file {
-                    Some(o) => o.file.sync_data()?,
-                    None => File::open(self.dir.join(format::segment_name(first)))?.sync_data()?,
+            if std::mem::take(&mut active.dirty) {
+                match active.file.as_ref().map(|o| o.file.try_clone()) {
+                    Some(Ok(file)) => out.open = Some(file),
+                    _ => out.files.push(self.dir.join(format::segment_name(first))),
                 }
-                active.dirty = false;
-                synced = true;
+                out.active = true;
             }
             if active.last_write.elapsed() >= idle {
                 release(active.file.take(), open);
             }
         }
-        Ok(synced)
+        out
+    }
+
+    /// A sync of the segment being written failed: it is tried again.
+    pub fn sync_failed(&mut self) {
+        if let Some(active) = &mut self.active {
+            active.dirty = true;
+        }
     }
 
     /// Deletes the oldest segments while what stays holds at least
@@ -429,6 +448,47 @@ fn open_for_append(path: &Path, open: &AtomicU64) -> io::Result<Open> {
         file,
         counted: take_slot(open),
     })
+}
+
+/// Segment files to sync, taken from a session's log (`unsynced`).
+#[derive(Debug, Default)]
+pub struct Unsynced {
+    /// The segment being written, by a copy of its descriptor.
+    open: Option<File>,
+    files: Vec<PathBuf>,
+    /// The segment being written is among them.
+    pub active: bool,
+}
+
+impl Unsynced {
+    pub fn is_empty(&self) -> bool {
+        self.open.is_none() && self.files.is_empty()
+    }
+
+    /// Syncs every one, the rest too when one fails; answers the first
+    /// error.
+    pub fn sync(self) -> io::Result<()> {
+        let mut result = Ok(());
+        let mut keep = |r: io::Result<()>| {
+            if let Err(e) = r {
+                if result.is_ok() {
+                    result = Err(e);
+                }
+            }
+        };
+        if let Some(file) = self.open {
+            keep(file.sync_data());
+        }
+        for path in self.files {
+            match File::open(&path) {
+                Ok(f) => keep(f.sync_data()),
+                // Deleted by retention since: nothing to keep.
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => keep(Err(e)),
+            }
+        }
+        result
+    }
 }
 
 /// Makes `dir` (and missing parents) the node user's alone.
@@ -518,7 +578,9 @@ fn scan(
         segment.last_at = i.last_at;
         entries = i.entries;
     }
-    let total = file.metadata()?.len();
+    // A segment is at most its size and one record past it; a file far
+    // larger is damage, read no further than that bound.
+    let total = file.metadata()?.len().min(segment.len + MAX_SCAN);
     let mut rest = vec![0u8; total.saturating_sub(segment.len) as usize];
     let got = super::view::read_up_to(&file, &mut rest, segment.len)?;
     rest.truncate(got);

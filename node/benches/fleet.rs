@@ -103,24 +103,7 @@ fn main() {
     }
     let secs = start.elapsed().as_secs_f64();
     let written = (per_session.div_ceil(64 << 10) * (64 << 10)) as f64 * sessions as f64;
-    let dd = {
-        let f = dir.path().join("dd.bin");
-        let start = Instant::now();
-        let ok = std::process::Command::new("dd")
-            .arg("if=/dev/zero")
-            .arg(format!("of={}", f.display()))
-            .args(["bs=1M", "count=2048", "conv=fsync"])
-            .stderr(std::process::Stdio::null())
-            .status()
-            .unwrap()
-            .success();
-        let _ = std::fs::remove_file(f);
-        if ok {
-            (2u64 << 30) as f64 / start.elapsed().as_secs_f64() / 1e6
-        } else {
-            0.0
-        }
-    };
+    let dd = dd_rate(dir.path(), 2 << 30);
     println!(
         "  written in {secs:.1} s: {:.0} MB/s (dd with fsync: {dd:.0} MB/s)",
         written / secs / 1e6

@@ -345,24 +345,7 @@ fn main() {
         node = n;
         point(&format!("  after kill -9 ({ms:.0} ms to serve)"), &node);
     }
-    let dd = {
-        let f = scratch.path().join("dd.bin");
-        let start = Instant::now();
-        let ok = std::process::Command::new("dd")
-            .arg("if=/dev/zero")
-            .arg(format!("of={}", f.display()))
-            .args(["bs=1M", "count=1024", "conv=fsync"])
-            .stderr(std::process::Stdio::null())
-            .status()
-            .unwrap()
-            .success();
-        let _ = std::fs::remove_file(f);
-        if ok {
-            (1u64 << 30) as f64 / start.elapsed().as_secs_f64() / 1e6
-        } else {
-            0.0
-        }
-    };
+    let dd = dd_rate(scratch.path(), 1 << 30);
     println!("  (limit: dd with fsync {dd:.0} MB/s; raw PTY, one reader {raw:.0} MB/s)");
     // The slope between the first round and the last: what keeping more
     // costs, apart from what the rounds' live sessions hold (their rings).

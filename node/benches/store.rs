@@ -79,24 +79,6 @@ async fn stored_through_end(c: &mut Client, session: &str) -> u64 {
     }
 }
 
-/// `dd` writing `bytes` to a file in `dir` and syncing it: the disk's own
-/// sequential write rate.
-fn dd_rate(dir: &Path, bytes: u64) -> f64 {
-    let file = dir.join("dd.bin");
-    let start = Instant::now();
-    let status = std::process::Command::new("dd")
-        .arg("if=/dev/zero")
-        .arg(format!("of={}", file.display()))
-        .args(["bs=1M", &format!("count={}", bytes >> 20), "conv=fsync"])
-        .stderr(std::process::Stdio::null())
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let rate = bytes as f64 / start.elapsed().as_secs_f64() / 1e6;
-    let _ = std::fs::remove_file(file);
-    rate
-}
-
 /// One session printing `file` `repeats` times; the seconds until its
 /// last frame is stored.
 async fn store_all(target: &Target, file: &Path, repeats: usize) -> f64 {

@@ -7,40 +7,9 @@
 
 mod common;
 
-use common::binary::{client, create, info, BinaryNode};
+use common::binary::{client, create, info, stored_output, BinaryNode};
 use common::*;
 use termesh_transport::{ClientMsg, ServerMsg, SessionStatus};
-
-/// Every stored frame of `session` through `read_output`: (bytes, last
-/// seq, holes in the seqs).
-async fn stored_output(node: &BinaryNode, session: &str) -> (Vec<u8>, u64, u32) {
-    let mut c = client(node).await;
-    let (mut data, mut last, mut holes) = (Vec::new(), 0u64, 0);
-    loop {
-        let reply = c
-            .request(|id| ClientMsg::ReadOutput {
-                id,
-                session: session.to_string(),
-                after: Some(last),
-                max_bytes: None,
-            })
-            .await
-            .unwrap();
-        let ServerMsg::StoredOutput { frames, .. } = reply else {
-            panic!("{reply:?}");
-        };
-        if frames.is_empty() {
-            return (data, last, holes);
-        }
-        for f in frames {
-            if last != 0 && f.seq != last + 1 {
-                holes += 1;
-            }
-            last = f.seq;
-            data.extend_from_slice(&f.data);
-        }
-    }
-}
 
 /// The newest segment file of `session` under the node's data dir.
 fn newest_segment(data: &std::path::Path, session: &str) -> Option<std::path::PathBuf> {

@@ -7,43 +7,11 @@
 
 mod common;
 
-use common::binary::{client, create, info, BinaryNode};
+use common::binary::{client, create, info, stored_output, BinaryNode};
 use common::*;
 use termesh_transport::{ClientMsg, CreateRequest, ServerMsg, SessionStatus};
 
 const BIG_RING: &str = "[session]\nring_bytes = \"64MiB\"\nring_frames = 4194304\n";
-
-/// Everything the node holds of a session, from seq 1, through `subscribe`.
-/// Everything the store holds of `session`, read page by page with
-/// `read_output`: (the bytes, the last seq, how many holes in the seqs).
-async fn stored_output(node: &BinaryNode, session: &str) -> (Vec<u8>, u64, u32) {
-    let mut c = client(node).await;
-    let (mut data, mut last, mut holes) = (Vec::new(), 0u64, 0);
-    loop {
-        let reply = c
-            .request(|id| ClientMsg::ReadOutput {
-                id,
-                session: session.to_string(),
-                after: Some(last),
-                max_bytes: None,
-            })
-            .await
-            .unwrap();
-        let ServerMsg::StoredOutput { frames, .. } = reply else {
-            panic!("{reply:?}");
-        };
-        if frames.is_empty() {
-            return (data, last, holes);
-        }
-        for f in frames {
-            if last != 0 && f.seq != last + 1 {
-                holes += 1;
-            }
-            last = f.seq;
-            data.extend_from_slice(&f.data);
-        }
-    }
-}
 
 async fn replay(node: &BinaryNode, session: &str, last_seq: u64) -> Stream {
     let mut c = client(node).await;

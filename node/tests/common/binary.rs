@@ -264,3 +264,34 @@ pub async fn info(node: &BinaryNode, id: &str) -> SessionInfo {
         .find(|s| s.id == id)
         .unwrap_or_else(|| panic!("no session {id}; log:\n{}", node.log()))
 }
+
+/// Every stored frame of `session` through `read_output`, page by page:
+/// (the bytes, the last seq, how many holes in the seqs).
+pub async fn stored_output(node: &BinaryNode, session: &str) -> (Vec<u8>, u64, u32) {
+    let mut c = client(node).await;
+    let (mut data, mut last, mut holes) = (Vec::new(), 0u64, 0);
+    loop {
+        let reply = c
+            .request(|id| ClientMsg::ReadOutput {
+                id,
+                session: session.to_string(),
+                after: Some(last),
+                max_bytes: None,
+            })
+            .await
+            .unwrap();
+        let ServerMsg::StoredOutput { frames, .. } = reply else {
+            panic!("{reply:?}");
+        };
+        if frames.is_empty() {
+            return (data, last, holes);
+        }
+        for f in frames {
+            if last != 0 && f.seq != last + 1 {
+                holes += 1;
+            }
+            last = f.seq;
+            data.extend_from_slice(&f.data);
+        }
+    }
+}

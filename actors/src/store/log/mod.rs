@@ -16,6 +16,7 @@
 
 pub mod cache;
 pub mod format;
+mod scan;
 pub mod session;
 #[cfg(test)]
 mod tests;
@@ -85,6 +86,8 @@ pub struct OutputLog {
     metrics: Arc<Metrics>,
     /// The `LOGGED` file says this run's log is whole.
     whole: AtomicBool,
+    /// `metrics.log_error` is set: the next write that works clears it.
+    failing: AtomicBool,
 }
 
 thread_local! {
@@ -139,6 +142,7 @@ impl OutputLog {
             cache: IndexCache::new(metrics.clone()),
             metrics,
             whole: AtomicBool::new(false),
+            failing: AtomicBool::new(false),
         };
         log.metrics.log_bytes.store(disk, Ordering::Relaxed);
         Ok((log, recovery))
@@ -222,12 +226,14 @@ impl OutputLog {
                 // unless it does).
                 let freed = log.trim(self.keep_bytes.load(Ordering::Relaxed))?;
                 self.count_dropped(freed);
-                let mut failing = self
-                    .metrics
-                    .log_error
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner());
-                if failing.take().is_some() {
+                // One atomic read per frame; the error's lock only when
+                // writes come back.
+                if self.failing.swap(false, Ordering::AcqRel) {
+                    self.metrics
+                        .log_error
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .take();
                     tracing::info!(dir = %self.dir.display(), "output log: writes work again");
                 }
                 Ok(())
@@ -242,15 +248,10 @@ impl OutputLog {
 
     fn failed(&self, bytes: u64, e: &io::Error) {
         Metrics::add(&self.metrics.store_lost_bytes, bytes);
-        let mut failing = self
-            .metrics
-            .log_error
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        if failing.is_none() {
-            tracing::error!(dir = %self.dir.display(), "output log: a write failed ({e}): output is sent but not stored until the disk takes writes again");
-        }
-        *failing = Some(e.to_string());
+        self.fail(
+            e.to_string(),
+            "a write failed: output is sent but not stored until the disk takes writes again",
+        );
         if self.whole.swap(false, Ordering::AcqRel) {
             // Unlinking needs no space: it works on a full disk.
             if let Err(e) = std::fs::remove_file(self.dir.join(MARKER)) {
@@ -259,17 +260,26 @@ impl OutputLog {
         }
     }
 
-    /// A sync failed: said once, and by `/healthz` until a write works.
+    /// A sync failed: output written since may not survive a machine crash.
     pub fn sync_failed(&self, e: &io::Error) {
+        self.fail(
+            format!("sync failed: {e}"),
+            "a sync failed: output written since may not survive a machine crash",
+        );
+    }
+
+    /// Said once per episode, and by `/healthz` until a write works.
+    fn fail(&self, cause: String, what: &str) {
         let mut failing = self
             .metrics
             .log_error
             .lock()
             .unwrap_or_else(|p| p.into_inner());
         if failing.is_none() {
-            tracing::error!(dir = %self.dir.display(), "output log: a sync failed ({e}): output written since may not survive a machine crash");
+            tracing::error!(dir = %self.dir.display(), "output log: {what} ({cause})");
         }
-        *failing = Some(format!("sync failed: {e}"));
+        *failing = Some(cause);
+        self.failing.store(true, Ordering::Release);
     }
 
     fn count_dropped(&self, freed: u64) {

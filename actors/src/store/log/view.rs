@@ -12,7 +12,8 @@ use std::sync::Arc;
 
 use super::cache::IndexCache;
 use super::format::{self, Frame, IndexEntry};
-use super::session::{self, Segment, SessionLog};
+use super::scan;
+use super::session::{Segment, SessionLog};
 
 #[derive(Debug, Clone)]
 pub struct View {
@@ -131,9 +132,9 @@ impl View {
             return Ok(entries);
         }
         let index_path = self.dir.join(format::index_name(segment.first_seq));
-        let entries = match session::read_index(&index_path) {
+        let entries = match scan::read_index(&index_path) {
             Some(i) if i.covered == segment.len => i.entries,
-            found => match session::scan_segment_readonly(&path, segment.first_seq, found) {
+            found => match scan::scan_segment_readonly(&path, segment.first_seq, found) {
                 Ok(entries) => entries,
                 Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
                 Err(e) => return Err(e),

@@ -16,8 +16,10 @@ use super::resync::{Apply, Resync, Snap};
 use super::view::{View, ViewOptions};
 use super::{AttachOptions, Ended, Outside};
 use crate::client::{Client, Fatal};
+use history::HISTORY_OLDER_ID;
 
 mod errors;
+mod history;
 mod status;
 
 pub use status::key_name;
@@ -33,10 +35,6 @@ const SUBSCRIBE_ID: u64 = 1;
 const LIST_ID: u64 = 2;
 /// The id of the `history` the scroll mode asks for.
 const HISTORY_ID: u64 = 3;
-/// The scroll mode's older pages.
-const HISTORY_OLDER_ID: u64 = 5;
-/// Rows of history a page brings (PROTOCOL.md section 14).
-const HISTORY_ROWS: u32 = 2_000;
 /// The id of the `detach` an `attach -d` sends once subscribed.
 const DETACH_ID: u64 = 4;
 /// The ids of the `screen` requests after a resize count up from here.
@@ -305,36 +303,15 @@ impl State {
                 }
             }
             ServerMsg::History {
-                id: HISTORY_ID,
+                id,
                 lines,
                 first_seq,
                 more,
                 ..
-            } => {
-                self.notice = None;
+            } if id == HISTORY_ID || id == HISTORY_OLDER_ID => {
                 let older = first_seq.filter(|_| more == Some(true));
-                if !self.view.open_scroll(lines.unwrap_or_default(), older) {
-                    self.notify("no scroll mode with --raw: use the terminal's scrollback".into());
-                }
-                if let Some(keys) = self.scroll_wanted.take().filter(|k| !k.is_empty()) {
-                    if let Scrolled::Older(before) = self.view.scroll_keys(&keys) {
-                        self.ask_history(conn, HISTORY_OLDER_ID, Some(before))
-                            .await?;
-                    }
-                }
-            }
-            ServerMsg::History {
-                id: HISTORY_OLDER_ID,
-                lines,
-                first_seq,
-                more,
-                ..
-            } => {
-                let older = first_seq.filter(|_| more == Some(true));
-                if let Some(before) = self.view.scroll_older(lines.unwrap_or_default(), older) {
-                    self.ask_history(conn, HISTORY_OLDER_ID, Some(before))
-                        .await?;
-                }
+                self.on_history(conn, id, lines.unwrap_or_default(), older)
+                    .await?;
             }
             ServerMsg::ResyncRequired { .. } => self.reset_next_snapshot = true,
             ServerMsg::Pong { nonce: Some(n) } => {
@@ -557,24 +534,6 @@ impl State {
         let data = std::mem::take(&mut self.pending_input);
         let session = self.opts.session.clone();
         conn.send(&ClientMsg::Input { session, data }).await
-    }
-    /// Asks for a page of history for the scroll mode: the newest
-    /// (`before` none) or the one before `before`.
-    async fn ask_history(
-        &self,
-        conn: &mut Client,
-        id: u64,
-        before: Option<u64>,
-    ) -> anyhow::Result<()> {
-        conn.send(&ClientMsg::History {
-            id,
-            session: self.opts.session.clone(),
-            limit: None,
-            before_seq: before,
-            rows: Some(HISTORY_ROWS),
-        })
-        .await?;
-        Ok(())
     }
 
     /// Sends this terminal's size, within the node's bounds (a larger

@@ -152,6 +152,14 @@ fn main() {
         );
         let start = Instant::now();
         for i in 0..500.min(sessions) {
+            if i % 50 == 0 {
+                let rss = node.rss_kib();
+                println!(
+                    "    screen {i}: RSS {:.1} MiB, {} ended sessions warm",
+                    rss as f64 / 1024.0,
+                    node.metric("termesh_sessions_ended_warm")
+                );
+            }
             let reply = c
                 .request(|id| ClientMsg::Screen {
                     id,

@@ -8,5 +8,6 @@ pub mod cluster_rotate;
 pub mod export;
 pub mod keeper;
 pub mod server;
+pub mod tail;
 pub mod token;
 pub mod token_file;

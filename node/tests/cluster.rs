@@ -490,6 +490,53 @@ async fn every_request_works_from_any_node() {
     })
     .await;
 
+    // Any tail of c's retained output, through b: bounded pages across
+    // the mesh, given out oldest first, over REST and the CLI.
+    let flood = ask(&cluster, 1, |rid| ClientMsg::Create {
+        id: rid,
+        req: CreateRequest {
+            command: Some(vec!["sh".into(), "-c".into(), "seq 1 1500000".into()]),
+            node: Some("c".into()),
+            ..Default::default()
+        },
+    })
+    .await
+    .unwrap();
+    let ServerMsg::Created { session: flood, .. } = flood else {
+        panic!("{flood:?}")
+    };
+    session_on(&cluster, 1, &flood.id, |s| {
+        s.status == SessionStatus::Exited
+    })
+    .await;
+    let all: Vec<u8> = (1..=1_500_000)
+        .flat_map(|i| format!("{i}\r\n").into_bytes())
+        .collect();
+    let url = format!(
+        "{}/api/v1/sessions/{}/logs?tail=10000000",
+        cluster.target(1).url,
+        flood.id
+    );
+    let body = http_get(&url, &cluster.token).await;
+    assert!(
+        body.as_bytes() == &all[all.len() - 10_000_000..],
+        "REST logs through b"
+    );
+    let out = cluster.termesh(&[
+        "logs",
+        &flood.id,
+        "--tail",
+        "9000000",
+        "--url",
+        &cluster.target(1).url,
+        "--token",
+        &cluster.token,
+    ]);
+    assert!(
+        out.as_bytes() == &all[all.len() - 9_000_000..],
+        "termesh logs through b"
+    );
+
     // Remove from b: gone everywhere.
     ask(&cluster, 1, |rid| ClientMsg::Remove {
         id: rid,

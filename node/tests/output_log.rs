@@ -574,8 +574,8 @@ async fn history_pages_walk_back_through_everything_retained() {
             id,
             session: session.clone(),
             limit: Some(10),
-            before_seq: Some(5),
-            rows: None,
+            before_seq: None,
+            rows: Some(5),
         })
         .await
         .unwrap_err();
@@ -597,6 +597,103 @@ async fn history_pages_walk_back_through_everything_retained() {
     assert!(body["first_seq"].as_u64().unwrap() > 1);
     let last = body["lines"].as_array().unwrap().last().unwrap().clone();
     assert_eq!(last, N.to_string(), "the newest line last");
+}
+
+/// GET `url` as bytes (no size cap), with the `X-Termesh-Seq` header.
+async fn get_bytes(url: String) -> (Vec<u8>, u64) {
+    tokio::task::spawn_blocking(move || {
+        let resp = ureq::get(&url)
+            .set("Authorization", &format!("Bearer {OPERATOR}"))
+            .call()
+            .unwrap_or_else(|e| panic!("GET {url}: {e}"));
+        let seq = resp.header("X-Termesh-Seq").unwrap().parse().unwrap();
+        let mut body = Vec::new();
+        std::io::Read::read_to_end(&mut resp.into_reader(), &mut body).unwrap();
+        (body, seq)
+    })
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn any_tail_of_the_retained_output_is_streamed_in_bounded_pages() {
+    // 2,600,000 lines (about 22 MB): past the 4 MiB a request carries and
+    // the 16 MiB the walk keeps, so pages are asked for again.
+    const N: u64 = 2_600_000;
+    let node = BinaryNode::start("");
+    let session = create(&node, &format!("seq 1 {N}; exit 0")).await.id;
+    within(PATIENCE, "the session to end", async {
+        while info(&node, &session).await.status != SessionStatus::Exited {
+            poll_pause().await;
+        }
+    })
+    .await;
+    let all: Vec<u8> = (1..=N)
+        .flat_map(|i| format!("{i}\r\n").into_bytes())
+        .collect();
+    let last_seq = info(&node, &session).await.last_seq;
+    let logs = |tail: u64| format!("{}/api/v1/sessions/{session}/logs?tail={tail}", node.url);
+
+    for tail in [100, 3 << 20, 20_000_000, 1 << 40] {
+        let (body, seq) = get_bytes(logs(tail)).await;
+        let want = &all[all.len().saturating_sub(tail as usize)..];
+        assert_eq!(body.len(), want.len(), "tail={tail}");
+        assert!(body == want, "tail={tail}: not the newest bytes in order");
+        assert_eq!(seq, last_seq, "tail={tail}");
+    }
+
+    // The CLI, page by page, raw bytes.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_termesh"))
+        .args(["logs", &session, "--tail", "18000000"])
+        .args(["--url", &node.url, "--token", OPERATOR])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.stdout == all[all.len() - 18_000_000..],
+        "termesh logs --tail"
+    );
+
+    // Raw pages by `before_seq`: whole frames, each where the next ends.
+    let mut c = client(&node).await;
+    let (mut before, mut walked) = (last_seq + 1, Vec::<Vec<u8>>::new());
+    loop {
+        let reply = c
+            .request(|id| ClientMsg::History {
+                id,
+                session: session.clone(),
+                limit: Some(1 << 20),
+                before_seq: Some(before),
+                rows: None,
+            })
+            .await
+            .unwrap();
+        let ServerMsg::History {
+            data: Some(data),
+            first_seq: Some(first),
+            more: Some(more),
+            seq,
+            ..
+        } = reply
+        else {
+            panic!("{reply:?}")
+        };
+        assert_eq!(seq, before - 1, "a page ends right before `before_seq`");
+        assert!(first <= seq && data.len() <= 1 << 20);
+        walked.push(data);
+        before = first;
+        if !more {
+            assert_eq!(first, 1);
+            break;
+        }
+    }
+    walked.reverse();
+    assert!(walked.concat() == all, "the raw pages are the whole output");
+    c.close().await;
 }
 
 async fn screen_text(c: &mut termesh_node::client::Client, id: &str) -> String {

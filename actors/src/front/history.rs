@@ -1,14 +1,16 @@
 //! `history` by pages (PROTOCOL.md section 14), on the session's owner:
 //! the stored output before `before_seq` read backwards from the output
 //! log, a chunk at a time until a page's worth of lines is found, and
-//! rendered off the connection's thread (`session::page`).
+//! rendered off the connection's thread (`session::page`); or raw, whole
+//! frames before `before_seq` up to a byte limit, so that any tail of the
+//! retained output can be walked in bounded requests.
 
 use termesh_transport::ErrorCode;
 
 use super::ops::NodeCtx;
 use crate::error::ApiError;
 use crate::session::page::{self, RenderedPage};
-use crate::session::ScreenWant;
+use crate::session::{RawTail, RawTailResult, ScreenWant};
 
 /// Stored output read for a page at first, and at most (a page of very
 /// long lines reads more, a chunk four times larger each time).
@@ -83,5 +85,47 @@ impl NodeCtx {
             }
             return Ok(rendered);
         }
+    }
+
+    /// The whole frames before `before_seq` holding at most `limit` bytes
+    /// (at least one), from the output log, or from the ring without a
+    /// store or when the log holds none of them (its writes failed).
+    pub async fn raw_page(
+        &self,
+        id: &str,
+        before_seq: u64,
+        limit: usize,
+    ) -> Result<RawTailResult, ApiError> {
+        if before_seq == 0 {
+            return Err(ApiError::bad_request("`before_seq` must be 1 or more"));
+        }
+        let handle = self.session(id)?;
+        if let Some(store) = self.store.as_ref() {
+            let page = store
+                .output_before(id, before_seq, limit)
+                .await
+                .map_err(|e| ApiError::new(ErrorCode::Internal, e))?;
+            if let (Some(first), Some(last)) = (page.frames.first(), page.frames.last()) {
+                let mut data = bytes::BytesMut::with_capacity(limit.min(8 << 20));
+                for f in &page.frames {
+                    data.extend_from_slice(&f.data);
+                }
+                return Ok(RawTailResult {
+                    last_seq: handle.shared.info().last_seq,
+                    data: data.freeze(),
+                    first_seq: first.seq,
+                    end_seq: last.seq,
+                    more: page.more,
+                });
+            }
+        }
+        handle
+            .addr
+            .send(RawTail {
+                limit,
+                before: Some(before_seq),
+            })
+            .await
+            .map_err(|_| super::ops::gone(id))
     }
 }

@@ -270,7 +270,10 @@ impl NodeCtx {
         let handle = self.session(id)?;
         let ring = handle
             .addr
-            .send(RawTail { limit })
+            .send(RawTail {
+                limit,
+                before: None,
+            })
             .await
             .map_err(|_| gone(id))?;
         let Some(store) = self.store.as_ref().filter(|_| ring.data.len() < limit) else {
@@ -300,6 +303,9 @@ impl NodeCtx {
         Ok(RawTailResult {
             last_seq: ring.last_seq,
             data: data.freeze().slice(cut..),
+            first_seq: page.frames.first().map_or(0, |f| f.seq),
+            end_seq: ring.last_seq,
+            more: page.more,
         })
     }
 
@@ -434,6 +440,6 @@ impl NodeCtx {
     }
 }
 
-fn gone(id: &str) -> ApiError {
+pub(super) fn gone(id: &str) -> ApiError {
     ApiError::new(ErrorCode::NotFound, format!("session `{id}` went away"))
 }

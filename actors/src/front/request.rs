@@ -244,9 +244,21 @@ pub async fn answer_later(node: NodeCtx, msg: ClientMsg) -> ServerMsg {
             before_seq,
             rows,
         } => match (limit, before_seq, rows) {
-            (Some(_), Some(_), _) | (Some(_), _, Some(_)) => Err(ApiError::bad_request(
-                "`limit` (raw output) does not go with `before_seq` or `rows` (pages of lines)",
+            (Some(_), _, Some(_)) => Err(ApiError::bad_request(
+                "`limit` (raw output) does not go with `rows` (pages of lines)",
             )),
+            (Some(limit), Some(before), None) => node
+                .raw_page(&session, before, raw_limit(limit))
+                .await
+                .map(|page| ServerMsg::History {
+                    id,
+                    session,
+                    seq: page.end_seq,
+                    lines: None,
+                    data: Some(page.data.to_vec()),
+                    first_seq: Some(page.first_seq),
+                    more: Some(page.more),
+                }),
             (Some(limit), None, None) => {
                 node.raw_tail(&session, raw_limit(limit))
                     .await

@@ -238,23 +238,38 @@ impl Handler<RawTail> for SessionActor {
 
     fn handle(&mut self, msg: RawTail, ctx: &mut Context<Self>) -> RawTailResult {
         self.warm(ctx);
+        let before = msg.before.unwrap_or(u64::MAX);
+        let ring = self.publisher.ring();
         let mut parts = Vec::new();
         let mut total = 0;
-        for frame in self.publisher.ring().iter().rev() {
-            if total >= msg.limit {
+        for frame in ring.iter().rev().filter(|f| f.seq < before) {
+            let full = match msg.before {
+                None => total >= msg.limit,
+                Some(_) => !parts.is_empty() && total + frame.data.len() > msg.limit,
+            };
+            if full {
                 break;
             }
             total += frame.data.len();
-            parts.push(frame.data.clone());
+            parts.push(frame);
         }
+        let first_seq = parts.last().map_or(0, |f| f.seq);
+        let end_seq = parts.first().map_or(0, |f| f.seq);
+        let more = ring.iter().next().is_some_and(|f| f.seq < first_seq);
         let mut out = BytesMut::with_capacity(total);
         for part in parts.iter().rev() {
-            out.extend_from_slice(part);
+            out.extend_from_slice(&part.data);
         }
-        let skip = out.len().saturating_sub(msg.limit);
+        let skip = match msg.before {
+            None => out.len().saturating_sub(msg.limit),
+            Some(_) => 0,
+        };
         RawTailResult {
             last_seq: self.publisher.last_seq(),
             data: out.freeze().split_off(skip),
+            first_seq,
+            end_seq,
+            more,
         }
     }
 }

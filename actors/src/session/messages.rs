@@ -94,17 +94,26 @@ pub struct GetScreen {
 #[rtype(result = "Option<tokio::sync::watch::Receiver<bool>>")]
 pub struct Released;
 
-/// The newest `limit` bytes of output the session holds, with the last seq.
+/// The newest `limit` bytes of output the ring holds, with the last seq;
+/// with `before`, the whole frames before that seq holding at most
+/// `limit` bytes (at least one), and where they begin.
 #[derive(Message)]
 #[rtype(result = "RawTailResult")]
 pub struct RawTail {
     pub limit: usize,
+    pub before: Option<u64>,
 }
 
 #[derive(Debug, Clone, MessageResponse)]
 pub struct RawTailResult {
+    /// The session's last seq.
     pub last_seq: u64,
     pub data: Bytes,
+    /// The seqs of the first and last frame in `data` (0 when none).
+    pub first_seq: u64,
+    pub end_seq: u64,
+    /// Older output exists than `data` holds.
+    pub more: bool,
 }
 
 /// A client resumed through another node's mirror: the program repaints

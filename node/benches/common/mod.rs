@@ -89,6 +89,23 @@ impl Node {
     pub fn rss_kib(&self) -> u64 {
         rss_kib(self.child.id())
     }
+
+    /// The value of the `/metrics` series `name` (0 when absent).
+    pub fn metric(&self, name: &str) -> f64 {
+        let url = format!("{}/metrics", self.target.url);
+        let body = ureq::get(&url)
+            .set(
+                "Authorization",
+                &format!("Bearer {}", self.target.token.as_deref().unwrap_or("")),
+            )
+            .call()
+            .ok()
+            .and_then(|r| r.into_string().ok())
+            .unwrap_or_default();
+        body.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+            .unwrap_or(0.0)
+    }
 }
 
 impl Drop for Node {

@@ -1,6 +1,7 @@
 //! One-shot CLI commands: `new`, `kill`, `rm`, `logs`, `screen`, `rename`,
 //! and finding the session a command names (`ls` is in `ls.rs`).
 
+use crate::tail::Tail;
 use std::io::Write;
 
 use anyhow::{bail, Context};
@@ -290,29 +291,33 @@ pub async fn rename(target: &Target, wanted: &str, name: &str) -> anyhow::Result
     Ok(())
 }
 
-/// Raw output (`--tail` bytes) or the rendered history lines.
+/// Raw output (the newest `--tail` bytes, any number of them, read page
+/// by page) or the rendered history lines.
 pub async fn logs(target: &Target, wanted: &str, tail: u64, lines: bool) -> anyhow::Result<()> {
     let mut client = Client::connect(target).await?;
     let session = lookup(&mut client, wanted).await?.id;
-    let limit = (!lines).then_some(tail);
-    let reply = client
-        .request(|id| ClientMsg::History {
-            id,
-            session,
-            limit,
-            before_seq: None,
-            rows: None,
-        })
-        .await?;
-    let ServerMsg::History { lines, data, .. } = reply else {
-        bail!("unexpected reply to history");
-    };
     let mut stdout = std::io::stdout().lock();
-    if let Some(data) = data {
-        stdout.write_all(&data)?;
-    }
-    for line in lines.unwrap_or_default() {
-        writeln!(stdout, "{line}")?;
+    if lines {
+        let reply = client
+            .request(|id| ClientMsg::History {
+                id,
+                session,
+                limit: None,
+                before_seq: None,
+                rows: None,
+            })
+            .await?;
+        let ServerMsg::History { lines, .. } = reply else {
+            bail!("unexpected reply to history");
+        };
+        for line in lines.unwrap_or_default() {
+            writeln!(stdout, "{line}")?;
+        }
+    } else {
+        let mut plan = Tail::plan(&mut client, &session, tail).await?;
+        while let Some(data) = plan.next(&mut client).await? {
+            stdout.write_all(&data)?;
+        }
     }
     stdout.flush()?;
     client.close().await;

@@ -16,13 +16,12 @@ use termesh_transport::{ClientMsg, CreateRequest, ErrorCode, ServerMsg, MAX_INPU
 
 use super::auth::{error_response, require};
 use super::AppState;
+use crate::tail::{Ask, Lossy, Tail};
 
 /// Largest JSON body accepted.
 const MAX_JSON: usize = 64 * 1024;
-/// Default and largest `logs?tail=`.
-const DEFAULT_TAIL: usize = 64 * 1024;
-/// The newest bytes `logs` returns at most: a reply's bound, on every node.
-const MAX_TAIL: usize = termesh_transport::MAX_REPLY;
+/// Default `logs?tail=` (any tail up to the retained size is streamed).
+const DEFAULT_TAIL: u64 = 64 * 1024;
 
 pub fn routes(cfg: &mut web::ServiceConfig) {
     cfg.route("/healthz", web::get().to(healthz))
@@ -318,7 +317,7 @@ async fn kill(
 
 #[derive(Deserialize)]
 struct LogsQuery {
-    tail: Option<usize>,
+    tail: Option<u64>,
 }
 
 async fn logs(
@@ -329,28 +328,54 @@ async fn logs(
     respond(
         async {
             require(&req, &state.node.tokens, Role::Viewer)?;
-            let tail = query::<LogsQuery>(&req)?
-                .tail
-                .unwrap_or(DEFAULT_TAIL)
-                .min(MAX_TAIL);
-            let msg = ClientMsg::History {
-                id: 1,
-                session: path.to_string(),
-                limit: Some(tail as u64),
-                before_seq: None,
-                rows: None,
-            };
-            let ServerMsg::History { seq, data, .. } = ask(&req, &state, msg).await? else {
-                return Err(mismatch());
-            };
-            let data = data.unwrap_or_default();
+            let tail = query::<LogsQuery>(&req)?.tail.unwrap_or(DEFAULT_TAIL);
+            let mut ask = NodeAsk(state.clone());
+            let plan = Tail::plan(&mut ask, &path, tail).await.map_err(api_error)?;
+            let seq = plan.seq();
+            // Streamed page by page: memory stays bounded for any `tail`.
+            let body = futures_util::stream::unfold(
+                Some((plan, ask, Lossy::default())),
+                |walk| async move {
+                    let (mut plan, mut ask, mut lossy) = walk?;
+                    match plan.next(&mut ask).await {
+                        Ok(Some(data)) => {
+                            let text = lossy.text(&data, false);
+                            Some((Ok(Bytes::from(text)), Some((plan, ask, lossy))))
+                        }
+                        Ok(None) => {
+                            let rest = lossy.text(&[], true);
+                            (!rest.is_empty()).then(|| (Ok(Bytes::from(rest)), None))
+                        }
+                        Err(e) => {
+                            tracing::warn!("logs of {}: {e:#}", plan.session());
+                            Some((Err(actix_web::error::ErrorInternalServerError(e)), None))
+                        }
+                    }
+                },
+            );
             Ok(HttpResponse::Ok()
                 .content_type("text/plain; charset=utf-8")
                 .insert_header(("X-Termesh-Seq", seq.to_string()))
-                .body(String::from_utf8_lossy(&data).into_owned()))
+                .streaming(body))
         }
         .await,
     )
+}
+
+/// The node answering the requests of a streamed reply.
+struct NodeAsk(web::Data<AppState>);
+
+impl Ask for NodeAsk {
+    async fn ask(&mut self, make: impl FnOnce(u64) -> ClientMsg) -> anyhow::Result<ServerMsg> {
+        Ok(self.0.node.ask(make(1)).await?)
+    }
+}
+
+fn api_error(e: anyhow::Error) -> ApiError {
+    match e.downcast::<ApiError>() {
+        Ok(e) => e,
+        Err(e) => ApiError::new(ErrorCode::Internal, format!("{e:#}")),
+    }
 }
 
 #[derive(Deserialize)]

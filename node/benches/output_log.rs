@@ -157,6 +157,56 @@ async fn walk_history(target: &Target, session: &str, rows: u32) -> (usize, usiz
     (lines, pages, first, start.elapsed().as_secs_f64())
 }
 
+/// The attach's search through everything `session` retains, for a text
+/// that is not there (any search costs at most this): raw pages of
+/// `SCAN_PAGE` read newest first and looked through. (seconds, pages,
+/// seconds to render the oldest page, as a hit's page is rendered).
+async fn search_all(target: &Target, session: &str) -> (f64, usize, f64) {
+    use termesh_node::client::attach::scan::{self, RawPage, SCAN_PAGE};
+    let mut c = Client::connect(target).await.unwrap();
+    let start = Instant::now();
+    let (mut before, mut pages) = (u64::MAX, 0);
+    let oldest = loop {
+        let reply = c
+            .request(|id| ClientMsg::History {
+                id,
+                session: session.into(),
+                limit: Some(SCAN_PAGE),
+                before_seq: Some(before),
+                rows: None,
+            })
+            .await
+            .unwrap();
+        let ServerMsg::History {
+            data: Some(data),
+            first_seq: Some(first_seq),
+            more: Some(more),
+            seq,
+            ..
+        } = reply
+        else {
+            panic!("{reply:?}")
+        };
+        pages += 1;
+        let page = RawPage {
+            data,
+            first_seq,
+            end_seq: seq,
+            more,
+        };
+        assert!(!scan::may_contain(&page.data, "no such text"));
+        if !more {
+            break page;
+        }
+        before = first_seq;
+    };
+    let all = start.elapsed().as_secs_f64();
+    let start = Instant::now();
+    let lines = scan::render(&oldest, 120, 30);
+    assert!(!lines.is_empty());
+    (all, pages, start.elapsed().as_secs_f64())
+}
+
 async fn first_session(target: &Target) -> String {
     let mut c = Client::connect(target).await.unwrap();
     match c.request(ClientMsg::list).await.unwrap() {
@@ -324,6 +374,12 @@ fn main() {
             all * 1000.0
         );
     }
+    let (all, pages, render) = rt.block_on(search_all(&node.target, &id));
+    println!(
+        "  a search through all of it (the attach's /, a text not there): {pages} raw pages of 1 MiB in {:.0} ms; a hit's page rendered in {:.0} ms",
+        all * 1000.0,
+        render * 1000.0
+    );
     drop(node);
     migration(&file, env_or("TERMESH_BENCH_MIGRATE_MB", 512));
     if rounds == 0 {

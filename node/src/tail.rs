@@ -27,6 +27,12 @@ pub trait Ask {
     ) -> impl Future<Output = anyhow::Result<ServerMsg>>;
 }
 
+impl Ask for crate::client::Client {
+    async fn ask(&mut self, make: impl FnOnce(u64) -> ClientMsg) -> anyhow::Result<ServerMsg> {
+        self.request(make).await
+    }
+}
+
 /// One raw page the walk found.
 struct Found {
     first_seq: u64,
@@ -235,11 +241,5 @@ mod tests {
             text += &lossy.text(&whole[cut..], true);
             assert_eq!(text, String::from_utf8_lossy(&whole), "cut at {cut}");
         }
-    }
-}
-
-impl Ask for crate::client::Client {
-    async fn ask(&mut self, make: impl FnOnce(u64) -> ClientMsg) -> anyhow::Result<ServerMsg> {
-        self.request(make).await
     }
 }

@@ -434,8 +434,10 @@ async fn the_scroll_mode_finds_a_line_printed_5000_lines_before() {
     assert_eq!(pane.exit_code().await, 0);
 }
 
-/// Past the ring (256 KiB here) and the first page of history: the search
-/// asks the node for older pages of the stored output until it finds it.
+/// Past the ring (256 KiB here), the first page of history and a raw
+/// search page (1 MiB): the search reads raw pages of the stored output
+/// back to the hit, renders it, and fills the pages between as a search
+/// towards newer lines passes them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_scroll_mode_reaches_the_oldest_retained_line() {
     let node = TestNode::start_with(|c| c.session.ring_bytes = 256 << 10);
@@ -443,18 +445,18 @@ async fn the_scroll_mode_reaches_the_oldest_retained_line() {
     let mut op = node.client(OPERATOR).await;
     op.send(&ClientMsg::Input {
         session: session.clone(),
-        data: b"echo NEEDLE-OLDEST; seq 1 60000 | sed 's/^/n-/'\r".to_vec(),
+        data: b"echo NEEDLE-OLDEST; seq 1 300000 | sed 's/^/n-/'\r".to_vec(),
     })
     .await
     .unwrap();
-    wait_output(&node, &session, "n-60000").await;
+    wait_output(&node, &session, "n-300000").await;
     let pane = Tmux::start(
         80,
         24,
         &format!("{BIN} attach {session}"),
         &[("TERMESH_URL", &node.url()), ("TERMESH_TOKEN", OPERATOR)],
     );
-    pane.wait_for("n-60000").await;
+    pane.wait_for("n-300000").await;
     pane.keys(&["C-]", "["]);
     pane.wait_for("[scroll] q back").await;
     pane.keys(&["/"]);
@@ -466,9 +468,19 @@ async fn the_scroll_mode_reaches_the_oldest_retained_line() {
         })
         .await;
     assert!(text.contains("n-1"), "the lines after it: {text}");
+    // Towards newer lines, into the output between (not rendered yet).
+    pane.keys(&["/"]);
+    pane.type_text("n-250000");
+    pane.keys(&["Enter"]);
+    pane.wait_for("not found").await;
+    pane.keys(&["N"]);
+    pane.wait_until("a line of the output between", |t| {
+        t.lines().any(|l| l.trim_end() == "n-250000")
+    })
+    .await;
     // Paging down from there walks back towards the newest lines.
     pane.keys(&["G"]);
-    pane.wait_until("the newest lines", |t| t.contains("n-60000"))
+    pane.wait_until("the newest lines", |t| t.contains("n-300000"))
         .await;
     pane.keys(&["q"]);
     pane.keys(&["C-]", "d"]);

@@ -18,9 +18,11 @@ use crate::output::ring::Ring;
 /// An ended session unused this long goes cold...
 pub const COOL_AFTER: Duration = Duration::from_secs(30);
 /// ...or this long while more than `WARM_MAX` ended sessions were read
-/// back (someone looking through many: each holds a ring and a screen
-/// model, tens of MB, so how many stay warm is bounded, not how long).
-const COOL_SOON: Duration = Duration::from_millis(500);
+/// back (someone looking through many: each holds a ring, up to
+/// `session.ring_bytes`; its screen model goes after each pass, as an
+/// ended session's screen does not change), so that a burst of reads
+/// holds about `WARM_MAX` rings plus what is read in this long.
+const COOL_SOON: Duration = Duration::from_millis(100);
 const WARM_MAX: i64 = 16;
 
 impl SessionActor {

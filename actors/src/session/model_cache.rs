@@ -90,9 +90,18 @@ impl SessionActor {
         )));
     }
 
-    /// Looks again after `model_idle` whether the model can go.
+    /// An ended session's screen no longer changes: its model (up to
+    /// 10,000 rows of scrollback, ~19 MB at 120 columns) goes as soon as a
+    /// pass leaves it where the last snapshot stands. Any other model is
+    /// looked at again after `model_idle`, and goes if nothing used it.
     pub(super) fn schedule_model_drop(&mut self, ctx: &mut Context<Self>) {
         if self.drop_scheduled || self.model.is_none() {
+            return;
+        }
+        if self.finished && !self.job_running && self.current_snapshot().is_some() {
+            self.model = None;
+            Metrics::add(&self.metrics.screen_models_dropped, 1);
+            trim_soon();
             return;
         }
         self.drop_scheduled = true;

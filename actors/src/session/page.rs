@@ -120,6 +120,17 @@ const PIECE: usize = 8 << 10;
 /// History rows taken out of the model once it holds this many.
 const HARVEST: usize = 2_000;
 
+/// Every line of `data` (output as it was printed), rendered as a page's
+/// are: a client that read raw pages renders them so.
+pub fn render_bytes(data: &[u8], cols: u16, screen_rows: u16) -> Vec<String> {
+    let frame = Frame {
+        seq: 0,
+        at_ms: 0,
+        data: bytes::Bytes::copy_from_slice(data),
+    };
+    render_lines(std::slice::from_ref(&frame), cols, screen_rows)
+}
+
 fn render_lines(frames: &[Frame], cols: u16, screen_rows: u16) -> Vec<String> {
     let mut model = ScreenModel::new(cols, screen_rows, 0, 0);
     let mut out = Vec::new();

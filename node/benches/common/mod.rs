@@ -90,7 +90,8 @@ impl Node {
         rss_kib(self.child.id())
     }
 
-    /// The value of the `/metrics` series `name` (0 when absent).
+    /// The value of the `/metrics` series `name` (any labels; 0 when
+    /// absent).
     pub fn metric(&self, name: &str) -> f64 {
         let url = format!("{}/metrics", self.target.url);
         let body = ureq::get(&url)
@@ -103,7 +104,11 @@ impl Node {
             .and_then(|r| r.into_string().ok())
             .unwrap_or_default();
         body.lines()
-            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+            .filter(|l| {
+                l.strip_prefix(name)
+                    .is_some_and(|r| r.starts_with([' ', '{']))
+            })
+            .find_map(|l| l.rsplit(' ').next()?.trim().parse().ok())
             .unwrap_or(0.0)
     }
 }

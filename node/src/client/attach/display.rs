@@ -5,6 +5,7 @@
 use std::time::{Duration, Instant};
 
 use super::raw::Raw;
+pub use super::scan::RawPage;
 pub use super::scroll::Scrolled;
 
 /// A crop of a raw display is drawn at most this often.
@@ -35,9 +36,14 @@ pub trait Display {
     /// Keys typed in the scroll mode: whether it is still open, and the
     /// page of history it wants next (`Scrolled::Older`).
     fn scroll_keys(&mut self, bytes: &[u8]) -> Scrolled;
-    /// The older page the scroll mode asked for; answers the page before
-    /// it when a search goes on past it.
-    fn scroll_older(&mut self, _lines: Vec<String>, _older: Option<u64>) -> Option<u64> {
+    /// The older page the scroll mode asked for; answers what it wants
+    /// next.
+    fn scroll_older(&mut self, _lines: Vec<String>, _older: Option<u64>) -> Option<Scrolled> {
+        None
+    }
+    /// A raw page the scroll mode asked for: a placeholder's (`fill`) or
+    /// a search's; answers what it wants next.
+    fn scroll_raw(&mut self, _fill: bool, _page: RawPage) -> Option<Scrolled> {
         None
     }
     /// The session's screen (a snapshot) replaces the model, then

@@ -16,6 +16,7 @@ mod outer;
 mod predict;
 mod raw;
 mod resync;
+pub mod scan;
 mod scroll;
 mod state;
 mod view;

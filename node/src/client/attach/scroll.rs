@@ -3,13 +3,16 @@
 //! with the arrow keys, PgUp/PgDn, `g`/`G`, the mouse wheel, and searched
 //! with `/` (towards older lines; `n` again, `N` towards newer). `q` or Esc
 //! goes back to the live screen. History comes in pages of the node's
-//! stored output (PROTOCOL.md section 14): reaching the top, or a search
-//! that finds nothing in what is loaded, asks for the page before it, so
-//! the oldest retained line is reachable however long the session is.
+//! stored output (PROTOCOL.md section 14): reaching the top asks for the
+//! page before it, so the oldest retained line is reachable however long
+//! the session is. A search that finds nothing loaded goes on through raw
+//! pages (`scan`): the page with the hit is rendered, the pages between it
+//! and the loaded lines wait as placeholders, rendered when in view.
 
 use avt::Pen;
 
 use super::frame::{Frame, Glyph};
+use super::scan::{self, Gap, RawPage, SCAN_PAGE};
 
 /// Lines the mouse wheel moves.
 const WHEEL: usize = 3;
@@ -24,6 +27,13 @@ pub enum Scrolled {
     /// The page of history before this seq is wanted (asked once until
     /// it comes: `older_page`).
     Older(u64),
+    /// Raw output before `before`, at most `limit` bytes: a search's next
+    /// page (`scanned`), or a placeholder's frames (`filled`, `fill`).
+    Raw {
+        before: u64,
+        limit: u64,
+        fill: bool,
+    },
 }
 
 #[derive(Debug)]
@@ -45,8 +55,19 @@ pub struct Scroll {
     older: Option<u64>,
     /// The older page was asked for and has not come yet.
     asked: bool,
-    /// A search towards older lines goes on once it comes.
-    resume_search: bool,
+    /// The older page asked for no longer goes above the loaded lines (a
+    /// search's hit went there first).
+    drop_older: bool,
+    /// A search goes on once a placeholder is filled: towards older
+    /// lines (`true`) or newer ones.
+    resume_search: Option<bool>,
+    /// A search through raw pages: the pages passed without a hit,
+    /// newest first.
+    scan: Option<Vec<Gap>>,
+    /// Placeholders among the lines, in line order.
+    gaps: Vec<Gap>,
+    /// The session's rows, to render raw pages as the node would.
+    screen_rows: u16,
 }
 
 impl Scroll {
@@ -66,8 +87,134 @@ impl Scroll {
             note: None,
             older,
             asked: false,
-            resume_search: false,
+            drop_older: false,
+            resume_search: None,
+            scan: None,
+            gaps: Vec::new(),
+            screen_rows: 24,
         }
+    }
+
+    /// Raw pages are rendered at `rows` rows, the session's.
+    pub fn sized(mut self, rows: u16) -> Scroll {
+        self.screen_rows = rows.max(1);
+        self
+    }
+
+    /// Replaces `remove` lines at `at` by `lines` (placeholders where
+    /// `plain` is none); what is below moves with them, the view too.
+    fn splice(&mut self, at: usize, remove: usize, lines: Vec<String>, plain: Vec<Option<String>>) {
+        let n = lines.len();
+        let moved = |i: usize| {
+            if i >= at + remove {
+                Some(i + n - remove)
+            } else if i >= at {
+                None
+            } else {
+                Some(i)
+            }
+        };
+        self.bottom = moved(self.bottom).unwrap_or(at);
+        self.found = self.found.and_then(moved);
+        for g in &mut self.gaps {
+            g.line = moved(g.line).unwrap_or(g.line);
+        }
+        self.plain.splice(
+            at..at + remove,
+            plain.into_iter().map(Option::unwrap_or_default),
+        );
+        self.lines.splice(at..at + remove, lines);
+    }
+
+    /// The line `i` in the middle of the view.
+    fn center(&mut self, i: usize, height: usize) {
+        self.bottom = (i + height / 2)
+            .min(self.last())
+            .max(height.saturating_sub(1));
+    }
+
+    /// What the view needs next: a placeholder in view rendered, or the
+    /// page before the oldest line when that is in view.
+    fn next_want(&mut self, height: usize) -> Option<Scrolled> {
+        let top = (self.bottom + 1).saturating_sub(height);
+        if let Some(g) = self
+            .gaps
+            .iter_mut()
+            .find(|g| !g.asked && (top..=self.bottom).contains(&g.line))
+        {
+            g.asked = true;
+            return Some(Scrolled::Raw {
+                before: g.end_seq + 1,
+                limit: g.len,
+                fill: true,
+            });
+        }
+        let at_top = self.bottom <= height.saturating_sub(1);
+        at_top
+            .then(|| self.want_older())
+            .flatten()
+            .map(Scrolled::Older)
+    }
+
+    /// A raw page a search asked for: rendered and shown when it has the
+    /// query (the pages passed before it become placeholders), else the
+    /// page before it is asked for.
+    pub fn scanned(&mut self, page: RawPage, height: usize) -> Option<Scrolled> {
+        let mut passed = self.scan.take()?;
+        let query = self.query.clone()?;
+        if scan::may_contain(&page.data, &query) {
+            let mut lines = scan::render(&page, self.cols as u16, self.screen_rows);
+            let mut plain: Vec<Option<String>> = lines.iter().map(|l| Some(strip(l))).collect();
+            let hit = plain
+                .iter()
+                .rposition(|l| l.as_deref().is_some_and(|l| l.contains(&query)));
+            if let Some(hit) = hit {
+                let mut gaps = Vec::new();
+                for mut g in passed.into_iter().rev() {
+                    g.line = lines.len();
+                    lines.push(g.placeholder());
+                    plain.push(None);
+                    gaps.push(g);
+                }
+                self.splice(0, 0, lines, plain);
+                self.gaps.splice(0..0, gaps);
+                self.drop_older = self.asked;
+                self.asked = false;
+                self.older = page.more.then_some(page.first_seq);
+                self.found = Some(hit);
+                self.note = None;
+                self.center(hit, height);
+                return self.next_want(height);
+            }
+        }
+        if page.data.is_empty() || !page.more {
+            self.note = Some(format!("{query:?} not found"));
+            return None;
+        }
+        passed.push(Gap::of(&page));
+        self.scan = Some(passed);
+        Some(Scrolled::Raw {
+            before: page.first_seq,
+            limit: SCAN_PAGE,
+            fill: false,
+        })
+    }
+
+    /// A placeholder's frames came: rendered in its place (a search that
+    /// waited for them goes on).
+    pub fn filled(&mut self, page: RawPage, height: usize) -> Option<Scrolled> {
+        let at = self
+            .gaps
+            .iter()
+            .position(|g| g.asked && g.end_seq == page.end_seq)?;
+        let gap = self.gaps.remove(at);
+        let lines = scan::render(&page, self.cols as u16, self.screen_rows);
+        let plain = lines.iter().map(|l| Some(strip(l))).collect();
+        self.splice(gap.line, 1, lines, plain);
+        if let Some(older) = self.resume_search.take() {
+            return self.search(older, height);
+        }
+        self.next_want(height)
     }
 
     /// The page before the loaded lines came: it goes above them, the
@@ -78,18 +225,16 @@ impl Scroll {
         lines: Vec<String>,
         older: Option<u64>,
         height: usize,
-    ) -> Option<u64> {
-        let n = lines.len();
-        self.plain.splice(0..0, lines.iter().map(|l| strip(l)));
-        self.lines.splice(0..0, lines);
-        self.bottom += n;
-        self.found = self.found.map(|f| f + n);
+    ) -> Option<Scrolled> {
+        if std::mem::take(&mut self.drop_older) {
+            return None;
+        }
+        let plain = lines.iter().map(|l| Some(strip(l))).collect();
+        self.splice(0, 0, lines, plain);
         self.older = older;
         self.asked = false;
-        if std::mem::take(&mut self.resume_search) {
-            return self.search(true, height);
-        }
-        None
+        self.next_want(height)
+            .filter(|w| matches!(w, Scrolled::Raw { .. }))
     }
 
     /// The older page, unless it was asked for already or there is none.
@@ -104,17 +249,20 @@ impl Scroll {
     /// a burst of wheel reports): each is applied in turn.
     pub fn keys(&mut self, bytes: &[u8], height: usize) -> Scrolled {
         let mut rest = bytes;
-        let mut older = None;
+        let mut want = None;
         while !rest.is_empty() {
             let len = key_len(rest);
             match self.key(&rest[..len], height) {
                 Scrolled::Quit => return Scrolled::Quit,
-                Scrolled::Older(before) => older = Some(before),
                 Scrolled::Stay => {}
+                other => want = Some(other),
             }
             rest = &rest[len..];
         }
-        older.map_or(Scrolled::Stay, Scrolled::Older)
+        // A placeholder or the top in view is asked for by the next keys
+        // when a search asks for something now.
+        want.or_else(|| self.next_want(height))
+            .unwrap_or(Scrolled::Stay)
     }
 
     fn key(&mut self, key: &[u8], height: usize) -> Scrolled {
@@ -127,8 +275,8 @@ impl Scroll {
                         self.query = Some(query);
                     }
                     self.found = None;
-                    if let Some(before) = self.search(true, height) {
-                        return Scrolled::Older(before);
+                    if let Some(want) = self.search(true, height) {
+                        return want;
                     }
                 }
                 b"\x1b" | b"\x03" => self.typing = None,
@@ -161,12 +309,14 @@ impl Scroll {
             b"G" | b"\x1b[F" | b"\x1b[4~" => self.bottom = self.last(),
             b"/" | b"?" => self.typing = Some(Vec::new()),
             b"n" => {
-                if let Some(before) = self.search(true, height) {
-                    return Scrolled::Older(before);
+                if let Some(want) = self.search(true, height) {
+                    return want;
                 }
             }
             b"N" => {
-                self.search(false, height);
+                if let Some(want) = self.search(false, height) {
+                    return want;
+                }
             }
             _ => match wheel(key) {
                 Some(Wheel::Up) => self.up(WHEEL),
@@ -175,12 +325,7 @@ impl Scroll {
             },
         }
         self.bottom = self.bottom.max(height.saturating_sub(1)).min(self.last());
-        // The oldest loaded line is in view: the page before it is next.
-        let at_top = self.bottom <= height.saturating_sub(1);
-        match at_top.then(|| self.want_older()).flatten() {
-            Some(before) => Scrolled::Older(before),
-            None => Scrolled::Stay,
-        }
+        Scrolled::Stay
     }
 
     fn last(&self) -> usize {
@@ -196,14 +341,18 @@ impl Scroll {
     }
 
     /// Finds the query from the line above the found one (or the view's
-    /// top) towards older lines, or below it towards newer ones; answers
-    /// the older page to ask for when what is loaded has no more hit and
-    /// older output is retained (the search goes on when it comes).
-    fn search(&mut self, older: bool, height: usize) -> Option<u64> {
+    /// top) towards older lines, or below it towards newer ones. A
+    /// placeholder nearer than any hit is filled first; towards older,
+    /// when nothing loaded has it, raw pages of older output are searched.
+    fn search(&mut self, older: bool, height: usize) -> Option<Scrolled> {
         let Some(query) = self.query.clone() else {
             self.note = Some("no search yet: / starts one".into());
             return None;
         };
+        if self.scan.is_some() {
+            self.note = Some(format!("searching older output for {query:?}"));
+            return None;
+        }
         let top = self.bottom.saturating_sub(height.saturating_sub(1));
         let from = self.found.unwrap_or(if older { top } else { self.bottom });
         let hit = if older {
@@ -211,23 +360,47 @@ impl Scroll {
         } else {
             (from + 1..self.lines.len()).find(|&i| self.plain[i].contains(&query))
         };
+        // A placeholder between here and the hit (or the end) first.
+        let gap = if older {
+            self.gaps
+                .iter_mut()
+                .rev()
+                .find(|g| g.line < from && hit.is_none_or(|h| g.line > h))
+        } else {
+            self.gaps
+                .iter_mut()
+                .find(|g| g.line > from && hit.is_none_or(|h| g.line < h))
+        };
+        if let Some(g) = gap {
+            self.resume_search = Some(older);
+            let towards = if older { "older" } else { "newer" };
+            self.note = Some(format!("searching {towards} output for {query:?}"));
+            if g.asked {
+                return None;
+            }
+            g.asked = true;
+            return Some(Scrolled::Raw {
+                before: g.end_seq + 1,
+                limit: g.len,
+                fill: true,
+            });
+        }
         match hit {
             Some(i) => {
                 self.found = Some(i);
                 self.note = None;
-                // The found line shows in the middle of the view.
-                self.bottom = (i + height / 2)
-                    .min(self.last())
-                    .max(height.saturating_sub(1));
+                self.center(i, height);
                 None
             }
             None if older && self.older.is_some() => {
-                // Keep looking from the top of what comes next.
                 self.found = Some(0);
-                self.resume_search = true;
-                let before = self.want_older();
+                self.scan = Some(Vec::new());
                 self.note = Some(format!("searching older output for {query:?}"));
-                before
+                Some(Scrolled::Raw {
+                    before: self.older?,
+                    limit: SCAN_PAGE,
+                    fill: false,
+                })
             }
             None => {
                 self.note = Some(format!("{query:?} not found"));
@@ -455,14 +628,10 @@ mod tests {
     }
 
     #[test]
-    fn the_top_and_a_search_ask_for_the_page_before_and_go_on_in_it() {
+    fn the_top_asks_once_for_the_page_before_it() {
         // Lines 500..600 loaded; older output from seq 40 down.
-        let page = |from: usize, to: usize| -> Vec<String> {
-            (from..to).map(|i| format!("line {i}")).collect()
-        };
         let mut s = Scroll::new(page(500, 600), 20, Some(40));
         let height = 10;
-        // Paging up to the top asks once for the page before seq 40.
         let mut asked = Vec::new();
         for _ in 0..20 {
             if let Scrolled::Older(before) = s.keys(b"\x1b[5~", height) {
@@ -475,14 +644,111 @@ mod tests {
         assert_eq!(s.older_page(page(0, 500), None, height), None);
         assert_eq!(s.bottom + 1 - height, top_before + 500);
         assert_eq!(s.keys(b"\x1b[5~", height), Scrolled::Stay);
-        // A search that finds nothing loaded asks for more and resumes.
-        let mut s = Scroll::new(page(500, 600), 20, Some(40));
-        assert_eq!(s.keys(b"/line 7\r", height), Scrolled::Older(40));
-        // Not in the next page either: the one before it is asked for.
-        assert_eq!(s.older_page(page(300, 500), Some(20), height), Some(20));
-        assert_eq!(s.older_page(page(0, 300), None, height), None);
-        assert_eq!(s.found, Some(79), "the newest older hit: line 79");
-        assert_eq!(s.keys(b"n", height), Scrolled::Stay);
-        assert_eq!(s.found, Some(78));
+    }
+
+    fn page(from: usize, to: usize) -> Vec<String> {
+        (from..to).map(|i| format!("line {i}")).collect()
+    }
+
+    /// Raw output of lines `from..to`, as the frames `first..=end`.
+    fn raw(from: usize, to: usize, first: u64, end: u64, more: bool) -> RawPage {
+        let data: String = (from..to).map(|i| format!("line {i}\r\n")).collect();
+        RawPage {
+            data: data.into_bytes(),
+            first_seq: first,
+            end_seq: end,
+            more,
+        }
+    }
+
+    fn want(before: u64, limit: u64, fill: bool) -> Option<Scrolled> {
+        Some(Scrolled::Raw {
+            before,
+            limit,
+            fill,
+        })
+    }
+
+    #[test]
+    fn a_search_past_the_loaded_lines_reads_raw_pages_then_fills_the_ones_between() {
+        // Lines 500..600 loaded (seqs 40..); before them, raw pages of
+        // 100 lines each: seqs 30..=39 hold lines 400..500, 20..=29 lines
+        // 300..400, 10..=19 lines 200..300.
+        let height = 10;
+        let mut s = Scroll::new(page(500, 600), 20, Some(40)).sized(5);
+        assert_eq!(
+            s.keys(b"/line 27\r", height),
+            want(40, SCAN_PAGE, false).unwrap()
+        );
+        let older = raw(400, 500, 30, 39, true);
+        let len_30 = older.data.len() as u64;
+        assert_eq!(s.scanned(older, height), want(30, SCAN_PAGE, false));
+        let older = raw(300, 400, 20, 29, true);
+        let len_20 = older.data.len() as u64;
+        assert_eq!(s.scanned(older, height), want(20, SCAN_PAGE, false));
+        // The hit: its page is rendered above two placeholders, the view
+        // on the newest line with the query (line 279).
+        let fill = s.scanned(raw(200, 300, 10, 19, true), height);
+        let found = s.found.unwrap();
+        assert_eq!(strip(&s.lines[found]), "line 279");
+        assert_eq!(s.older, Some(10));
+        assert_eq!(s.gaps.len(), 2);
+        // The rendered page ends with its last line then a blank line (the
+        // cursor's row): the placeholder for seqs 20..=29 is just below.
+        let first_gap = s.gaps[0].clone();
+        assert_eq!((first_gap.first_seq, first_gap.end_seq), (20, 29));
+        assert!(s.lines[first_gap.line].contains("KiB of output"));
+        assert_eq!(fill, None, "the placeholder is not in view yet");
+        // Scrolling down brings it into view: its frames are asked for,
+        // once, and rendered in its place.
+        let asked = (0..40).find_map(|_| match s.keys(b"j", height) {
+            w @ Scrolled::Raw { .. } => Some(w),
+            _ => None,
+        });
+        assert_eq!(asked, want(30, len_20, true));
+        assert_eq!(s.keys(b"k", height), Scrolled::Stay, "asked once");
+        assert_eq!(s.filled(raw(300, 400, 20, 29, true), height), None);
+        assert!(s.plain.iter().any(|l| l == "line 399"));
+        // `n` goes on to older hits; `N` back to newer ones.
+        s.keys(b"n", height);
+        assert_eq!(strip(&s.lines[s.found.unwrap()]), "line 278");
+        s.keys(b"N", height);
+        assert_eq!(strip(&s.lines[s.found.unwrap()]), "line 279");
+        // A search towards older from below an unfilled placeholder fills
+        // it first, then goes on in it.
+        s.keys(b"G", height);
+        assert_eq!(
+            s.keys(b"/line 45\r", height),
+            want(40, len_30, true).unwrap()
+        );
+        assert_eq!(s.filled(raw(400, 500, 30, 39, true), height), None);
+        assert_eq!(strip(&s.lines[s.found.unwrap()]), "line 459");
+        // Towards newer lines, through the placeholders between.
+        let mut s = Scroll::new(page(500, 600), 20, Some(40)).sized(5);
+        s.keys(b"/line 27\r", height);
+        s.scanned(raw(400, 500, 30, 39, true), height);
+        s.scanned(raw(300, 400, 20, 29, true), height);
+        s.scanned(raw(200, 300, 10, 19, true), height);
+        assert_eq!(
+            s.keys(b"/line 45\rN", height),
+            want(10, SCAN_PAGE, false).unwrap()
+        );
+        let oldest = RawPage {
+            data: b"the oldest\r\n".to_vec(),
+            ..raw(0, 0, 1, 9, false)
+        };
+        assert_eq!(s.scanned(oldest, height), None);
+        assert!(s.note.as_deref().unwrap().contains("not found"));
+        assert_eq!(s.keys(b"N", height), want(30, len_20, true).unwrap());
+        assert_eq!(
+            s.filled(raw(300, 400, 20, 29, true), height),
+            want(40, len_30, true)
+        );
+        assert_eq!(s.filled(raw(400, 500, 30, 39, true), height), None);
+        assert_eq!(strip(&s.lines[s.found.unwrap()]), "line 450");
+        // Nothing anywhere: not found once the oldest page is read.
+        s.keys(b"/nowhere\r", height);
+        assert_eq!(s.scanned(raw(0, 200, 1, 9, false), height), None);
+        assert!(s.note.as_deref().unwrap().contains("not found"));
     }
 }

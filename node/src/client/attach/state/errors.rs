@@ -27,7 +27,7 @@ impl State {
                 self.notify(format!("no scroll mode: {message}"));
                 Ok(Step::Continue)
             }
-            (Some(HISTORY_OLDER_ID), _) => {
+            (Some(HISTORY_OLDER_ID | HISTORY_SCAN_ID | HISTORY_FILL_ID), _) => {
                 self.notify(format!("no older history: {message}"));
                 Ok(Step::Continue)
             }

@@ -1,20 +1,24 @@
 //! The scroll mode's history, the attach's side of PROTOCOL.md section 14:
 //! the newest page when the mode opens, older pages as the view reaches the
-//! top or a search goes on past what is loaded.
+//! top, raw pages as a search goes on past what is loaded or a placeholder
+//! comes into view.
 
 use termesh_transport::ClientMsg;
 
 use super::*;
 
-/// The scroll mode's older pages.
+/// The scroll mode's older pages, a search's raw pages, and the raw pages
+/// of placeholders.
 pub(super) const HISTORY_OLDER_ID: u64 = 5;
+pub(super) const HISTORY_SCAN_ID: u64 = 6;
+pub(super) const HISTORY_FILL_ID: u64 = 7;
 /// Rows of history a page brings.
 const HISTORY_ROWS: u32 = 2_000;
 
 impl State {
     /// A page came: the newest one opens the scroll mode (and takes the
     /// keys typed while it loaded), an older one goes above the rest;
-    /// either may want the page before it.
+    /// either may want more.
     pub(super) async fn on_history(
         &mut self,
         conn: &mut Client,
@@ -27,35 +31,69 @@ impl State {
             if !self.view.open_scroll(lines, older) {
                 self.notify("no scroll mode with --raw: use the terminal's scrollback".into());
             }
-            match self.scroll_wanted.take().filter(|k| !k.is_empty()) {
-                Some(keys) => match self.view.scroll_keys(&keys) {
-                    Scrolled::Older(before) => Some(before),
-                    _ => None,
-                },
-                None => None,
-            }
+            self.scroll_wanted
+                .take()
+                .filter(|k| !k.is_empty())
+                .map(|keys| self.view.scroll_keys(&keys))
         } else {
             self.view.scroll_older(lines, older)
         };
-        match wants {
-            Some(before) => self.ask_history(conn, HISTORY_OLDER_ID, Some(before)).await,
-            None => Ok(()),
-        }
+        self.ask_scroll(conn, wants).await
     }
 
-    /// Asks for a page of history for the scroll mode: the newest
-    /// (`before` none) or the one before `before`.
-    pub(super) async fn ask_history(
-        &self,
+    /// A raw page for the scroll mode: a search's or a placeholder's.
+    pub(super) async fn on_raw_page(
+        &mut self,
         conn: &mut Client,
         id: u64,
-        before: Option<u64>,
+        page: RawPage,
     ) -> anyhow::Result<()> {
+        let wants = self.view.scroll_raw(id == HISTORY_FILL_ID, page);
+        self.ask_scroll(conn, wants).await
+    }
+
+    /// Asks for what the scroll mode wants, if anything.
+    pub(super) async fn ask_scroll(
+        &self,
+        conn: &mut Client,
+        want: Option<Scrolled>,
+    ) -> anyhow::Result<()> {
+        let (id, limit, before, rows) = match want {
+            Some(Scrolled::Older(before)) => {
+                (HISTORY_OLDER_ID, None, Some(before), Some(HISTORY_ROWS))
+            }
+            Some(Scrolled::Raw {
+                before,
+                limit,
+                fill,
+            }) => {
+                let id = if fill {
+                    HISTORY_FILL_ID
+                } else {
+                    HISTORY_SCAN_ID
+                };
+                (id, Some(limit), Some(before), None)
+            }
+            _ => return Ok(()),
+        };
         conn.send(&ClientMsg::History {
             id,
             session: self.opts.session.clone(),
-            limit: None,
+            limit,
             before_seq: before,
+            rows,
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// Asks for the newest page of history, which opens the scroll mode.
+    pub(super) async fn ask_newest(&self, conn: &mut Client) -> anyhow::Result<()> {
+        conn.send(&ClientMsg::History {
+            id: HISTORY_ID,
+            session: self.opts.session.clone(),
+            limit: None,
+            before_seq: None,
             rows: Some(HISTORY_ROWS),
         })
         .await?;

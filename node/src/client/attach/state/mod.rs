@@ -9,14 +9,14 @@ use anyhow::anyhow;
 use termesh_transport::{ClientMsg, EventKind, ServerMsg, SessionStatus};
 
 use super::backoff::Backoff;
-use super::display::{Display, Scrolled};
+use super::display::{Display, RawPage, Scrolled};
 use super::keys::{Key, KeyFilter};
 use super::raw::Raw;
 use super::resync::{Apply, Resync, Snap};
 use super::view::{View, ViewOptions};
 use super::{AttachOptions, Ended, Outside};
 use crate::client::{Client, Fatal};
-use history::HISTORY_OLDER_ID;
+use history::{HISTORY_FILL_ID, HISTORY_OLDER_ID, HISTORY_SCAN_ID};
 
 mod errors;
 mod history;
@@ -313,6 +313,22 @@ impl State {
                 self.on_history(conn, id, lines.unwrap_or_default(), older)
                     .await?;
             }
+            ServerMsg::History {
+                id,
+                seq,
+                data,
+                first_seq,
+                more,
+                ..
+            } if id == HISTORY_SCAN_ID || id == HISTORY_FILL_ID => {
+                let page = RawPage {
+                    data: data.unwrap_or_default(),
+                    first_seq: first_seq.unwrap_or(0),
+                    end_seq: seq,
+                    more: more == Some(true),
+                };
+                self.on_raw_page(conn, id, page).await?;
+            }
             ServerMsg::ResyncRequired { .. } => self.reset_next_snapshot = true,
             ServerMsg::Pong { nonce: Some(n) } => {
                 if let Some((Some(sent), at)) = self.rtt_probe {
@@ -406,13 +422,11 @@ impl State {
             Outside::Keys(chunk) => {
                 let mut take_size = false;
                 let mut scroll = false;
-                let mut older = None;
+                let mut wants = Vec::new();
                 for key in self.keys.feed(&chunk) {
                     match key {
                         Key::Input(bytes) if self.view.scrolling() => {
-                            if let Scrolled::Older(before) = self.view.scroll_keys(&bytes) {
-                                older = Some(before);
-                            }
+                            wants.push(self.view.scroll_keys(&bytes));
                         }
                         Key::Input(bytes) if self.scroll_wanted.is_some() => {
                             if let Some(kept) = self.scroll_wanted.as_mut() {
@@ -457,11 +471,10 @@ impl State {
                         }
                         if scroll {
                             self.notify("loading the history".into());
-                            self.ask_history(conn, HISTORY_ID, None).await?;
+                            self.ask_newest(conn).await?;
                         }
-                        if let Some(before) = older {
-                            self.ask_history(conn, HISTORY_OLDER_ID, Some(before))
-                                .await?;
+                        for want in wants {
+                            self.ask_scroll(conn, Some(want)).await?;
                         }
                     }
                     None if scroll => {

@@ -14,7 +14,7 @@ use avt::Pen;
 use termesh_actors::session::modes::ModeTracker;
 use termesh_actors::session::screen::Utf8Decoder;
 
-use super::display::{Display, Scrolled};
+use super::display::{Display, RawPage, Scrolled};
 use super::frame::{diff, origin, screen_rows, Frame, Glyph};
 use super::mouse::{take, translate, Window};
 use super::outer::{Modes, Outer};
@@ -357,16 +357,28 @@ impl Display for View {
     }
 
     fn open_scroll(&mut self, lines: Vec<String>, older: Option<u64>) -> bool {
-        self.scroll = Some(Scroll::new(lines, usize::from(self.session.0), older));
+        self.scroll =
+            Some(Scroll::new(lines, usize::from(self.session.0), older).sized(self.session.1));
         self.dirty = true;
         true
     }
 
-    fn scroll_older(&mut self, lines: Vec<String>, older: Option<u64>) -> Option<u64> {
+    fn scroll_older(&mut self, lines: Vec<String>, older: Option<u64>) -> Option<Scrolled> {
         let height = usize::from(self.term.1).saturating_sub(1).max(1);
         let scroll = self.scroll.as_mut()?;
         self.dirty = true;
         scroll.older_page(lines, older, height)
+    }
+
+    fn scroll_raw(&mut self, fill: bool, page: RawPage) -> Option<Scrolled> {
+        let height = usize::from(self.term.1).saturating_sub(1).max(1);
+        let scroll = self.scroll.as_mut()?;
+        self.dirty = true;
+        if fill {
+            scroll.filled(page, height)
+        } else {
+            scroll.scanned(page, height)
+        }
     }
 
     fn scrolling(&self) -> bool {

@@ -24,5 +24,6 @@ pub mod liveness;
 pub mod metrics;
 pub mod os;
 pub mod output;
+pub mod private_fs;
 pub mod session;
 pub mod store;

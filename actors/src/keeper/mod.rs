@@ -201,10 +201,7 @@ impl Connection {
         if let Some(found) = Self::connect(data_dir)? {
             return Ok(found);
         }
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(data_dir.join("keeper.log"))?;
+        let log = crate::private_fs::append(&data_dir.join("keeper.log"))?;
         let mut child = std::process::Command::new(exe)
             .arg("keeper")
             .arg("--data-dir")

@@ -72,6 +72,11 @@ impl StoreHandle {
         metrics: Arc<Metrics>,
     ) -> Result<(StoreHandle, Vec<Restored>), StoreError> {
         let mut store = Store::open(dir)?;
+        // sled makes its files with the umask's mode: the store is the
+        // node's alone.
+        if let Err(e) = crate::private_fs::restrict_tree(dir) {
+            tracing::warn!(path = %dir.display(), "cannot restrict the store's files: {e}");
+        }
         let log_dir = super::log_dir(dir);
         let log_err = |e: std::io::Error| StoreError::Open {
             path: log_dir.display().to_string(),

@@ -23,12 +23,8 @@ pub fn read(path: &Path) -> Option<u64> {
 
 /// Writes the count (a new file renamed over the old: never half-written).
 pub fn write(path: &Path, sessions: u64) -> std::io::Result<()> {
-    let tmp = path.with_extension("manifest.tmp");
-    std::fs::write(
-        &tmp,
-        format!("# termesh store manifest: session records on disk\nsessions {sessions}\n"),
-    )?;
-    std::fs::rename(&tmp, path)
+    let text = format!("# termesh store manifest: session records on disk\nsessions {sessions}\n");
+    crate::private_fs::write(path, text.as_bytes())
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 //! `termesh attach` returns to it.
 
 use std::path::{Path, PathBuf};
+use termesh_actors::private_fs;
 
 /// Lines the file keeps at most (one per node URL used).
 const MAX_LINES: usize = 64;
@@ -39,9 +40,9 @@ pub fn write(path: &Path, url: &str, id: &str) {
     let keep = lines.len().saturating_sub(MAX_LINES);
     let text = lines[keep..].join("\n") + "\n";
     if let Some(dir) = path.parent() {
-        let _ = std::fs::create_dir_all(dir);
+        let _ = private_fs::create_dir(dir);
     }
-    let _ = std::fs::write(path, text);
+    let _ = private_fs::write(path, text.as_bytes());
 }
 
 #[cfg(test)]

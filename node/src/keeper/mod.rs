@@ -19,6 +19,7 @@ mod programs;
 use std::os::fd::{BorrowedFd, OwnedFd};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
+use termesh_actors::private_fs;
 
 use anyhow::Context;
 use nix::sys::signal::{SigSet, Signal};
@@ -65,7 +66,7 @@ pub fn run(data_dir: &Path) -> anyhow::Result<()> {
     // Out of the caller's session: a Ctrl-C or a closed terminal that ends
     // a node run by hand does not reach the keeper it started.
     let _ = rustix::process::setsid();
-    std::fs::create_dir_all(data_dir)
+    private_fs::create_dir(data_dir)
         .with_context(|| format!("cannot create the data dir {}", data_dir.display()))?;
     let Some(_lock) = lock(data_dir)? else {
         tracing::info!(dir = %data_dir.display(), "another keeper serves this data dir");
@@ -291,7 +292,7 @@ fn notify_ready() {
 /// holds it.
 fn lock(data_dir: &Path) -> anyhow::Result<Option<nix::fcntl::Flock<std::fs::File>>> {
     let path = data_dir.join("keeper.lock");
-    let file = std::fs::OpenOptions::new()
+    let file = private_fs::options()
         .create(true)
         .truncate(false)
         .write(true)

@@ -9,6 +9,7 @@
 use std::io::Read;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
+use termesh_actors::private_fs;
 
 use serde::{Deserialize, Serialize};
 
@@ -69,7 +70,15 @@ pub fn write(name: &str, url: &str, port: u16, data_dir: &Path) -> Option<Runtim
         .recursive(true)
         .mode(0o700)
         .create(&dir)
-        .and_then(|_| std::fs::write(&tmp, serde_json::to_vec(&record).unwrap_or_default()))
+        .and_then(|_| {
+            let record = serde_json::to_vec(&record).unwrap_or_default();
+            private_fs::options()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .open(&tmp)
+                .and_then(|mut f| std::io::Write::write_all(&mut f, &record))
+        })
         .and_then(|_| std::fs::rename(&tmp, &path));
     match written {
         Ok(()) => Some(RuntimeFile { path }),

@@ -3,6 +3,7 @@
 //! node serves, removed when it stops (if it is still this node's).
 
 use std::path::{Path, PathBuf};
+use termesh_actors::private_fs;
 
 pub const URL_FILE: &str = "node.url";
 
@@ -16,7 +17,8 @@ pub struct UrlFile {
 pub fn write(data_dir: &Path, url: &str) -> Option<UrlFile> {
     let path = data_dir.join(URL_FILE);
     let text = format!("{url}\n");
-    let written = std::fs::create_dir_all(data_dir).and_then(|_| std::fs::write(&path, &text));
+    let written =
+        private_fs::create_dir(data_dir).and_then(|_| private_fs::write(&path, text.as_bytes()));
     match written {
         Ok(()) => Some(UrlFile { path, text }),
         Err(e) => {

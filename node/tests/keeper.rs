@@ -129,6 +129,57 @@ async fn programs_run_on_through_sigterm_kill_9_and_an_upgrade() {
     assert!(counted(&s.data) >= 120);
 }
 
+/// Connects to the keeper's socket as any process of the user could.
+fn poke_keeper(data: &std::path::Path, send: Option<&[u8]>) {
+    use rustix::net::{socket, AddressFamily, SocketAddrUnix, SocketType};
+    let fd = socket(AddressFamily::UNIX, SocketType::SEQPACKET, None).unwrap();
+    let addr = SocketAddrUnix::new(data.join("keeper.sock")).unwrap();
+    rustix::net::connect(&fd, &addr).unwrap();
+    if let Some(bytes) = send {
+        let _ = rustix::net::send(&fd, bytes, rustix::net::SendFlags::empty());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_that_connects_to_the_keeper_ends_no_program() {
+    let node = BinaryNode::start("");
+    let session = create(&node, COUNTER).await.id;
+    let mut s = Stream::new(1 << 20);
+    let mut c = client(&node).await;
+    subscribe(&mut c, &session, Some(0), 1 << 20).await.unwrap();
+    within(
+        PATIENCE,
+        "the first lines",
+        pump_until(&mut c, &session, &mut s, true, |s| counted(&s.data) >= 10),
+    )
+    .await
+    .unwrap();
+    drop(c);
+    let pids = kept_pids(&node, "while true");
+    // Probes that connect and leave, garbage, a message that is not
+    // `hello`: none of them is the node.
+    for k in 0..20 {
+        let send: Option<&[u8]> = match k % 3 {
+            0 => None,
+            1 => Some(b"garbage, not a message"),
+            _ => Some(&[0x81, 0xa1, b'x', 0x01]),
+        };
+        poke_keeper(&node.data, send);
+    }
+    // The node's next spawn goes through its own connection as before.
+    let other = create(&node, "exec cat").await.id;
+    assert_eq!(info(&node, &other).await.status, SessionStatus::Running);
+    let now = info(&node, &session).await;
+    assert_eq!(now.status, SessionStatus::Running, "{now:?}");
+    assert_eq!(kept_pids(&node, "while true"), pids, "the same program");
+    resume(&node, &session, &mut s, 20, "after the probes").await;
+    assert!(
+        !node.log().contains("keeper's connection failed"),
+        "{}",
+        node.log()
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_program_that_exits_while_its_node_is_down_reports_its_exit() {
     let node = BinaryNode::start("");

@@ -84,11 +84,12 @@ pub fn run(data_dir: &Path) -> anyhow::Result<()> {
     let mut keeper = Keeper {
         programs: Programs::default(),
         node: None,
+        pending: Vec::new(),
         greeted: false,
         buf: Vec::new(),
     };
     loop {
-        let (accept, child, node) = {
+        let (accept, child, node, pending) = {
             let mut fds = vec![
                 PollFd::new(&listener, PollFlags::IN),
                 PollFd::new(&children, PollFlags::IN),
@@ -96,12 +97,24 @@ pub fn run(data_dir: &Path) -> anyhow::Result<()> {
             if let Some(node) = &keeper.node {
                 fds.push(PollFd::new(node, PollFlags::IN));
             }
+            let first_pending = fds.len();
+            for p in &keeper.pending {
+                fds.push(PollFd::new(&p.socket, PollFlags::IN));
+            }
             match poll(&mut fds, Some(&LOOK_EVERY)) {
                 Err(rustix::io::Errno::INTR) => continue,
                 result => result?,
             };
             let ready = |i: usize| fds.get(i).is_some_and(|f| !f.revents().is_empty());
-            (ready(0), ready(1), ready(2))
+            let pending: Vec<usize> = (0..keeper.pending.len())
+                .filter(|&k| ready(first_pending + k))
+                .collect();
+            (
+                ready(0),
+                ready(1),
+                keeper.node.is_some() && ready(2),
+                pending,
+            )
         };
         if !still_ours(&path, socket_id) {
             // Its data dir was removed (no node can reach these programs
@@ -135,16 +148,35 @@ pub fn run(data_dir: &Path) -> anyhow::Result<()> {
         if node {
             keeper.read_node();
         }
+        // Newest first, so the indexes of the ones not read yet hold.
+        for k in pending.into_iter().rev() {
+            keeper.read_pending(k);
+        }
+        keeper.pending.retain(|p| p.since.elapsed() < HELLO_WITHIN);
         if accept {
             keeper.accept(&listener);
         }
     }
 }
 
+/// A new connection must say `hello` within this to become the node's;
+/// until then the node's connection stays as it is.
+const HELLO_WITHIN: std::time::Duration = std::time::Duration::from_secs(5);
+/// Connections waiting to say `hello` at most (a new one drops the oldest).
+const MAX_PENDING: usize = 4;
+
+/// A connection that has not said `hello` yet.
+struct Pending {
+    socket: OwnedFd,
+    since: std::time::Instant,
+}
+
 struct Keeper {
     programs: Programs,
-    /// The node's connection (one at a time: a new one replaces it).
+    /// The node's connection (one at a time: a new one that says `hello`
+    /// replaces it).
     node: Option<OwnedFd>,
+    pending: Vec<Pending>,
     /// The node's `hello` was answered.
     greeted: bool,
     buf: Vec<u8>,
@@ -175,10 +207,61 @@ impl Keeper {
             rustix::net::sockopt::Timeout::Send,
             Some(std::time::Duration::from_secs(2)),
         );
-        if self.node.replace(socket).is_some() {
-            tracing::info!("a new node connection replaces the last one");
+        // It becomes the node's connection once it says `hello`: a
+        // process that only connects (a probe, a stray client) changes
+        // nothing.
+        if self.pending.len() >= MAX_PENDING {
+            self.pending.remove(0);
         }
-        self.greeted = false;
+        self.pending.push(Pending {
+            socket,
+            since: std::time::Instant::now(),
+        });
+    }
+
+    /// The first message of a new connection: a `hello` of this version
+    /// makes it the node's connection; anything else (or its end) drops
+    /// it.
+    fn read_pending(&mut self, k: usize) {
+        let pending = self.pending.remove(k);
+        let first = wire::recv::<Request>(&pending.socket, &mut self.buf);
+        let mut socket = Some(pending.socket);
+        match first {
+            Ok(Some((Request::Hello { version }, _))) if version != wire::VERSION => {
+                let reason = format!(
+                    "this keeper speaks version {}, the node {version}: restart the keeper (its programs end) or run the node with --no-keeper",
+                    wire::VERSION
+                );
+                tracing::error!("{reason}");
+                tell(&mut socket, &Reply::Refused { reason }, None);
+            }
+            Ok(Some((Request::Hello { .. }, _))) => {
+                if self.node.is_some() {
+                    tracing::info!("a new node connection replaces the last one");
+                }
+                self.node = socket;
+                self.greet();
+            }
+            Ok(Some(_)) => tracing::warn!("a connection that did not begin with hello: dropped"),
+            Ok(None) => {}
+            Err(e) => tracing::warn!("a new connection failed before hello ({e}): dropped"),
+        }
+    }
+
+    /// Answers the node's `hello`: this keeper, then the programs it
+    /// holds; their exits are told from then on.
+    fn greet(&mut self) {
+        let hello = Reply::Hello {
+            version: wire::VERSION,
+            pid: std::process::id(),
+        };
+        tell(&mut self.node, &hello, None);
+        for (reply, master) in self.programs.held() {
+            tell(&mut self.node, &reply, Some(master));
+        }
+        tell(&mut self.node, &Reply::HeldEnd, None);
+        // Exits are told from now on (the ones before are in `held`).
+        self.greeted = true;
     }
 
     /// Handles one message from the node; its end or a bad message drops
@@ -215,19 +298,7 @@ impl Keeper {
                 tell(&mut self.node, &Reply::Refused { reason }, None);
                 self.node = None;
             }
-            Request::Hello { .. } => {
-                let hello = Reply::Hello {
-                    version: wire::VERSION,
-                    pid: std::process::id(),
-                };
-                tell(&mut self.node, &hello, None);
-                for (reply, master) in self.programs.held() {
-                    tell(&mut self.node, &reply, Some(master));
-                }
-                tell(&mut self.node, &Reply::HeldEnd, None);
-                // Exits are told from now on (the ones before are in `held`).
-                self.greeted = true;
-            }
+            Request::Hello { .. } => self.greet(),
             Request::Spawn {
                 id,
                 command,

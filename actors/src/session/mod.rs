@@ -433,6 +433,8 @@ impl SessionActor {
             return;
         }
         for w in self.publisher.take_wanted() {
+            // A subscriber waits for one snapshot: its newest generation's.
+            self.waiting.retain(|x| !x.is_for(w.sub));
             self.waiting.push(screens::Waiting::sub(w));
         }
         self.model_used = std::time::Instant::now();

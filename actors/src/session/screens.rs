@@ -32,6 +32,11 @@ pub struct Waiting {
 }
 
 impl Waiting {
+    /// It is a snapshot for the subscriber `sub` (any generation).
+    pub fn is_for(&self, sub: crate::output::vocab::SubId) -> bool {
+        matches!(self.to, ScreenTo::Sub { sub: s, .. } if s == sub)
+    }
+
     /// A snapshot the publisher wants for a subscriber.
     pub fn sub(w: SnapshotWanted) -> Waiting {
         Waiting {

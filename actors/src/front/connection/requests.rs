@@ -21,6 +21,9 @@ type Ctx = WebsocketContext<ConnectionActor>;
 /// Screen and history requests one connection may have in flight: each
 /// can cost a render of 10,000 lines, so a client looping them is bounded.
 pub const MAX_SCREENS_IN_FLIGHT: usize = 4;
+/// Sessions one connection may subscribe to at once: each may hold a
+/// snapshot and a window of output queued for it.
+pub const MAX_SUBSCRIPTIONS: usize = 256;
 
 impl ConnectionActor {
     pub(super) fn dispatch(&mut self, msg: ClientMsg, ctx: &mut Ctx) {
@@ -196,6 +199,12 @@ impl ConnectionActor {
             } => {
                 let (key, feed) = self.node.feed(&session)?;
                 let existing = self.subs.get(&key).map(|s| s.id);
+                if existing.is_none() && self.subs.len() >= MAX_SUBSCRIPTIONS {
+                    return Err(ApiError::bad_request(format!(
+                        "a connection may subscribe to at most {MAX_SUBSCRIPTIONS} sessions; \
+                         unsubscribe from one first, or open another connection"
+                    )));
+                }
                 let sub_id =
                     existing.unwrap_or_else(|| NEXT_SUB_ID.fetch_add(1, Ordering::Relaxed));
                 // A replacement discards what the old subscription still had

@@ -308,6 +308,12 @@ impl<S: Sink> Publisher<S> {
         }
         if existing.is_none() {
             Metrics::gauge(&self.metrics.subscribers, 1);
+        } else {
+            // The old generation's snapshot is wanted no more: a storm of
+            // resubscribes costs one snapshot, the last one's.
+            self.wanted.retain(|w| w.sub != req.sub);
+            self.pins.retain(|(sub, _), _| *sub != req.sub);
+            self.repin();
         }
         let generation = existing.map_or(0, |g| g + 1);
         let (last, end) = (self.ring.last_seq(), self.ring.end_offset());

@@ -1,0 +1,183 @@
+//! The abuse suite (issue 28): a real node, real sockets, a hostile client
+//! doing what its token allows as hard as it can. Each case asserts the
+//! node's memory stays within the case's bound (docs/operations.md,
+//! "What one client may cost"), that another client's keystrokes still
+//! echo, and that programs run on.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use common::binary::{client, create, info, BinaryNode};
+use common::*;
+use termesh_node::client::Client;
+use termesh_transport::{ClientMsg, ServerMsg, SessionStatus};
+
+/// The node's resident memory, KiB.
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Samples the node's RSS every 10 ms until dropped; `peak()` the most.
+struct RssWatch {
+    stop: Arc<AtomicBool>,
+    peak: Arc<AtomicU64>,
+}
+
+impl RssWatch {
+    fn start(pid: u32) -> RssWatch {
+        let (stop, peak) = (
+            Arc::new(AtomicBool::new(false)),
+            Arc::new(AtomicU64::new(0)),
+        );
+        let (s, p) = (stop.clone(), peak.clone());
+        std::thread::spawn(move || {
+            while !s.load(Ordering::Relaxed) {
+                p.fetch_max(rss_kib(pid), Ordering::Relaxed);
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+        });
+        RssWatch { stop, peak }
+    }
+
+    fn peak_mib(&self) -> f64 {
+        self.peak.load(Ordering::Relaxed) as f64 / 1024.0
+    }
+}
+
+impl Drop for RssWatch {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Another client's keystrokes echo in its own session, `rounds` times.
+async fn echo_works(node: &BinaryNode, session: &str, rounds: usize) {
+    let mut c = client(node).await;
+    let mut s = Stream::new(1 << 20);
+    subscribe(&mut c, session, None, 1 << 20).await.unwrap();
+    for k in 0..rounds {
+        let key = format!("echo-{k}-");
+        c.send(&ClientMsg::Input {
+            session: session.to_string(),
+            data: format!("{key}\r").into_bytes(),
+        })
+        .await
+        .unwrap();
+        within(
+            PATIENCE,
+            "a keystroke's echo",
+            pump_until(&mut c, session, &mut s, true, |s| {
+                String::from_utf8_lossy(&s.data).contains(&key)
+            }),
+        )
+        .await
+        .unwrap();
+    }
+    c.close().await;
+}
+
+/// The bound on what a subscribe storm may add to the node's memory.
+const STORM_BOUND_MIB: f64 = 64.0;
+
+/// 2,000 subscribes from seq 1 (long gone from the ring), each with
+/// another scrollback, from one viewer connection: each replaces the
+/// last, so the storm costs about one snapshot, not 2,000 (before: 3.4 GiB
+/// RSS and 2 GB sent back).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscribe_storm_from_a_viewer_costs_one_snapshot() {
+    let node = BinaryNode::start("[session]\nring_bytes = \"256KiB\"\n");
+    let flood = create(&node, "seq 1 200000; exec cat").await.id;
+    let typing = create(&node, "exec cat").await.id;
+    within(PATIENCE, "the flood printed", async {
+        while info(&node, &flood).await.last_seq < 10 {
+            poll_pause().await;
+        }
+        loop {
+            let text = screen_text(&node, &flood).await;
+            if text.contains("200000") {
+                break;
+            }
+            poll_pause().await;
+        }
+    })
+    .await;
+    echo_works(&node, &typing, 1).await;
+    let before = rss_kib(node.child.id()) as f64 / 1024.0;
+    let watch = RssWatch::start(node.child.id());
+
+    let mut attacker = Client::connect(&node.target(VIEWER)).await.unwrap();
+    const STORM: u64 = 2_000;
+    for i in 0..STORM {
+        attacker
+            .send(&ClientMsg::Subscribe {
+                id: i,
+                session: flood.clone(),
+                from_seq: Some(1),
+                window: None,
+                scrollback: Some(10_000 - i),
+            })
+            .await
+            .unwrap();
+    }
+    // Keystrokes elsewhere echo while the storm is served.
+    echo_works(&node, &typing, 5).await;
+    // The last subscribe is answered, then its snapshot comes.
+    let (mut snapshots, mut bytes, mut last_seen) = (0, 0usize, false);
+    within(PATIENCE, "the last subscribe's snapshot", async {
+        loop {
+            match attacker.recv().await.unwrap() {
+                ServerMsg::Subscribed { id, .. } if id == STORM - 1 => last_seen = true,
+                ServerMsg::Snapshot { data, .. } => {
+                    snapshots += 1;
+                    bytes += data.len();
+                    if last_seen {
+                        return;
+                    }
+                }
+                _ => {}
+            }
+        }
+    })
+    .await;
+    let peak = watch.peak_mib();
+    println!(
+        "subscribe storm: RSS {before:.1} MiB before, {peak:.1} MiB at the peak; \
+         {snapshots} snapshots ({:.1} MB) for {STORM} subscribes",
+        bytes as f64 / 1e6
+    );
+    assert!(
+        peak - before < STORM_BOUND_MIB,
+        "the storm grew the node by {:.1} MiB (bound {STORM_BOUND_MIB})",
+        peak - before
+    );
+    assert!(
+        snapshots < STORM / 10,
+        "{snapshots} snapshots for {STORM} subscribes"
+    );
+    assert_eq!(info(&node, &flood).await.status, SessionStatus::Running);
+    echo_works(&node, &typing, 1).await;
+}
+
+async fn screen_text(node: &BinaryNode, session: &str) -> String {
+    let mut c = client(node).await;
+    let reply = c
+        .request(|id| ClientMsg::Screen {
+            id,
+            session: session.to_string(),
+            scrollback: None,
+        })
+        .await
+        .unwrap();
+    c.close().await;
+    match reply {
+        ServerMsg::Snapshot { data, .. } => String::from_utf8_lossy(&data).into_owned(),
+        other => panic!("{other:?}"),
+    }
+}

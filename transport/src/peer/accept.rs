@@ -1,7 +1,11 @@
 //! Incoming peer connections: each handshake runs in a task of its own,
 //! bounded in time and in number, so a client that sends a QUIC Initial
-//! and goes silent holds one slot for `timeout`, never the accept loop;
-//! and a plain limiter that keeps refusals from flooding the log.
+//! and goes silent holds one slot for `timeout`, never the accept loop.
+//! One source address holds at most `MAX_PER_SOURCE` slots; once half the
+//! slots are taken, an address that has not proved it receives (QUIC
+//! Retry) is asked to first; and a quarter of the slots is kept for the
+//! addresses of configured peers. A plain limiter keeps refusals from
+//! flooding the log.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -16,6 +20,8 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Incoming handshakes in progress at once; one more is refused at once
 /// (QUIC `CONNECTION_REFUSED`), and the dialer retries with backoff.
 pub const MAX_HANDSHAKES: usize = 64;
+/// Incoming handshakes one source address may have in progress.
+pub const MAX_PER_SOURCE: usize = 4;
 
 /// Why an incoming connection did not become a link.
 #[derive(Debug, thiserror::Error)]
@@ -27,6 +33,8 @@ pub enum AcceptError {
     TimedOut(Duration),
     #[error("refused: {0} handshakes already in progress")]
     Busy(usize),
+    #[error("refused: {0} handshakes from this address already in progress")]
+    BusySource(usize),
 }
 
 /// One ended handshake: who it came from, and the connection or why not.
@@ -40,6 +48,11 @@ pub struct Acceptor {
     handshakes: JoinSet<Accepted>,
     timeout: Duration,
     limit: usize,
+    /// Handshakes in progress by source address.
+    per_source: HashMap<IpAddr, usize>,
+    /// Whether an address is a configured peer's (they alone may take
+    /// the last quarter of the slots).
+    is_peer: Box<dyn Fn(IpAddr) -> bool + Send>,
     /// The endpoint has no more incoming connections.
     closed: bool,
 }
@@ -66,8 +79,22 @@ impl Acceptor {
             handshakes: JoinSet::new(),
             timeout,
             limit: limit.max(1),
+            per_source: HashMap::new(),
+            is_peer: Box::new(|_| false),
             closed: false,
         }
+    }
+
+    /// Keeps a quarter of the slots for addresses `is_peer` says are
+    /// configured peers'.
+    pub fn with_peers(mut self, is_peer: impl Fn(IpAddr) -> bool + Send + 'static) -> Acceptor {
+        self.is_peer = Box::new(is_peer);
+        self
+    }
+
+    /// Handshakes in progress.
+    pub fn in_progress(&self) -> usize {
+        self.handshakes.len()
     }
 
     /// The next handshake to end, in the order they end (not the order
@@ -85,7 +112,16 @@ impl Acceptor {
                     None => self.closed = true,
                 },
                 Some(done) = self.handshakes.join_next() => match done {
-                    Ok(accepted) => return Some(accepted),
+                    Ok(accepted) => {
+                        let ip = accepted.0.ip();
+                        if let Some(n) = self.per_source.get_mut(&ip) {
+                            *n -= 1;
+                            if *n == 0 {
+                                self.per_source.remove(&ip);
+                            }
+                        }
+                        return Some(accepted);
+                    }
                     // Only a panic in quinn can land here: nothing to hand on.
                     Err(_) => continue,
                 },
@@ -98,10 +134,28 @@ impl Acceptor {
     /// progress (answered at once: a refusal is an `Accepted` too).
     fn start(&mut self, incoming: quinn::Incoming) -> Option<Accepted> {
         let remote = incoming.remote_address();
-        if self.handshakes.len() >= self.limit {
-            incoming.refuse();
-            return Some((remote, Err(AcceptError::Busy(self.limit))));
+        let ip = remote.ip();
+        let mine = self.per_source.get(&ip).copied().unwrap_or(0);
+        let validated = incoming.remote_address_validated();
+        match admit(
+            self.handshakes.len(),
+            self.limit,
+            mine,
+            (self.is_peer)(ip),
+            validated,
+        ) {
+            Admit::Take => {}
+            Admit::Retry if incoming.may_retry() => {
+                let _ = incoming.retry();
+                return None;
+            }
+            Admit::Retry => {}
+            Admit::Refuse(why) => {
+                incoming.refuse();
+                return Some((remote, Err(why)));
+            }
         }
+        *self.per_source.entry(ip).or_insert(0) += 1;
         let timeout = self.timeout;
         self.handshakes.spawn(async move {
             // Dropping a handshake that timed out closes its connection.
@@ -112,6 +166,32 @@ impl Acceptor {
             (remote, result)
         });
         None
+    }
+}
+
+/// What to do with a new handshake.
+#[derive(Debug)]
+enum Admit {
+    Take,
+    /// Ask the address to prove it receives (QUIC Retry) first.
+    Retry,
+    Refuse(AcceptError),
+}
+
+/// A new handshake from an address with `mine` in progress, `busy` in
+/// progress in all: a quarter of `limit` is kept for configured peers,
+/// one address holds at most `MAX_PER_SOURCE`, and past half of `limit`
+/// (of 4 or more) an address that has not proved it receives is asked to.
+fn admit(busy: usize, limit: usize, mine: usize, peer: bool, validated: bool) -> Admit {
+    let room = if peer { limit } else { limit - limit / 4 };
+    if busy >= room.max(1) {
+        Admit::Refuse(AcceptError::Busy(limit))
+    } else if mine >= MAX_PER_SOURCE {
+        Admit::Refuse(AcceptError::BusySource(MAX_PER_SOURCE))
+    } else if busy * 2 >= limit && limit >= 4 && !validated {
+        Admit::Retry
+    } else {
+        Admit::Take
     }
 }
 
@@ -166,6 +246,32 @@ impl LogLimit {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn slots_are_kept_for_peers_shared_by_source_and_validated_when_busy() {
+        let take = |busy, mine, peer, validated| admit(busy, 64, mine, peer, validated);
+        assert!(matches!(take(0, 0, false, false), Admit::Take));
+        // One address: at most MAX_PER_SOURCE.
+        assert!(matches!(
+            take(10, MAX_PER_SOURCE, false, true),
+            Admit::Refuse(AcceptError::BusySource(_))
+        ));
+        // Half full: unvalidated addresses are asked to Retry first.
+        assert!(matches!(take(32, 0, false, false), Admit::Retry));
+        assert!(matches!(take(32, 0, false, true), Admit::Take));
+        // The last quarter is the configured peers'.
+        assert!(matches!(
+            take(48, 0, false, true),
+            Admit::Refuse(AcceptError::Busy(64))
+        ));
+        assert!(matches!(take(48, 0, true, true), Admit::Take));
+        assert!(matches!(
+            take(64, 0, true, true),
+            Admit::Refuse(AcceptError::Busy(64))
+        ));
+        // Tiny limits (tests) keep every slot for anyone, with no Retry.
+        assert!(matches!(admit(1, 2, 1, false, false), Admit::Take));
+    }
 
     #[test]
     fn one_line_per_address_per_period_with_the_count_left_out() {

@@ -179,6 +179,8 @@ pub fn start(
 /// name, and where the connections of those that dial this node go.
 struct Members {
     names: Vec<String>,
+    /// Each configured peer's address (their handshakes have slots kept).
+    addrs: HashMap<String, std::net::IpAddr>,
     accepted: HashMap<String, mpsc::Sender<quinn::Connection>>,
     /// What a peer's certificate is checked against, and how dials are
     /// made.
@@ -208,6 +210,7 @@ impl Links {
         let mut m = lock(&self.members);
         m.names.retain(|n| *n != name);
         m.names.push(name.clone());
+        m.addrs.insert(name.clone(), peer.addr.ip());
         let handle = if peer.name.as_str() > self.config.me.as_str() {
             m.accepted.remove(&name);
             tasks.spawn(dial_loop(
@@ -232,6 +235,7 @@ impl Links {
         {
             let mut m = lock(&self.members);
             m.names.retain(|n| n != name);
+            m.addrs.remove(name);
             m.accepted.remove(name);
         }
         if let Some(link) = self.tasks.remove(name) {
@@ -256,6 +260,7 @@ async fn run(
     };
     let members = SharedMembers::new(std::sync::Mutex::new(Members {
         names: Vec::new(),
+        addrs: HashMap::new(),
         accepted: HashMap::new(),
         identity: config.identity.clone(),
         client,
@@ -307,7 +312,9 @@ async fn run(
 /// client that starts one and goes silent delays no peer. Refusals are
 /// logged, at most once a minute per remote address.
 async fn incoming(endpoint: quinn::Endpoint, members: SharedMembers) {
-    let mut acceptor = Acceptor::new(endpoint);
+    let peers = members.clone();
+    let mut acceptor =
+        Acceptor::new(endpoint).with_peers(move |ip| lock(&peers).addrs.values().any(|a| *a == ip));
     let mut refusals = LogLimit::new(REFUSAL_LOG_EVERY, REFUSAL_LOG_ADDRESSES);
     let mut refused = |remote: SocketAddr, why: &dyn std::fmt::Display| {
         if let Some(left_out) = refusals.admit(remote.ip(), Instant::now()) {

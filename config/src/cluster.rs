@@ -1,6 +1,7 @@
 //! The `[cluster]` part of a node's config: the cluster id, the CA and this
 //! node's certificate files, and every node of the cluster (name, QUIC and
-//! HTTP addresses). Membership comes from here; `cluster init` writes it.
+//! HTTP addresses, and the SHA-256 of its key that its certificate must
+//! carry). Membership comes from here; `cluster init` writes it.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -31,6 +32,11 @@ pub struct NodeEntry {
     pub name: String,
     pub quic: SocketAddr,
     pub http: SocketAddr,
+    /// The SHA-256 of the node's public key (its certificate's
+    /// SubjectPublicKeyInfo), lowercase hex: a certificate of the cluster's
+    /// CA for this name with another key is refused. `None` in configs
+    /// written before pins (any key the CA signed is taken).
+    pub key_sha256: Option<String>,
 }
 
 impl ClusterConfig {
@@ -98,6 +104,7 @@ struct RawNodeEntry {
     name: Option<String>,
     quic: Option<String>,
     http: Option<String>,
+    key_sha256: Option<String>,
 }
 
 /// Checks the section for the node named `this`.
@@ -147,10 +154,24 @@ pub(crate) fn parse(raw: RawCluster, this: &str, file: &str) -> Result<ClusterCo
                 )
             })
         };
+        let key_sha256 = match n.key_sha256 {
+            None => None,
+            Some(pin) if pin.len() == 64 && pin.bytes().all(|b| b.is_ascii_hexdigit()) => {
+                Some(pin.to_ascii_lowercase())
+            }
+            Some(pin) => {
+                return Err(bad(
+                    &key("key_sha256"),
+                    format!("{pin:?}"),
+                    "must be 64 hex digits (the SHA-256 of the node's key, as `cluster init` writes it)",
+                ))
+            }
+        };
         let entry = NodeEntry {
             quic: addr("quic", n.quic)?,
             http: addr("http", n.http)?,
             name,
+            key_sha256,
         };
         for other in &nodes {
             let clash = if other.name == entry.name {
@@ -233,6 +254,15 @@ http = "127.0.0.2:7520"
             ["a"]
         );
         assert!(Config::parse("", "t.toml").unwrap().cluster.is_none());
+        // A pin is kept in lowercase.
+        let pin = "AB".repeat(32);
+        let pinned = GOOD.replace(
+            "http = \"127.0.0.1:7520\"",
+            &format!("http = \"127.0.0.1:7520\"\nkey_sha256 = \"{pin}\""),
+        );
+        let c = Config::parse(&pinned, "b.toml").unwrap().cluster.unwrap();
+        assert_eq!(c.node("a").unwrap().key_sha256, Some("ab".repeat(32)));
+        assert_eq!(c.node("b").unwrap().key_sha256, None);
     }
 
     #[test]
@@ -265,6 +295,13 @@ http = "127.0.0.2:7520"
             (
                 GOOD.replace("cert = \"node.pem\"", "cert = \"\""),
                 "`cluster.cert` = \"\": must not be empty",
+            ),
+            (
+                GOOD.replace(
+                    "http = \"127.0.0.2:7520\"",
+                    "http = \"127.0.0.2:7520\"\nkey_sha256 = \"abc\"",
+                ),
+                "`cluster.nodes[1].key_sha256` = \"abc\": must be 64 hex digits",
             ),
         ];
         for (text, want) in cases {

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context};
 use termesh_config::{check_name, hash_token, Config};
 use termesh_transport::peer::certs::Ca;
-use termesh_transport::peer::tls::{Identity, NameForm};
+use termesh_transport::peer::tls::{key_sha256_of_pem, Identity, NameForm};
 
 /// One `--node NAME,quic=ADDR,http=ADDR`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -116,21 +116,20 @@ pub fn init(out: &Path, nodes: &[NodeSpec], options: &InitOptions) -> anyhow::Re
     write(&out.join("ca.key"), &ca_pem.key_pem, true)?;
     let token = crate::token::generate();
     write(&out.join("admin.token"), &format!("{token}\n"), true)?;
+    let files = NodeFiles {
+        id: &id,
+        all: nodes,
+        token: &token,
+        http_tls: *http_tls,
+        data_dir,
+    };
+    // Every node's key first: each config pins all of them.
+    for node in nodes {
+        write_node_certs(out, &ca, &files, node)?;
+    }
     let mut configs = Vec::new();
     for node in nodes {
-        let written = write_node(
-            out,
-            &ca,
-            &NodeFiles {
-                id: &id,
-                all: nodes,
-                token: &token,
-                http_tls: *http_tls,
-                data_dir,
-            },
-            node,
-        )?;
-        configs.push(written);
+        configs.push(write_node_config(out, &files, node)?);
     }
     Ok(Written { id, token, configs })
 }
@@ -154,6 +153,22 @@ pub(crate) fn write_node(
     files: &NodeFiles,
     node: &NodeSpec,
 ) -> anyhow::Result<PathBuf> {
+    write_node_certs(out, ca, files, node)?;
+    write_node_config(out, files, node)
+}
+
+/// The SHA-256 of the key of the node `name` of the folder `out` (from its
+/// `node.pem`), as `cluster.nodes[].key_sha256` pins it.
+pub(crate) fn pin_of(out: &Path, name: &str) -> anyhow::Result<String> {
+    let path = out.join(name).join("node.pem");
+    let pem = std::fs::read_to_string(&path)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    key_sha256_of_pem(&pem).with_context(|| format!("{} holds no certificate", path.display()))
+}
+
+/// Writes `out/NAME/`'s certificates: the node's certificate and key from
+/// `ca`, the CA's certificate, its HTTPS certificate when asked.
+fn write_node_certs(out: &Path, ca: &Ca, files: &NodeFiles, node: &NodeSpec) -> anyhow::Result<()> {
     let dir = out.join(&node.name);
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let issued = ca
@@ -181,11 +196,23 @@ pub(crate) fn write_node(
         write(&dir.join("http.pem"), &http.cert_pem, false)?;
         write(&dir.join("http.key"), &http.key_pem, true)?;
     }
-    let path = dir.join("termesh.toml");
+    Ok(())
+}
+
+/// Writes `out/NAME/termesh.toml` (every node's key pinned from its
+/// folder), read back and checked. Answers its path.
+fn write_node_config(out: &Path, files: &NodeFiles, node: &NodeSpec) -> anyhow::Result<PathBuf> {
+    let pins = files
+        .all
+        .iter()
+        .map(|n| pin_of(out, &n.name))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let path = out.join(&node.name).join("termesh.toml");
     let text = config_text(
         files.id,
         node,
         files.all,
+        &pins,
         files.token,
         files.http_tls,
         files.data_dir,
@@ -208,6 +235,15 @@ pub fn check(path: &Path) -> anyhow::Result<Config> {
                 cluster.cert.display().to_string()
             )
         })?;
+        let pinned = cluster.this(&config.node.name).key_sha256.as_deref();
+        if let (Some(pinned), Some(mine)) = (pinned, identity.key_sha256()) {
+            anyhow::ensure!(
+                pinned == mine,
+                "{}: this node's key (sha256 {mine}) is not the one its `cluster.nodes` entry \
+                 pins ({pinned}): its peers would refuse it",
+                path.display()
+            );
+        }
         if form == NameForm::Legacy {
             tracing::warn!(
                 cert = %cluster.cert.display(),
@@ -225,6 +261,7 @@ fn config_text(
     id: &str,
     node: &NodeSpec,
     all: &[NodeSpec],
+    pins: &[String],
     token: &str,
     tls: bool,
     data_dir: &str,
@@ -250,9 +287,9 @@ fn config_text(
         hash = hash_token(token),
         data_dir = toml_edit::Value::from(data_dir),
     );
-    for n in all {
+    for (n, pin) in all.iter().zip(pins) {
         text.push_str(&format!(
-            "\n[[cluster.nodes]]\nname = \"{}\"\nquic = \"{}\"\nhttp = \"{}\"\n",
+            "\n[[cluster.nodes]]\nname = \"{}\"\nquic = \"{}\"\nhttp = \"{}\"\nkey_sha256 = \"{pin}\"\n",
             n.name, n.quic, n.http
         ));
     }

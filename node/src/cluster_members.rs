@@ -64,9 +64,18 @@ pub fn add_node(dir: &Path, node: &NodeSpec) -> anyhow::Result<Changed> {
             taken.http
         );
     }
+    if dir.join(&node.name).join(REMOVED).exists() {
+        bail!(
+            "node `{}` was removed: its name is refused until its old certificate is \
+             trusted nowhere, after `termesh cluster rotate-ca --dir {}` and `--finish` \
+             (or choose another name)",
+            node.name,
+            dir.display()
+        );
+    }
     if dir.join(&node.name).exists() {
         bail!(
-            "{} exists (a node removed earlier?): delete it, or choose another name",
+            "{} exists: delete it, or choose another name",
             dir.join(&node.name).display()
         );
     }
@@ -87,6 +96,7 @@ pub fn add_node(dir: &Path, node: &NodeSpec) -> anyhow::Result<Changed> {
         },
         node,
     )?;
+    let pin = crate::cluster_init::pin_of(dir, &node.name)?;
     let mut edited = Vec::new();
     for member in &members {
         edit(&member.config, |nodes| {
@@ -94,6 +104,7 @@ pub fn add_node(dir: &Path, node: &NodeSpec) -> anyhow::Result<Changed> {
             entry["name"] = toml_edit::value(node.name.as_str());
             entry["quic"] = toml_edit::value(node.quic.to_string());
             entry["http"] = toml_edit::value(node.http.to_string());
+            entry["key_sha256"] = toml_edit::value(pin.as_str());
             nodes.push(entry);
         })?;
         edited.push(member.config.clone());
@@ -130,7 +141,9 @@ pub fn remove_node(dir: &Path, name: &str) -> anyhow::Result<Changed> {
         &folder.join(REMOVED),
         &format!(
             "`{name}` was removed from the cluster by `termesh cluster remove-node`.\n\
-             Stop the node, then delete this folder.\n"
+             Stop the node. This folder keeps its name refused (its certificate is\n\
+             still of the cluster's CA) until `termesh cluster rotate-ca --finish`,\n\
+             which deletes it.\n"
         ),
         false,
     )?;
@@ -156,6 +169,19 @@ pub(crate) fn load_ca(dir: &Path) -> anyhow::Result<Ca> {
 
 /// Marks a node folder `remove-node` took out of the cluster.
 const REMOVED: &str = "REMOVED";
+
+/// Deletes the folders of removed nodes (after a CA rotation): their names
+/// may be given again.
+pub(crate) fn forget_removed(dir: &Path) -> anyhow::Result<()> {
+    for entry in std::fs::read_dir(dir).with_context(|| format!("cannot read {}", dir.display()))? {
+        let path = entry?.path();
+        if path.join(REMOVED).exists() {
+            std::fs::remove_dir_all(&path)
+                .with_context(|| format!("cannot delete {}", path.display()))?;
+        }
+    }
+    Ok(())
+}
 
 /// Every node folder of the cluster folder `dir` (`NAME/termesh.toml`
 /// naming node NAME, in a cluster), by name; folders `remove-node` marked
@@ -224,7 +250,10 @@ fn read_doc(config: &Path) -> anyhow::Result<toml_edit::DocumentMut> {
 /// Applies `change` to the `[[cluster.nodes]]` of the config at `path`,
 /// keeping everything else as written; the file is replaced whole (a
 /// rename), with its mode, and checked.
-fn edit(path: &Path, change: impl FnOnce(&mut toml_edit::ArrayOfTables)) -> anyhow::Result<()> {
+pub(crate) fn edit(
+    path: &Path,
+    change: impl FnOnce(&mut toml_edit::ArrayOfTables),
+) -> anyhow::Result<()> {
     let mut doc = read_doc(path)?;
     let nodes = doc["cluster"]["nodes"]
         .as_array_of_tables_mut()

@@ -76,8 +76,11 @@ pub fn rotate(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
     ];
     for member in &members {
         let folder = member.config.parent().expect("a config is in its folder");
+        // The node keeps its key (the configs pin it): only the signature
+        // is new.
+        let key = read(&folder.join("node.key"))?;
         let issued = next
-            .issue(&member.name)
+            .issue_for_key(&member.name, &key)
             .with_context(|| format!("cannot issue the certificate of {}", member.name))?;
         files.push((
             folder.join("node.pem"),
@@ -111,6 +114,29 @@ pub fn rotate(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
     for (path, text, secret) in &files {
         write(path, text, *secret)?;
     }
+    // Every config pins every node's key: the same keys as before, and a
+    // config written before pins gets them now.
+    let mut pins = std::collections::HashMap::new();
+    for member in &members {
+        let folder = member.config.parent().expect("a config is in its folder");
+        let pem = read(&folder.join("node.pem"))?;
+        let pin = termesh_transport::peer::tls::key_sha256_of_pem(&pem)
+            .with_context(|| format!("{} holds no certificate", folder.display()))?;
+        pins.insert(member.name.clone(), pin);
+    }
+    for member in &members {
+        crate::cluster_members::edit(&member.config, |nodes| {
+            for entry in nodes.iter_mut() {
+                let name = entry
+                    .get("name")
+                    .and_then(|v| v.as_str())
+                    .map(str::to_string);
+                if let Some(pin) = name.and_then(|n| pins.get(&n)) {
+                    entry["key_sha256"] = toml_edit::value(pin.as_str());
+                }
+            }
+        })?;
+    }
     let mut written = Vec::new();
     for member in &members {
         crate::cluster_init::check(&member.config)
@@ -140,6 +166,9 @@ pub fn finish(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
     for old in ["ca.old.pem", "ca.old.key", CROSS] {
         let _ = std::fs::remove_file(dir.join(old));
     }
+    // Removed nodes' certificates are of the old CA, which nobody trusts
+    // now: their names may be given again.
+    crate::cluster_members::forget_removed(dir)?;
     let mut written = Vec::new();
     for member in &members {
         let folder = member.config.parent().expect("a config is in its folder");

@@ -250,12 +250,15 @@ fn the_example_configs_in_deploy_are_what_init_writes() {
         "c,quic=10.0.0.3:7521,http=10.0.0.3:7520",
     ]);
     assert!(ok, "{text}");
-    // The cluster id and the admin token's hash are new each time.
+    // The cluster id, the admin token's hash and the keys are new each
+    // time.
     let normal = |text: &str| -> Vec<String> {
         text.lines()
             .map(|l| {
                 if l.starts_with("hash = ") {
                     "hash = ...".to_string()
+                } else if l.starts_with("key_sha256 = ") {
+                    "key_sha256 = ...".to_string()
                 } else if l.starts_with("id = ") {
                     "id = ...".to_string()
                 } else if let Some(i) = l.find(" of cluster `") {

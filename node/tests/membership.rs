@@ -157,6 +157,22 @@ async fn a_node_joins_and_leaves_a_running_cluster() {
         )
         .await;
     }
+    // Its name is refused until a CA rotation: its old certificate is
+    // still of the cluster's CA.
+    let http_again = free_port("127.0.0.4");
+    let again = std::process::Command::new(env!("CARGO_BIN_EXE_termesh"))
+        .args(["cluster", "add-node", "--dir", &folder_text, "--node"])
+        .arg(format!(
+            "d,quic=127.0.0.4:{},http=127.0.0.4:{http_again}",
+            free_port("127.0.0.4")
+        ))
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&again.stderr);
+    assert!(
+        !again.status.success() && said.contains("rotate-ca"),
+        "{said}"
+    );
     let now: Vec<u32> = (0..3).map(|i| cluster.pid(i)).collect();
     assert_eq!(now, pids, "no node restarted");
     // `Stream::apply` checked every seq: no hole, and no resync either.
@@ -256,5 +272,60 @@ async fn the_ca_is_rotated_node_by_node_and_no_link_is_lost() {
         !s.links.iter().any(|(kind, _)| *kind == "unreachable"),
         "the viewer never saw its session unreachable: {:?}",
         s.links
+    );
+}
+
+/// A certificate of the cluster's CA for a configured name but with
+/// another key than the configs pin (a removed node's, or one issued with
+/// a stolen CA key): its links are refused, and the node says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_certificate_with_another_key_than_the_pinned_one_is_refused() {
+    let mut cluster = Cluster::start(&["a", "b"]);
+    let up = |cluster: &Cluster| node_states(cluster, 0).iter().all(|(_, s)| s == "up");
+    within(SETTLE, "a and b linked", async {
+        while !up(&cluster) {
+            poll_pause().await;
+        }
+    })
+    .await;
+    cluster.stop_node(1);
+    // b's name, the cluster's CA, a new key; b's own config pins nothing
+    // (as an impostor's would).
+    let folder = cluster.folder();
+    let read = |p: &str| std::fs::read_to_string(folder.join(p)).unwrap();
+    let ca = termesh_transport::peer::certs::Ca::load(&read("ca.pem"), &read("ca.key")).unwrap();
+    let issued = ca.issue("b").unwrap();
+    std::fs::write(folder.join("b/node.pem"), &issued.cert_pem).unwrap();
+    std::fs::write(folder.join("b/node.key"), &issued.key_pem).unwrap();
+    std::fs::set_permissions(
+        folder.join("b/node.key"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
+    let config = folder.join("b/termesh.toml");
+    let text = std::fs::read_to_string(&config).unwrap();
+    let unpinned: String = text
+        .lines()
+        .filter(|l| !l.starts_with("key_sha256"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(&config, unpinned).unwrap();
+    cluster.start_node(1);
+    let said = within(SETTLE, "a refusing b's key", async {
+        loop {
+            let log = cluster.log(0);
+            if log.contains("is not the one the config pins for b") {
+                return log;
+            }
+            poll_pause().await;
+        }
+    })
+    .await;
+    assert!(said.contains("a removed node"), "{said}");
+    assert!(
+        node_states(&cluster, 0)
+            .iter()
+            .any(|(n, s)| n == "b" && s != "up"),
+        "b is not up on a"
     );
 }

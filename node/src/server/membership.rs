@@ -189,6 +189,7 @@ fn peer(entry: &NodeEntry, me: &str, node: &NodeCtx, arbiter: &actix::ArbiterHan
     PeerSpec {
         name: entry.name.clone(),
         addr: entry.quic,
+        key_sha256: entry.key_sha256.clone(),
         sink: LinkSink::new(move |event| actor.do_send(FromLink(event))),
         stats,
     }

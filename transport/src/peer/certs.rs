@@ -106,13 +106,14 @@ impl Ca {
     }
 
     fn issue_node(&self, name: &str, san: String) -> Result<Issued, CertError> {
-        let mut params = CertificateParams::new(vec![san])?;
-        params.distinguished_name.push(DnType::CommonName, name);
-        params.extended_key_usages = vec![
-            ExtendedKeyUsagePurpose::ServerAuth,
-            ExtendedKeyUsagePurpose::ClientAuth,
-        ];
-        Ok(self.sign(params)?)
+        Ok(self.sign(node_params(name, san)?, KeyPair::generate()?)?)
+    }
+
+    /// A node certificate for the key it has (`key_pem`): a CA rotation
+    /// keeps every node's key, so the keys the configs pin stay true.
+    pub fn issue_for_key(&self, name: &str, key_pem: &str) -> Result<Issued, CertError> {
+        let key = KeyPair::from_pem(key_pem)?;
+        Ok(self.sign(node_params(name, mesh_name(name))?, key)?)
     }
 }
 
@@ -132,22 +133,31 @@ impl Ca {
             params.distinguished_name.push(DnType::CommonName, first);
         }
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-        Ok(self.sign(params)?)
+        Ok(self.sign(params, KeyPair::generate()?)?)
     }
 }
 
 impl Ca {
     /// A leaf for `params` (a signature key only), signed by this CA.
-    fn sign(&self, mut params: CertificateParams) -> Result<Issued, rcgen::Error> {
+    fn sign(&self, mut params: CertificateParams, key: KeyPair) -> Result<Issued, rcgen::Error> {
         params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
         validity(&mut params);
-        let key = KeyPair::generate()?;
         let cert = params.signed_by(&key, &self.cert, &self.key)?;
         Ok(Issued {
             cert_pem: cert.pem(),
             key_pem: key.serialize_pem(),
         })
     }
+}
+
+fn node_params(name: &str, san: String) -> Result<CertificateParams, rcgen::Error> {
+    let mut params = CertificateParams::new(vec![san])?;
+    params.distinguished_name.push(DnType::CommonName, name);
+    params.extended_key_usages = vec![
+        ExtendedKeyUsagePurpose::ServerAuth,
+        ExtendedKeyUsagePurpose::ClientAuth,
+    ];
+    Ok(params)
 }
 
 fn validity(params: &mut CertificateParams) {

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use crate::peer::accept::{Acceptor, LogLimit};
 use crate::peer::stats::LinkStats;
-use crate::peer::tls::{peer_chain, Identity};
+use crate::peer::tls::{key_sha256, peer_chain, Identity};
 use crate::peer::{frame, DataMsg, PeerMsg, PEER_PROTO};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::mpsc;
@@ -66,6 +66,9 @@ pub struct MeshConfig {
 pub struct PeerSpec {
     pub name: String,
     pub addr: SocketAddr,
+    /// The SHA-256 of the key its certificate must carry (lowercase hex;
+    /// `None`: any key the cluster's CA signed for its name).
+    pub key_sha256: Option<String>,
     pub sink: LinkSink,
     /// Where the link's byte counts go.
     pub stats: std::sync::Arc<LinkStats>,
@@ -423,6 +426,23 @@ async fn serve(
     conn: quinn::Connection,
     dialer: bool,
 ) -> Result<(), String> {
+    if let Some(pinned) = &peer.key_sha256 {
+        let theirs =
+            peer_chain(&conn).and_then(|chain| chain.first().and_then(|c| key_sha256(c.as_ref())));
+        if theirs.as_deref() != Some(pinned.as_str()) {
+            conn.close(1u32.into(), b"not the pinned key");
+            let why = format!(
+                "refused: its certificate's key (sha256 {}) is not the one the config pins for {} \
+                 (key_sha256 {pinned}): a removed node, or one re-issued without updating the configs",
+                theirs.as_deref().unwrap_or("unknown"),
+                peer.name
+            );
+            // Said at every attempt (a few seconds apart): someone holds a
+            // certificate of this cluster that the config does not trust.
+            tracing::warn!(peer = %peer.name, "{why}");
+            return Err(why);
+        }
+    }
     let opened = async {
         if dialer {
             conn.open_bi().await

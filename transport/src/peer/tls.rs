@@ -194,6 +194,11 @@ impl Identity {
         Ok(config)
     }
 
+    /// The SHA-256 of this node's key (`cluster.nodes[].key_sha256`).
+    pub fn key_sha256(&self) -> Option<String> {
+        key_sha256(self.chain.first()?.as_ref())
+    }
+
     /// When this node's certificate expires (unix seconds).
     pub fn not_after(&self) -> Option<i64> {
         let leaf = self.chain.first()?;
@@ -366,4 +371,21 @@ pub fn peer_chain(conn: &quinn::Connection) -> Option<Vec<CertificateDer<'static
         .downcast::<Vec<CertificateDer<'static>>>()
         .ok()
         .map(|b| *b)
+}
+
+/// The SHA-256 of a certificate's SubjectPublicKeyInfo (DER), lowercase
+/// hex: what `cluster.nodes[].key_sha256` pins. `None` for DER that is not
+/// a certificate.
+pub fn key_sha256(cert_der: &[u8]) -> Option<String> {
+    use sha2::Digest;
+    let (_, cert) = x509_parser::parse_x509_certificate(cert_der).ok()?;
+    Some(hex::encode(sha2::Sha256::digest(cert.public_key().raw)))
+}
+
+/// The same, of the first certificate in PEM text.
+pub fn key_sha256_of_pem(pem: &str) -> Option<String> {
+    let der = CertificateDer::pem_slice_iter(pem.as_bytes())
+        .next()?
+        .ok()?;
+    key_sha256(der.as_ref())
 }

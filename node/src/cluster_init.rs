@@ -301,22 +301,30 @@ fn config_text(
 /// to files created, so the mode is set on the open file before the secret
 /// is written into it.
 pub(crate) fn write(path: &Path, text: &str, secret: bool) -> anyhow::Result<()> {
+    // A new file renamed over the old: a crash or a full disk leaves the
+    // old file or the new one, never half of one (a CA key among them).
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".new");
+    let tmp = PathBuf::from(tmp);
+    let _ = std::fs::remove_file(&tmp);
     let mut options = std::fs::OpenOptions::new();
-    options.write(true).create(true).truncate(true);
-    if secret {
-        options.mode(0o600);
+    options
+        .write(true)
+        .create_new(true)
+        .mode(if secret { 0o600 } else { 0o644 });
+    let written = options.open(&tmp).and_then(|mut file| {
+        if secret {
+            use std::os::unix::fs::PermissionsExt;
+            file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+        }
+        file.write_all(text.as_bytes())?;
+        file.sync_all()
+    });
+    let written = written.and_then(|_| std::fs::rename(&tmp, path));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
     }
-    let mut file = options
-        .open(path)
-        .with_context(|| format!("cannot write {}", path.display()))?;
-    if secret {
-        use std::os::unix::fs::PermissionsExt;
-        file.set_permissions(std::fs::Permissions::from_mode(0o600))
-            .with_context(|| format!("cannot restrict {} to mode 0600", path.display()))?;
-    }
-    file.write_all(text.as_bytes())
-        .with_context(|| format!("cannot write {}", path.display()))?;
-    Ok(())
+    written.with_context(|| format!("cannot write {}", path.display()))
 }
 
 #[cfg(test)]

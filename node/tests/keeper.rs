@@ -429,3 +429,66 @@ async fn a_keeper_makes_its_socket_again_and_stops_when_its_data_dir_goes() {
     .await;
     drop(dir);
 }
+
+/// A keeper socket in the data dir served by another user (moved there
+/// by whoever could): the node refuses it rather than hand that user its
+/// programs' terminals, and says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keeper_of_another_user_is_refused() {
+    if !rustix::process::geteuid().is_root() {
+        panic!("this test needs root: it runs a keeper as the user nobody");
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    // The binary and a folder the user nobody may use.
+    let open = tmp.path().join("open");
+    std::fs::create_dir(&open).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let bin = open.join("termesh");
+    std::fs::copy(env!("CARGO_BIN_EXE_termesh"), &bin).unwrap();
+    let theirs = open.join("k");
+    let mut keeper = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(&bin)
+        .args(["keeper", "--data-dir"])
+        .arg(&theirs)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    within(PATIENCE, "the other user's keeper listening", async {
+        while !theirs.join("keeper.sock").exists() {
+            poll_pause().await;
+        }
+    })
+    .await;
+    let data = tmp.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::fs::rename(theirs.join("keeper.sock"), data.join("keeper.sock")).unwrap();
+    let mut node = std::process::Command::new(env!("CARGO_BIN_EXE_termesh"))
+        .args(["node", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(&data)
+        .env("XDG_RUNTIME_DIR", tmp.path().join("run"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Bounded: a node that started anyway is killed (by its pid) and fails
+    // the test below.
+    let ended = tokio::time::timeout(PATIENCE, async {
+        while node.try_wait().unwrap().is_none() {
+            poll_pause().await;
+        }
+    })
+    .await;
+    if ended.is_err() {
+        let _ = node.kill();
+    }
+    let node = node.wait_with_output().unwrap();
+    let _ = keeper.kill();
+    let _ = keeper.wait();
+    let said = String::from_utf8_lossy(&node.stderr);
+    assert!(!node.status.success(), "the node did not start: {said}");
+    assert!(said.contains("uid 65534, not this user"), "{said}");
+}

@@ -329,3 +329,33 @@ async fn a_certificate_with_another_key_than_the_pinned_one_is_refused() {
         "b is not up on a"
     );
 }
+
+/// A reload whose certificate files cannot be taken still applies the
+/// file's tokens (a revocation must not wait on a certificate problem),
+/// and says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_whose_certificate_cannot_be_taken_still_applies_its_tokens() {
+    let cluster = Cluster::start(&["a", "b"]);
+    let folder = cluster.folder();
+    let config = folder.join("a/termesh.toml").display().to_string();
+    let added = cluster.termesh(&[
+        "token", "add", "--name", "dana", "--role", "viewer", "--config", &config,
+    ]);
+    let token = added.trim().strip_prefix("token: ").unwrap().to_string();
+    std::fs::write(folder.join("a/node.pem"), "not a certificate\n").unwrap();
+    let url = format!("http://{}", cluster.nodes[0].http);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_termesh"))
+        .args(["config", "reload", "--url", &url, "--token", &cluster.token])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "the certificate was not taken");
+    assert!(said.contains("the tokens were applied"), "{said}");
+    let mut target = cluster.target(0);
+    target.token = Some(token);
+    let mut c = Client::connect(&target).await.unwrap();
+    assert!(
+        c.request(ClientMsg::list).await.is_ok(),
+        "the new token works"
+    );
+}

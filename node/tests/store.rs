@@ -357,7 +357,7 @@ fn a_store_the_node_may_not_open_stops_the_start() {
         println!("SKIPPED: needs root, to run the node as another user");
         return;
     }
-    // A data dir the node's user may write, holding a store it may not.
+    // A data dir of the node's user, holding a store it may not open.
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let store = data.join("store");
@@ -366,7 +366,9 @@ fn a_store_the_node_may_not_open_stops_the_start() {
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap()
     };
     mode(dir.path(), 0o755);
-    mode(&data, 0o777);
+    // The data dir is the node's user's own (it refuses any other).
+    std::os::unix::fs::chown(&data, Some(65534), Some(65534)).unwrap();
+    mode(&data, 0o700);
     mode(&store, 0o700);
     let out = std::process::Command::new("setpriv")
         .args(["--reuid=65534", "--regid=65534", "--clear-groups"])

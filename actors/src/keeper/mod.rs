@@ -255,6 +255,28 @@ impl Connection {
                 ))
             }
         }
+        // Only a keeper of this user gets the programs' terminals: a
+        // socket another user made in its place is refused.
+        let me = rustix::process::getuid().as_raw();
+        match rustix::net::sockopt::socket_peercred(&socket) {
+            Ok(cred) if cred.uid.as_raw() == me => {}
+            Ok(cred) => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::PermissionDenied,
+                    format!(
+                        "{} is served by uid {}, not this user (uid {me}): refused",
+                        path.display(),
+                        cred.uid.as_raw()
+                    ),
+                ))
+            }
+            Err(e) => {
+                return Err(std::io::Error::new(
+                    e.kind(),
+                    format!("{}: cannot tell who serves it: {e}", path.display()),
+                ))
+            }
+        }
         // A keeper that does not answer fails the hello, and later a send,
         // rather than hanging the node.
         use rustix::net::sockopt::{set_socket_timeout, Timeout};
@@ -329,8 +351,10 @@ impl Connection {
                 })
             });
         let unanswered = self.lock().spawns.remove(id).is_some();
-        if unanswered {
-            // It may still start the program: it goes when it does.
+        if unanswered || answer.is_err() {
+            // It may still start the program, or did as the wait ran out
+            // (its answer is dropped here): it goes, never left running
+            // with no session.
             self.release(id);
         }
         match answer? {

@@ -84,6 +84,7 @@ impl Membership {
             not_after,
         };
         membership.warn_expiry();
+        warn_rotation(cluster);
         Ok(membership)
     }
 
@@ -103,6 +104,7 @@ impl Membership {
         self.mesh.set_identity(identity);
         self.files = files;
         self.warn_expiry();
+        warn_rotation(cluster);
         Ok(true)
     }
 
@@ -149,6 +151,22 @@ impl Membership {
 }
 
 /// The bytes of the CA, certificate and key files (what a reload compares).
+/// Logs a warning while this node trusts more than one CA: a rotation is
+/// under way, and the old CA (and whatever it signed: removed nodes'
+/// certificates too) is trusted until it is finished.
+fn warn_rotation(cluster: &ClusterConfig) {
+    let text = std::fs::read_to_string(&cluster.ca).unwrap_or_default();
+    let cas = text.matches("-----BEGIN CERTIFICATE-----").count();
+    if cas > 1 {
+        tracing::warn!(
+            ca = %cluster.ca.display(),
+            "this node trusts {cas} CAs: a CA rotation is under way, and the old CA stays trusted \
+             until it is finished (`termesh cluster rotate-ca --dir CLUSTER --finish`, then reload \
+             every node; docs/operations.md, \"Rotate the cluster CA\")"
+        );
+    }
+}
+
 fn certificate_files(cluster: &ClusterConfig) -> Vec<u8> {
     [&cluster.ca, &cluster.cert, &cluster.key]
         .iter()

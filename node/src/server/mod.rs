@@ -58,6 +58,9 @@ pub struct AppState {
     pub membership: membership::Shared,
     /// The HTTPS certificate a reload replaces (`None`: plain HTTP).
     pub https_cert: Option<Arc<termesh_transport::https::HttpsCert>>,
+    /// Held by a reload from reading the file to applying it: two at once
+    /// (SIGHUP and REST) apply one after the other, the last read last.
+    pub reloading: Arc<std::sync::Mutex<()>>,
 }
 
 /// What a started node reports.
@@ -260,6 +263,7 @@ pub fn run(
                 .map(|c| c.this(&config.node.name).quic),
             membership: Default::default(),
             https_cert: https_cert.clone(),
+            reloading: Arc::default(),
         };
         if let Some(cluster) = &config.cluster {
             let started = membership::Membership::start(&config, cluster, &state.node)?;

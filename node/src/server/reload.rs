@@ -5,7 +5,10 @@
 //! `POST /api/v1/config/reload` (admin; `termesh config reload`). Open
 //! connections check their token against the new set; a revoked one is
 //! closed (4401). Other changed settings are logged as taking effect at
-//! the next start. A file that does not parse changes nothing.
+//! the next start. A file that does not parse changes nothing. Reloads run
+//! one at a time, each from reading the file to applying it, so the file
+//! read last is the one in force; tokens are applied first, so a revoked
+//! token goes even when a certificate in the same file cannot be taken.
 
 use actix_web::{web, HttpRequest, HttpResponse};
 use termesh_actors::error::ApiError;
@@ -57,6 +60,7 @@ pub fn reload(state: &AppState) -> Result<Reloaded, ApiError> {
             "this node was started without a config file (--config): there is nothing to reload",
         ));
     };
+    let _one_at_a_time = state.reloading.lock().unwrap_or_else(|p| p.into_inner());
     let mut config = Config::load(path).map_err(|e| {
         ApiError::bad_request(format!("the config was not reloaded, nothing changed: {e}"))
     })?;
@@ -65,6 +69,8 @@ pub fn reload(state: &AppState) -> Result<Reloaded, ApiError> {
     super::ensure_admin_token(&mut config)
         .map_err(|e| ApiError::new(ErrorCode::Internal, format!("{e:#}")))?;
     let n = config.auth.tokens.len();
+    // Tokens first: a revocation never waits on a certificate problem.
+    state.node.tokens.replace(config.auth.tokens.clone());
     let mut certificates = false;
     let changed = match (
         &mut *super::membership::lock(&state.membership),
@@ -73,7 +79,7 @@ pub fn reload(state: &AppState) -> Result<Reloaded, ApiError> {
         (Some(membership), Some(cluster)) => {
             certificates = membership.apply_certificates(cluster).map_err(|e| {
                 ApiError::bad_request(format!(
-                    "the certificates were not taken (the peers and tokens were not applied either): {e}"
+                    "the tokens were applied, but the certificates were not taken (nor the peers): {e}"
                 ))
             })?;
             membership.apply(cluster, &state.node)
@@ -86,7 +92,6 @@ pub fn reload(state: &AppState) -> Result<Reloaded, ApiError> {
         }
         (None, None) => Default::default(),
     };
-    state.node.tokens.replace(config.auth.tokens.clone());
     apply_https(state, &config)?;
     tracing::info!(
         path = %path.display(),

@@ -144,21 +144,20 @@ fn prune(dir: &Path) {
     }
 }
 
-/// The process runs (signal 0 reaches it, or it is another user's) and,
-/// when the record has its start time, is the same process.
+/// The process runs, is this user's (signal 0 reaches it), and is the
+/// same process that wrote the record (its start time): a pid reused by
+/// another program, or a record without a start time, is not trusted.
 fn is_alive(record: &NodeRecord) -> bool {
     let Ok(pid) = i32::try_from(record.pid) else {
         return false;
     };
-    use nix::errno::Errno;
-    match nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None) {
-        Ok(()) | Err(Errno::EPERM) => {}
-        Err(_) => return false,
+    if nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_err() {
+        return false;
     }
-    match (record.start, start_time(record.pid)) {
-        (Some(recorded), Some(now)) => recorded == now,
-        _ => true,
-    }
+    matches!(
+        (record.start, start_time(record.pid)),
+        (Some(recorded), Some(now)) if recorded == now
+    )
 }
 
 /// Field 22 of `/proc/PID/stat` (after the command, which may hold
@@ -189,10 +188,14 @@ mod tests {
         let start = start_time(me);
         assert!(start.is_some());
         assert!(is_alive(&record(me, start)));
-        assert!(is_alive(&record(me, None)));
+        assert!(!is_alive(&record(me, None)), "no start time: not trusted");
         assert!(!is_alive(&record(me, start.map(|s| s + 1))));
         // Beyond pid_max: no such process.
         assert!(!is_alive(&record(u32::MAX - 1, None)));
+        // Another user's process (init, as root or not, answers signal 0
+        // only to root): trusted only when it is this user's.
+        let init = record(1, start_time(1));
+        assert_eq!(is_alive(&init), rustix::process::geteuid().is_root());
     }
 
     #[test]

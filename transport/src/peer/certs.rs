@@ -23,6 +23,10 @@ pub enum CertError {
     Rcgen(#[from] rcgen::Error),
     #[error("`{0}` is a mesh name: an HTTPS certificate may not carry it")]
     MeshName(String),
+    #[error("the CA key is not the key of the CA certificate (they are of two different CAs)")]
+    KeyMismatch,
+    #[error("the CA certificate is not a PEM certificate")]
+    NotACertificate,
 }
 
 /// A certificate and its private key, PEM.
@@ -64,8 +68,15 @@ impl Ca {
 
     /// The CA `cluster init` wrote (its certificate and key, PEM), to
     /// issue more certificates from it (`cluster add-node`).
-    pub fn load(cert_pem: &str, key_pem: &str) -> Result<Ca, rcgen::Error> {
+    pub fn load(cert_pem: &str, key_pem: &str) -> Result<Ca, CertError> {
         let key = KeyPair::from_pem(key_pem)?;
+        // A key of another CA would sign certificates nobody verifies: a
+        // rotation retried after a half-written folder must not go on.
+        if super::tls::spki_of_pem(cert_pem).ok_or(CertError::NotACertificate)?
+            != key.public_key_der()
+        {
+            return Err(CertError::KeyMismatch);
+        }
         let params = CertificateParams::from_ca_cert_pem(cert_pem)?;
         // The same subject and key: what it signs chains to the file's
         // certificate (verification checks the issuer's name and key).
@@ -170,4 +181,23 @@ fn validity(params: &mut CertificateParams) {
     let year = 1970 + (secs / 31_556_952) as i32;
     params.not_before = rcgen::date_time_ymd(year - 1, 1, 1);
     params.not_after = rcgen::date_time_ymd(year + VALID_YEARS, 1, 1);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_ca_loads_only_with_its_own_key() {
+        let (one, two) = (Ca::new("c1").unwrap().pem(), Ca::new("c2").unwrap().pem());
+        assert!(Ca::load(&one.cert_pem, &one.key_pem).is_ok());
+        assert!(matches!(
+            Ca::load(&one.cert_pem, &two.key_pem),
+            Err(CertError::KeyMismatch)
+        ));
+        assert!(matches!(
+            Ca::load("not pem", &one.key_pem),
+            Err(CertError::NotACertificate)
+        ));
+    }
 }

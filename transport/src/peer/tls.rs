@@ -382,6 +382,15 @@ pub fn key_sha256(cert_der: &[u8]) -> Option<String> {
     Some(hex::encode(sha2::Sha256::digest(cert.public_key().raw)))
 }
 
+/// The SubjectPublicKeyInfo (DER) of the first certificate in PEM text.
+pub fn spki_of_pem(pem: &str) -> Option<Vec<u8>> {
+    let der = CertificateDer::pem_slice_iter(pem.as_bytes())
+        .next()?
+        .ok()?;
+    let (_, cert) = x509_parser::parse_x509_certificate(der.as_ref()).ok()?;
+    Some(cert.public_key().raw.to_vec())
+}
+
 /// The same, of the first certificate in PEM text.
 pub fn key_sha256_of_pem(pem: &str) -> Option<String> {
     let der = CertificateDer::pem_slice_iter(pem.as_bytes())

@@ -160,6 +160,7 @@ impl OutputLog {
                 .create(true)
                 .truncate(true)
                 .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW)
                 .open(&tmp)?;
             let Some(boot) = boot_id() else {
                 // No boot id: a restart cannot tell a process crash from

@@ -270,6 +270,7 @@ impl SessionLog {
             .create(true)
             .truncate(true)
             .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
             .open(&path)?;
         file.write_all_at(&format::segment_header(seq), 0)?;
         let counted = take_slot(open);
@@ -508,6 +509,7 @@ fn write_file(path: &Path, bytes: &[u8]) -> io::Result<()> {
         .create(true)
         .truncate(true)
         .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
         .open(path)?;
     file.write_all_at(bytes, 0)
 }

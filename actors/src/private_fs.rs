@@ -26,8 +26,9 @@ pub fn append(path: &Path) -> io::Result<File> {
     options().create(true).append(true).open(path)
 }
 
-/// Writes `data` as the whole of `path` (0600): to `path.tmp`, synced
-/// data not required, then renamed over it, so a reader never sees half.
+/// Writes `data` as the whole of `path` (0600): to `path.tmp`, then
+/// renamed over it, so a reader never sees half. Not synced: for files a
+/// crash may lose (`cluster_init::write` syncs the cluster's secrets).
 pub fn write(path: &Path, data: &[u8]) -> io::Result<()> {
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(".tmp");

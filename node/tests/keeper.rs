@@ -436,7 +436,8 @@ async fn a_keeper_makes_its_socket_again_and_stops_when_its_data_dir_goes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_keeper_of_another_user_is_refused() {
     if !rustix::process::geteuid().is_root() {
-        panic!("this test needs root: it runs a keeper as the user nobody");
+        println!("SKIPPED: needs root, to run a keeper as the user nobody");
+        return;
     }
     use std::os::unix::fs::PermissionsExt;
     let tmp = tempfile::tempdir().unwrap();

@@ -359,3 +359,54 @@ async fn a_reload_whose_certificate_cannot_be_taken_still_applies_its_tokens() {
         "the new token works"
     );
 }
+
+/// The same impostor while the real node is up: its connection is refused
+/// before it reaches the link, so the link that works never drops.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_impostor_with_another_key_does_not_cut_the_real_link() {
+    use termesh_transport::peer::tls::Identity;
+    let cluster = Cluster::start(&["a", "b"]);
+    let up = |cluster: &Cluster| node_states(cluster, 1).iter().all(|(_, s)| s == "up");
+    within(SETTLE, "a and b linked", async {
+        while !up(&cluster) {
+            poll_pause().await;
+        }
+    })
+    .await;
+    // b accepts a's connections (the lower name dials); the impostor
+    // says it is a.
+    let b_quic: std::net::SocketAddr = tokio::task::block_in_place(|| cluster.nodes_api(1))
+        .iter()
+        .find(|n| n["self"] == true)
+        .expect("itself")["quic"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let folder = cluster.folder();
+    let read = |p: &str| std::fs::read_to_string(folder.join(p)).unwrap();
+    let ca = termesh_transport::peer::certs::Ca::load(&read("ca.pem"), &read("ca.key")).unwrap();
+    let issued = ca.issue("a").unwrap();
+    let impostor = Identity::from_pem(&read("ca.pem"), &issued.cert_pem, &issued.key_pem)
+        .unwrap()
+        .endpoint("127.0.0.1:0".parse().unwrap())
+        .unwrap();
+    for _ in 0..3 {
+        // The handshake itself succeeds (the CA signed it); b refuses it.
+        let conn = impostor.connect(b_quic, "b").unwrap().await.unwrap();
+        let _ = within(PATIENCE, "b to close the impostor", conn.closed()).await;
+    }
+    let said = cluster.log(1);
+    assert!(
+        said.contains("is not the one the config pins for a"),
+        "{said}"
+    );
+    for i in 0..2 {
+        assert!(
+            !cluster.log(i).contains("peer link down"),
+            "node {i}: {}",
+            cluster.log(i)
+        );
+    }
+    assert!(up(&cluster));
+}

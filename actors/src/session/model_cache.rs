@@ -66,7 +66,11 @@ impl SessionActor {
     /// still holds every frame after it (the pass then feeds those, and
     /// the resizes after it apply in their place).
     pub(super) fn seed_model(&mut self) {
-        if self.model.is_some() {
+        // An ended session's model is dropped after every pass: seeded
+        // from a snapshot it would hold only that snapshot's scrollback,
+        // so its history would shrink after a `screen`; it is rebuilt from
+        // the ring instead, the same way each time.
+        if self.model.is_some() || self.finished {
             return;
         }
         let ring = self.publisher.ring();

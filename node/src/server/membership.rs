@@ -150,7 +150,6 @@ impl Membership {
     }
 }
 
-/// The bytes of the CA, certificate and key files (what a reload compares).
 /// Logs a warning while this node trusts more than one CA: a rotation is
 /// under way, and the old CA (and whatever it signed: removed nodes'
 /// certificates too) is trusted until it is finished.
@@ -167,6 +166,7 @@ fn warn_rotation(cluster: &ClusterConfig) {
     }
 }
 
+/// The bytes of the CA, certificate and key files (what a reload compares).
 fn certificate_files(cluster: &ClusterConfig) -> Vec<u8> {
     [&cluster.ca, &cluster.cert, &cluster.key]
         .iter()

@@ -61,6 +61,8 @@ pub struct AppState {
     /// Held by a reload from reading the file to applying it: two at once
     /// (SIGHUP and REST) apply one after the other, the last read last.
     pub reloading: Arc<std::sync::Mutex<()>>,
+    /// `logs?tail=` streams running at once (`rest::MAX_LOGS_STREAMS`).
+    pub logs_streams: Arc<tokio::sync::Semaphore>,
 }
 
 /// What a started node reports.
@@ -264,6 +266,7 @@ pub fn run(
             membership: Default::default(),
             https_cert: https_cert.clone(),
             reloading: Arc::default(),
+            logs_streams: Arc::new(tokio::sync::Semaphore::new(rest::MAX_LOGS_STREAMS)),
         };
         if let Some(cluster) = &config.cluster {
             let started = membership::Membership::start(&config, cluster, &state.node)?;

@@ -22,6 +22,9 @@ use crate::tail::{Ask, Lossy, Tail};
 const MAX_JSON: usize = 64 * 1024;
 /// Default `logs?tail=` (any tail up to the retained size is streamed).
 const DEFAULT_TAIL: u64 = 64 * 1024;
+/// `logs` responses a node streams at once (each holds up to 20 MiB and
+/// reads the log twice for a large tail); one more is `unavailable`.
+pub const MAX_LOGS_STREAMS: usize = 4;
 
 pub fn routes(cfg: &mut web::ServiceConfig) {
     cfg.route("/healthz", web::get().to(healthz))
@@ -329,18 +332,33 @@ async fn logs(
         async {
             require(&req, &state.node.tokens, Role::Viewer)?;
             let tail = query::<LogsQuery>(&req)?.tail.unwrap_or(DEFAULT_TAIL);
+            let permit = state
+                .logs_streams
+                .clone()
+                .try_acquire_owned()
+                .map_err(|_| {
+                    ApiError::new(
+                        ErrorCode::Unavailable,
+                        format!(
+                            "{MAX_LOGS_STREAMS} logs streams already run on this node; \
+                         try again when one ends"
+                        ),
+                    )
+                })?;
             let mut ask = NodeAsk(state.clone());
             let plan = Tail::plan(&mut ask, &path, tail).await.map_err(api_error)?;
             let seq = plan.seq();
             // Streamed page by page: memory stays bounded for any `tail`.
+            // The permit goes with the stream: held until it ends or is
+            // dropped (the client went away).
             let body = futures_util::stream::unfold(
-                Some((plan, ask, Lossy::default())),
+                Some((plan, ask, Lossy::default(), permit)),
                 |walk| async move {
-                    let (mut plan, mut ask, mut lossy) = walk?;
+                    let (mut plan, mut ask, mut lossy, permit) = walk?;
                     match plan.next(&mut ask).await {
                         Ok(Some(data)) => {
                             let text = lossy.text(&data, false);
-                            Some((Ok(Bytes::from(text)), Some((plan, ask, lossy))))
+                            Some((Ok(Bytes::from(text)), Some((plan, ask, lossy, permit))))
                         }
                         Ok(None) => {
                             let rest = lossy.text(&[], true);

@@ -7,7 +7,6 @@
 //! and pruned by the next node that starts.
 
 use std::io::Read;
-use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use termesh_actors::private_fs;
 
@@ -65,26 +64,13 @@ pub fn write(name: &str, url: &str, port: u16, data_dir: &Path) -> Option<Runtim
         data_dir: std::path::absolute(data_dir).unwrap_or_else(|_| data_dir.to_path_buf()),
     };
     let path = dir.join(format!("{pid}-{port}.json"));
-    let tmp = dir.join(format!(".{pid}-{port}.tmp"));
-    let written = std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(&dir)
-        .and_then(|_| {
-            let record = serde_json::to_vec(&record).unwrap_or_default();
-            private_fs::options()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .open(&tmp)
-                .and_then(|mut f| std::io::Write::write_all(&mut f, &record))
-        })
-        .and_then(|_| std::fs::rename(&tmp, &path));
+    let record = serde_json::to_vec(&record).unwrap_or_default();
+    // Written whole (`NAME.json.tmp`, renamed): readers take `*.json` only.
+    let written = private_fs::create_dir(&dir).and_then(|_| private_fs::write(&path, &record));
     match written {
         Ok(()) => Some(RuntimeFile { path }),
         Err(e) => {
             tracing::warn!("cannot record the node in {}: {e}", path.display());
-            let _ = std::fs::remove_file(&tmp);
             None
         }
     }

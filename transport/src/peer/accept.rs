@@ -48,8 +48,9 @@ pub struct Acceptor {
     handshakes: JoinSet<Accepted>,
     timeout: Duration,
     limit: usize,
-    /// Handshakes in progress by source address.
+    /// Handshakes in progress by source address, and each task's.
     per_source: HashMap<IpAddr, usize>,
+    sources: HashMap<tokio::task::Id, IpAddr>,
     /// Whether an address is a configured peer's (they alone may take
     /// the last quarter of the slots).
     is_peer: Box<dyn Fn(IpAddr) -> bool + Send>,
@@ -80,6 +81,7 @@ impl Acceptor {
             timeout,
             limit: limit.max(1),
             per_source: HashMap::new(),
+            sources: HashMap::new(),
             is_peer: Box::new(|_| false),
             closed: false,
         }
@@ -111,20 +113,26 @@ impl Acceptor {
                     }
                     None => self.closed = true,
                 },
-                Some(done) = self.handshakes.join_next() => match done {
-                    Ok(accepted) => {
-                        let ip = accepted.0.ip();
+                Some(done) = self.handshakes.join_next_with_id() => {
+                    let id = match &done {
+                        Ok((id, _)) => *id,
+                        Err(e) => e.id(),
+                    };
+                    if let Some(ip) = self.sources.remove(&id) {
                         if let Some(n) = self.per_source.get_mut(&ip) {
                             *n -= 1;
                             if *n == 0 {
                                 self.per_source.remove(&ip);
                             }
                         }
-                        return Some(accepted);
                     }
-                    // Only a panic in quinn can land here: nothing to hand on.
-                    Err(_) => continue,
-                },
+                    match done {
+                        Ok((_, accepted)) => return Some(accepted),
+                        // Only a panic in quinn lands here: nothing to
+                        // hand on (its slot is counted free above).
+                        Err(_) => continue,
+                    }
+                }
                 else => return None,
             }
         }
@@ -157,7 +165,7 @@ impl Acceptor {
         }
         *self.per_source.entry(ip).or_insert(0) += 1;
         let timeout = self.timeout;
-        self.handshakes.spawn(async move {
+        let task = self.handshakes.spawn(async move {
             // Dropping a handshake that timed out closes its connection.
             let result = match tokio::time::timeout(timeout, incoming).await {
                 Ok(result) => result.map_err(AcceptError::Handshake),
@@ -165,6 +173,7 @@ impl Acceptor {
             };
             (remote, result)
         });
+        self.sources.insert(task.id(), ip);
         None
     }
 }

@@ -184,6 +184,8 @@ struct Members {
     names: Vec<String>,
     /// Each configured peer's address (their handshakes have slots kept).
     addrs: HashMap<String, std::net::IpAddr>,
+    /// Each configured peer's pinned key, where the config pins one.
+    pins: HashMap<String, String>,
     accepted: HashMap<String, mpsc::Sender<quinn::Connection>>,
     /// What a peer's certificate is checked against, and how dials are
     /// made.
@@ -214,6 +216,10 @@ impl Links {
         m.names.retain(|n| *n != name);
         m.names.push(name.clone());
         m.addrs.insert(name.clone(), peer.addr.ip());
+        match &peer.key_sha256 {
+            Some(pin) => m.pins.insert(name.clone(), pin.clone()),
+            None => m.pins.remove(&name),
+        };
         let handle = if peer.name.as_str() > self.config.me.as_str() {
             m.accepted.remove(&name);
             tasks.spawn(dial_loop(
@@ -239,6 +245,7 @@ impl Links {
             let mut m = lock(&self.members);
             m.names.retain(|n| n != name);
             m.addrs.remove(name);
+            m.pins.remove(name);
             m.accepted.remove(name);
         }
         if let Some(link) = self.tasks.remove(name) {
@@ -264,6 +271,7 @@ async fn run(
     let members = SharedMembers::new(std::sync::Mutex::new(Members {
         names: Vec::new(),
         addrs: HashMap::new(),
+        pins: HashMap::new(),
         accepted: HashMap::new(),
         identity: config.identity.clone(),
         client,
@@ -333,18 +341,25 @@ async fn incoming(endpoint: quinn::Endpoint, members: SharedMembers) {
             }
         };
         let chain = peer_chain(&conn).unwrap_or_default();
-        let (name, tx) = {
+        let (name, tx, pin) = {
             let m = lock(&members);
             let names: Vec<&str> = m.names.iter().map(String::as_str).collect();
             let name = m.identity.name_of(&chain, &names).map(str::to_string);
             let tx = name.as_ref().and_then(|n| m.accepted.get(n).cloned());
-            (name, tx)
+            let pin = name.as_ref().and_then(|n| m.pins.get(n).cloned());
+            (name, tx, pin)
         };
         let Some(name) = name else {
             refused(remote, &"its certificate names no configured node");
             conn.close(1u32.into(), b"unknown node");
             continue;
         };
+        // Before it reaches the link: a connection with the wrong key must
+        // not replace the one that works.
+        if let Err(why) = check_pin(&conn, &name, pin.as_deref()) {
+            refused(remote, &why);
+            continue;
+        }
         match tx {
             Some(tx) => {
                 let _ = tx.try_send(conn);
@@ -418,6 +433,25 @@ async fn accept_loop(
     }
 }
 
+/// Refuses (and closes) `conn` when the config pins a key for `name` and
+/// the certificate `conn` came with carries another.
+fn check_pin(conn: &quinn::Connection, name: &str, pinned: Option<&str>) -> Result<(), String> {
+    let Some(pinned) = pinned else {
+        return Ok(());
+    };
+    let theirs =
+        peer_chain(conn).and_then(|chain| chain.first().and_then(|c| key_sha256(c.as_ref())));
+    if theirs.as_deref() == Some(pinned) {
+        return Ok(());
+    }
+    conn.close(1u32.into(), b"not the pinned key");
+    Err(format!(
+        "its certificate's key (sha256 {}) is not the one the config pins for {name} \
+         (key_sha256 {pinned}): a removed node, or one re-issued without updating the configs",
+        theirs.as_deref().unwrap_or("unknown")
+    ))
+}
+
 /// Runs one connection: the control stream, hellos checked, then frames
 /// both ways until the connection ends. Returns why it ended.
 async fn serve(
@@ -426,20 +460,11 @@ async fn serve(
     conn: quinn::Connection,
     dialer: bool,
 ) -> Result<(), String> {
-    if let Some(pinned) = &peer.key_sha256 {
-        let theirs =
-            peer_chain(&conn).and_then(|chain| chain.first().and_then(|c| key_sha256(c.as_ref())));
-        if theirs.as_deref() != Some(pinned.as_str()) {
-            conn.close(1u32.into(), b"not the pinned key");
-            let why = format!(
-                "refused: its certificate's key (sha256 {}) is not the one the config pins for {} \
-                 (key_sha256 {pinned}): a removed node, or one re-issued without updating the configs",
-                theirs.as_deref().unwrap_or("unknown"),
-                peer.name
-            );
+    if dialer {
+        if let Err(why) = check_pin(&conn, &peer.name, peer.key_sha256.as_deref()) {
             // Said at every attempt (a few seconds apart): someone holds a
             // certificate of this cluster that the config does not trust.
-            tracing::warn!(peer = %peer.name, "{why}");
+            tracing::warn!(peer = %peer.name, "refused: {why}");
             return Err(why);
         }
     }

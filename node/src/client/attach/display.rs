@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use super::raw::Raw;
 pub use super::scan::RawPage;
-pub use super::scroll::Scrolled;
+pub use super::scroll::{Failed, Scrolled};
 
 /// A crop of a raw display is drawn at most this often.
 const RAW_REDRAW: Duration = Duration::from_millis(20);
@@ -46,6 +46,12 @@ pub trait Display {
     fn scroll_raw(&mut self, _fill: bool, _page: RawPage) -> Option<Scrolled> {
         None
     }
+    /// What the last keys asked for past the first (`scroll_keys`).
+    fn scroll_more(&mut self) -> Vec<Scrolled> {
+        Vec::new()
+    }
+    /// A page the scroll mode asked for was refused.
+    fn scroll_failed(&mut self, _what: Failed, _why: &str) {}
     /// The session's screen (a snapshot) replaces the model, then
     /// `replay` is fed on it (a resync after a resize).
     fn replace(&mut self, _cols: u16, _rows: u16, _data: &[u8], _replay: &[Vec<u8>]) {}

@@ -53,13 +53,33 @@ impl Gap {
 }
 
 /// Whether `query` may be in `data` as printed: escape sequences left out,
-/// cursor moves right and tabs as a space, line ends split lines. A
-/// filter, never the answer: a hit is rendered and looked for again, so
-/// only text that the screen composes out of order (cursor addressing)
-/// can be missed.
+/// line ends split lines, and any run of blanks (spaces, tabs, cursor
+/// moves right) one space, in the text and in the query alike. A filter,
+/// never the answer: a hit is rendered and looked for again. Missed: text
+/// the screen composes out of order (cursor addressing), and a line split
+/// between two raw pages.
 pub fn may_contain(data: &[u8], query: &str) -> bool {
-    let query = query.as_bytes();
-    !query.is_empty() && memchr::memmem::find(&text(data), query).is_some()
+    let query = collapse(query.as_bytes());
+    !query.is_empty() && memchr::memmem::find(&collapse(&text(data)), &query).is_some()
+}
+
+/// Whether a line's plain text holds `query`, runs of blanks counting as
+/// one space in both (as `may_contain` looks).
+pub fn matches(line: &str, query: &str) -> bool {
+    let query = collapse(query.as_bytes());
+    !query.is_empty() && memchr::memmem::find(&collapse(line.as_bytes()), &query).is_some()
+}
+
+/// Runs of blanks as one space.
+fn collapse(text: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(text.len());
+    for &b in text {
+        let blank = b == b' ' || b == b'\t';
+        if !(blank && out.last() == Some(&b' ')) {
+            out.push(if blank { b' ' } else { b });
+        }
+    }
+    out
 }
 
 /// The text of raw output: lines split at CR and LF, escape sequences out.
@@ -137,6 +157,8 @@ mod tests {
             "red plain\n\nnext xendz"
         );
         assert!(may_contain(raw, "red plain"));
+        assert!(may_contain(b"a\t\tb", "a  b"), "blanks collapse alike");
+        assert!(may_contain(b"a\x1b[8Cb", "a        b"));
         assert!(may_contain(raw, "next x"));
         assert!(!may_contain(raw, "plainnext"), "lines are apart");
         assert!(!may_contain(raw, "title"), "a title is not output");

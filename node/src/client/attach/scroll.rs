@@ -19,6 +19,21 @@ const WHEEL: usize = 3;
 /// Longest search text kept.
 const MAX_QUERY: usize = 256;
 
+/// Which request failed (`Scroll::failed`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failed {
+    Older,
+    Scan,
+    Fill,
+}
+
+/// A raw page on its way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum InFlight {
+    Scan,
+    Fill(u64),
+}
+
 /// What a key did in the scroll mode.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Scrolled {
@@ -61,6 +76,11 @@ pub struct Scroll {
     /// A search goes on once a placeholder is filled: towards older
     /// lines (`true`) or newer ones.
     resume_search: Option<bool>,
+    /// The raw page asked for and not come yet (one at a time): a
+    /// search's, or the placeholder's ending at this seq.
+    raw_in_flight: Option<InFlight>,
+    /// Wants past the first that one read of keys made (`take_more`).
+    more: Vec<Scrolled>,
     /// A search through raw pages: the pages passed without a hit,
     /// newest first.
     scan: Option<Vec<Gap>>,
@@ -89,6 +109,8 @@ impl Scroll {
             asked: false,
             drop_older: false,
             resume_search: None,
+            raw_in_flight: None,
+            more: Vec::new(),
             scan: None,
             gaps: Vec::new(),
             screen_rows: 24,
@@ -137,17 +159,12 @@ impl Scroll {
     /// page before the oldest line when that is in view.
     fn next_want(&mut self, height: usize) -> Option<Scrolled> {
         let top = (self.bottom + 1).saturating_sub(height);
-        if let Some(g) = self
+        let in_view = self
             .gaps
-            .iter_mut()
-            .find(|g| !g.asked && (top..=self.bottom).contains(&g.line))
-        {
-            g.asked = true;
-            return Some(Scrolled::Raw {
-                before: g.end_seq + 1,
-                limit: g.len,
-                fill: true,
-            });
+            .iter()
+            .position(|g| !g.asked && (top..=self.bottom).contains(&g.line));
+        if let Some(k) = in_view.filter(|_| self.raw_in_flight.is_none()) {
+            return Some(self.fill(k));
         }
         let at_top = self.bottom <= height.saturating_sub(1);
         at_top
@@ -156,10 +173,63 @@ impl Scroll {
             .map(Scrolled::Older)
     }
 
+    /// Asks for the frames of the placeholder `k`.
+    fn fill(&mut self, k: usize) -> Scrolled {
+        let g = &mut self.gaps[k];
+        g.asked = true;
+        self.raw_in_flight = Some(InFlight::Fill(g.end_seq));
+        Scrolled::Raw {
+            before: g.end_seq + 1,
+            limit: g.len,
+            fill: true,
+        }
+    }
+
+    /// What the mode asked for past the first want of one read of keys.
+    pub fn take_more(&mut self) -> Vec<Scrolled> {
+        std::mem::take(&mut self.more)
+    }
+
+    /// A page it asked for was refused (an error reply): a search stops
+    /// and says why; a placeholder whose frames cannot come says so in
+    /// its place; the top may ask again.
+    pub fn failed(&mut self, what: Failed, why: &str) {
+        match what {
+            Failed::Older => self.asked = false,
+            Failed::Scan => {
+                self.scan = None;
+                self.found = None;
+            }
+            Failed::Fill => {
+                if let Some(InFlight::Fill(end)) = self.raw_in_flight {
+                    self.unfillable(end);
+                }
+            }
+        }
+        if what != Failed::Older {
+            self.raw_in_flight = None;
+            self.resume_search = None;
+        }
+        self.note = Some(format!("no older output: {why}"));
+    }
+
+    /// The placeholder ending at `end` cannot be rendered (retention let
+    /// its frames go): it says so, and is one no more.
+    fn unfillable(&mut self, end: u64) {
+        if let Some(k) = self.gaps.iter().position(|g| g.end_seq == end) {
+            let gap = self.gaps.remove(k);
+            self.lines[gap.line] = "\x1b[2m··· output no longer retained ···\x1b[0m".into();
+        }
+    }
+
     /// A raw page a search asked for: rendered and shown when it has the
     /// query (the pages passed before it become placeholders), else the
     /// page before it is asked for.
     pub fn scanned(&mut self, page: RawPage, height: usize) -> Option<Scrolled> {
+        if self.raw_in_flight != Some(InFlight::Scan) {
+            return None;
+        }
+        self.raw_in_flight = None;
         let mut passed = self.scan.take()?;
         let query = self.query.clone()?;
         if scan::may_contain(&page.data, &query) {
@@ -167,7 +237,7 @@ impl Scroll {
             let mut plain: Vec<Option<String>> = lines.iter().map(|l| Some(strip(l))).collect();
             let hit = plain
                 .iter()
-                .rposition(|l| l.as_deref().is_some_and(|l| l.contains(&query)));
+                .rposition(|l| l.as_deref().is_some_and(|l| scan::matches(l, &query)));
             if let Some(hit) = hit {
                 let mut gaps = Vec::new();
                 for mut g in passed.into_iter().rev() {
@@ -178,8 +248,6 @@ impl Scroll {
                 }
                 self.splice(0, 0, lines, plain);
                 self.gaps.splice(0..0, gaps);
-                self.drop_older = self.asked;
-                self.asked = false;
                 self.older = page.more.then_some(page.first_seq);
                 self.found = Some(hit);
                 self.note = None;
@@ -189,10 +257,12 @@ impl Scroll {
         }
         if page.data.is_empty() || !page.more {
             self.note = Some(format!("{query:?} not found"));
+            self.found = None;
             return None;
         }
         passed.push(Gap::of(&page));
         self.scan = Some(passed);
+        self.raw_in_flight = Some(InFlight::Scan);
         Some(Scrolled::Raw {
             before: page.first_seq,
             limit: SCAN_PAGE,
@@ -203,10 +273,20 @@ impl Scroll {
     /// A placeholder's frames came: rendered in its place (a search that
     /// waited for them goes on).
     pub fn filled(&mut self, page: RawPage, height: usize) -> Option<Scrolled> {
-        let at = self
+        let Some(InFlight::Fill(end)) = self.raw_in_flight else {
+            return None;
+        };
+        self.raw_in_flight = None;
+        let Some(at) = self
             .gaps
             .iter()
-            .position(|g| g.asked && g.end_seq == page.end_seq)?;
+            .position(|g| g.end_seq == end && page.end_seq == end && !page.data.is_empty())
+        else {
+            // Not the frames asked for: retention let them go meanwhile.
+            self.unfillable(end);
+            self.resume_search = None;
+            return self.next_want(height);
+        };
         let gap = self.gaps.remove(at);
         let lines = scan::render(&page, self.cols as u16, self.screen_rows);
         let plain = lines.iter().map(|l| Some(strip(l))).collect();
@@ -227,6 +307,8 @@ impl Scroll {
         height: usize,
     ) -> Option<Scrolled> {
         if std::mem::take(&mut self.drop_older) {
+            // Asked for before a search's hit went on top: out of place.
+            self.asked = false;
             return None;
         }
         let plain = lines.iter().map(|l| Some(strip(l))).collect();
@@ -239,6 +321,10 @@ impl Scroll {
 
     /// The older page, unless it was asked for already or there is none.
     fn want_older(&mut self) -> Option<u64> {
+        // A search walking back decides what goes on top first.
+        if self.scan.is_some() {
+            return None;
+        }
         let before = self.older.filter(|_| !self.asked)?;
         self.asked = true;
         self.note = Some("loading older output".into());
@@ -255,7 +341,8 @@ impl Scroll {
             match self.key(&rest[..len], height) {
                 Scrolled::Quit => return Scrolled::Quit,
                 Scrolled::Stay => {}
-                other => want = Some(other),
+                other if want.is_none() => want = Some(other),
+                other => self.more.push(other),
             }
             rest = &rest[len..];
         }
@@ -349,41 +436,41 @@ impl Scroll {
             self.note = Some("no search yet: / starts one".into());
             return None;
         };
-        if self.scan.is_some() {
-            self.note = Some(format!("searching older output for {query:?}"));
+        if self.raw_in_flight.is_some() {
+            // It goes on when the page on its way came.
+            if self.scan.is_none() {
+                self.resume_search = Some(older);
+            }
+            self.note = Some(format!("searching for {query:?}"));
             return None;
         }
         let top = self.bottom.saturating_sub(height.saturating_sub(1));
         let from = self.found.unwrap_or(if older { top } else { self.bottom });
         let hit = if older {
-            (0..from).rev().find(|&i| self.plain[i].contains(&query))
+            (0..from)
+                .rev()
+                .find(|&i| scan::matches(&self.plain[i], &query))
         } else {
-            (from + 1..self.lines.len()).find(|&i| self.plain[i].contains(&query))
+            (from + 1..self.lines.len()).find(|&i| scan::matches(&self.plain[i], &query))
         };
         // A placeholder between here and the hit (or the end) first.
         let gap = if older {
             self.gaps
-                .iter_mut()
+                .iter()
                 .rev()
                 .find(|g| g.line < from && hit.is_none_or(|h| g.line > h))
         } else {
             self.gaps
-                .iter_mut()
+                .iter()
                 .find(|g| g.line > from && hit.is_none_or(|h| g.line < h))
         };
         if let Some(g) = gap {
+            let end = g.end_seq;
             self.resume_search = Some(older);
             let towards = if older { "older" } else { "newer" };
             self.note = Some(format!("searching {towards} output for {query:?}"));
-            if g.asked {
-                return None;
-            }
-            g.asked = true;
-            return Some(Scrolled::Raw {
-                before: g.end_seq + 1,
-                limit: g.len,
-                fill: true,
-            });
+            let k = self.gaps.iter().position(|g| g.end_seq == end)?;
+            return Some(self.fill(k));
         }
         match hit {
             Some(i) => {
@@ -395,6 +482,10 @@ impl Scroll {
             None if older && self.older.is_some() => {
                 self.found = Some(0);
                 self.scan = Some(Vec::new());
+                self.raw_in_flight = Some(InFlight::Scan);
+                // An older page on its way would go above what the
+                // search finds: it is dropped when it comes.
+                self.drop_older = self.asked;
                 self.note = Some(format!("searching older output for {query:?}"));
                 Some(Scrolled::Raw {
                     before: self.older?,
@@ -667,6 +758,53 @@ mod tests {
             limit,
             fill,
         })
+    }
+
+    #[test]
+    fn a_refused_page_stops_the_search_and_a_placeholder_says_it_is_gone() {
+        let height = 10;
+        let mut s = Scroll::new(page(500, 600), 20, Some(40)).sized(5);
+        assert_eq!(
+            s.keys(b"/line 27\r", height),
+            want(40, SCAN_PAGE, false).unwrap()
+        );
+        // Another search while it walks waits for it.
+        assert_eq!(s.keys(b"n", height), Scrolled::Stay);
+        s.failed(Failed::Scan, "unavailable");
+        assert!(s.note.as_deref().unwrap().contains("unavailable"));
+        assert_eq!(s.found, None, "no line marked");
+        // A new search starts again.
+        assert_eq!(
+            s.keys(b"/line 27\r", height),
+            want(40, SCAN_PAGE, false).unwrap()
+        );
+        s.scanned(raw(400, 500, 30, 39, true), height);
+        s.scanned(raw(200, 400, 10, 29, true), height);
+        // The placeholder's frames are gone when asked for.
+        let asked = (0..200).find_map(|_| match s.keys(b"j", height) {
+            w @ Scrolled::Raw { .. } => Some(w),
+            _ => None,
+        });
+        assert!(matches!(asked, Some(Scrolled::Raw { fill: true, .. })));
+        let gone = RawPage {
+            data: Vec::new(),
+            ..raw(0, 0, 0, 0, false)
+        };
+        s.filled(gone, height);
+        assert!(s.lines.iter().any(|l| l.contains("no longer retained")));
+        assert!(s.gaps.is_empty());
+    }
+
+    #[test]
+    fn no_older_page_is_asked_for_while_a_search_walks_back() {
+        let height = 10;
+        let mut s = Scroll::new(page(500, 600), 20, Some(40)).sized(5);
+        let first = s.keys(b"/nowhere\rg", height);
+        assert_eq!(first, want(40, SCAN_PAGE, false).unwrap());
+        assert!(
+            s.take_more().is_empty(),
+            "no older page while a search walks back"
+        );
     }
 
     #[test]

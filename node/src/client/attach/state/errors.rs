@@ -27,8 +27,13 @@ impl State {
                 self.notify(format!("no scroll mode: {message}"));
                 Ok(Step::Continue)
             }
-            (Some(HISTORY_OLDER_ID | HISTORY_SCAN_ID | HISTORY_FILL_ID), _) => {
-                self.notify(format!("no older history: {message}"));
+            (Some(id @ (HISTORY_OLDER_ID | HISTORY_SCAN_ID | HISTORY_FILL_ID)), _) => {
+                let what = match id {
+                    HISTORY_OLDER_ID => Failed::Older,
+                    HISTORY_SCAN_ID => Failed::Scan,
+                    _ => Failed::Fill,
+                };
+                self.view.scroll_failed(what, &message);
                 Ok(Step::Continue)
             }
             // The screen after a resize: the model stays as it is.

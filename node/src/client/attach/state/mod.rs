@@ -9,7 +9,7 @@ use anyhow::anyhow;
 use termesh_transport::{ClientMsg, EventKind, ServerMsg, SessionStatus};
 
 use super::backoff::Backoff;
-use super::display::{Display, RawPage, Scrolled};
+use super::display::{Display, Failed, RawPage, Scrolled};
 use super::keys::{Key, KeyFilter};
 use super::raw::Raw;
 use super::resync::{Apply, Resync, Snap};
@@ -427,6 +427,7 @@ impl State {
                     match key {
                         Key::Input(bytes) if self.view.scrolling() => {
                             wants.push(self.view.scroll_keys(&bytes));
+                            wants.extend(self.view.scroll_more());
                         }
                         Key::Input(bytes) if self.scroll_wanted.is_some() => {
                             if let Some(kept) = self.scroll_wanted.as_mut() {

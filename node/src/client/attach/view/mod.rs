@@ -14,7 +14,7 @@ use avt::Pen;
 use termesh_actors::session::modes::ModeTracker;
 use termesh_actors::session::screen::Utf8Decoder;
 
-use super::display::{Display, RawPage, Scrolled};
+use super::display::{Display, Failed, RawPage, Scrolled};
 use super::frame::{diff, origin, screen_rows, Frame, Glyph};
 use super::mouse::{take, translate, Window};
 use super::outer::{Modes, Outer};
@@ -368,6 +368,20 @@ impl Display for View {
         let scroll = self.scroll.as_mut()?;
         self.dirty = true;
         scroll.older_page(lines, older, height)
+    }
+
+    fn scroll_more(&mut self) -> Vec<Scrolled> {
+        self.scroll
+            .as_mut()
+            .map(|s| s.take_more())
+            .unwrap_or_default()
+    }
+
+    fn scroll_failed(&mut self, what: Failed, why: &str) {
+        if let Some(scroll) = self.scroll.as_mut() {
+            scroll.failed(what, why);
+            self.dirty = true;
+        }
     }
 
     fn scroll_raw(&mut self, fill: bool, page: RawPage) -> Option<Scrolled> {

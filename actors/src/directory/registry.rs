@@ -9,9 +9,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, RwLock};
 
 use actix::prelude::*;
-use bytes::Bytes;
 use termesh_transport::{ErrorCode, SessionInfo, SessionStatus};
-use tokio::sync::mpsc;
 
 use crate::directory::create::{check_create, check_cwd, CreateDefaults, CreateSpec};
 use crate::directory::watch::{Coalescer, WatchQueue};
@@ -28,7 +26,7 @@ pub struct SessionHandle {
     pub id: Arc<str>,
     pub addr: Addr<SessionActor>,
     /// The PTY writer's queue: input goes here directly.
-    pub input: mpsc::Sender<Bytes>,
+    pub input: crate::session::pty::InputTx,
     pub shared: Arc<SessionShared>,
 }
 

@@ -10,7 +10,6 @@ use std::time::Duration;
 
 use actix::prelude::*;
 use termesh_transport::SessionStatus;
-use tokio::sync::mpsc;
 
 use crate::directory::registry::{Registry, SessionHandle, WatchEvent};
 use crate::keeper::Held;
@@ -160,7 +159,9 @@ impl Registry {
         // Input goes to the program's writer; nowhere when it is gone.
         let input = pty
             .as_ref()
-            .map_or_else(|| mpsc::channel(1).0, |p: &Pty| p.input.clone());
+            .map_or_else(crate::session::pty::InputTx::closed, |p: &Pty| {
+                p.input.clone()
+            });
         let arbiter = &self.arbiters[self.next_arbiter % self.arbiters.len()];
         self.next_arbiter += 1;
         let (settings, metrics) = (self.config.settings.clone(), self.metrics.clone());

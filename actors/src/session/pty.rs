@@ -29,8 +29,45 @@ mod reaper;
 
 /// Frames queued between the reader and the session actor.
 const OUTPUT_QUEUE: usize = 32;
-/// Input messages queued for the writer (each at most 64 KiB).
-pub const INPUT_QUEUE: usize = 256;
+/// Input queued for the writer, in bytes: a burst of keystrokes (hundreds
+/// of tiny messages at once, forwarded through a peer) fits; a client
+/// flooding a program that does not read its input is refused past it.
+pub const INPUT_QUEUE_BYTES: usize = 4 << 20;
+/// ...and in messages (each at most 64 KiB).
+const INPUT_QUEUE: usize = 16_384;
+
+/// The sending side of a program's input queue, bounded in bytes.
+#[derive(Debug, Clone)]
+pub struct InputTx {
+    tx: mpsc::Sender<Bytes>,
+    queued: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl InputTx {
+    /// A queue whose program is gone (a session restored without one).
+    pub fn closed() -> InputTx {
+        let (tx, _) = mpsc::channel(1);
+        InputTx {
+            tx,
+            queued: Arc::default(),
+        }
+    }
+
+    /// Queues `data` without waiting; `Full` past `INPUT_QUEUE_BYTES` (one
+    /// message always fits an empty queue).
+    pub fn try_send(&self, data: Bytes) -> Result<(), mpsc::error::TrySendError<Bytes>> {
+        use std::sync::atomic::Ordering;
+        let n = data.len();
+        let queued = self.queued.load(Ordering::Acquire);
+        if queued > 0 && queued + n > INPUT_QUEUE_BYTES {
+            return Err(mpsc::error::TrySendError::Full(data));
+        }
+        self.queued.fetch_add(n, Ordering::AcqRel);
+        self.tx.try_send(data).inspect_err(|_| {
+            self.queued.fetch_sub(n, Ordering::AcqRel);
+        })
+    }
+}
 
 /// What is needed to start a session's program.
 #[derive(Debug, Clone)]
@@ -180,7 +217,7 @@ pub struct Pty {
     /// (`os::spawn_on_terminal` makes it a session leader).
     pub pid: i32,
     pub terminal: Terminal,
-    pub input: mpsc::Sender<Bytes>,
+    pub input: InputTx,
     pub events: mpsc::Receiver<PtyEvent>,
     pub reap_guard: ReapGuard,
     /// The keeper holds it: it runs on when the node stops.
@@ -297,9 +334,14 @@ fn start_io(pid: i32, mut master: FileDescriptor, child: io::Child) -> Result<Pt
     master.set_non_blocking(true).map_err(|e| pty_error(&e))?;
     let terminal = Terminal(Arc::new(master));
     let (event_tx, events) = mpsc::channel(OUTPUT_QUEUE);
-    let (input, input_rx) = mpsc::channel(INPUT_QUEUE);
+    let (tx, input_rx) = mpsc::channel(INPUT_QUEUE);
+    let input = InputTx {
+        tx,
+        queued: Arc::default(),
+    };
     let (guard_tx, guard_rx) = tokio::sync::watch::channel(Let::Held);
-    io::start(&terminal, pid, child, event_tx, input_rx, guard_rx).map_err(|e| pty_error(&e))?;
+    let queue = (input_rx, input.queued.clone());
+    io::start(&terminal, pid, child, event_tx, queue, guard_rx).map_err(|e| pty_error(&e))?;
     Ok(Pty {
         pid,
         terminal,
@@ -380,5 +422,31 @@ pub fn parse_signal(name: &str) -> Option<Signal> {
         "HUP" => Some(Signal::SIGHUP),
         "INT" => Some(Signal::SIGINT),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_input_queue_takes_a_burst_of_keys_and_refuses_past_its_bytes() {
+        let (tx, _rx) = mpsc::channel(INPUT_QUEUE);
+        let input = InputTx {
+            tx,
+            queued: Arc::default(),
+        };
+        // Thousands of keystrokes nobody has written yet all wait.
+        for i in 0..5_000 {
+            input.try_send(Bytes::from(format!("k{i}\n"))).unwrap();
+        }
+        // Big pastes fill the bytes; one more is refused, not queued.
+        let paste = Bytes::from(vec![b'x'; 64 << 10]);
+        let mut taken = 0;
+        while input.try_send(paste.clone()).is_ok() {
+            taken += 1;
+            assert!(taken <= INPUT_QUEUE_BYTES / paste.len(), "bounded in bytes");
+        }
+        assert!(taken >= INPUT_QUEUE_BYTES / paste.len() - 1);
     }
 }

@@ -39,6 +39,12 @@ impl Utf8Decoder {
         std::borrow::Cow::Owned(self.decode_slow(data))
     }
 
+    /// The end of the input: an incomplete sequence left is one U+FFFD
+    /// (as a lossy conversion of all of it would end).
+    pub fn finish(&mut self) -> Option<char> {
+        (!std::mem::take(&mut self.pending).is_empty()).then_some('\u{fffd}')
+    }
+
     fn decode_slow(&mut self, data: &[u8]) -> String {
         let mut buf = std::mem::take(&mut self.pending);
         buf.extend_from_slice(data);
@@ -354,6 +360,23 @@ fn color_param(color: Color, base: u8, bright: u8, extended: u8) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn decoding_by_chunks_is_the_lossy_text_of_the_whole() {
+        let whole = "añb€c😀d"
+            .as_bytes()
+            .iter()
+            .copied()
+            .chain([0xff, b'e', 0xe2]);
+        let whole: Vec<u8> = whole.collect();
+        for cut in 0..=whole.len() {
+            let mut d = Utf8Decoder::default();
+            let mut text = d.decode(&whole[..cut]).into_owned();
+            text += &d.decode(&whole[cut..]);
+            text.extend(d.finish());
+            assert_eq!(text, String::from_utf8_lossy(&whole), "cut at {cut}");
+        }
+    }
     use crate::output::ring::Ring;
     use bytes::Bytes;
     use proptest::prelude::*;

@@ -16,7 +16,8 @@ use termesh_transport::{ClientMsg, CreateRequest, ErrorCode, ServerMsg, MAX_INPU
 
 use super::auth::{error_response, require};
 use super::AppState;
-use crate::tail::{Ask, Lossy, Tail};
+use crate::tail::{Ask, Tail};
+use termesh_actors::session::screen::Utf8Decoder;
 
 /// Largest JSON body accepted.
 const MAX_JSON: usize = 64 * 1024;
@@ -352,18 +353,17 @@ async fn logs(
             // The permit goes with the stream: held until it ends or is
             // dropped (the client went away).
             let body = futures_util::stream::unfold(
-                Some((plan, ask, Lossy::default(), permit)),
+                Some((plan, ask, Utf8Decoder::default(), permit)),
                 |walk| async move {
                     let (mut plan, mut ask, mut lossy, permit) = walk?;
                     match plan.next(&mut ask).await {
                         Ok(Some(data)) => {
-                            let text = lossy.text(&data, false);
+                            let text = lossy.decode(&data).into_owned();
                             Some((Ok(Bytes::from(text)), Some((plan, ask, lossy, permit))))
                         }
-                        Ok(None) => {
-                            let rest = lossy.text(&[], true);
-                            (!rest.is_empty()).then(|| (Ok(Bytes::from(rest)), None))
-                        }
+                        Ok(None) => lossy
+                            .finish()
+                            .map(|c| (Ok(Bytes::from(c.to_string())), None)),
                         Err(e) => {
                             tracing::warn!("logs of {}: {e:#}", plan.session());
                             Some((Err(actix_web::error::ErrorInternalServerError(e)), None))

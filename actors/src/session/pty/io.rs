@@ -100,7 +100,7 @@ pub fn start(
     pid: i32,
     child: Child,
     events: mpsc::Sender<PtyEvent>,
-    input: mpsc::Receiver<Bytes>,
+    input: (mpsc::Receiver<Bytes>, Arc<AtomicUsize>),
     release: watch::Receiver<Let>,
 ) -> std::io::Result<()> {
     let rt = runtime()?;
@@ -189,7 +189,7 @@ async fn read_ready(master: &Master, buf: &mut [u8]) -> std::io::Result<usize> {
 /// Ends when every sender of input is gone, or the session lets go.
 async fn write_task(
     master: Master,
-    mut rx: mpsc::Receiver<Bytes>,
+    (mut rx, queued): (mpsc::Receiver<Bytes>, Arc<AtomicUsize>),
     mut release: watch::Receiver<Let>,
 ) {
     loop {
@@ -200,6 +200,7 @@ async fn write_task(
         let Some(data) = data else {
             return;
         };
+        queued.fetch_sub(data.len(), Ordering::AcqRel);
         let mut rest = &data[..];
         while !rest.is_empty() {
             let Ok(mut ready) = master.writable().await else {

@@ -40,6 +40,8 @@ impl RssWatch {
         std::thread::spawn(move || {
             while !s.load(Ordering::Relaxed) {
                 p.fetch_max(rss_kib(pid), Ordering::Relaxed);
+                // The sampling period, not a wait for an event: RSS has
+                // no event to wait on, and the peak is what is measured.
                 std::thread::sleep(std::time::Duration::from_millis(10));
             }
         });

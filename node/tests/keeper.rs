@@ -64,6 +64,25 @@ fn kept_pids_in(data: &std::path::Path, marker: &str) -> Vec<i32> {
     pids
 }
 
+/// A session running `COUNTER`, followed from its start until it has
+/// counted `lines`: its id and the stream so far.
+async fn counting(node: &BinaryNode, lines: u64) -> (String, Stream) {
+    let session = create(node, COUNTER).await.id;
+    let mut s = Stream::new(1 << 20);
+    let mut c = client(node).await;
+    subscribe(&mut c, &session, Some(0), 1 << 20).await.unwrap();
+    within(
+        PATIENCE,
+        "the first lines",
+        pump_until(&mut c, &session, &mut s, true, |s| {
+            counted(&s.data) >= lines
+        }),
+    )
+    .await
+    .unwrap();
+    (session, s)
+}
+
 /// Resumes `s` from its last seq on `node` and reads until `more` more
 /// lines have come; the stream must not be resynced.
 async fn resume(node: &BinaryNode, session: &str, s: &mut Stream, more: u64, what: &str) {
@@ -92,18 +111,7 @@ async fn resume(node: &BinaryNode, session: &str, s: &mut Stream, more: u64, wha
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn programs_run_on_through_sigterm_kill_9_and_an_upgrade() {
     let mut node = BinaryNode::start("");
-    let session = create(&node, COUNTER).await.id;
-    let mut s = Stream::new(1 << 20);
-    let mut c = client(&node).await;
-    subscribe(&mut c, &session, Some(0), 1 << 20).await.unwrap();
-    within(
-        PATIENCE,
-        "the first lines",
-        pump_until(&mut c, &session, &mut s, true, |s| counted(&s.data) >= 30),
-    )
-    .await
-    .unwrap();
-    drop(c);
+    let (session, mut s) = counting(&node, 30).await;
     let pids = kept_pids(&node, "while true");
     assert_eq!(pids.len(), 1, "the keeper is the program's parent");
     // Another build of the binary: a copy at another path.
@@ -143,18 +151,7 @@ fn poke_keeper(data: &std::path::Path, send: Option<&[u8]>) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_process_that_connects_to_the_keeper_ends_no_program() {
     let node = BinaryNode::start("");
-    let session = create(&node, COUNTER).await.id;
-    let mut s = Stream::new(1 << 20);
-    let mut c = client(&node).await;
-    subscribe(&mut c, &session, Some(0), 1 << 20).await.unwrap();
-    within(
-        PATIENCE,
-        "the first lines",
-        pump_until(&mut c, &session, &mut s, true, |s| counted(&s.data) >= 10),
-    )
-    .await
-    .unwrap();
-    drop(c);
+    let (session, mut s) = counting(&node, 10).await;
     let pids = kept_pids(&node, "while true");
     // Probes that connect and leave, garbage, a message that is not
     // `hello`: none of them is the node.

@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::binary::{client, create, info, stored_output, BinaryNode};
+use common::binary::{client, create, info, stored_output, wait_exited, BinaryNode};
 use common::*;
 use termesh_transport::{ClientMsg, ServerMsg, SessionStatus};
 
@@ -342,12 +342,7 @@ async fn over_the_node_budget_the_oldest_output_of_ended_sessions_goes_first() {
     let node = BinaryNode::start("[store]\nmax_bytes = \"2MiB\"\n");
     // 1.4 MB from a session that ends, then 1 MB from one that runs on.
     let ended = create(&node, "stty -onlcr; seq 1 200000; exit 0").await.id;
-    within(PATIENCE, "the first session to end", async {
-        while info(&node, &ended).await.status != SessionStatus::Exited {
-            poll_pause().await;
-        }
-    })
-    .await;
+    wait_exited(&node, &ended).await;
     let running = create(&node, "stty -onlcr; seq 1 150000; exec cat")
         .await
         .id;
@@ -498,12 +493,7 @@ async fn history_pages_walk_back_through_everything_retained() {
     const N: u64 = 300_000;
     let node = BinaryNode::start("[session]\nring_bytes = \"1MiB\"\n");
     let session = create(&node, &format!("seq 1 {N}; exit 0")).await.id;
-    within(PATIENCE, "the session to end", async {
-        while info(&node, &session).await.status != SessionStatus::Exited {
-            poll_pause().await;
-        }
-    })
-    .await;
+    wait_exited(&node, &session).await;
     let mut c = client(&node).await;
     let page = |before_seq: Option<u64>, rows: Option<u32>| ClientMsg::History {
         id: 0,
@@ -640,12 +630,7 @@ async fn any_tail_of_the_retained_output_is_streamed_in_bounded_pages() {
     const N: u64 = 2_600_000;
     let node = BinaryNode::start("");
     let session = create(&node, &format!("seq 1 {N}; exit 0")).await.id;
-    within(PATIENCE, "the session to end", async {
-        while info(&node, &session).await.status != SessionStatus::Exited {
-            poll_pause().await;
-        }
-    })
-    .await;
+    wait_exited(&node, &session).await;
     let all: Vec<u8> = (1..=N)
         .flat_map(|i| format!("{i}\r\n").into_bytes())
         .collect();
@@ -739,12 +724,7 @@ async fn ended_sessions_read_back_from_the_log_go_cold_again() {
         ids.push(create(&node, &format!("echo hello-{i}; exit 0")).await.id);
     }
     for id in &ids {
-        within(PATIENCE, "the session to end", async {
-            while info(&node, id).await.status != SessionStatus::Exited {
-                poll_pause().await;
-            }
-        })
-        .await;
+        wait_exited(&node, id).await;
     }
     // A restart brings them back cold: no ring in memory.
     let node = node.restart("");

@@ -6,10 +6,9 @@
 
 mod common;
 
-use common::binary::{create, info, BinaryNode};
+use common::binary::{create, wait_exited, BinaryNode};
 use common::*;
 use std::os::unix::fs::PermissionsExt;
-use termesh_transport::SessionStatus;
 
 /// Paths under `dir` (itself too) with any group or other access.
 fn open_to_others(dir: &std::path::Path) -> Vec<String> {
@@ -37,12 +36,7 @@ async fn everything_a_node_and_its_keeper_make_is_their_users_alone() {
     rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o022));
     let node = BinaryNode::start("");
     let session = create(&node, "echo private output; exit 0").await.id;
-    within(PATIENCE, "the session to end", async {
-        while info(&node, &session).await.status != SessionStatus::Exited {
-            poll_pause().await;
-        }
-    })
-    .await;
+    wait_exited(&node, &session).await;
     let running = open_to_others(&node.data);
     assert!(running.is_empty(), "while it runs: {running:#?}");
     let dir = node.stop_keeping_dir();

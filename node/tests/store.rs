@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::binary::{client, create, info, stored_output, BinaryNode};
+use common::binary::{client, create, info, stored_output, wait_exited, BinaryNode};
 use common::*;
 use termesh_transport::{ClientMsg, CreateRequest, ServerMsg, SessionStatus};
 
@@ -49,12 +49,7 @@ async fn a_restarted_node_shows_its_sessions_lost_with_their_history() {
     .await
     .unwrap();
     drop(c);
-    within(PATIENCE, "the other to end", async {
-        while info(&node, &ended.id).await.status != SessionStatus::Exited {
-            poll_pause().await;
-        }
-    })
-    .await;
+    wait_exited(&node, &ended.id).await;
     let before = info(&node, &running.id).await;
 
     let node = node.restart(binary::NO_KEEPER);

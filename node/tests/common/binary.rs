@@ -9,7 +9,7 @@ use termesh_config::hash_token;
 use termesh_node::client::Client;
 use termesh_transport::{ClientMsg, CreateRequest, ServerMsg, SessionInfo};
 
-use super::{ADMIN, OPERATOR, VIEWER};
+use super::{poll_pause, within, ADMIN, OPERATOR, PATIENCE, VIEWER};
 
 pub struct BinaryNode {
     pub child: Child,
@@ -263,6 +263,16 @@ pub async fn info(node: &BinaryNode, id: &str) -> SessionInfo {
         .into_iter()
         .find(|s| s.id == id)
         .unwrap_or_else(|| panic!("no session {id}; log:\n{}", node.log()))
+}
+
+/// Waits (bounded) until the session `id` has exited.
+pub async fn wait_exited(node: &BinaryNode, id: &str) {
+    within(PATIENCE, "the session to end", async {
+        while info(node, id).await.status != termesh_transport::SessionStatus::Exited {
+            poll_pause().await;
+        }
+    })
+    .await;
 }
 
 /// Every stored frame of `session` through `read_output`, page by page:

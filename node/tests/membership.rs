@@ -336,6 +336,14 @@ async fn a_certificate_with_another_key_than_the_pinned_one_is_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reload_whose_certificate_cannot_be_taken_still_applies_its_tokens() {
     let cluster = Cluster::start(&["a", "b"]);
+    // A node that serves: linked, its start done (a reload sent while a
+    // node still starts was seen to meet a node that did not come up).
+    within(SETTLE, "a and b linked", async {
+        while !node_states(&cluster, 0).iter().all(|(_, s)| s == "up") {
+            poll_pause().await;
+        }
+    })
+    .await;
     let folder = cluster.folder();
     let config = folder.join("a/termesh.toml").display().to_string();
     let added = cluster.termesh(&[

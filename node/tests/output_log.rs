@@ -645,6 +645,44 @@ async fn any_tail_of_the_retained_output_is_streamed_in_bounded_pages() {
         assert_eq!(seq, last_seq, "tail={tail}");
     }
 
+    // At most 4 streams at once: a fifth is refused while they run (their
+    // bodies unread, so they stay open), and works again once they end.
+    let url = logs(20_000_000);
+    let (code, said) = tokio::task::spawn_blocking(move || {
+        let auth = format!("Bearer {OPERATOR}");
+        let get = || ureq::get(&url).set("Authorization", &auth).call();
+        let held: Vec<_> = (0..4).map(|_| get().unwrap()).collect();
+        let fifth = get();
+        drop(held);
+        match fifth {
+            Err(ureq::Error::Status(code, r)) => (code, r.into_string().unwrap_or_default()),
+            other => panic!("a fifth stream: {:?}", other.map(|r| r.status())),
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(code, 503, "{said}");
+    assert!(said.contains("logs streams"), "{said}");
+    let small = logs(100);
+    within(PATIENCE, "a logs stream once the others ended", async {
+        loop {
+            let url = small.clone();
+            let ok = tokio::task::spawn_blocking(move || {
+                ureq::get(&url)
+                    .set("Authorization", &format!("Bearer {OPERATOR}"))
+                    .call()
+                    .is_ok()
+            })
+            .await
+            .unwrap();
+            if ok {
+                return;
+            }
+            poll_pause().await;
+        }
+    })
+    .await;
+
     // The CLI, page by page, raw bytes.
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_termesh"))
         .args(["logs", &session, "--tail", "18000000"])

@@ -650,9 +650,14 @@ async fn any_tail_of_the_retained_output_is_streamed_in_bounded_pages() {
     let url = logs(20_000_000);
     let (code, said) = tokio::task::spawn_blocking(move || {
         let auth = format!("Bearer {OPERATOR}");
-        let get = || ureq::get(&url).set("Authorization", &auth).call();
+        let get = || {
+            ureq::get(&url)
+                .set("Authorization", &auth)
+                .call()
+                .map_err(Box::new)
+        };
         let held: Vec<_> = (0..4).map(|_| get().unwrap()).collect();
-        let fifth = get();
+        let fifth = get().map_err(|e| *e);
         drop(held);
         match fifth {
             Err(ureq::Error::Status(code, r)) => (code, r.into_string().unwrap_or_default()),

@@ -397,7 +397,10 @@ async fn an_impostor_with_another_key_does_not_cut_the_real_link() {
     let issued = ca.issue("a").unwrap();
     let impostor = Identity::from_pem(&read("ca.pem"), &issued.cert_pem, &issued.key_pem)
         .unwrap()
-        .endpoint("127.0.0.1:0".parse().unwrap())
+        // Not on 127.0.0.1 or .2: an ephemeral UDP port there could be
+        // the QUIC port a cluster of a test beside this one chose and has
+        // not bound yet.
+        .endpoint("127.0.0.9:0".parse().unwrap())
         .unwrap();
     for _ in 0..3 {
         // The handshake itself succeeds (the CA signed it); b refuses it.

@@ -183,3 +183,106 @@ async fn screen_text(node: &BinaryNode, session: &str) -> String {
         other => panic!("{other:?}"),
     }
 }
+
+/// The bound on what four viewers pipelining 8 MiB pages without reading
+/// their replies may add to the node's memory (a connection holds one
+/// such reply in the node at a time, and its copies on the way out).
+const PILE_UP_BOUND_MIB: f64 = 128.0;
+
+/// A request for a page, by its id and session.
+type PageRequest = fn(u64, String) -> ClientMsg;
+
+/// Four viewer connections each send requests for 8 MiB pages (raw
+/// history, or stored output) as fast as the node takes them and never
+/// read a reply: the replies each connection has in flight or unsent are
+/// bounded (4, and 8 MiB), so the node's memory does not grow with the
+/// requests (before: +230 MiB for history; stored output had no bound on
+/// requests in flight), and typing elsewhere echoes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn page_requests_from_clients_that_never_read_are_bounded() {
+    let node = BinaryNode::start("");
+    // About 39 MB of output: every reply is a full 8 MiB page.
+    let big = create(&node, "seq 1 5000000; exec cat").await.id;
+    let typing = create(&node, "exec cat").await.id;
+    within(PATIENCE, "the output stored", async {
+        while info(&node, &big).await.last_seq < 10
+            || !screen_text(&node, &big).await.contains("5000000")
+        {
+            poll_pause().await;
+        }
+    })
+    .await;
+    echo_works(&node, &typing, 1).await;
+    let history = |id, session: String| ClientMsg::History {
+        id,
+        session,
+        limit: Some(8 << 20),
+        before_seq: None,
+        rows: None,
+    };
+    let stored = |id, session: String| ClientMsg::ReadOutput {
+        id,
+        session,
+        after: Some(0),
+        max_bytes: Some(8 << 20),
+    };
+    let attacks: [(&str, PageRequest); 2] = [("history", history), ("read_output", stored)];
+    for (name, request) in attacks {
+        let before = rss_kib(node.child.id()) as f64 / 1024.0;
+        let watch = RssWatch::start(node.child.id());
+        let sent = Arc::new(AtomicU64::new(0));
+        let mut attackers = Vec::new();
+        for _ in 0..4 {
+            let mut c = Client::connect(&node.target(VIEWER)).await.unwrap();
+            let (session, sent) = (big.clone(), sent.clone());
+            attackers.push(tokio::spawn(async move {
+                // Bounded in count and time: the node stops reading from a
+                // client that does not read, so a send may wait for ever.
+                let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(8);
+                for id in 0..20_000u64 {
+                    let msg = request(id, session.clone());
+                    match tokio::time::timeout_at(deadline, c.send(&msg)).await {
+                        Ok(Ok(())) => sent.fetch_add(1, Ordering::Relaxed),
+                        _ => break,
+                    };
+                }
+                c
+            }));
+        }
+        // Typing echoes while the attackers' replies pile up.
+        echo_works(&node, &typing, 5).await;
+        let mut held = Vec::new();
+        for a in attackers {
+            held.push(a.await.unwrap());
+        }
+        let peak = watch.peak_mib();
+        println!(
+            "{name} pile-up: RSS {before:.1} MiB before, {peak:.1} MiB at the peak; \
+             {} requests sent by 4 clients that never read",
+            sent.load(Ordering::Relaxed)
+        );
+        assert!(
+            peak - before < PILE_UP_BOUND_MIB,
+            "unread {name} replies grew the node by {:.1} MiB (bound {PILE_UP_BOUND_MIB})",
+            peak - before
+        );
+        // A client that reads at last gets whole replies.
+        let mut reader = held.pop().unwrap();
+        let reply = within(PATIENCE, "a reply to the reader", async {
+            loop {
+                match reader.recv().await.unwrap() {
+                    ServerMsg::History { data: Some(d), .. } => return d.len(),
+                    ServerMsg::StoredOutput { frames, .. } => {
+                        return frames.iter().map(|f| f.data.len()).sum()
+                    }
+                    _ => {}
+                }
+            }
+        })
+        .await;
+        assert!(reply > 512 << 10, "a page of {reply} bytes");
+        drop(held);
+    }
+    assert_eq!(info(&node, &big).await.status, SessionStatus::Running);
+    echo_works(&node, &typing, 1).await;
+}

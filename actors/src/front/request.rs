@@ -38,13 +38,15 @@ pub enum Class {
     /// Small, answered at once and in order (input, resize, kill, rename,
     /// tag): never waits behind other work; bounded by the input limit.
     Immediate,
-    /// Renders the screen (screen, history): at most
-    /// `MAX_SCREENS_IN_FLIGHT` per connection (a `list`, gathered off the
-    /// connection's thread, takes one of these slots too), wherever
-    /// answered; replies bounded by `MAX_REPLY`.
+    /// Renders the screen or reads stored output (screen, history,
+    /// events, read_output): at most `MAX_SCREENS_IN_FLIGHT` per
+    /// connection and `MAX_UNSENT_REPLIES` bytes, counted until the socket
+    /// has taken the reply (a `list`, gathered off the connection's
+    /// thread, takes one of these slots too), wherever answered; replies
+    /// bounded by `MAX_REPLY`.
     Screen,
-    /// Waits for the registry or the store (create, remove, revive,
-    /// events, read_output); replies bounded by `MAX_REPLY`.
+    /// Waits for the registry or the keeper (create, remove, revive);
+    /// small replies.
     Deferred,
 }
 
@@ -77,7 +79,7 @@ pub fn spec(msg: &ClientMsg) -> Spec {
         | ClientMsg::Ack { .. }
         | ClientMsg::Ping { .. } => (Role::Viewer, Here, Connection),
         ClientMsg::Screen { .. } | ClientMsg::History { .. } => (Role::Viewer, Owner, Screen),
-        ClientMsg::Events { .. } | ClientMsg::ReadOutput { .. } => (Role::Viewer, Owner, Deferred),
+        ClientMsg::Events { .. } | ClientMsg::ReadOutput { .. } => (Role::Viewer, Owner, Screen),
         ClientMsg::Create { .. } => (Role::Operator, Named, Deferred),
         ClientMsg::Input { .. }
         | ClientMsg::Resize { .. }
@@ -117,6 +119,24 @@ pub fn ids(msg: &ClientMsg) -> (Option<u64>, Option<String>) {
         | ClientMsg::Input { session, .. }
         | ClientMsg::Resize { session, .. } => (None, Some(session.clone())),
         ClientMsg::Ping { .. } => (None, None),
+    }
+}
+
+/// About how many bytes a `Screen`-class request's reply takes, counted
+/// against the connection's reply bound until the reply is made: the
+/// asked size where the request names one, a screen's by its scrollback
+/// (about 200 bytes a row), else a typical screen's.
+pub fn expected_reply(msg: &ClientMsg) -> usize {
+    const TYPICAL: usize = 64 << 10;
+    match msg {
+        ClientMsg::Screen { scrollback, .. } => {
+            TYPICAL + scrollback.unwrap_or(0).min(MAX_SCROLLBACK) as usize * 200
+        }
+        ClientMsg::History { limit: Some(l), .. } => raw_limit(*l),
+        ClientMsg::ReadOutput { max_bytes, .. } => {
+            max_bytes.unwrap_or(MAX_READ_OUTPUT).min(MAX_REPLY as u64) as usize
+        }
+        _ => TYPICAL,
     }
 }
 

@@ -3,7 +3,7 @@
 //! check (`http.allowed_origins`).
 
 use actix_web::{web, HttpRequest, HttpResponse};
-use actix_web_actors::ws::WsResponseBuilder;
+use actix_web_actors::ws::{self, WebsocketContext, WsResponseBuilder};
 use termesh_actors::error::ApiError;
 use termesh_actors::front::connection::ConnectionActor;
 use termesh_actors::front::raw::RawActor;
@@ -34,10 +34,13 @@ async fn client_ws(
     };
     let digest = super::auth::presented_token(&req).map(|t| termesh_config::digest(&t));
     let actor = ConnectionActor::new(state.node.clone(), state.connections.clone(), role, digest);
-    WsResponseBuilder::new(actor, &req, stream)
-        .frame_size(MAX_INBOUND_FRAME)
-        .protocols(&[SUBPROTOCOL])
-        .start()
+    // Built by hand rather than by `WsResponseBuilder::start`: the
+    // outgoing stream is wrapped so the connection learns when the
+    // socket has taken its replies (their slots are held until then).
+    let mut res = ws::handshake_with_protocols(&req, &[SUBPROTOCOL])?;
+    let codec = actix_http::ws::Codec::new().max_size(MAX_INBOUND_FRAME);
+    let clock = actor.pull_clock();
+    Ok(res.streaming(clock.wrap(WebsocketContext::with_codec(actor, stream, codec))))
 }
 
 async fn raw_ws(

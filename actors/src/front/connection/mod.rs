@@ -9,6 +9,7 @@
 
 mod deliver;
 mod requests;
+mod slots;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -31,6 +32,7 @@ use crate::output::feed::Feed;
 use crate::session::{SubId, Unsubscribe};
 
 pub use deliver::CloseConnection;
+pub use slots::{Outgoing, PullClock, MAX_SCREENS_IN_FLIGHT, MAX_UNSENT_REPLIES};
 
 /// Close code for "not authenticated in time".
 pub const CLOSE_UNAUTHENTICATED: u16 = 4401;
@@ -115,8 +117,9 @@ pub struct ConnectionActor {
     liveness: Liveness,
     /// A fragmented message being assembled (bounded by the frame limit).
     partial: Reassembler,
-    /// Screen and history requests awaiting their reply (bounded).
-    screens_in_flight: usize,
+    /// Screen, history, list, events and read_output replies in flight
+    /// or not yet taken by the socket (bounded).
+    slots: slots::ReplySlots,
     /// The token this connection authenticated with, followed across
     /// reloads.
     token: HeldToken,
@@ -144,8 +147,15 @@ impl ConnectionActor {
             subs: HashMap::new(),
             watch: None,
             partial: Reassembler::new(MAX_INBOUND_FRAME),
-            screens_in_flight: 0,
+            slots: slots::ReplySlots::default(),
         }
+    }
+
+    /// The clock to wrap this connection's outgoing byte stream in (for
+    /// the HTTP response): it tells the reply slots when the socket has
+    /// taken their bytes.
+    pub fn pull_clock(&self) -> PullClock {
+        self.slots.clock()
     }
 
     fn send(&self, ctx: &mut ws::WebsocketContext<Self>, msg: &ServerMsg) {

@@ -4,23 +4,21 @@ use std::sync::atomic::Ordering;
 
 use actix::prelude::*;
 use actix_web_actors::ws::WebsocketContext;
-use termesh_transport::{ClientMsg, ErrorCode, ServerMsg, MAX_SCROLLBACK};
+use termesh_transport::{encode_server, ClientMsg, ErrorCode, ServerMsg, MAX_SCROLLBACK};
 
+use super::slots::Slot;
 use super::{ConnectionActor, Sub};
 use crate::cluster::forward::Route;
 use crate::directory::registry::{Watch, NEXT_SUB_ID};
 use crate::directory::watch::WatchQueue;
 use crate::error::ApiError;
-use crate::front::request::{answer_later, answer_now, ids, spec, Class};
+use crate::front::request::{answer_later, answer_now, expected_reply, ids, spec, Class};
 use crate::front::tokens::Recheck;
 use crate::output::publisher::Kind;
 use crate::session::{Ack, Subscribe, Unsubscribe};
 
 type Ctx = WebsocketContext<ConnectionActor>;
 
-/// Screen and history requests one connection may have in flight: each
-/// can cost a render of 10,000 lines, so a client looping them is bounded.
-pub const MAX_SCREENS_IN_FLIGHT: usize = 4;
 /// Sessions one connection may subscribe to at once: each may hold a
 /// snapshot and a window of output queued for it.
 pub const MAX_SUBSCRIPTIONS: usize = 256;
@@ -95,8 +93,8 @@ impl ConnectionActor {
     }
 
     /// Sends a request to the node that answers it, and relays its answer
-    /// (`slot`: it holds a screen slot, released with the answer).
-    fn forward(&mut self, owner: String, msg: ClientMsg, slot: bool, ctx: &mut Ctx) {
+    /// (`slot`: the reply slot it holds until the socket takes the answer).
+    fn forward(&mut self, owner: String, msg: ClientMsg, slot: Option<Slot>, ctx: &mut Ctx) {
         let (id, session) = ids(&msg);
         let answer = self
             .node
@@ -125,17 +123,16 @@ impl ConnectionActor {
         if class == Class::Connection {
             return self.connection_request(msg, ctx);
         }
-        let slot = class == Class::Screen;
-        if slot {
-            self.take_screen_slot()?;
-        }
-        let routed = self.node.route(&msg);
-        match routed {
+        let slot = match class {
+            Class::Screen => Some(self.slots.take(expected_reply(&msg))?),
+            _ => None,
+        };
+        match self.node.route(&msg) {
             Ok(Route::Owner(owner)) => self.forward(owner, msg, slot, ctx),
             Ok(Route::Here) => self.answer_here(msg, slot, ctx),
             Err(e) => {
-                if slot {
-                    self.screens_in_flight -= 1;
+                if let Some(slot) = slot {
+                    self.slots.release(slot);
                 }
                 return Err(e);
             }
@@ -144,8 +141,11 @@ impl ConnectionActor {
     }
 
     /// A request this node answers, through the table's answers.
-    fn answer_here(&mut self, msg: ClientMsg, slot: bool, ctx: &mut Ctx) {
+    fn answer_here(&mut self, msg: ClientMsg, slot: Option<Slot>, ctx: &mut Ctx) {
         if let Some(answer) = answer_now(&self.node, &msg) {
+            if let Some(slot) = slot {
+                self.slots.release(slot);
+            }
             // Input and resize answer only when they fail.
             if ids(&msg).0.is_some() || matches!(answer, ServerMsg::Error { .. }) {
                 self.send(ctx, &answer);
@@ -160,6 +160,7 @@ impl ConnectionActor {
 
     /// The kinds that are this connection's own state.
     fn connection_request(&mut self, msg: ClientMsg, ctx: &mut Ctx) -> Result<(), ApiError> {
+        let expect = expected_reply(&msg);
         match msg {
             // Answered by `dispatch` before routing.
             ClientMsg::Auth { .. } => {}
@@ -168,13 +169,13 @@ impl ConnectionActor {
                 // Off this connection's thread (other connections share
                 // it), holding a slot like a screen: a client cannot queue
                 // gathers of a large directory without bound.
-                self.take_screen_slot()?;
+                let slot = self.slots.take(expect)?;
                 let node = self.node.clone();
                 let work = async move {
                     let (sessions, next) = node.page_off_thread(after, limit).await?;
                     Ok(ServerMsg::Sessions { id, sessions, next })
                 };
-                self.spawn_reply(ctx, id, None, work, true);
+                self.spawn_reply(ctx, id, None, work, Some(slot));
             }
             ClientMsg::Watch { id } => {
                 if self.watch.is_none() {
@@ -253,38 +254,35 @@ impl ConnectionActor {
         Ok(())
     }
 
-    fn take_screen_slot(&mut self) -> Result<(), ApiError> {
-        if self.screens_in_flight >= MAX_SCREENS_IN_FLIGHT {
-            return Err(ApiError::bad_request(format!(
-                "{MAX_SCREENS_IN_FLIGHT} screen, history or list requests are already in flight \
-                 on this connection; wait for their replies"
-            )));
-        }
-        self.screens_in_flight += 1;
-        Ok(())
-    }
-
     /// Runs `work` without blocking this connection and sends its reply
-    /// (bounded by `MAX_REPLY`), releasing a screen slot it held.
+    /// (bounded by `MAX_REPLY`); a reply slot it held stays held until the
+    /// socket has taken the reply.
     fn spawn_reply<F>(
         &mut self,
         ctx: &mut Ctx,
         id: u64,
         session: Option<String>,
         work: F,
-        screen_slot: bool,
+        slot: Option<Slot>,
     ) where
         F: std::future::Future<Output = Result<ServerMsg, ApiError>> + 'static,
     {
-        ctx.spawn(work.into_actor(self).map(move |result, act, ctx| {
-            if screen_slot {
-                act.screens_in_flight -= 1;
-            }
-            match result {
-                Ok(msg) => act.send(ctx, &msg.bounded()),
-                Err(err) => act.send_error(ctx, Some(id), session, err),
-            }
-        }));
+        ctx.spawn(
+            work.into_actor(self)
+                .map(move |result, act, ctx| match (result, slot) {
+                    (Ok(msg), Some(slot)) => {
+                        let bytes = act.slots.reply(slot, encode_server(&msg.bounded()));
+                        ctx.binary(bytes);
+                    }
+                    (Ok(msg), None) => act.send(ctx, &msg.bounded()),
+                    (Err(err), slot) => {
+                        if let Some(slot) = slot {
+                            act.slots.release(slot);
+                        }
+                        act.send_error(ctx, Some(id), session, err)
+                    }
+                }),
+        );
     }
 }
 

@@ -175,6 +175,41 @@ fn a_node_starts_from_a_written_config() {
     assert!(status.success());
 }
 
+/// A node whose mesh port is taken ends at once with the reason and a
+/// failing status, not a panic (before: "there is no reactor running" from
+/// an actor that had not started when the runtime dropped it).
+#[test]
+fn a_node_whose_mesh_port_is_taken_says_so_and_exits() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("cluster");
+    let taken = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let quic = taken.local_addr().unwrap();
+    let (ok, text) = termesh(&[
+        "cluster",
+        "init",
+        "--out",
+        &out.display().to_string(),
+        "--node",
+        &format!("a,quic={quic},http=127.0.0.1:0"),
+        "--node",
+        "b,quic=127.0.0.2:17521,http=127.0.0.2:17520",
+    ]);
+    assert!(ok, "{text}");
+    let run = Command::new(BIN)
+        .args(["node", "--no-keeper", "--config"])
+        .arg(out.join("a/termesh.toml"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(!run.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!("cannot listen on {quic} (UDP)")),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    drop(taken);
+}
+
 #[test]
 fn cluster_init_with_http_tls_issues_https_certificates_a_node_serves() {
     let dir = tempfile::tempdir().unwrap();

@@ -154,7 +154,7 @@ pub fn run(
     let scheme = if tls.is_some() { "https" } else { "http" };
     let addr = listener.local_addr()?;
     let system = actix_rt::System::new();
-    system.block_on(async move {
+    system.block_on(settled(async move {
         let metrics = Arc::new(Metrics::default());
         let dir = Directory::default();
         let stall = StallClock::new(config.watchdog.tick);
@@ -367,8 +367,24 @@ pub fn run(
             file.remove();
         }
         anyhow::Ok(())
-    })?;
+    }))?;
     Ok(())
+}
+
+/// `start`'s result, after the actors it started have run once: an actor
+/// never polled runs its `started` when the runtime drops it, outside the
+/// runtime, and panics there (a watchdog's timer); so a start that fails
+/// half way (the mesh's port taken) lets them start before it returns.
+async fn settled<T>(
+    start: impl std::future::Future<Output = anyhow::Result<T>>,
+) -> anyhow::Result<T> {
+    let result = start.await;
+    if result.is_err() {
+        for _ in 0..4 {
+            actix_rt::task::yield_now().await;
+        }
+    }
+    result
 }
 
 /// The store in `<data dir>/store`, and the sessions it holds; `None`

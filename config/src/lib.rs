@@ -7,13 +7,13 @@
 mod auth;
 mod cluster;
 pub mod fuzz;
+mod http;
 pub mod origins;
 mod store;
 pub mod tls;
 pub use store::{MaxBytes, StoreConfig};
 mod units;
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -21,6 +21,7 @@ use serde::Deserialize;
 
 pub use auth::{digest, hash_token, parse_token_hash, verify, verify_digest, Role, TokenEntry};
 pub use cluster::{ClusterConfig, NodeEntry};
+pub use http::HttpConfig;
 pub use units::{parse_duration, parse_size};
 
 /// Every default, with its unit.
@@ -57,6 +58,12 @@ pub mod defaults {
     /// TCP_USER_TIMEOUT: sent data unacknowledged (or a zero window) this
     /// long and the kernel closes the connection.
     pub const USER_TIMEOUT: Duration = Duration::from_secs(60);
+    /// Connections the node keeps open at once, and from one address.
+    pub const MAX_CONNECTIONS: usize = 4_096;
+    pub const MAX_CONNECTIONS_PER_ADDRESS: usize = 256;
+    /// A client's request head (an upgrade's included) must have arrived
+    /// this long after it connected, or the connection is closed.
+    pub const REQUEST_HEAD_TIMEOUT: Duration = Duration::from_secs(5);
     /// The watchdog's tick: how often it measures its own lateness.
     pub const WATCHDOG_TICK: Duration = Duration::from_millis(100);
     /// Linux pressure-stall information for memory (`some total=` in µs).
@@ -111,21 +118,6 @@ pub struct NodeConfig {
     /// outlive the node's restarts; `false`: they are the node's children
     /// and end with it.
     pub keeper: bool,
-}
-
-#[derive(Debug, Clone)]
-pub struct HttpConfig {
-    pub listen: SocketAddr,
-    /// Kernel liveness of client sockets, set on the listening socket
-    /// (Linux copies it to every accepted one).
-    pub keepalive_idle: Duration,
-    pub keepalive_interval: Duration,
-    pub keepalive_probes: u32,
-    pub user_timeout: Duration,
-    /// Web pages (other than the node's own) that may open WebSockets.
-    pub allowed_origins: Vec<String>,
-    /// HTTPS: the listener's certificate chain and key (`None`: plain HTTP).
-    pub tls: Option<tls::TlsFiles>,
 }
 
 /// The host-stall watchdog.
@@ -267,66 +259,10 @@ impl Config {
             Some(dir) => dir,
             None => default_data_dir(),
         };
-        let listen_text = raw
-            .http
-            .listen
-            .clone()
-            .unwrap_or_else(|| defaults::HTTP_LISTEN.to_string());
-        let listen: SocketAddr = listen_text.parse().map_err(|_| {
-            bad(
-                "http.listen",
-                format!("{listen_text:?}"),
-                "not an address:port such as \"127.0.0.1:7420\"".into(),
-            )
-        })?;
-
-        let h = &raw.http;
-        let positive = |key: &str, value: &Option<String>, default: Duration, max: Duration| {
-            duration_or(value, default)
-                .and_then(|d| {
-                    if d.is_zero() || d > max {
-                        Err(format!(
-                            "must be more than zero and at most {}s",
-                            max.as_secs()
-                        ))
-                    } else {
-                        Ok(d)
-                    }
-                })
-                .map_err(|r| bad(key, format!("{value:?}"), r))
-        };
-        let day = Duration::from_secs(86_400);
-        let keepalive_idle = positive(
-            "http.keepalive_idle",
-            &h.keepalive_idle,
-            defaults::KEEPALIVE_IDLE,
-            day,
-        )?;
-        let keepalive_interval = positive(
-            "http.keepalive_interval",
-            &h.keepalive_interval,
-            defaults::KEEPALIVE_INTERVAL,
-            day,
-        )?;
-        let keepalive_probes = match h.keepalive_probes {
-            None => defaults::KEEPALIVE_PROBES,
-            Some(n) if (1..=127).contains(&n) => n as u32,
-            Some(n) => {
-                return Err(bad(
-                    "http.keepalive_probes",
-                    n.to_string(),
-                    "must be 1 to 127".into(),
-                ))
-            }
-        };
-        let user_timeout = positive(
-            "http.user_timeout",
-            &h.user_timeout,
-            defaults::USER_TIMEOUT,
-            day,
-        )?;
+        let http = http::parse(raw.http, file)?;
         let watchdog = WatchdogConfig {
             tick: positive(
+                file,
                 "watchdog.tick",
                 &raw.watchdog.tick,
                 defaults::WATCHDOG_TICK,
@@ -447,8 +383,6 @@ impl Config {
             None => None,
         };
         let store = store::parse(raw.store, file)?;
-        let allowed_origins = origins::parse(raw.http.allowed_origins, file)?;
-        let tls = tls::parse(raw.http.tls_cert, raw.http.tls_key, file)?;
 
         Ok(Config {
             cluster,
@@ -459,15 +393,7 @@ impl Config {
                 data_dir,
                 keeper: raw.node.keeper.unwrap_or(true),
             },
-            http: HttpConfig {
-                listen,
-                keepalive_idle,
-                keepalive_interval,
-                keepalive_probes,
-                user_timeout,
-                allowed_origins,
-                tls,
-            },
+            http,
             auth: AuthConfig { tokens },
             session: SessionConfig {
                 command,
@@ -542,6 +468,33 @@ fn duration_or(value: &Option<String>, default: Duration) -> Result<Duration, St
     value.as_deref().map_or(Ok(default), parse_duration)
 }
 
+/// `value` (`default` when absent), more than zero and at most `max`.
+fn positive(
+    file: &str,
+    key: &str,
+    value: &Option<String>,
+    default: Duration,
+    max: Duration,
+) -> Result<Duration, ConfigError> {
+    duration_or(value, default)
+        .and_then(|d| {
+            if d.is_zero() || d > max {
+                Err(format!(
+                    "must be more than zero and at most {}s",
+                    max.as_secs()
+                ))
+            } else {
+                Ok(d)
+            }
+        })
+        .map_err(|reason| ConfigError::Value {
+            file: file.to_string(),
+            key: key.to_string(),
+            value: format!("{value:?}"),
+            reason,
+        })
+}
+
 fn show(value: &Option<SizeValue>) -> String {
     match value {
         None => "(default)".into(),
@@ -556,7 +509,7 @@ struct RawConfig {
     #[serde(default)]
     node: RawNode,
     #[serde(default)]
-    http: RawHttp,
+    http: http::RawHttp,
     #[serde(default)]
     auth: RawAuth,
     #[serde(default)]
@@ -576,19 +529,6 @@ struct RawNode {
     name: Option<String>,
     data_dir: Option<PathBuf>,
     keeper: Option<bool>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawHttp {
-    listen: Option<String>,
-    keepalive_idle: Option<String>,
-    keepalive_interval: Option<String>,
-    keepalive_probes: Option<i64>,
-    user_timeout: Option<String>,
-    allowed_origins: Option<Vec<String>>,
-    tls_cert: Option<PathBuf>,
-    tls_key: Option<PathBuf>,
 }
 
 #[derive(Debug, Default, Deserialize)]

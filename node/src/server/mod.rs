@@ -12,6 +12,7 @@ mod reload;
 mod rest;
 pub mod runtime_file;
 mod stored;
+mod streams;
 pub mod url_file;
 mod ws;
 
@@ -63,6 +64,8 @@ pub struct AppState {
     pub reloading: Arc<std::sync::Mutex<()>>,
     /// `logs?tail=` streams running at once (`rest::MAX_LOGS_STREAMS`).
     pub logs_streams: Arc<tokio::sync::Semaphore>,
+    /// WebSockets and streams open per source address.
+    pub streams: streams::Streams,
 }
 
 /// What a started node reports.
@@ -131,6 +134,9 @@ pub(super) fn ensure_admin_token(
 /// Runs a node until `stop` fires (or SIGINT/SIGTERM when `signals`: the
 /// node owns its process, and also leaves a runtime record for clients).
 /// `ready` is told the bound address once the node serves.
+/// HTTP worker threads.
+const WORKERS: usize = 2;
+
 pub fn run(
     mut config: Config,
     signals: bool,
@@ -267,6 +273,7 @@ pub fn run(
             https_cert: https_cert.clone(),
             reloading: Arc::default(),
             logs_streams: Arc::new(tokio::sync::Semaphore::new(rest::MAX_LOGS_STREAMS)),
+            streams: streams::Streams::new(config.http.max_connections_per_address),
         };
         if let Some(cluster) = &config.cluster {
             let started = membership::Membership::start(&config, cluster, &state.node)?;
@@ -296,7 +303,11 @@ pub fn run(
                 let _ = tcp.set_nodelay(true);
             }
         })
-        .workers(2)
+        .workers(WORKERS)
+        // Past it a worker stops accepting until a connection closes.
+        .max_connections(config.http.max_connections.div_ceil(WORKERS))
+        // A request head (an upgrade's too) dribbled slower is closed.
+        .client_request_timeout(config.http.request_head_timeout)
         .disable_signals()
         .shutdown_timeout(2);
         let server = match tls {

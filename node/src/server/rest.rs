@@ -333,6 +333,7 @@ async fn logs(
         async {
             require(&req, &state.node.tokens, Role::Viewer)?;
             let tail = query::<LogsQuery>(&req)?.tail.unwrap_or(DEFAULT_TAIL);
+            let stream_permit = state.streams.admit(&req)?;
             let permit = state
                 .logs_streams
                 .clone()
@@ -374,7 +375,7 @@ async fn logs(
             Ok(HttpResponse::Ok()
                 .content_type("text/plain; charset=utf-8")
                 .insert_header(("X-Termesh-Seq", seq.to_string()))
-                .streaming(body))
+                .streaming(stream_permit.hold(body)))
         }
         .await,
     )

@@ -196,6 +196,7 @@ async fn events_stream(
     respond(
         async {
             require(&req, &state.node.tokens, Role::Viewer)?;
+            let permit = state.streams.admit(&req)?;
             let q: StreamQuery = super::rest::query(&req)?;
             let header = req
                 .headers()
@@ -239,7 +240,7 @@ async fn events_stream(
                 .content_type("text/event-stream")
                 .insert_header(("Cache-Control", "no-cache"))
                 .insert_header(("X-Accel-Buffering", "no"))
-                .streaming(body))
+                .streaming(permit.hold(body)))
         }
         .await,
     )
@@ -273,6 +274,7 @@ async fn export(
     respond(
         async {
             require(&req, &state.node.tokens, Role::Viewer)?;
+            let permit = state.streams.admit(&req)?;
             let node = state.node.clone();
             let info = node.info(&path)?;
             let events = all_events(&node, &path).await?;
@@ -310,7 +312,7 @@ async fn export(
                     "Content-Disposition",
                     format!("attachment; filename=\"{}.cast\"", &*path),
                 ))
-                .streaming(body))
+                .streaming(permit.hold(body)))
         }
         .await,
     )

@@ -1,9 +1,10 @@
 //! WebSocket upgrades: `/ws` (the client protocol) and
 //! `/sessions/{id}/raw` (raw terminal bytes), each behind the origin
-//! check (`http.allowed_origins`).
+//! check (`http.allowed_origins`) and the bound on streams per source
+//! address.
 
 use actix_web::{web, HttpRequest, HttpResponse};
-use actix_web_actors::ws::{self, WebsocketContext, WsResponseBuilder};
+use actix_web_actors::ws::{self, WebsocketContext};
 use termesh_actors::error::ApiError;
 use termesh_actors::front::connection::ConnectionActor;
 use termesh_actors::front::raw::RawActor;
@@ -32,15 +33,20 @@ async fn client_ws(
         Ok(role) => role,
         Err(e) => return Ok(error_response(&e)),
     };
+    let permit = match state.streams.admit(&req) {
+        Ok(permit) => permit,
+        Err(e) => return Ok(error_response(&e)),
+    };
     let digest = super::auth::presented_token(&req).map(|t| termesh_config::digest(&t));
     let actor = ConnectionActor::new(state.node.clone(), state.connections.clone(), role, digest);
     // Built by hand rather than by `WsResponseBuilder::start`: the
     // outgoing stream is wrapped so the connection learns when the
-    // socket has taken its replies (their slots are held until then).
+    // socket has taken its replies (their slots are held until then), and
+    // holds the address's stream permit.
     let mut res = ws::handshake_with_protocols(&req, &[SUBPROTOCOL])?;
-    let codec = actix_http::ws::Codec::new().max_size(MAX_INBOUND_FRAME);
     let clock = actor.pull_clock();
-    Ok(res.streaming(clock.wrap(WebsocketContext::with_codec(actor, stream, codec))))
+    let context = WebsocketContext::with_codec(actor, stream, codec());
+    Ok(res.streaming(permit.hold(clock.wrap(context))))
 }
 
 async fn raw_ws(
@@ -60,6 +66,10 @@ async fn raw_ws(
         Ok(handle) => handle,
         Err(e) => return Ok(error_response(&e)),
     };
+    let permit = match state.streams.admit(&req) {
+        Ok(permit) => permit,
+        Err(e) => return Ok(error_response(&e)),
+    };
     let digest = super::auth::presented_token(&req).map(|t| termesh_config::digest(&t));
     let actor = RawActor::new(
         state.node.clone(),
@@ -68,9 +78,14 @@ async fn raw_ws(
         role,
         digest,
     );
-    WsResponseBuilder::new(actor, &req, stream)
-        .frame_size(MAX_INBOUND_FRAME)
-        .start()
+    let mut res = ws::handshake(&req)?;
+    let context = WebsocketContext::with_codec(actor, stream, codec());
+    Ok(res.streaming(permit.hold(context)))
+}
+
+/// The WebSocket codec, with the bound on a client's frames.
+fn codec() -> actix_http::ws::Codec {
+    actix_http::ws::Codec::new().max_size(MAX_INBOUND_FRAME)
 }
 
 /// A browser page from another origin may not open a WebSocket here

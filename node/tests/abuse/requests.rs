@@ -1,89 +1,14 @@
-//! The abuse suite (issue 28): a real node, real sockets, a hostile client
-//! doing what its token allows as hard as it can. Each case asserts the
-//! node's memory stays within the case's bound (docs/operations.md,
-//! "What one client may cost"), that another client's keystrokes still
-//! echo, and that programs run on.
+//! Requests a viewer's token allows, as hard as it can: subscribe storms
+//! and page requests whose replies it never reads.
 
-mod common;
-
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use common::binary::{client, create, info, BinaryNode};
-use common::*;
+use crate::common::binary::{create, info, BinaryNode};
+use crate::common::*;
+use crate::{echo_works, rss_kib, screen_text, RssWatch};
 use termesh_node::client::Client;
 use termesh_transport::{ClientMsg, ServerMsg, SessionStatus};
-
-/// The node's resident memory, KiB.
-fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0)
-}
-
-/// Samples the node's RSS every 10 ms until dropped; `peak()` the most.
-struct RssWatch {
-    stop: Arc<AtomicBool>,
-    peak: Arc<AtomicU64>,
-}
-
-impl RssWatch {
-    fn start(pid: u32) -> RssWatch {
-        let (stop, peak) = (
-            Arc::new(AtomicBool::new(false)),
-            Arc::new(AtomicU64::new(0)),
-        );
-        let (s, p) = (stop.clone(), peak.clone());
-        std::thread::spawn(move || {
-            while !s.load(Ordering::Relaxed) {
-                p.fetch_max(rss_kib(pid), Ordering::Relaxed);
-                // The sampling period, not a wait for an event: RSS has
-                // no event to wait on, and the peak is what is measured.
-                std::thread::sleep(std::time::Duration::from_millis(10));
-            }
-        });
-        RssWatch { stop, peak }
-    }
-
-    fn peak_mib(&self) -> f64 {
-        self.peak.load(Ordering::Relaxed) as f64 / 1024.0
-    }
-}
-
-impl Drop for RssWatch {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-    }
-}
-
-/// Another client's keystrokes echo in its own session, `rounds` times.
-async fn echo_works(node: &BinaryNode, session: &str, rounds: usize) {
-    let mut c = client(node).await;
-    let mut s = Stream::new(1 << 20);
-    subscribe(&mut c, session, None, 1 << 20).await.unwrap();
-    for k in 0..rounds {
-        let key = format!("echo-{k}-");
-        c.send(&ClientMsg::Input {
-            session: session.to_string(),
-            data: format!("{key}\r").into_bytes(),
-        })
-        .await
-        .unwrap();
-        within(
-            PATIENCE,
-            "a keystroke's echo",
-            pump_until(&mut c, session, &mut s, true, |s| {
-                String::from_utf8_lossy(&s.data).contains(&key)
-            }),
-        )
-        .await
-        .unwrap();
-    }
-    c.close().await;
-}
 
 /// The bound on what a subscribe storm may add to the node's memory.
 const STORM_BOUND_MIB: f64 = 64.0;
@@ -165,23 +90,6 @@ async fn a_subscribe_storm_from_a_viewer_costs_one_snapshot() {
     );
     assert_eq!(info(&node, &flood).await.status, SessionStatus::Running);
     echo_works(&node, &typing, 1).await;
-}
-
-async fn screen_text(node: &BinaryNode, session: &str) -> String {
-    let mut c = client(node).await;
-    let reply = c
-        .request(|id| ClientMsg::Screen {
-            id,
-            session: session.to_string(),
-            scrollback: None,
-        })
-        .await
-        .unwrap();
-    c.close().await;
-    match reply {
-        ServerMsg::Snapshot { data, .. } => String::from_utf8_lossy(&data).into_owned(),
-        other => panic!("{other:?}"),
-    }
 }
 
 /// The bound on what four viewers pipelining 8 MiB pages without reading

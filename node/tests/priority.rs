@@ -1,6 +1,7 @@
 //! The node's own protection against host load (as the systemd unit sets
 //! it: nice -10, oom_score_adj -900) is not inherited by the programs it
-//! runs: each session's program starts at nice 0 and oom_score_adj 0.
+//! runs: each session's program starts at the nice value the node started
+//! with (0 as a unit starts it) and oom_score_adj 0.
 
 mod common;
 
@@ -59,7 +60,10 @@ async fn sessions_do_not_inherit_the_nodes_raised_priority() {
         }
     })
     .await;
-    assert_eq!(nice_of(program), Some(0), "nice of the session's program");
+    // The priority the node started with (this test's own: the suite may
+    // run niced), not the one it raised itself to.
+    let started = nice_of(std::process::id() as i32);
+    assert_eq!(nice_of(program), started, "nice of the session's program");
     // The node keeps its own.
     assert_eq!(nice_of(pid), Some(-10));
     if oom {
@@ -110,7 +114,9 @@ async fn the_store_runs_below_the_node() {
     within(PATIENCE, "every store thread 10 below the node", async {
         loop {
             let threads = store_threads();
-            if !threads.is_empty() && threads.iter().all(|(_, n)| *n == Some(base + 10)) {
+            // Nice values end at 19 (a suite run niced starts near it).
+            let below = Some((base + 10).min(19));
+            if !threads.is_empty() && threads.iter().all(|(_, n)| *n == below) {
                 return;
             }
             poll_pause().await;

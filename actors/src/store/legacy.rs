@@ -130,8 +130,12 @@ pub struct OldSession {
 /// Writes a store in `store_dir` and its journal as the previous release
 /// did: the fixture the migration's tests start from.
 pub fn write_data_dir(store_dir: &Path, sessions: &[OldSession]) -> std::io::Result<()> {
+    // No background flusher: it would hold the database's lock for a
+    // moment after this returns, and the store opened next would find it
+    // locked (a test failed so once). Flushed by hand below.
     let db = sled::Config::new()
         .path(store_dir)
+        .flush_every_ms(None)
         .open()
         .map_err(std::io::Error::other)?;
     let tree = |name: &str| db.open_tree(name).map_err(std::io::Error::other);

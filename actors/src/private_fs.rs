@@ -16,6 +16,22 @@ pub fn options() -> OpenOptions {
     options
 }
 
+/// `e` from opening `path`, saying so plainly when `path` is a symlink
+/// (`O_NOFOLLOW` answers ELOOP, "too many levels of symbolic links").
+pub fn explain(path: &Path, e: io::Error) -> io::Error {
+    if e.raw_os_error() == Some(libc::ELOOP) {
+        return io::Error::new(
+            e.kind(),
+            format!(
+                "{} is a symbolic link, which termesh does not follow in its data dir \
+                 (remove it)",
+                path.display()
+            ),
+        );
+    }
+    e
+}
+
 /// Creates `dir` and its missing parents 0700.
 pub fn create_dir(dir: &Path) -> io::Result<()> {
     DirBuilder::new().recursive(true).mode(0o700).create(dir)
@@ -23,7 +39,11 @@ pub fn create_dir(dir: &Path) -> io::Result<()> {
 
 /// Opens `path` for appending, created 0600 if missing.
 pub fn append(path: &Path) -> io::Result<File> {
-    options().create(true).append(true).open(path)
+    options()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(|e| explain(path, e))
 }
 
 /// Writes `data` as the whole of `path` (0600): to `path.tmp`, then
@@ -43,7 +63,7 @@ pub fn write(path: &Path, data: &[u8]) -> io::Result<()> {
     if written.is_err() {
         let _ = std::fs::remove_file(tmp);
     }
-    written
+    written.map_err(|e| explain(tmp, e))
 }
 
 /// Takes group and other access away from everything under `dir` (files

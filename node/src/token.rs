@@ -24,7 +24,16 @@ pub fn generate() -> String {
 /// Reads the admin token file, if there is a well-formed one.
 pub fn read(data_dir: &Path) -> anyhow::Result<Option<String>> {
     let path = token_path(data_dir);
-    match std::fs::read_to_string(&path) {
+    // Not through a symlink: a planted one would make any file's text the
+    // admin token (and the mode fix below would follow it).
+    let opened = termesh_actors::private_fs::options()
+        .read(true)
+        .open(&path)
+        .map_err(|e| termesh_actors::private_fs::explain(&path, e));
+    match opened.and_then(|mut f| {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut f, &mut text).map(|_| text)
+    }) {
         Ok(text) => {
             let token = text.trim().to_string();
             if token.len() < 16 || token.len() > 256 || !token.chars().all(|c| c.is_ascii_graphic())

@@ -433,7 +433,7 @@ async fn a_subscribe_to_an_owner_that_does_not_answer_is_answered_with_its_id() 
     let session = create(&cluster, 0, "b", "exec sleep 100000").await;
     let owner = Pid::from_raw(cluster.pid(1) as i32);
     let mut c = connect(&cluster, 0).await;
-    kill(owner, Signal::SIGSTOP).unwrap();
+    stop_process(owner.as_raw()).await;
     let reply = tokio::time::timeout(PATIENCE, subscribe(&mut c, &session, None, 1 << 20)).await;
     kill(owner, Signal::SIGCONT).unwrap();
     let err = reply

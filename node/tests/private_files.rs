@@ -66,3 +66,102 @@ async fn a_keeper_started_before_any_node_makes_its_data_dir_private() {
     let _ = keeper.wait();
     assert!(open.is_empty(), "{open:#?}");
 }
+
+/// Symlinks planted in a data dir, each pointing at a file of the node's
+/// user: no start follows one. A file read or appended in place
+/// (`keeper.log`, `keeper.lock`, `admin.token`) is refused with a message
+/// naming it (the operator removes it and starts again); a file written
+/// whole (`node.url`, `store.manifest`) replaces the link. The victim is
+/// never written, read as a token, or made private. Another user cannot
+/// plant one at all (the data dir is 0700).
+#[test]
+fn symlinks_planted_in_the_data_dir_are_never_followed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let victim = tmp.path().join("victim");
+    // A well-formed token: read through a link, it would be the admin's.
+    let precious = "victim-text-that-looks-like-a-token-0123456789\n";
+    std::fs::write(&victim, precious).unwrap();
+    std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let planted = [
+        "keeper.log",
+        "keeper.lock",
+        "admin.token",
+        "node.url",
+        "store.manifest",
+    ];
+    for name in planted {
+        std::os::unix::fs::symlink(&victim, data.join(name)).unwrap();
+    }
+    let mut refused = Vec::new();
+    let mut served = false;
+    // Bounded: one start per planted file and one more.
+    for _ in 0..=planted.len() {
+        let mut node = std::process::Command::new(env!("CARGO_BIN_EXE_termesh"))
+            .args(["node", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(&data)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::{BufRead, Read};
+        let mut lines = std::io::BufReader::new(node.stdout.take().unwrap()).lines();
+        if lines.next().is_some() {
+            // Serving: stop it cleanly.
+            std::thread::spawn(move || lines.for_each(drop));
+            let pid = nix::unistd::Pid::from_raw(node.id() as i32);
+            nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+            assert!(node.wait().unwrap().success());
+            served = true;
+            break;
+        }
+        let mut err = String::new();
+        node.stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut err)
+            .unwrap();
+        assert!(!node.wait().unwrap().success(), "{err}");
+        let name = planted
+            .iter()
+            .find(|n| err.contains(&format!("{}/{n} is a symbolic link", data.display())))
+            .unwrap_or_else(|| panic!("no planted file named in: {err}"));
+        refused.push(*name);
+        std::fs::remove_file(data.join(name)).unwrap();
+    }
+    assert!(served, "the node never started; refused {refused:?}");
+    let mut read_in_place = refused.clone();
+    read_in_place.sort();
+    assert_eq!(read_in_place, ["admin.token", "keeper.lock", "keeper.log"]);
+    for name in ["node.url", "store.manifest"] {
+        let meta = std::fs::symlink_metadata(data.join(name));
+        assert!(
+            meta.map(|m| !m.file_type().is_symlink()).unwrap_or(true),
+            "{name} is still a link"
+        );
+    }
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), precious);
+    let mode = std::fs::metadata(&victim).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o644, "the victim's mode was changed");
+    // Another user cannot plant one (skipped where setpriv cannot switch).
+    let other = std::process::Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "ln",
+            "-s",
+        ])
+        .arg(&victim)
+        .arg(data.join("keeper.log.new"))
+        .output();
+    if let Ok(out) = other {
+        let err = String::from_utf8_lossy(&out.stderr);
+        if !err.contains("setpriv") {
+            assert!(!out.status.success(), "another user planted a link");
+            assert!(err.contains("Permission denied"), "{err}");
+        }
+    }
+}

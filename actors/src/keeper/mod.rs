@@ -194,6 +194,21 @@ impl Keeper {
     }
 }
 
+/// The last line of `log` (its last 4 KiB read), if any.
+fn last_line(log: &Path) -> Option<String> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut file = crate::private_fs::options().read(true).open(log).ok()?;
+    let len = file.metadata().ok()?.len();
+    file.seek(SeekFrom::Start(len.saturating_sub(4096))).ok()?;
+    let mut tail = Vec::new();
+    file.read_to_end(&mut tail).ok()?;
+    let text = String::from_utf8_lossy(&tail);
+    text.lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .map(|l| l.trim().to_string())
+}
+
 impl Connection {
     /// Connects to the keeper of `data_dir`, starting one (`exe keeper
     /// --data-dir DIR`, its log in DIR/keeper.log) when none listens.
@@ -225,9 +240,13 @@ impl Connection {
                 return Ok(found);
             }
             if let Some(status) = child.try_wait()? {
+                let log = data_dir.join("keeper.log");
+                let said = last_line(&log)
+                    .map(|l| format!(": {l}"))
+                    .unwrap_or_default();
                 return Err(std::io::Error::other(format!(
-                    "the PTY keeper exited ({status}) before it listened: see {}",
-                    data_dir.join("keeper.log").display()
+                    "the PTY keeper exited ({status}) before it listened{said} (its log: {})",
+                    log.display()
                 )));
             }
             if started.elapsed() > START_WAIT {

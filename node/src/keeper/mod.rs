@@ -368,6 +368,7 @@ fn lock(data_dir: &Path) -> anyhow::Result<Option<nix::fcntl::Flock<std::fs::Fil
         .truncate(false)
         .write(true)
         .open(&path)
+        .map_err(|e| private_fs::explain(&path, e))
         .with_context(|| format!("cannot open {}", path.display()))?;
     match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
         Ok(mut locked) => {

@@ -8,6 +8,7 @@
 mod common;
 
 mod connections;
+mod peer;
 mod requests;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -64,7 +65,14 @@ impl Drop for RssWatch {
 
 /// Another client's keystrokes echo in its own session, `rounds` times.
 pub async fn echo_works(node: &BinaryNode, session: &str, rounds: usize) {
-    let mut c = client(node).await;
+    echo_at(&node.target(OPERATOR), session, rounds).await
+}
+
+/// Keystrokes through the node `target` names echo in `session`.
+pub async fn echo_at(target: &termesh_node::client::Target, session: &str, rounds: usize) {
+    let mut c = termesh_node::client::Client::connect(target)
+        .await
+        .expect("connects");
     let mut s = Stream::new(1 << 20);
     subscribe(&mut c, session, None, 1 << 20).await.unwrap();
     for k in 0..rounds {

@@ -178,6 +178,32 @@ pub fn kill_keeper(data_dir: &std::path::Path) {
     }
 }
 
+/// Sends SIGSTOP to `pid` and waits until every thread of it is stopped
+/// (state `T`): `kill` returns before a thread running on another core
+/// has stopped, and that thread may still answer a message sent next.
+pub async fn stop_process(pid: i32) {
+    use nix::sys::signal::{kill, Signal};
+    kill(nix::unistd::Pid::from_raw(pid), Signal::SIGSTOP).unwrap();
+    let stopped = || {
+        std::fs::read_dir(format!("/proc/{pid}/task"))
+            .map(|tasks| {
+                tasks.flatten().all(|t| {
+                    std::fs::read_to_string(t.path().join("stat"))
+                        .ok()
+                        .and_then(|s| s.rsplit_once(") ").map(|(_, r)| r.starts_with('T')))
+                        .unwrap_or(true)
+                })
+            })
+            .unwrap_or(true)
+    };
+    within(PATIENCE, "every thread stopped", async {
+        while !stopped() {
+            poll_pause().await;
+        }
+    })
+    .await;
+}
+
 /// `poll_pause` for blocking tests (REST via ureq).
 pub fn poll_pause_blocking() {
     std::thread::sleep(Duration::from_millis(20));

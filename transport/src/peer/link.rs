@@ -87,7 +87,7 @@ const DATA_STREAM: u8 = 0;
 const REPLY_STREAM: u8 = 1;
 /// Replies being written at once on one link; more wait their turn (each
 /// is bounded by `MAX_REPLY`, so this bounds what the link buffers).
-const REPLY_STREAMS: usize = 8;
+pub(crate) const REPLY_STREAMS: usize = 8;
 /// A refused incoming connection is logged at most this often per remote
 /// address (a misconfigured peer dials again every few seconds).
 const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(60);

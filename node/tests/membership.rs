@@ -236,6 +236,10 @@ async fn the_ca_is_rotated_node_by_node_and_no_link_is_lost() {
     assert!(bundle.ends_with(&before), "the old CA stays trusted");
     let said = cluster.reload(0);
     assert!(said.contains("reloaded"), "{said}");
+    // The node says the old CA is still trusted, at each reload until the
+    // rotation is finished.
+    let warned = |cluster: &Cluster| cluster.log(0).matches("this node trusts 2 CAs").count();
+    assert_eq!(warned(&cluster), 1, "{}", cluster.log(0));
     // c starts again with the new files while b still runs on the old ones:
     // each side verifies the other (b through the cross-signed CA).
     restart_c(
@@ -255,6 +259,7 @@ async fn the_ca_is_rotated_node_by_node_and_no_link_is_lost() {
     for i in 0..3 {
         cluster.reload(i);
     }
+    assert_eq!(warned(&cluster), 1, "no warning once one CA is left");
     restart_c(
         &mut cluster,
         (&mut viewer, &session, &mut s),

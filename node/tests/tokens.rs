@@ -213,3 +213,79 @@ async fn a_reload_stuck_reading_its_file_holds_up_no_other_request() {
     std::fs::write(&config, text).unwrap();
     assert_eq!(answered, Some(200), "healthz was answered");
 }
+
+/// Threads of `pid` blocked opening a FIFO (waiting for a writer: the
+/// kernel's `wait_for_partner`, called by `fifo_open`).
+fn opening_a_fifo(pid: i32) -> usize {
+    let waits = |t: &std::fs::DirEntry| {
+        let read = |f: &str| std::fs::read_to_string(t.path().join(f)).unwrap_or_default();
+        ["wait_for_partner", "fifo_open"].contains(&read("wchan").as_str())
+            || read("stack").contains("fifo_open")
+    };
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|tasks| tasks.flatten().filter(waits).count())
+        .unwrap_or(0)
+}
+
+/// A REST reload and a SIGHUP at once run one after the other, each from
+/// reading the file to applying it, so an older file is never applied
+/// after a newer one (a revoked token would come back). Seen from
+/// outside: with the config a FIFO nobody writes, the first reload waits
+/// opening it, and the second waits for the first, not at the FIFO.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sighup_and_a_rest_reload_at_once_run_one_after_the_other() {
+    let node = BinaryNode::start("");
+    let pid = node.pid().as_raw();
+    let config = node.config_path();
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::remove_file(&config).unwrap();
+    nix::unistd::mkfifo(&config, nix::sys::stat::Mode::S_IRWXU).unwrap();
+    let url = node.url.clone();
+    let rest = std::thread::spawn(move || {
+        ureq::post(&format!("{url}/api/v1/config/reload"))
+            .set("authorization", &format!("Bearer {ADMIN}"))
+            .timeout(std::time::Duration::from_secs(120))
+            .call()
+            .map(|r| r.status())
+            .unwrap_or_else(|e| match e {
+                ureq::Error::Status(code, _) => code,
+                other => panic!("{other}"),
+            })
+    });
+    within(PATIENCE, "the REST reload waiting at the FIFO", async {
+        while opening_a_fifo(pid) < 1 {
+            poll_pause().await;
+        }
+    })
+    .await;
+    nix::sys::signal::kill(node.pid(), nix::sys::signal::Signal::SIGHUP).unwrap();
+    within(PATIENCE, "the SIGHUP reload waiting for the other", async {
+        while !node.log().contains("another reload is running") {
+            poll_pause().await;
+        }
+    })
+    .await;
+    assert_eq!(opening_a_fifo(pid), 1, "both reloads read the file at once");
+    // Let them go: the config through the FIFO until both have read it.
+    let feed = |config: &std::path::Path, text: &str| {
+        use std::io::Write;
+        if let Ok(mut fifo) = std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(config)
+        {
+            let _ = fifo.write_all(text.as_bytes());
+        }
+    };
+    within(PATIENCE, "both reloads applied", async {
+        while node.log().matches("config reloaded").count() < 2 {
+            feed(&config, &text);
+            poll_pause().await;
+        }
+    })
+    .await;
+    assert_eq!(rest.join().unwrap(), 200);
+    std::fs::remove_file(&config).unwrap();
+    std::fs::write(&config, text).unwrap();
+    assert!(lists(&node, OPERATOR).await);
+}

@@ -60,7 +60,16 @@ pub fn reload(state: &AppState) -> Result<Reloaded, ApiError> {
             "this node was started without a config file (--config): there is nothing to reload",
         ));
     };
-    let _one_at_a_time = state.reloading.lock().unwrap_or_else(|p| p.into_inner());
+    // One at a time, from reading the file to applying it: so the file
+    // read last is applied last (a SIGHUP and a REST reload at once).
+    let _one_at_a_time = match state.reloading.try_lock() {
+        Ok(guard) => guard,
+        Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+        Err(std::sync::TryLockError::WouldBlock) => {
+            tracing::info!("another reload is running: this one waits for it, then reads the file");
+            state.reloading.lock().unwrap_or_else(|p| p.into_inner())
+        }
+    };
     let mut config = Config::load(path).map_err(|e| {
         ApiError::bad_request(format!("the config was not reloaded, nothing changed: {e}"))
     })?;

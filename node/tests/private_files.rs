@@ -165,3 +165,35 @@ fn symlinks_planted_in_the_data_dir_are_never_followed() {
         }
     }
 }
+
+/// Another user cannot reach a running node's keeper socket (nor see its
+/// data dir): connecting as the user nobody is refused, and the keeper
+/// serves on. Skipped where this test cannot switch users.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_user_cannot_reach_the_keeper_socket() {
+    let node = BinaryNode::start("");
+    let socket = node.data.join("keeper.sock");
+    within(PATIENCE, "the keeper's socket", async {
+        while !socket.exists() {
+            poll_pause().await;
+        }
+    })
+    .await;
+    let probe = format!(
+        "import socket\ns = socket.socket(socket.AF_UNIX)\ntry:\n    s.connect({:?})\n    \
+         print('connected')\nexcept OSError as e:\n    print('refused', e.strerror)\n",
+        socket.display().to_string()
+    );
+    let out = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "python3", "-c"])
+        .arg(&probe)
+        .output();
+    let Some(out) = out.ok().filter(|o| o.status.success()) else {
+        println!("SKIPPED: cannot run python3 as the user nobody here");
+        return;
+    };
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.starts_with("refused Permission denied"), "{said}");
+    let session = create(&node, "echo still-served; exit 0").await.id;
+    wait_exited(&node, &session).await;
+}

@@ -1,9 +1,10 @@
 //! What clients reach: the WebSocket connection actor, the raw terminal
 //! endpoint, the request table every front end dispatches through, tokens,
-//! frame reassembly, and `NodeCtx`, the node as the front ends see it.
+//! frame decoding and reassembly, and `NodeCtx`, the node as the front ends see it.
 
 pub mod connection;
 pub mod fragments;
+pub mod frames;
 pub mod history;
 pub mod ops;
 pub mod page;

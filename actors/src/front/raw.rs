@@ -23,6 +23,7 @@ use crate::cluster::forward::Route;
 use crate::directory::registry::NEXT_SUB_ID;
 use crate::front::connection::{close_revoked, CloseConnection, Connections};
 use crate::front::fragments::{Assembled, Reassembler};
+use crate::front::frames::Incoming;
 use crate::front::ops::NodeCtx;
 use crate::front::tokens::{HeldToken, Recheck};
 use crate::output::feed::Feed;
@@ -48,6 +49,8 @@ pub struct RawActor {
     repaint: bool,
     /// A fragmented message being assembled (within the 1 MiB bound).
     partial: Reassembler,
+    /// The client's decoded frames, until `started` adds them.
+    incoming: Option<Incoming>,
 }
 
 #[derive(Deserialize)]
@@ -79,7 +82,15 @@ impl RawActor {
             role,
             repaint: false,
             partial: Reassembler::new(MAX_INBOUND_FRAME),
+            incoming: None,
         }
+    }
+
+    /// Takes the client's frames from `incoming` (decoded one at a time,
+    /// see `front::frames`) rather than from the context's own stream.
+    pub fn with_incoming(mut self, incoming: Incoming) -> Self {
+        self.incoming = Some(incoming);
+        self
     }
 
     fn input(&self, data: Bytes) {
@@ -167,6 +178,9 @@ impl Actor for RawActor {
     type Context = ws::WebsocketContext<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
+        if let Some(incoming) = self.incoming.take() {
+            ctx.add_stream(incoming);
+        }
         self.connections.add(self.conn, ctx.address().recipient());
         self.feed.subscribe.do_send(Subscribe {
             sub: self.sub,

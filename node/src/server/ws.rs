@@ -7,6 +7,7 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use actix_web_actors::ws::{self, WebsocketContext};
 use termesh_actors::error::ApiError;
 use termesh_actors::front::connection::ConnectionActor;
+use termesh_actors::front::frames::incoming;
 use termesh_actors::front::raw::RawActor;
 use termesh_config::Role;
 use termesh_transport::{ErrorCode, MAX_INBOUND_FRAME, SUBPROTOCOL};
@@ -38,14 +39,15 @@ async fn client_ws(
         Err(e) => return Ok(error_response(&e)),
     };
     let digest = super::auth::presented_token(&req).map(|t| termesh_config::digest(&t));
-    let actor = ConnectionActor::new(state.node.clone(), state.connections.clone(), role, digest);
+    let actor = ConnectionActor::new(state.node.clone(), state.connections.clone(), role, digest)
+        .with_incoming(incoming(stream, MAX_INBOUND_FRAME));
     // Built by hand rather than by `WsResponseBuilder::start`: the
     // outgoing stream is wrapped so the connection learns when the
     // socket has taken its replies (their slots are held until then), and
     // holds the address's stream permit.
     let mut res = ws::handshake_with_protocols(&req, &[SUBPROTOCOL])?;
     let clock = actor.pull_clock();
-    let context = WebsocketContext::with_codec(actor, stream, codec());
+    let context = WebsocketContext::with_codec(actor, no_payload(), codec());
     Ok(res.streaming(permit.hold(clock.wrap(context))))
 }
 
@@ -78,14 +80,23 @@ async fn raw_ws(
         role,
         digest,
     );
+    let actor = actor.with_incoming(incoming(stream, MAX_INBOUND_FRAME));
     let mut res = ws::handshake(&req)?;
-    let context = WebsocketContext::with_codec(actor, stream, codec());
+    let context = WebsocketContext::with_codec(actor, no_payload(), codec());
     Ok(res.streaming(permit.hold(context)))
 }
 
-/// The WebSocket codec, with the bound on a client's frames.
+/// The WebSocket codec (it encodes what the node sends).
 fn codec() -> actix_http::ws::Codec {
     actix_http::ws::Codec::new().max_size(MAX_INBOUND_FRAME)
+}
+
+/// What the context reads itself: nothing, ever. The actor reads the
+/// client's frames from `frames::incoming`, which decodes one before it
+/// reads more (actix's own reader buffers all the socket has first).
+fn no_payload(
+) -> futures_util::stream::Pending<Result<bytes::Bytes, actix_web::error::PayloadError>> {
+    futures_util::stream::pending()
 }
 
 /// A browser page from another origin may not open a WebSocket here

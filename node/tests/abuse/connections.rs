@@ -225,3 +225,55 @@ fn accept_queue(addr: SocketAddr) -> u32 {
         })
         .unwrap_or(0)
 }
+
+/// What 32 clients sending 16 MiB frames may add to the node's memory.
+const OVERSIZED_BOUND_MIB: f64 = 32.0;
+
+/// 32 connections at once each send a 16 MiB frame (the bound is 1 MiB):
+/// each is closed with 1009 from the frame's header, before its payload
+/// is read into memory, and typing elsewhere echoes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_frames_close_their_connection_and_cost_nothing() {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+    let node = BinaryNode::start("");
+    let typing = create(&node, "exec cat").await.id;
+    echo_works(&node, &typing, 1).await;
+    let before = rss_kib(node.child.id()) as f64 / 1024.0;
+    let watch = RssWatch::start(node.child.id());
+    let mut senders = Vec::new();
+    for _ in 0..32 {
+        let ws = ws_from(&node, Ipv4Addr::new(127, 0, 0, 2)).await.unwrap();
+        senders.push(tokio::spawn(async move {
+            let (mut tx, mut rx) = ws.split();
+            let big = Message::Binary(vec![0x90; 16 << 20]);
+            // The node closes before it has read it all: the send may fail.
+            let _ = tx.send(big).await;
+            loop {
+                match rx.next().await {
+                    Some(Ok(Message::Close(Some(frame)))) => return Some(u16::from(frame.code)),
+                    Some(Ok(_)) => continue,
+                    _ => return None,
+                }
+            }
+        }));
+    }
+    echo_works(&node, &typing, 3).await;
+    let mut codes = Vec::new();
+    for s in senders {
+        codes.push(within(PATIENCE, "the close", s).await.unwrap());
+    }
+    let peak = watch.peak_mib();
+    println!(
+        "oversized frames: 32 of 16 MiB, closes {:?}; RSS {before:.1} MiB before, \
+         {peak:.1} MiB at the peak",
+        codes.iter().filter(|c| **c == Some(1009)).count()
+    );
+    assert!(codes.iter().all(|c| *c == Some(1009)), "{codes:?}");
+    assert!(
+        peak - before < OVERSIZED_BOUND_MIB,
+        "oversized frames grew the node by {:.1} MiB (bound {OVERSIZED_BOUND_MIB})",
+        peak - before
+    );
+    echo_works(&node, &typing, 1).await;
+}

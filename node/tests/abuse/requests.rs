@@ -194,3 +194,76 @@ async fn page_requests_from_clients_that_never_read_are_bounded() {
     assert_eq!(info(&node, &big).await.status, SessionStatus::Running);
     echo_works(&node, &typing, 1).await;
 }
+
+/// What 16 viewers looping 10,000-row screens may add to the node.
+const SCREEN_STORM_BOUND_MIB: f64 = 64.0;
+
+/// 16 viewer connections each keep 4 screens of 10,000 scrollback rows in
+/// flight for 6 s, every one with another scrollback (so no two share a
+/// render), and read every reply: the node renders them at the pace of
+/// its screen threads, its memory stays bounded, typing elsewhere echoes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_screen_storm_from_many_viewers_is_bounded() {
+    let node = BinaryNode::start("");
+    let colourful = "i=0; while [ $i -lt 12000 ]; do i=$((i+1)); \
+                     printf '\\033[3%dmline %d\\033[0m\\n' $((i%7)) $i; done; exec cat";
+    let big = create(&node, colourful).await.id;
+    let typing = create(&node, "exec cat").await.id;
+    within(PATIENCE, "the output printed", async {
+        while !screen_text(&node, &big).await.contains("line 12000") {
+            poll_pause().await;
+        }
+    })
+    .await;
+    echo_works(&node, &typing, 1).await;
+    let before = rss_kib(node.child.id()) as f64 / 1024.0;
+    let watch = RssWatch::start(node.child.id());
+    let served = Arc::new(AtomicU64::new(0));
+    let mut viewers = Vec::new();
+    for v in 0..16u64 {
+        let mut c = Client::connect(&node.target(VIEWER)).await.unwrap();
+        let (session, served) = (big.clone(), served.clone());
+        viewers.push(tokio::spawn(async move {
+            let until = tokio::time::Instant::now() + std::time::Duration::from_secs(6);
+            let mut id = 0u64;
+            while tokio::time::Instant::now() < until {
+                for _ in 0..4 {
+                    id += 1;
+                    let scrollback = Some(10_000 - (v * 1_000 + id) % 5_000);
+                    let msg = ClientMsg::Screen {
+                        id,
+                        session: session.clone(),
+                        scrollback,
+                    };
+                    c.send(&msg).await.unwrap();
+                }
+                for _ in 0..4 {
+                    match c.recv().await.unwrap() {
+                        ServerMsg::Snapshot { id: Some(_), .. } => {
+                            served.fetch_add(1, Ordering::Relaxed);
+                        }
+                        ServerMsg::Error { message, .. } => panic!("{message}"),
+                        _ => {}
+                    }
+                }
+            }
+        }));
+    }
+    echo_works(&node, &typing, 5).await;
+    for v in viewers {
+        v.await.unwrap();
+    }
+    let peak = watch.peak_mib();
+    println!(
+        "screen storm: {} screens of up to 10,000 rows served to 16 viewers in 6 s; \
+         RSS {before:.1} MiB before, {peak:.1} MiB at the peak",
+        served.load(Ordering::Relaxed)
+    );
+    assert!(
+        peak - before < SCREEN_STORM_BOUND_MIB,
+        "the screen storm grew the node by {:.1} MiB (bound {SCREEN_STORM_BOUND_MIB})",
+        peak - before
+    );
+    assert_eq!(info(&node, &big).await.status, SessionStatus::Running);
+    echo_works(&node, &typing, 1).await;
+}

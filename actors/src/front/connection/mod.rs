@@ -24,6 +24,7 @@ use crate::directory::registry::Unwatch;
 use crate::directory::watch::WatchQueue;
 use crate::error::ApiError;
 use crate::front::fragments::{Assembled, Reassembler};
+use crate::front::frames::Incoming;
 use crate::front::ops::NodeCtx;
 use crate::front::tokens::HeldToken;
 use crate::liveness::conn::{Liveness, Verdict};
@@ -123,6 +124,8 @@ pub struct ConnectionActor {
     /// The token this connection authenticated with, followed across
     /// reloads.
     token: HeldToken,
+    /// The client's decoded frames, until `started` adds them.
+    incoming: Option<Incoming>,
 }
 
 impl ConnectionActor {
@@ -148,7 +151,15 @@ impl ConnectionActor {
             watch: None,
             partial: Reassembler::new(MAX_INBOUND_FRAME),
             slots: slots::ReplySlots::default(),
+            incoming: None,
         }
+    }
+
+    /// Takes the client's frames from `incoming` (decoded one at a time,
+    /// see `front::frames`) rather than from the context's own stream.
+    pub fn with_incoming(mut self, incoming: Incoming) -> Self {
+        self.incoming = Some(incoming);
+        self
     }
 
     /// The clock to wrap this connection's outgoing byte stream in (for
@@ -270,6 +281,9 @@ impl Actor for ConnectionActor {
     type Context = ws::WebsocketContext<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
+        if let Some(incoming) = self.incoming.take() {
+            ctx.add_stream(incoming);
+        }
         Metrics::gauge(&self.node.metrics.connections, 1);
         self.connections.add(self.id, ctx.address().recipient());
         self.send(

@@ -143,7 +143,7 @@ pub fn run(
     stop: Option<oneshot::Receiver<()>>,
     ready: impl FnOnce(Ready) + Send + 'static,
 ) -> anyhow::Result<()> {
-    raise_fd_limit();
+    raise_fd_limit(&config);
     data_dir::prepare(&config.node.data_dir)?;
     let generated = ensure_admin_token(&mut config)?;
     let listener = listener::bind(&config.http)?;
@@ -473,17 +473,35 @@ async fn budget_loop(store: StoreHandle, max_bytes: u64) {
     }
 }
 
-/// Each session holds three descriptors (PTY reader, writer, master) and
-/// each client one: lift the soft limit to the hard one so a node of this
-/// size can hold thousands.
-fn raise_fd_limit() {
+/// Each session holds a descriptor (its PTY master) and each client one:
+/// lift the soft limit to the hard one so a node of this size can hold
+/// thousands, and say so when the limit is below what the config's bounds
+/// allow (connections past it would be refused by the kernel, not by a
+/// bound with a clear error).
+fn raise_fd_limit(config: &Config) {
     use nix::sys::resource::{getrlimit, setrlimit, Resource};
-    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
-        if soft < hard {
-            if let Err(e) = setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
-                tracing::warn!("cannot raise the open-file limit from {soft} to {hard}: {e}");
-            }
+    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
+        return;
+    };
+    let mut limit = soft;
+    if soft < hard {
+        match setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
+            Ok(()) => limit = hard,
+            Err(e) => tracing::warn!("cannot raise the open-file limit from {soft} to {hard}: {e}"),
         }
+    }
+    // Store files, the mesh, the keeper and the listener.
+    const RESERVE: u64 = 256;
+    let wanted =
+        config.http.max_connections as u64 + config.session.max_sessions as u64 + RESERVE;
+    if limit < wanted {
+        tracing::warn!(
+            limit,
+            wanted,
+            "the open-file limit is below what http.max_connections and session.max_sessions \
+             allow (plus {RESERVE}): raise it (LimitNOFILE= in the unit, ulimit -n) or lower \
+             those bounds"
+        );
     }
 }
 

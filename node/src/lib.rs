@@ -2,9 +2,7 @@
 //! WebSocket, REST, wiring, shutdown) and the command-line clients.
 
 pub mod client;
-pub mod cluster_init;
-pub mod cluster_members;
-pub mod cluster_rotate;
+pub mod cluster;
 pub mod export;
 pub mod keeper;
 pub mod server;

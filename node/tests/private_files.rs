@@ -185,7 +185,13 @@ async fn another_user_cannot_reach_the_keeper_socket() {
         socket.display().to_string()
     );
     let out = std::process::Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "python3", "-c"])
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "python3",
+            "-c",
+        ])
         .arg(&probe)
         .output();
     let Some(out) = out.ok().filter(|o| o.status.success()) else {

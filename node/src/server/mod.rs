@@ -492,8 +492,7 @@ fn raise_fd_limit(config: &Config) {
     }
     // Store files, the mesh, the keeper and the listener.
     const RESERVE: u64 = 256;
-    let wanted =
-        config.http.max_connections as u64 + config.session.max_sessions as u64 + RESERVE;
+    let wanted = config.http.max_connections as u64 + config.session.max_sessions as u64 + RESERVE;
     if limit < wanted {
         tracing::warn!(
             limit,

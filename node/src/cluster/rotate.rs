@@ -13,8 +13,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context};
 use termesh_transport::peer::certs::Ca;
 
-use crate::cluster_init::write;
-use crate::cluster_members::{load_ca, members};
+use super::init::{write, CROSS};
+use super::members::{load_ca, members};
 
 /// The PEM blocks of a file, each with its armour.
 fn pem_blocks(text: &str) -> Vec<String> {
@@ -125,7 +125,7 @@ pub fn rotate(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
         pins.insert(member.name.clone(), pin);
     }
     for member in &members {
-        crate::cluster_members::edit(&member.config, |nodes| {
+        super::members::edit(&member.config, |nodes| {
             for entry in nodes.iter_mut() {
                 let name = entry
                     .get("name")
@@ -139,16 +139,12 @@ pub fn rotate(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
     }
     let mut written = Vec::new();
     for member in &members {
-        crate::cluster_init::check(&member.config)
+        super::init::check(&member.config)
             .with_context(|| format!("{} was written wrong", member.config.display()))?;
         written.push(member.config.clone());
     }
     Ok(written)
 }
-
-/// The new CA signed by the old one, in the cluster folder while a
-/// rotation is under way.
-pub(crate) const CROSS: &str = "ca.cross.pem";
 
 /// Drops the old CA (step 2); answers the node folders written.
 pub fn finish(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
@@ -168,7 +164,7 @@ pub fn finish(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
     }
     // Removed nodes' certificates are of the old CA, which nobody trusts
     // now: their names may be given again.
-    crate::cluster_members::forget_removed(dir)?;
+    super::members::forget_removed(dir)?;
     let mut written = Vec::new();
     for member in &members {
         let folder = member.config.parent().expect("a config is in its folder");
@@ -184,7 +180,7 @@ pub fn finish(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
             }
         }
         write(&folder.join("ca.pem"), next, false)?;
-        crate::cluster_init::check(&member.config)
+        super::init::check(&member.config)
             .with_context(|| format!("{} was written wrong", member.config.display()))?;
         written.push(member.config.clone());
     }

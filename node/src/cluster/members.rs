@@ -15,7 +15,7 @@ use anyhow::{bail, Context};
 use termesh_config::Config;
 use termesh_transport::peer::certs::Ca;
 
-use crate::cluster_init::{check, write, write_node, NodeFiles, NodeSpec};
+use super::init::{check, write, write_node, NodeFiles, NodeSpec};
 
 /// A node's folder in the cluster folder.
 pub(crate) struct Member {
@@ -96,7 +96,7 @@ pub fn add_node(dir: &Path, node: &NodeSpec) -> anyhow::Result<Changed> {
         },
         node,
     )?;
-    let pin = crate::cluster_init::pin_of(dir, &node.name)?;
+    let pin = super::init::pin_of(dir, &node.name)?;
     let mut edited = Vec::new();
     for member in &members {
         edit(&member.config, |nodes| {

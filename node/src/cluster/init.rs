@@ -15,6 +15,10 @@ use termesh_config::{check_name, hash_token, Config};
 use termesh_transport::peer::certs::Ca;
 use termesh_transport::peer::tls::{key_sha256_of_pem, Identity, NameForm};
 
+/// The new CA signed by the old one, in the cluster folder while a
+/// rotation is under way.
+pub(crate) const CROSS: &str = "ca.cross.pem";
+
 /// One `--node NAME,quic=ADDR,http=ADDR`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeSpec {
@@ -176,7 +180,7 @@ fn write_node_certs(out: &Path, ca: &Ca, files: &NodeFiles, node: &NodeSpec) -> 
         .with_context(|| format!("cannot issue the certificate of {}", node.name))?;
     // During a CA rotation the node sends the new CA cross-signed by the
     // old one too, so nodes not yet rotated accept it (`cluster_rotate`).
-    let cross = std::fs::read_to_string(out.join(crate::cluster_rotate::CROSS)).unwrap_or_default();
+    let cross = std::fs::read_to_string(out.join(CROSS)).unwrap_or_default();
     write(
         &dir.join("node.pem"),
         &format!("{}{cross}", issued.cert_pem),

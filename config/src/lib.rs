@@ -9,8 +9,10 @@ mod cluster;
 pub mod fuzz;
 mod http;
 pub mod origins;
+mod session;
 mod store;
 pub mod tls;
+pub use session::SessionConfig;
 pub use store::{MaxBytes, StoreConfig};
 mod units;
 
@@ -132,23 +134,6 @@ pub struct WatchdogConfig {
 pub struct AuthConfig {
     /// Empty means: generate an admin token at start (see the node crate).
     pub tokens: Vec<TokenEntry>,
-}
-
-#[derive(Debug, Clone)]
-pub struct SessionConfig {
-    /// Program run by `create` without `command`.
-    pub command: Vec<String>,
-    pub cols: u16,
-    pub rows: u16,
-    pub ring_bytes: usize,
-    pub ring_frames: usize,
-    /// Window of a subscription that names none, already within the clamp.
-    pub default_window: u64,
-    pub kill_grace: Duration,
-    pub max_sessions: usize,
-    /// Quiet this long, a session's screen model goes (its last snapshot
-    /// stays).
-    pub model_idle: Duration,
 }
 
 #[derive(Debug, Clone)]
@@ -294,66 +279,7 @@ impl Config {
             });
         }
 
-        let s = raw.session;
-        let command = s.command.unwrap_or_else(default_shell);
-        if command.is_empty() || command[0].is_empty() {
-            return Err(bad(
-                "session.command",
-                format!("{command:?}"),
-                "must name a program".into(),
-            ));
-        }
-        let cols = s.cols.unwrap_or(defaults::COLS.into());
-        let cols = u16::try_from(cols)
-            .ok()
-            .filter(|c| (1..=1000).contains(c))
-            .ok_or_else(|| bad("session.cols", cols.to_string(), "must be 1 to 1000".into()))?;
-        let rows = s.rows.unwrap_or(defaults::ROWS.into());
-        let rows = u16::try_from(rows)
-            .ok()
-            .filter(|r| (1..=500).contains(r))
-            .ok_or_else(|| bad("session.rows", rows.to_string(), "must be 1 to 500".into()))?;
-        let ring_bytes = size_or(&s.ring_bytes, defaults::RING_BYTES)
-            .and_then(check_ring_bytes)
-            .map_err(|r| bad("session.ring_bytes", show(&s.ring_bytes), r))?;
-        let ring_frames = size_or(&s.ring_frames, defaults::RING_FRAMES)
-            .and_then(|n| {
-                if (16..=10_000_000).contains(&n) {
-                    Ok(n as usize)
-                } else {
-                    Err("must be 16 to 10000000 frames".into())
-                }
-            })
-            .map_err(|r| bad("session.ring_frames", show(&s.ring_frames), r))?;
-        let default_window = size_or(&s.default_window, defaults::WINDOW)
-            .and_then(|n| {
-                if (defaults::WINDOW_MIN..=defaults::WINDOW_MAX).contains(&n) {
-                    Ok(n)
-                } else {
-                    Err("must be 16KiB to 16MiB".into())
-                }
-            })
-            .map_err(|r| bad("session.default_window", show(&s.default_window), r))?;
-        let kill_grace = duration_or(&s.kill_grace, defaults::KILL_GRACE)
-            .map_err(|r| bad("session.kill_grace", format!("{:?}", s.kill_grace), r))?;
-        let model_idle = duration_or(&s.model_idle, defaults::MODEL_IDLE)
-            .and_then(|d| {
-                if (Duration::from_millis(100)..=Duration::from_secs(86_400)).contains(&d) {
-                    Ok(d)
-                } else {
-                    Err("must be 100ms to 24h".into())
-                }
-            })
-            .map_err(|r| bad("session.model_idle", format!("{:?}", s.model_idle), r))?;
-        let max_sessions = size_or(&s.max_sessions, defaults::MAX_SESSIONS)
-            .and_then(|n| {
-                if (1..=100_000).contains(&n) {
-                    Ok(n as usize)
-                } else {
-                    Err("must be 1 to 100000".into())
-                }
-            })
-            .map_err(|r| bad("session.max_sessions", show(&s.max_sessions), r))?;
+        let session = session::parse(raw.session, file)?;
 
         let w = raw.ws;
         let dur = |key: &str, value: &Option<String>, default: Duration| {
@@ -395,17 +321,7 @@ impl Config {
             },
             http,
             auth: AuthConfig { tokens },
-            session: SessionConfig {
-                command,
-                cols,
-                rows,
-                ring_bytes,
-                ring_frames,
-                default_window,
-                kill_grace,
-                max_sessions,
-                model_idle,
-            },
+            session,
             ws,
             watchdog,
         })
@@ -426,7 +342,7 @@ pub fn check_name(name: &str) -> Result<(), String> {
     }
 }
 
-fn check_ring_bytes(bytes: u64) -> Result<usize, String> {
+pub(crate) fn check_ring_bytes(bytes: u64) -> Result<usize, String> {
     if (4096..=(1u64 << 30)).contains(&bytes) {
         Ok(bytes as usize)
     } else {
@@ -454,7 +370,7 @@ pub fn default_shell() -> Vec<String> {
     vec![shell]
 }
 
-fn size_or(value: &Option<SizeValue>, default: u64) -> Result<u64, String> {
+pub(crate) fn size_or(value: &Option<SizeValue>, default: u64) -> Result<u64, String> {
     match value {
         None => Ok(default),
         Some(SizeValue::Int(n)) => {
@@ -464,7 +380,7 @@ fn size_or(value: &Option<SizeValue>, default: u64) -> Result<u64, String> {
     }
 }
 
-fn duration_or(value: &Option<String>, default: Duration) -> Result<Duration, String> {
+pub(crate) fn duration_or(value: &Option<String>, default: Duration) -> Result<Duration, String> {
     value.as_deref().map_or(Ok(default), parse_duration)
 }
 
@@ -495,7 +411,7 @@ fn positive(
         })
 }
 
-fn show(value: &Option<SizeValue>) -> String {
+pub(crate) fn show(value: &Option<SizeValue>) -> String {
     match value {
         None => "(default)".into(),
         Some(SizeValue::Int(n)) => n.to_string(),
@@ -513,7 +429,7 @@ struct RawConfig {
     #[serde(default)]
     auth: RawAuth,
     #[serde(default)]
-    session: RawSession,
+    session: session::RawSession,
     #[serde(default)]
     ws: RawWs,
     #[serde(default)]
@@ -555,20 +471,6 @@ struct RawToken {
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RawSession {
-    command: Option<Vec<String>>,
-    cols: Option<i64>,
-    rows: Option<i64>,
-    ring_bytes: Option<SizeValue>,
-    ring_frames: Option<SizeValue>,
-    default_window: Option<SizeValue>,
-    kill_grace: Option<String>,
-    max_sessions: Option<SizeValue>,
-    model_idle: Option<String>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
 struct RawWs {
     ping_interval: Option<String>,
     stale_after: Option<String>,
@@ -584,165 +486,4 @@ pub(crate) enum SizeValue {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn empty_file_is_all_defaults() {
-        let c = Config::parse("", "t.toml").unwrap();
-        assert_eq!(c.node.name, "local");
-        assert_eq!(c.http.listen, "127.0.0.1:7420".parse().unwrap());
-        assert_eq!(c.session.ring_bytes, 4 << 20);
-        assert_eq!(c.session.default_window, 1 << 20);
-        assert_eq!((c.session.cols, c.session.rows), (120, 30));
-        assert!(c.auth.tokens.is_empty());
-    }
-
-    #[test]
-    fn values_parse_with_units() {
-        let c = Config::parse(
-            "[session]\nring_bytes = \"64KiB\"\ndefault_window = 65536\nkill_grace = \"500ms\"\ncommand = [\"/bin/sh\", \"-l\"]\n",
-            "t.toml",
-        )
-        .unwrap();
-        assert_eq!(c.session.ring_bytes, 65536);
-        assert_eq!(c.session.default_window, 65536);
-        assert_eq!(c.session.kill_grace, Duration::from_millis(500));
-        assert_eq!(c.session.command, vec!["/bin/sh", "-l"]);
-    }
-
-    #[test]
-    fn errors_name_file_key_and_value() {
-        let e = Config::parse("[session]\nring_bytes = \"4 parsecs\"\n", "my.toml").unwrap_err();
-        let text = e.to_string();
-        assert!(
-            text.contains("my.toml")
-                && text.contains("session.ring_bytes")
-                && text.contains("4 parsecs"),
-            "{text}"
-        );
-
-        let e = Config::parse("[http]\nlisten = \"nowhere\"\n", "my.toml")
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("http.listen") && e.contains("nowhere"), "{e}");
-
-        let e = Config::parse(
-            "[[auth.tokens]]\nhash = \"sha256:00\"\nrole = \"root\"\n",
-            "f",
-        )
-        .unwrap_err()
-        .to_string();
-        assert!(e.contains("auth.tokens[0].hash"), "{e}");
-
-        let e = Config::parse("[session]\ncols = 0\n", "f")
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("session.cols") && e.contains('0'), "{e}");
-
-        let e = Config::parse("[node]\nname = \"a b\"\n", "f")
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("node.name"), "{e}");
-    }
-
-    #[test]
-    fn unknown_keys_and_bad_syntax_are_rejected() {
-        let e = Config::parse("[session]\nring_byts = 5\n", "f.toml")
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("f.toml") && e.contains("ring_byts"), "{e}");
-        let e = Config::parse("[session\n", "f.toml")
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("f.toml"), "{e}");
-    }
-
-    #[test]
-    fn tokens_parse() {
-        let text = format!(
-            "[[auth.tokens]]\nname = \"ci\"\nhash = \"{}\"\nrole = \"viewer\"\n",
-            hash_token("abc")
-        );
-        let c = Config::parse(&text, "f").unwrap();
-        assert_eq!(verify(&c.auth.tokens, "abc"), Some(Role::Viewer));
-    }
-
-    #[test]
-    fn model_idle_has_a_default_and_bounds() {
-        let c = Config::parse("", "f").unwrap();
-        assert_eq!(c.session.model_idle, defaults::MODEL_IDLE);
-        let c = Config::parse("[session]\nmodel_idle = \"3s\"\n", "f").unwrap();
-        assert_eq!(c.session.model_idle, Duration::from_secs(3));
-        for bad in ["10ms", "2d", "soon"] {
-            let e = Config::parse(&format!("[session]\nmodel_idle = \"{bad}\"\n"), "f")
-                .unwrap_err()
-                .to_string();
-            assert!(e.contains("session.model_idle"), "{bad}: {e}");
-        }
-    }
-
-    #[test]
-    fn ring_bytes_env_overrides_the_file() {
-        // The only test that touches this variable.
-        let mut c = Config::parse("[session]\nring_bytes = \"8MiB\"\n", "f").unwrap();
-        std::env::set_var(defaults::RING_BYTES_ENV, "64KiB");
-        let applied = c.apply_env();
-        std::env::set_var(defaults::RING_BYTES_ENV, "tiny");
-        let bad = c.clone().apply_env().unwrap_err().to_string();
-        std::env::remove_var(defaults::RING_BYTES_ENV);
-        applied.unwrap();
-        assert_eq!(c.session.ring_bytes, 64 << 10);
-        assert!(
-            bad.contains("TERMESH_RING_BYTES") && bad.contains("tiny"),
-            "{bad}"
-        );
-    }
-
-    #[test]
-    fn example_file_is_valid_and_complete() {
-        let path = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../deploy/termesh.example.toml"
-        );
-        let text = std::fs::read_to_string(path).expect("deploy/termesh.example.toml exists");
-        let parsed = Config::parse(&text, path).expect("example parses");
-        let defaults = Config::default();
-        assert_eq!(parsed.session.ring_bytes, defaults.session.ring_bytes);
-        assert_eq!(
-            parsed.session.default_window,
-            defaults.session.default_window
-        );
-        assert_eq!(parsed.ws.reap_after, defaults.ws.reap_after);
-        assert_eq!(parsed.http.listen, defaults.http.listen);
-        assert_eq!(parsed.http.user_timeout, defaults.http.user_timeout);
-        assert_eq!(parsed.http.keepalive_probes, defaults.http.keepalive_probes);
-        assert_eq!(parsed.watchdog.tick, defaults.watchdog.tick);
-        assert_eq!(parsed.watchdog.psi_path, defaults.watchdog.psi_path);
-    }
-
-    #[test]
-    fn liveness_keys_parse_and_are_bounded() {
-        let c = Config::parse(
-            "[http]\nuser_timeout = \"5s\"\nkeepalive_probes = 5\n[watchdog]\ntick = \"50ms\"\npsi_path = \"\"\n",
-            "f",
-        )
-        .unwrap();
-        assert_eq!(c.http.user_timeout, Duration::from_secs(5));
-        assert_eq!(c.http.keepalive_probes, 5);
-        assert_eq!(c.watchdog.tick, Duration::from_millis(50));
-        assert_eq!(c.watchdog.psi_path, None);
-        let e = Config::parse("[http]\nuser_timeout = \"0s\"\n", "f")
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("http.user_timeout"), "{e}");
-        let e = Config::parse("[http]\nkeepalive_probes = 0\n", "f")
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("http.keepalive_probes"), "{e}");
-        let e = Config::parse("[watchdog]\ntick = \"1h\"\n", "f")
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("watchdog.tick"), "{e}");
-    }
-}
+mod tests;

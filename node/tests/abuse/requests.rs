@@ -267,3 +267,67 @@ async fn a_screen_storm_from_many_viewers_is_bounded() {
     assert_eq!(info(&node, &big).await.status, SessionStatus::Running);
     echo_works(&node, &typing, 1).await;
 }
+
+/// Four viewers send cheap requests (pings, acks for sessions they do not
+/// watch, undecodable frames) as fast as they can for 5 s: each gets its
+/// share of a worker, another client's keystrokes still echo, and the
+/// node's memory stays flat.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_cheap_requests_leaves_typing_working() {
+    let node = BinaryNode::start("");
+    let typing = create(&node, "exec cat").await.id;
+    echo_works(&node, &typing, 1).await;
+    let before = rss_kib(node.child.id()) as f64 / 1024.0;
+    let watch = RssWatch::start(node.child.id());
+    let sent = Arc::new(AtomicU64::new(0));
+    let mut flooders = Vec::new();
+    for f in 0..4u64 {
+        let mut c = Client::connect(&node.target(VIEWER)).await.unwrap();
+        let sent = sent.clone();
+        flooders.push(tokio::spawn(async move {
+            use tokio_tungstenite::tungstenite::Message;
+            let until = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+            let mut n = 0u64;
+            while tokio::time::Instant::now() < until {
+                n += 1;
+                let sending = match n % 3 {
+                    0 => {
+                        c.send(&ClientMsg::Ping {
+                            nonce: Some(n.into()),
+                        })
+                        .await
+                    }
+                    1 => {
+                        c.send(&ClientMsg::Ack {
+                            session: format!("nobody-{f}"),
+                            seq: n,
+                        })
+                        .await
+                    }
+                    _ => c.send_raw(Message::Binary(vec![0xc1, 0xc1, 0xc1])).await,
+                };
+                if sending.is_err() {
+                    break;
+                }
+                sent.fetch_add(1, Ordering::Relaxed);
+            }
+            c
+        }));
+    }
+    echo_works(&node, &typing, 5).await;
+    for f in flooders {
+        drop(f.await.unwrap());
+    }
+    let peak = watch.peak_mib();
+    println!(
+        "cheap flood: {} requests from 4 clients in 5 s; RSS {before:.1} MiB before, \
+         {peak:.1} MiB at the peak",
+        sent.load(Ordering::Relaxed)
+    );
+    assert!(
+        peak - before < STORM_BOUND_MIB,
+        "a flood of cheap requests grew the node by {:.1} MiB (bound {STORM_BOUND_MIB})",
+        peak - before
+    );
+    echo_works(&node, &typing, 1).await;
+}

@@ -116,31 +116,7 @@ pub(crate) enum Command {
         all: bool,
     },
     /// Start a session and print its id (or attach to it).
-    New {
-        #[command(flatten)]
-        client: ClientArgs,
-        /// Session name, unique on the node [default: none]
-        #[arg(long, short)]
-        name: Option<String>,
-        /// The node of the cluster that runs it [default: the one connected to]
-        #[arg(long)]
-        node: Option<String>,
-        /// Working directory [default: this directory, if the node has it]
-        #[arg(long)]
-        cwd: Option<String>,
-        /// Columns [default: this terminal's with --attach, else the node's]
-        #[arg(long)]
-        cols: Option<u64>,
-        /// Rows [default: this terminal's with --attach, else the node's]
-        #[arg(long)]
-        rows: Option<u64>,
-        /// Attach right away
-        #[arg(long, short)]
-        attach: bool,
-        /// The program and its arguments, after `--` [default: the node's shell]
-        #[arg(last = true)]
-        command: Vec<String>,
-    },
+    New(NewArgs),
     /// Signal sessions' processes (TERM, then KILL after a grace time).
     Kill {
         #[command(flatten)]
@@ -229,47 +205,7 @@ pub(crate) enum Command {
         raw: bool,
     },
     /// Attach this terminal to a session (prefix key, then d, detaches).
-    Attach {
-        #[command(flatten)]
-        client: ClientArgs,
-        /// Session: id, id prefix or name [default: the one attached last
-        /// through this node while it runs, else the running session with
-        /// the most recent output]
-        session: Option<String>,
-        /// Prefix key, as ^X or C-x: then d detaches, [ scrolls, s takes
-        /// the size, the key again sends it
-        #[arg(
-            long,
-            alias = "prefix",
-            env = "TERMESH_DETACH_KEY",
-            default_value = "^]"
-        )]
-        detach_key: String,
-        /// With --raw: history lines written above the screen on attach
-        #[arg(long, default_value_t = 1000)]
-        scrollback: u64,
-        /// Watch only: send no keys and no size
-        #[arg(long)]
-        read_only: bool,
-        /// Take the session for this terminal alone: other `termesh attach`
-        /// clients of it are detached (console viewers stay)
-        #[arg(short = 'd', long = "detach-others")]
-        detach_others: bool,
-        /// Predictive local echo (as mosh): on a link slower than 30 ms,
-        /// typed characters show at once, underlined until echoed
-        #[arg(long)]
-        predict: bool,
-        /// Take the mouse while the program has not asked for it: the wheel
-        /// scrolls the session's history (the terminal's own selection then
-        /// wants Shift, as with tmux's mouse on)
-        #[arg(long)]
-        mouse: bool,
-        /// Pass the session's bytes through to this terminal instead of
-        /// drawing it (for `attach | tee`, or a terminal's own scrollback);
-        /// the default when output is not a terminal
-        #[arg(long)]
-        raw: bool,
-    },
+    Attach(AttachArgs),
 }
 
 #[derive(Subcommand)]
@@ -377,4 +313,76 @@ pub(crate) enum TokenCommand {
         #[arg(long, short)]
         config: PathBuf,
     },
+}
+
+// The options of `termesh new`.
+#[derive(clap::Args)]
+pub(crate) struct NewArgs {
+    #[command(flatten)]
+    pub(crate) client: ClientArgs,
+    /// Session name, unique on the node [default: none]
+    #[arg(long, short)]
+    pub(crate) name: Option<String>,
+    /// The node of the cluster that runs it [default: the one connected to]
+    #[arg(long)]
+    pub(crate) node: Option<String>,
+    /// Working directory [default: this directory, if the node has it]
+    #[arg(long)]
+    pub(crate) cwd: Option<String>,
+    /// Columns [default: this terminal's with --attach, else the node's]
+    #[arg(long)]
+    pub(crate) cols: Option<u64>,
+    /// Rows [default: this terminal's with --attach, else the node's]
+    #[arg(long)]
+    pub(crate) rows: Option<u64>,
+    /// Attach right away
+    #[arg(long, short)]
+    pub(crate) attach: bool,
+    /// The program and its arguments, after `--` [default: the node's shell]
+    #[arg(last = true)]
+    pub(crate) command: Vec<String>,
+}
+
+// The options of `termesh attach`.
+#[derive(clap::Args)]
+pub(crate) struct AttachArgs {
+    #[command(flatten)]
+    pub(crate) client: ClientArgs,
+    /// Session: id, id prefix or name [default: the one attached last
+    /// through this node while it runs, else the running session with
+    /// the most recent output]
+    pub(crate) session: Option<String>,
+    /// Prefix key, as ^X or C-x: then d detaches, [ scrolls, s takes
+    /// the size, the key again sends it
+    #[arg(
+        long,
+        alias = "prefix",
+        env = "TERMESH_DETACH_KEY",
+        default_value = "^]"
+    )]
+    pub(crate) detach_key: String,
+    /// With --raw: history lines written above the screen on attach
+    #[arg(long, default_value_t = 1000)]
+    pub(crate) scrollback: u64,
+    /// Watch only: send no keys and no size
+    #[arg(long)]
+    pub(crate) read_only: bool,
+    /// Take the session for this terminal alone: other `termesh attach`
+    /// clients of it are detached (console viewers stay)
+    #[arg(short = 'd', long = "detach-others")]
+    pub(crate) detach_others: bool,
+    /// Predictive local echo (as mosh): on a link slower than 30 ms,
+    /// typed characters show at once, underlined until echoed
+    #[arg(long)]
+    pub(crate) predict: bool,
+    /// Take the mouse while the program has not asked for it: the wheel
+    /// scrolls the session's history (the terminal's own selection then
+    /// wants Shift, as with tmux's mouse on)
+    #[arg(long)]
+    pub(crate) mouse: bool,
+    /// Pass the session's bytes through to this terminal instead of
+    /// drawing it (for `attach | tee`, or a terminal's own scrollback);
+    /// the default when output is not a terminal
+    #[arg(long)]
+    pub(crate) raw: bool,
 }

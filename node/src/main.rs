@@ -15,7 +15,9 @@ use termesh_node::server;
 use termesh_transport::CreateRequest;
 
 mod args;
-use args::{Cli, ClientArgs, ClusterCommand, Command, ConfigCommand, TokenCommand};
+use args::{
+    AttachArgs, Cli, ClientArgs, ClusterCommand, Command, ConfigCommand, NewArgs, TokenCommand,
+};
 
 fn main() {
     let cli = Cli::parse();
@@ -48,62 +50,16 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             name,
             no_store,
             no_keeper,
-        } => {
-            init_logging();
-            let mut cfg = match &config {
-                Some(path) => termesh_node::cluster::init::check(path)?,
-                None => Config::default(),
-            };
-
-            cfg.apply_env()?;
-            if let Some(listen) = listen {
-                cfg.http.listen = listen
-                    .parse()
-                    .with_context(|| format!("--listen {listen:?}: not an address:port"))?;
-            }
-            if let Some(dir) = data_dir {
-                cfg.node.data_dir = dir;
-            }
-            if no_store {
-                cfg.store.enabled = false;
-            }
-            if no_keeper {
-                cfg.node.keeper = false;
-            }
-            if let Some(name) = name {
-                termesh_config::check_name(&name)
-                    .map_err(|e| anyhow::anyhow!("--name {name:?}: {e}"))?;
-                cfg.node.name = name;
-            }
-            let node_name = cfg.node.name.clone();
-            server::run(cfg, true, None, move |ready| {
-                // The banner goes to stdout; a closed stdout (a supervisor
-                // that stopped reading) must not take the node down.
-                use std::io::Write;
-                let mut out = std::io::stdout().lock();
-                let (http, ws) = if ready.tls {
-                    ("https", "wss")
-                } else {
-                    ("http", "ws")
-                };
-                let _ = writeln!(
-                    out,
-                    "termesh node `{node_name}` serving on {http}://{}",
-                    ready.addr
-                );
-                let _ = writeln!(out, "  websocket: {ws}://{}/ws", ready.addr);
-                if let (Some(token), Some(file)) = (&ready.admin_token, &ready.token_file) {
-                    let _ = writeln!(out, "  admin token: {token}");
-                    let _ = writeln!(
-                        out,
-                        "  (saved in {}; local clients read it from there)",
-                        file.display()
-                    );
-                }
-                let _ = out.flush();
-            })?;
-            Ok(0)
-        }
+        } => node(
+            config,
+            NodeFlags {
+                listen,
+                data_dir,
+                name,
+                no_store,
+                no_keeper,
+            },
+        ),
         Command::Config {
             command: ConfigCommand::Check { file },
         } => {
@@ -125,147 +81,20 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             );
             Ok(0)
         }
-        Command::Cluster {
-            command:
-                ClusterCommand::Init {
-                    out,
-                    nodes,
-                    force,
-                    http_tls,
-                    nodes_data_dir,
-                },
-        } => {
-            let options = termesh_node::cluster::init::InitOptions {
-                force,
-                http_tls,
-                data_dir: nodes_data_dir,
-            };
-            let written = termesh_node::cluster::init::init(&out, &nodes, &options)?;
-            println!(
-                "cluster `{}`: {} nodes written to {}",
-                written.id,
-                written.configs.len(),
-                out.display()
-            );
-            for path in &written.configs {
-                println!("  termesh node --config {}", path.display());
-            }
-            println!(
-                "admin token (also in {}): {}",
-                out.join("admin.token").display(),
-                written.token
-            );
-            Ok(0)
-        }
-        Command::Cluster {
-            command: ClusterCommand::AddNode { dir, node },
-        } => {
-            let changed = termesh_node::cluster::members::add_node(&dir, &node)?;
-            println!(
-                "node `{}` written to {}",
-                node.name,
-                changed.node.parent().unwrap_or(&dir).display()
-            );
-            print_edited(&changed.edited);
-            println!(
-                "then copy {} to the new node's machine and start it: termesh node --config {}",
-                changed.node.parent().unwrap_or(&dir).display(),
-                changed.node.display()
-            );
-            Ok(0)
-        }
-        Command::Cluster {
-            command: ClusterCommand::RemoveNode { dir, name },
-        } => {
-            let changed = termesh_node::cluster::members::remove_node(&dir, &name)?;
-            println!(
-                "node `{name}` removed; its folder {} is marked REMOVED (delete it once the node is stopped)",
-                changed.node.display()
-            );
-            print_edited(&changed.edited);
-            println!("then stop node `{name}`");
-            Ok(0)
-        }
-        Command::Cluster {
-            command: ClusterCommand::RotateCa { dir, finish },
-        } => {
-            let written = if finish {
-                termesh_node::cluster::rotate::finish(&dir)?
-            } else {
-                termesh_node::cluster::rotate::rotate(&dir)?
-            };
-            if finish {
-                println!("the old CA is dropped: ca.pem holds the new CA only");
-            } else {
-                println!("a new CA is issued (the old one is in ca.old.pem until --finish); every node has a new certificate and trusts both CAs");
-            }
-            print_edited(&written);
-            if !finish {
-                println!(
-                    "once every node has reloaded: termesh cluster rotate-ca --dir {} --finish",
-                    dir.display()
-                );
-            }
-            Ok(0)
-        }
+        Command::Cluster { command } => cluster(command),
         Command::Token { command } => token(command),
         other => runtime()?.block_on(run_client(other)),
     }
 }
 
 async fn run_client(command: Command) -> anyhow::Result<i32> {
-    let target = |c: ClientArgs| Target::resolve(c.url, c.token, c.data_dir, c.ca);
     match command {
         Command::Ls { client, json, all } => ls::ls(&target(client)?, json, all).await.map(|_| 0),
         Command::Nodes { client, json } => commands::nodes(&target(client)?, json).map(|_| 0),
         Command::Config {
             command: ConfigCommand::Reload { client },
         } => commands::reload(&target(client)?).map(|_| 0),
-        Command::New {
-            client,
-            name,
-            node,
-            cwd,
-            cols,
-            rows,
-            attach: and_attach,
-            command,
-        } => {
-            let target = target(client)?;
-            let (cols, rows) = match (cols, rows) {
-                (None, None) if and_attach => crossterm::terminal::size()
-                    .map(|(c, r)| (Some(c.into()), Some(r.into())))
-                    .unwrap_or((None, None)),
-                other => other,
-            };
-            let req = CreateRequest {
-                command: (!command.is_empty()).then_some(command),
-                cwd,
-                cols,
-                rows,
-                name,
-                node,
-                ..Default::default()
-            };
-            let info = commands::new(&target, req).await?;
-            if and_attach {
-                let opts = AttachOptions {
-                    label: describe(&info),
-                    title: info.name.clone().unwrap_or_else(|| info.id.clone()),
-                    session: info.id,
-                    prefix: 0x1d,
-                    scrollback: 1000,
-                    read_only: false,
-                    raw: !std::io::stdout().is_terminal(),
-                    take: false,
-                    predict: false,
-                    mouse: false,
-                };
-                return attach(&target, opts).await.map(|end| end.exit_code());
-            }
-            println!("{}", info.id);
-            Ok(0)
-        }
+        Command::New(args) => new_session(args).await,
         Command::Kill {
             client,
             sessions,
@@ -316,40 +145,229 @@ async fn run_client(command: Command) -> anyhow::Result<i32> {
         } => commands::screen(&target(client)?, &session, raw)
             .await
             .map(|_| 0),
-        Command::Attach {
-            client,
-            session,
-            detach_key,
-            scrollback,
-            read_only,
-            raw,
-            detach_others,
-            predict,
-            mouse,
-        } => {
-            let prefix = parse_key(&detach_key)?;
-            let target = target(client)?;
-            let info = commands::pick(&target, session.as_deref()).await?;
-            let opts = AttachOptions {
-                label: describe(&info),
-                title: info.name.clone().unwrap_or_else(|| info.id.clone()),
-                session: info.id,
-                prefix,
-                scrollback,
-                read_only,
-                raw: raw || !std::io::stdout().is_terminal(),
-                take: detach_others,
-                predict,
-                mouse,
-            };
-            attach(&target, opts).await.map(|end| end.exit_code())
-        }
+        Command::Attach(args) => attach_session(args).await,
         Command::Node { .. }
         | Command::Keeper { .. }
         | Command::Config { .. }
         | Command::Cluster { .. }
         | Command::Token { .. } => Ok(0),
     }
+}
+
+/// The options of `termesh node` that override the config.
+struct NodeFlags {
+    listen: Option<String>,
+    data_dir: Option<PathBuf>,
+    name: Option<String>,
+    no_store: bool,
+    no_keeper: bool,
+}
+
+/// `termesh node`: the config (or the defaults) with the flags over it,
+/// served until SIGTERM.
+fn node(config: Option<PathBuf>, flags: NodeFlags) -> anyhow::Result<i32> {
+    let NodeFlags {
+        listen,
+        data_dir,
+        name,
+        no_store,
+        no_keeper,
+    } = flags;
+    init_logging();
+    let mut cfg = match &config {
+        Some(path) => termesh_node::cluster::init::check(path)?,
+        None => Config::default(),
+    };
+
+    cfg.apply_env()?;
+    if let Some(listen) = listen {
+        cfg.http.listen = listen
+            .parse()
+            .with_context(|| format!("--listen {listen:?}: not an address:port"))?;
+    }
+    if let Some(dir) = data_dir {
+        cfg.node.data_dir = dir;
+    }
+    if no_store {
+        cfg.store.enabled = false;
+    }
+    if no_keeper {
+        cfg.node.keeper = false;
+    }
+    if let Some(name) = name {
+        termesh_config::check_name(&name).map_err(|e| anyhow::anyhow!("--name {name:?}: {e}"))?;
+        cfg.node.name = name;
+    }
+    let node_name = cfg.node.name.clone();
+    server::run(cfg, true, None, move |ready| {
+        // The banner goes to stdout; a closed stdout (a supervisor
+        // that stopped reading) must not take the node down.
+        use std::io::Write;
+        let mut out = std::io::stdout().lock();
+        let (http, ws) = if ready.tls {
+            ("https", "wss")
+        } else {
+            ("http", "ws")
+        };
+        let _ = writeln!(
+            out,
+            "termesh node `{node_name}` serving on {http}://{}",
+            ready.addr
+        );
+        let _ = writeln!(out, "  websocket: {ws}://{}/ws", ready.addr);
+        if let (Some(token), Some(file)) = (&ready.admin_token, &ready.token_file) {
+            let _ = writeln!(out, "  admin token: {token}");
+            let _ = writeln!(
+                out,
+                "  (saved in {}; local clients read it from there)",
+                file.display()
+            );
+        }
+        let _ = out.flush();
+    })?;
+    Ok(0)
+}
+
+/// `termesh cluster init | add-node | remove-node | rotate-ca`.
+fn cluster(command: ClusterCommand) -> anyhow::Result<i32> {
+    match command {
+        ClusterCommand::Init {
+            out,
+            nodes,
+            force,
+            http_tls,
+            nodes_data_dir,
+        } => {
+            let options = termesh_node::cluster::init::InitOptions {
+                force,
+                http_tls,
+                data_dir: nodes_data_dir,
+            };
+            let written = termesh_node::cluster::init::init(&out, &nodes, &options)?;
+            println!(
+                "cluster `{}`: {} nodes written to {}",
+                written.id,
+                written.configs.len(),
+                out.display()
+            );
+            for path in &written.configs {
+                println!("  termesh node --config {}", path.display());
+            }
+            println!(
+                "admin token (also in {}): {}",
+                out.join("admin.token").display(),
+                written.token
+            );
+            Ok(0)
+        }
+        ClusterCommand::AddNode { dir, node } => {
+            let changed = termesh_node::cluster::members::add_node(&dir, &node)?;
+            println!(
+                "node `{}` written to {}",
+                node.name,
+                changed.node.parent().unwrap_or(&dir).display()
+            );
+            print_edited(&changed.edited);
+            println!(
+                "then copy {} to the new node's machine and start it: termesh node --config {}",
+                changed.node.parent().unwrap_or(&dir).display(),
+                changed.node.display()
+            );
+            Ok(0)
+        }
+        ClusterCommand::RemoveNode { dir, name } => {
+            let changed = termesh_node::cluster::members::remove_node(&dir, &name)?;
+            println!(
+                "node `{name}` removed; its folder {} is marked REMOVED (delete it once the node is stopped)",
+                changed.node.display()
+            );
+            print_edited(&changed.edited);
+            println!("then stop node `{name}`");
+            Ok(0)
+        }
+        ClusterCommand::RotateCa { dir, finish } => {
+            let written = if finish {
+                termesh_node::cluster::rotate::finish(&dir)?
+            } else {
+                termesh_node::cluster::rotate::rotate(&dir)?
+            };
+            if finish {
+                println!("the old CA is dropped: ca.pem holds the new CA only");
+            } else {
+                println!("a new CA is issued (the old one is in ca.old.pem until --finish); every node has a new certificate and trusts both CAs");
+            }
+            print_edited(&written);
+            if !finish {
+                println!(
+                    "once every node has reloaded: termesh cluster rotate-ca --dir {} --finish",
+                    dir.display()
+                );
+            }
+            Ok(0)
+        }
+    }
+}
+
+fn target(c: ClientArgs) -> anyhow::Result<Target> {
+    Target::resolve(c.url, c.token, c.data_dir, c.ca)
+}
+
+/// `termesh new`: creates a session, and attaches to it with `--attach`.
+async fn new_session(args: NewArgs) -> anyhow::Result<i32> {
+    let target = target(args.client)?;
+    let (cols, rows) = match (args.cols, args.rows) {
+        (None, None) if args.attach => crossterm::terminal::size()
+            .map(|(c, r)| (Some(c.into()), Some(r.into())))
+            .unwrap_or((None, None)),
+        other => other,
+    };
+    let req = CreateRequest {
+        command: (!args.command.is_empty()).then_some(args.command),
+        cwd: args.cwd,
+        cols,
+        rows,
+        name: args.name,
+        node: args.node,
+        ..Default::default()
+    };
+    let info = commands::new(&target, req).await?;
+    if !args.attach {
+        println!("{}", info.id);
+        return Ok(0);
+    }
+    let opts = AttachOptions {
+        label: describe(&info),
+        title: info.name.clone().unwrap_or_else(|| info.id.clone()),
+        session: info.id,
+        prefix: 0x1d,
+        scrollback: 1000,
+        read_only: false,
+        raw: !std::io::stdout().is_terminal(),
+        take: false,
+        predict: false,
+        mouse: false,
+    };
+    attach(&target, opts).await.map(|end| end.exit_code())
+}
+
+/// `termesh attach`.
+async fn attach_session(args: AttachArgs) -> anyhow::Result<i32> {
+    let prefix = parse_key(&args.detach_key)?;
+    let target = target(args.client)?;
+    let info = commands::pick(&target, args.session.as_deref()).await?;
+    let opts = AttachOptions {
+        label: describe(&info),
+        title: info.name.clone().unwrap_or_else(|| info.id.clone()),
+        session: info.id,
+        prefix,
+        scrollback: args.scrollback,
+        read_only: args.read_only,
+        raw: args.raw || !std::io::stdout().is_terminal(),
+        take: args.detach_others,
+        predict: args.predict,
+        mouse: args.mouse,
+    };
+    attach(&target, opts).await.map(|end| end.exit_code())
 }
 
 /// The configs a membership change edited, and how each node applies its

@@ -7,5 +7,6 @@ pub mod export;
 pub mod keeper;
 pub mod server;
 pub mod tail;
+pub mod text;
 pub mod token;
 pub mod token_file;

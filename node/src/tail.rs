@@ -27,12 +27,6 @@ pub trait Ask {
     ) -> impl Future<Output = anyhow::Result<ServerMsg>>;
 }
 
-impl Ask for crate::client::Client {
-    async fn ask(&mut self, make: impl FnOnce(u64) -> ClientMsg) -> anyhow::Result<ServerMsg> {
-        self.request(make).await
-    }
-}
-
 /// One raw page the walk found.
 struct Found {
     first_seq: u64,

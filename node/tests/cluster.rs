@@ -289,26 +289,34 @@ async fn every_request_works_from_any_node() {
     .await
     .unwrap();
     session_on(&cluster, 2, &id, |s| (s.cols, s.rows) == (100, 40)).await;
-    let screen = within(PATIENCE, "the input on the screen", async {
+    // The last answer seen, said if the wait runs out.
+    let mut last = String::new();
+    let waited = tokio::time::timeout(PATIENCE, async {
         loop {
-            if let Ok(ServerMsg::Snapshot { data, cols, .. }) =
-                ask(&cluster, 1, |rid| ClientMsg::Screen {
-                    id: rid,
-                    session: id.clone(),
-                    scrollback: None,
-                })
-                .await
+            match ask(&cluster, 1, |rid| ClientMsg::Screen {
+                id: rid,
+                session: id.clone(),
+                scrollback: None,
+            })
+            .await
             {
-                let text = String::from_utf8_lossy(&data).into_owned();
-                if text.matches("forwarded-three").count() >= 2 {
-                    assert_eq!(cols, 100);
-                    return text;
+                Ok(ServerMsg::Snapshot { data, cols, .. }) => {
+                    let text = String::from_utf8_lossy(&data).into_owned();
+                    if text.matches("forwarded-three").count() >= 2 {
+                        assert_eq!(cols, 100);
+                        return text;
+                    }
+                    last = text;
                 }
+                other => last = format!("{other:?}"),
             }
             poll_pause().await;
         }
     })
     .await;
+    let screen = waited.unwrap_or_else(|_| {
+        panic!("timed out after {PATIENCE:?} waiting for the input on the screen; last: {last:?}")
+    });
     let (one, two, three) = (
         screen.find("forwarded-one").unwrap(),
         screen.find("forwarded-two").unwrap(),

@@ -5,7 +5,6 @@
 //! local client, so replies and error codes are the same from any node.
 
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
 
 use actix::Addr;
 use termesh_transport::{ClientMsg, ErrorCode, ServerMsg};
@@ -16,8 +15,7 @@ use crate::cluster::peer::{Forward, PeerActor};
 use crate::error::ApiError;
 use crate::output::feed::Feed;
 
-/// A forwarded request not answered in this long gets `unavailable`.
-pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(8);
+pub use super::REQUEST_TIMEOUT;
 
 /// A configured peer as the rest of the node reaches it.
 #[derive(Debug, Clone)]

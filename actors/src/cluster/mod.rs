@@ -6,17 +6,23 @@
 
 pub mod forward;
 pub mod mirror;
+pub mod owner;
 pub mod peer;
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use termesh_transport::{ClientMsg, ServerMsg};
 
 use crate::directory::registry::Directory;
 use crate::liveness::stall::StallClock;
 use crate::metrics::Metrics;
+
+/// A forwarded request (and a mirror's subscribe, a peer's ping) not
+/// answered in this long gets `unavailable`.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(8);
 
 /// The node as the cluster code sees it: its own directory, what the other
 /// nodes announced, the links, the mirrors and how they are sized, and the

@@ -72,7 +72,7 @@ pub struct Subscribe {
     pub window: u64,
     pub scrollback: usize,
     /// A client, or another node's mirror.
-    pub kind: super::publisher::Kind,
+    pub kind: Kind,
 }
 
 #[derive(Message)]
@@ -118,4 +118,11 @@ pub struct ScreenResult {
     pub cols: u16,
     pub rows: u16,
     pub out: ScreenOut,
+}
+
+/// Who subscribes, which decides what a gap becomes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Viewer,
+    Mirror,
 }

@@ -35,7 +35,7 @@ pub use screen_job::FAIL_SCREEN_JOBS;
 pub use shared::{now_ms, Meta, SessionShared};
 
 use crate::metrics::Metrics;
-use crate::output::publisher::{Kind, Mode, Publisher, Subscription};
+use crate::output::publisher::{Mode, Publisher, Subscription};
 use crate::output::ring::Ring;
 use crate::session::modes::ModeTracker;
 use crate::session::screen::{ResizeMark, ScreenModel};

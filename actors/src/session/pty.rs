@@ -22,7 +22,8 @@ use portable_pty::{native_pty_system, PtySize};
 use tokio::sync::mpsc;
 
 use crate::keeper::Keeper;
-pub use io::{exit_info, READ_CHUNK};
+pub use io::READ_CHUNK;
+pub use reaper::exit_info;
 
 mod io;
 mod reaper;

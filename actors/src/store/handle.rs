@@ -42,23 +42,7 @@ impl std::fmt::Debug for StoreHandle {
     }
 }
 
-/// A session found in the store at start: its last record, whether it
-/// was removed, and the newest output (up to a ring's worth).
-#[derive(Debug, Clone)]
-pub struct Restored {
-    pub info: SessionInfo,
-    /// Its newest output, for its ring: read at start only for a session
-    /// that was running; an ended one starts cold and reads it when
-    /// first asked for (`cold`), so a node's memory at start does not
-    /// grow with the sessions it keeps.
-    pub tail: Vec<Entry>,
-    pub cold: bool,
-    /// Where its seqs continue: above the newest stored frame and above
-    /// its high-water mark (seqs that may have been sent unstored).
-    pub last_seq: u64,
-    /// When its newest stored output was read (unix ms; 0: none).
-    pub last_output_ms: u64,
-}
+pub use super::load::Restored;
 
 impl StoreHandle {
     /// Opens the store in `dir` and the output log beside it (the error

@@ -10,9 +10,26 @@ use std::path::Path;
 
 use termesh_transport::{SessionInfo, SessionStatus};
 
-use super::handle::Restored;
 use super::log::{OutputLog, Recovery};
 use super::{Entry, Store, StoreError};
+
+/// A session found in the store at start: its last record, whether it
+/// was removed, and the newest output (up to a ring's worth).
+#[derive(Debug, Clone)]
+pub struct Restored {
+    pub info: SessionInfo,
+    /// Its newest output, for its ring: read at start only for a session
+    /// that was running; an ended one starts cold and reads it when
+    /// first asked for (`cold`), so a node's memory at start does not
+    /// grow with the sessions it keeps.
+    pub tail: Vec<Entry>,
+    pub cold: bool,
+    /// Where its seqs continue: above the newest stored frame and above
+    /// its high-water mark (seqs that may have been sent unstored).
+    pub last_seq: u64,
+    /// When its newest stored output was read (unix ms; 0: none).
+    pub last_output_ms: u64,
+}
 
 /// Migrates what the previous release left, then reads every session not
 /// removed with the newest `tail_bytes` of its output.

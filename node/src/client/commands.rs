@@ -2,6 +2,7 @@
 //! and finding the session a command names (`ls` is in `ls.rs`).
 
 use crate::tail::Tail;
+pub use crate::text::render_text;
 use std::io::Write;
 
 use anyhow::{bail, Context};
@@ -355,19 +356,9 @@ pub async fn screen(target: &Target, wanted: &str, raw: bool) -> anyhow::Result<
     Ok(())
 }
 
-/// Plain text rows of a snapshot, trailing blank rows dropped.
-pub fn render_text(snapshot: &[u8], cols: u16, rows: u16) -> Vec<String> {
-    let Ok(mut term) = avt::Terminal::new(cols.max(1).into(), rows.max(1).into()) else {
-        return Vec::new();
-    };
-    term.feed(String::from_utf8_lossy(snapshot).as_ref());
-    let mut lines: Vec<String> = term
-        .screen()
-        .visible_lines()
-        .map(|l| l.text().trim_end().to_string())
-        .collect();
-    while lines.last().is_some_and(|l| l.is_empty()) {
-        lines.pop();
+/// A client connection answers the tail's requests (`logs --tail`).
+impl crate::tail::Ask for Client {
+    async fn ask(&mut self, make: impl FnOnce(u64) -> ClientMsg) -> anyhow::Result<ServerMsg> {
+        self.request(make).await
     }
-    lines
 }

@@ -1,5 +1,6 @@
-//! Token extraction for HTTP requests (header or `?token=`) and the JSON
-//! error responses every HTTP route answers with.
+//! Token extraction for HTTP requests (header or `?token=`), the JSON
+//! error responses every HTTP route answers with, and the helpers every
+//! handler uses (`respond`, `query`).
 
 use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse};
@@ -110,6 +111,19 @@ pub fn error_response(err: &ApiError) -> HttpResponse {
         "code": err.code.as_str(),
         "message": err.message,
     }))
+}
+
+/// A handler's result as its response: an error as its HTTP status and
+/// `{code, message}` body.
+pub(super) fn respond(result: Result<HttpResponse, ApiError>) -> HttpResponse {
+    result.unwrap_or_else(|e| error_response(&e))
+}
+
+/// The request's query string as `T`, or `bad_request` saying why not.
+pub(super) fn query<T: serde::de::DeserializeOwned>(req: &HttpRequest) -> Result<T, ApiError> {
+    actix_web::web::Query::<T>::from_query(req.query_string())
+        .map(|q| q.into_inner())
+        .map_err(|e| ApiError::bad_request(format!("bad query string: {e}")))
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 use termesh_config::Role;
 
 use super::auth::require;
-use super::rest::respond;
+use super::auth::respond;
 use super::AppState;
 
 pub async fn nodes(req: HttpRequest, state: web::Data<AppState>) -> HttpResponse {

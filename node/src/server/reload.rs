@@ -16,7 +16,7 @@ use termesh_config::{Config, Role};
 use termesh_transport::ErrorCode;
 
 use super::auth::require;
-use super::rest::respond;
+use super::auth::respond;
 use super::AppState;
 
 pub fn routes(cfg: &mut web::ServiceConfig) {

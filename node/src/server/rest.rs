@@ -14,7 +14,7 @@ use termesh_config::Role;
 use termesh_transport::peer::HOP_BUDGET;
 use termesh_transport::{ClientMsg, CreateRequest, ErrorCode, ServerMsg, MAX_INPUT};
 
-use super::auth::{error_response, require};
+use super::auth::{error_response, query, require, respond};
 use super::AppState;
 use crate::tail::{Ask, Tail};
 use termesh_actors::session::screen::Utf8Decoder;
@@ -53,10 +53,6 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
 }
 
 type Result<T> = std::result::Result<T, ApiError>;
-
-pub(super) fn respond(result: Result<HttpResponse>) -> HttpResponse {
-    result.unwrap_or_else(|e| error_response(&e))
-}
 
 /// `msg` answered through the request table, as over WebSocket: the role
 /// its row needs, then the answer of whichever node answers it (an error
@@ -116,12 +112,6 @@ async fn required_json<T: serde::de::DeserializeOwned>(payload: web::Payload) ->
     read_json(payload)
         .await?
         .ok_or_else(|| ApiError::bad_request("this request needs a JSON body"))
-}
-
-pub(super) fn query<T: serde::de::DeserializeOwned>(req: &HttpRequest) -> Result<T> {
-    web::Query::<T>::from_query(req.query_string())
-        .map(|q| q.into_inner())
-        .map_err(|e| ApiError::bad_request(format!("bad query string: {e}")))
 }
 
 /// 200 `ok` while the node serves and can store; 503 naming the cause
@@ -432,7 +422,7 @@ async fn screen(
                 };
                 return match q.format.as_deref() {
                     Some("text") => {
-                        let text = crate::client::commands::render_text(&data, cols, rows);
+                        let text = crate::text::render_text(&data, cols, rows);
                         Ok(HttpResponse::Ok()
                             .content_type("text/plain; charset=utf-8")
                             .body(text.join("\n") + "\n"))

@@ -19,7 +19,7 @@ use termesh_transport::{ClientMsg, ErrorCode, ServerMsg, StoredFrame, MAX_EVENTS
 use tokio::sync::broadcast::{self, error::RecvError};
 
 use super::auth::require;
-use super::rest::respond;
+use super::auth::respond;
 use super::AppState;
 use crate::export::CastWriter;
 
@@ -96,7 +96,7 @@ async fn events(
     respond(
         async {
             require(&req, &state.node.tokens, Role::Viewer)?;
-            let q: EventsQuery = super::rest::query(&req)?;
+            let q: EventsQuery = super::auth::query(&req)?;
             let limit = q.limit.unwrap_or(MAX_EVENTS);
             let events = events_page(&state.node, &path, q.after.unwrap_or(0), limit).await?;
             Ok(HttpResponse::Ok().json(events))
@@ -197,7 +197,7 @@ async fn events_stream(
         async {
             require(&req, &state.node.tokens, Role::Viewer)?;
             let permit = state.streams.admit(&req)?;
-            let q: StreamQuery = super::rest::query(&req)?;
+            let q: StreamQuery = super::auth::query(&req)?;
             let header = req
                 .headers()
                 .get("Last-Event-ID")

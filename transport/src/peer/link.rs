@@ -85,9 +85,7 @@ const HEALTHY: Duration = Duration::from_secs(10);
 /// the sender's data stream (one per link), or one reply.
 const DATA_STREAM: u8 = 0;
 const REPLY_STREAM: u8 = 1;
-/// Replies being written at once on one link; more wait their turn (each
-/// is bounded by `MAX_REPLY`, so this bounds what the link buffers).
-pub(crate) const REPLY_STREAMS: usize = 8;
+use super::REPLY_STREAMS;
 /// A refused incoming connection is logged at most this often per remote
 /// address (a misconfigured peer dials again every few seconds).
 const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(60);

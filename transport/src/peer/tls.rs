@@ -262,9 +262,9 @@ pub fn provider() -> Arc<CryptoProvider> {
 /// stream, its data stream and its reply streams (so what one peer's
 /// unfinished frames can hold is bounded: `MAX_PEER_UNI_STREAMS` frames).
 /// Incoming unidirectional streams a peer may have open at once: its data
-/// stream and the replies it writes at once (`link::REPLY_STREAMS`), and
+/// stream and the replies it writes at once (`REPLY_STREAMS`), and
 /// one to spare for a reply whose end is still on its way.
-pub const MAX_PEER_UNI_STREAMS: usize = super::link::REPLY_STREAMS + 2;
+pub const MAX_PEER_UNI_STREAMS: usize = super::REPLY_STREAMS + 2;
 
 fn transport() -> Arc<quinn::TransportConfig> {
     let mut t = quinn::TransportConfig::default();

@@ -38,7 +38,7 @@ const LEAVE_GRACE: Duration = Duration::from_secs(1);
 /// waiting for the mirror's first one get `unavailable` (as a forwarded
 /// request times out): a cut link is not known as such until the breaker
 /// trips, which takes longer.
-const ANSWER_WITHIN: Duration = crate::cluster::forward::REQUEST_TIMEOUT;
+const ANSWER_WITHIN: Duration = crate::cluster::REQUEST_TIMEOUT;
 
 /// How a node's mirrors are sized.
 #[derive(Debug, Clone)]

@@ -1,49 +1,19 @@
-//! What passes between a mirror and its owner's `PeerActor`, and the
-//! requests a mirror makes of the owner: the snapshots its publisher wants
+//! The requests a mirror makes of its owner (the messages between them
+//! are in `cluster::owner`): the snapshots its publisher wants
 //! (rendered by the owner), and whether a resume seq ahead of the mirror's
 //! ring exists at all.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
 use bytes::Bytes;
-use termesh_transport::peer::{DataMsg, HOP_BUDGET};
+use termesh_transport::peer::HOP_BUDGET;
 use termesh_transport::{ClientMsg, ErrorCode, ServerMsg, MAX_SCROLLBACK};
 
 use super::MirrorActor;
+pub use crate::cluster::owner::{FromOwner, ToOwner};
 use crate::output::publisher::SnapshotWanted;
 use crate::session::{ScreenOut, ScreenResult, SubId};
-
-/// From the owner's `PeerActor` to a mirror.
-#[derive(Message, Debug)]
-#[rtype(result = "()")]
-pub enum FromOwner {
-    /// Something of the mirror's subscription, in the owner's order.
-    Data(DataMsg),
-    /// The link to the owner came up (`true`) or went down.
-    Link(bool),
-}
-
-/// From a mirror to its owner's `PeerActor`.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub enum ToOwner {
-    /// Subscribe (again) at the owner; answered on `sink`, or with
-    /// `Link(false)` while the link is down.
-    Subscribe {
-        session: Arc<str>,
-        from_seq: Option<u64>,
-        window: u64,
-        sink: Recipient<FromOwner>,
-    },
-    /// The ring absorbed the owner's output through `seq`.
-    Ack { session: Arc<str>, seq: u64 },
-    /// The mirror is gone.
-    End { session: Arc<str> },
-    /// A client resumed here: the owner's program repaints.
-    Repaint { session: Arc<str> },
-}
 
 /// A snapshot request that failed for want of the link is asked again
 /// after this, if the owner is live by then (else when it is).

@@ -11,7 +11,7 @@ use actix::prelude::*;
 use termesh_transport::peer::DataMsg;
 
 use super::PeerActor;
-use crate::cluster::mirror::{FromOwner, ToOwner};
+use crate::cluster::owner::{FromOwner, ToOwner};
 use crate::directory::registry::NEXT_SUB_ID;
 use crate::output::publisher::Kind;
 use crate::session::{Ack, Deliver, Delivery, Subscribe, Unsubscribe};

@@ -30,7 +30,7 @@ use view::ClusterView;
 /// How often a link is pinged for its RTT.
 const PING_EVERY: Duration = Duration::from_secs(2);
 /// A ping unanswered this long counts as an unanswered request.
-const PING_TIMEOUT: Duration = crate::cluster::forward::REQUEST_TIMEOUT;
+const PING_TIMEOUT: Duration = crate::cluster::REQUEST_TIMEOUT;
 /// A ping tick this late means this node itself was just stalled.
 const TICK_LATE: Duration = Duration::from_secs(1);
 

@@ -36,12 +36,7 @@ impl Sink for Recipient<Deliver> {
     }
 }
 
-/// Who subscribes, which decides what a gap becomes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    Viewer,
-    Mirror,
-}
+pub use crate::output::vocab::Kind;
 
 /// Whose publisher this is, which decides what a resume from a seq the
 /// ring has not reached means.

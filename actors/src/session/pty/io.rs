@@ -31,7 +31,7 @@ use std::sync::{Arc, Mutex};
 
 use bytes::{Bytes, BytesMut};
 use filedescriptor::FileDescriptor;
-use nix::sys::wait::{waitpid, WaitStatus};
+use nix::sys::wait::waitpid;
 use nix::unistd::Pid;
 use tokio::io::unix::AsyncFd;
 use tokio::sync::{mpsc, watch};
@@ -270,26 +270,4 @@ async fn wait_kept(mut kept: Kept, tx: mpsc::Sender<PtyEvent>, mut release: watc
 /// sessions' reads and writes.
 fn release_off_thread(kept: Kept) {
     drop(tokio::task::spawn_blocking(move || kept.release()));
-}
-
-/// How the program ended, from `waitid`; `None` while it has not (a
-/// `WNOHANG` look too early).
-pub fn exit_info(result: nix::Result<WaitStatus>) -> Option<ExitInfo> {
-    match result {
-        Ok(WaitStatus::Exited(_, code)) => Some(ExitInfo {
-            code: code as u32,
-            signal: None,
-        }),
-        Ok(WaitStatus::Signaled(_, signal, _)) => Some(ExitInfo {
-            code: 128 + signal as u32,
-            signal: Some(signal),
-        }),
-        Ok(_) => None,
-        Err(nix::errno::Errno::EINTR) => None,
-        // The child is gone some other way: an exit the session can report.
-        Err(_) => Some(ExitInfo {
-            code: 1,
-            signal: None,
-        }),
-    }
 }

@@ -16,12 +16,11 @@
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
-use nix::sys::wait::{waitid, Id, WaitPidFlag};
+use nix::sys::wait::{waitid, Id, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::oneshot;
 
-use super::io::exit_info;
 use super::ExitInfo;
 
 /// The least time between the starts of two passes.
@@ -101,5 +100,27 @@ fn look(pid: i32) {
         if let Some(tx) = lock().remove(&pid) {
             let _ = tx.send(info);
         }
+    }
+}
+
+/// How the program ended, from `waitid`; `None` while it has not (a
+/// `WNOHANG` look too early).
+pub fn exit_info(result: nix::Result<WaitStatus>) -> Option<ExitInfo> {
+    match result {
+        Ok(WaitStatus::Exited(_, code)) => Some(ExitInfo {
+            code: code as u32,
+            signal: None,
+        }),
+        Ok(WaitStatus::Signaled(_, signal, _)) => Some(ExitInfo {
+            code: 128 + signal as u32,
+            signal: Some(signal),
+        }),
+        Ok(_) => None,
+        Err(nix::errno::Errno::EINTR) => None,
+        // The child is gone some other way: an exit the session can report.
+        Err(_) => Some(ExitInfo {
+            code: 1,
+            signal: None,
+        }),
     }
 }

@@ -226,6 +226,25 @@ fn le64(b: &[u8]) -> u64 {
     u64::from_le_bytes(b[..8].try_into().unwrap_or_default())
 }
 
+/// One segment file as the log knows it.
+#[derive(Debug, Clone)]
+pub struct Segment {
+    /// The seq in its name: no record in it is older.
+    pub first_seq: u64,
+    /// Its newest record's seq (`first_seq - 1` while it has none).
+    pub last_seq: u64,
+    /// When its newest record was read (unix ms; 0 while it has none).
+    pub last_at: u64,
+    /// Its length: the header and whole records.
+    pub len: u64,
+}
+
+impl Segment {
+    pub fn has_records(&self) -> bool {
+        self.len > HEADER
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,8 +9,7 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-use super::format::{self, Index, IndexEntry, BLOCK, HEADER};
-use super::session::Segment;
+use super::format::{self, Index, IndexEntry, Segment, BLOCK, HEADER};
 
 /// What a scan of one segment reads at most (twice the largest segment
 /// and a record).
@@ -76,7 +75,7 @@ fn scan(
     // larger is damage, read no further than that bound.
     let total = file.metadata()?.len().min(segment.len + MAX_SCAN);
     let mut rest = vec![0u8; total.saturating_sub(segment.len) as usize];
-    let got = super::view::read_up_to(&file, &mut rest, segment.len)?;
+    let got = read_up_to(&file, &mut rest, segment.len)?;
     rest.truncate(got);
     let start = segment.len;
     let whole = format::scan(&rest, |frame, at| {
@@ -99,4 +98,18 @@ fn file_rewrite_header(path: &Path, first_seq: u64) -> io::Result<()> {
     let file = OpenOptions::new().write(true).open(path)?;
     file.set_len(0)?;
     file.write_all_at(&format::segment_header(first_seq), 0)
+}
+
+/// Reads as much of `buf` as the file has at `at`.
+pub fn read_up_to(file: &File, buf: &mut [u8], at: u64) -> io::Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        match file.read_at(&mut buf[got..], at + got as u64) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(got)
 }

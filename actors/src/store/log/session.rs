@@ -18,24 +18,7 @@ use super::scan::{read_index, scan_segment};
 /// sessions spends no descriptor per session on its log).
 pub const MAX_OPEN: u64 = 512;
 
-/// One segment file as the log knows it.
-#[derive(Debug, Clone)]
-pub struct Segment {
-    /// The seq in its name: no record in it is older.
-    pub first_seq: u64,
-    /// Its newest record's seq (`first_seq - 1` while it has none).
-    pub last_seq: u64,
-    /// When its newest record was read (unix ms; 0 while it has none).
-    pub last_at: u64,
-    /// Its length: the header and whole records.
-    pub len: u64,
-}
-
-impl Segment {
-    pub fn has_records(&self) -> bool {
-        self.len > HEADER
-    }
-}
+pub use super::format::Segment;
 
 /// The segment being appended to.
 #[derive(Debug)]

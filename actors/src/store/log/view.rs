@@ -6,13 +6,13 @@
 
 use std::fs::File;
 use std::io;
-use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::cache::IndexCache;
 use super::format::{self, Frame, IndexEntry};
 use super::scan;
+pub use super::scan::read_up_to;
 use super::session::{Segment, SessionLog};
 
 #[derive(Debug, Clone)]
@@ -167,18 +167,4 @@ impl View {
         format::scan(&bytes, |frame, _| frames.push(frame));
         Ok(frames)
     }
-}
-
-/// Reads as much of `buf` as the file has at `at`.
-pub fn read_up_to(file: &File, buf: &mut [u8], at: u64) -> io::Result<usize> {
-    let mut got = 0;
-    while got < buf.len() {
-        match file.read_at(&mut buf[got..], at + got as u64) {
-            Ok(0) => break,
-            Ok(n) => got += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(got)
 }

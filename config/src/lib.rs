@@ -33,6 +33,10 @@ pub mod defaults {
     pub const NODE_NAME: &str = "local";
     pub const HTTP_LISTEN: &str = "127.0.0.1:7420";
     pub const COLS: u16 = 120;
+    /// The largest terminal a session may have, everywhere a size is
+    /// taken (create, resize, config, attach; PROTOCOL.md section 5).
+    pub const MAX_COLS: u16 = 1000;
+    pub const MAX_ROWS: u16 = 500;
     pub const ROWS: u16 = 30;
     /// Replay ring bound in bytes (4 MiB).
     pub const RING_BYTES: u64 = 4 << 20;

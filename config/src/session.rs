@@ -57,15 +57,28 @@ pub(crate) fn parse(s: RawSession, file: &str) -> Result<SessionConfig, ConfigEr
         ));
     }
     let cols = s.cols.unwrap_or(defaults::COLS.into());
+    let (max_cols, max_rows) = (defaults::MAX_COLS, defaults::MAX_ROWS);
     let cols = u16::try_from(cols)
         .ok()
-        .filter(|c| (1..=1000).contains(c))
-        .ok_or_else(|| bad("session.cols", cols.to_string(), "must be 1 to 1000".into()))?;
+        .filter(|c| (1..=max_cols).contains(c))
+        .ok_or_else(|| {
+            bad(
+                "session.cols",
+                cols.to_string(),
+                format!("must be 1 to {max_cols}"),
+            )
+        })?;
     let rows = s.rows.unwrap_or(defaults::ROWS.into());
     let rows = u16::try_from(rows)
         .ok()
-        .filter(|r| (1..=500).contains(r))
-        .ok_or_else(|| bad("session.rows", rows.to_string(), "must be 1 to 500".into()))?;
+        .filter(|r| (1..=max_rows).contains(r))
+        .ok_or_else(|| {
+            bad(
+                "session.rows",
+                rows.to_string(),
+                format!("must be 1 to {max_rows}"),
+            )
+        })?;
     let ring_bytes = size_or(&s.ring_bytes, defaults::RING_BYTES)
         .and_then(check_ring_bytes)
         .map_err(|r| bad("session.ring_bytes", show(&s.ring_bytes), r))?;

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use termesh_config::defaults::{MAX_COLS, MAX_ROWS};
 
 use termesh_transport::{CreateRequest, ErrorCode};
 
@@ -81,8 +82,8 @@ pub fn check_create(
             "`env`: at most {MAX_ENV} entries; names non-empty without `=` or NUL"
         )));
     }
-    let cols = size_field("cols", req.cols, defaults.cols, 1000)?;
-    let rows = size_field("rows", req.rows, defaults.rows, 500)?;
+    let cols = size_field("cols", req.cols, defaults.cols, MAX_COLS)?;
+    let rows = size_field("rows", req.rows, defaults.rows, MAX_ROWS)?;
     if let Some(name) = &req.name {
         check_name(name)?;
     }

@@ -3,6 +3,7 @@
 //! protocol's code.
 
 use std::sync::Arc;
+use termesh_config::defaults::{MAX_COLS, MAX_ROWS};
 
 use actix::Addr;
 use bytes::Bytes;
@@ -190,8 +191,8 @@ impl NodeCtx {
     }
 
     pub fn resize(&self, id: &str, cols: u64, rows: u64) -> Result<(), ApiError> {
-        let cols = size_field("cols", Some(cols), 0, 1000)?;
-        let rows = size_field("rows", Some(rows), 0, 500)?;
+        let cols = size_field("cols", Some(cols), 0, MAX_COLS)?;
+        let rows = size_field("rows", Some(rows), 0, MAX_ROWS)?;
         self.running(id)?.addr.do_send(Resize { cols, rows });
         Ok(())
     }

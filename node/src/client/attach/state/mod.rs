@@ -40,8 +40,7 @@ const DETACH_ID: u64 = 4;
 /// The ids of the `screen` requests after a resize count up from here.
 const SCREEN_IDS: u64 = 100;
 /// The largest session a node makes (PROTOCOL.md, `resize`).
-pub const MAX_COLS: u16 = 1000;
-pub const MAX_ROWS: u16 = 500;
+pub use termesh_config::defaults::{MAX_COLS, MAX_ROWS};
 /// How often the round trip is measured for predictive echo.
 const RTT_EVERY: Duration = Duration::from_secs(1);
 /// How long a notice (read-only, help) stays in the status row.

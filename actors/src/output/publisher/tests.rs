@@ -6,6 +6,7 @@ use std::rc::Rc;
 use proptest::prelude::*;
 
 use super::*;
+use crate::output::vocab::ScreenOut;
 
 #[derive(Clone, Default)]
 struct Rec(Rc<RefCell<Vec<(SubId, Delivery)>>>);

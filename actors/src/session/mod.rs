@@ -31,6 +31,7 @@ use tokio::sync::oneshot;
 
 pub use messages::*;
 pub use relaunch::Relaunch;
+#[cfg(feature = "fault-injection")]
 pub use screen_job::FAIL_SCREEN_JOBS;
 pub use shared::{now_ms, Meta, SessionShared};
 

@@ -3,6 +3,7 @@
 //! behind the replay window) and answer every waiting request from one pass,
 //! so a reconnect storm costs one catch-up, not one per client.
 
+#[cfg(feature = "fault-injection")]
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use bytes::Bytes;
@@ -12,9 +13,9 @@ use crate::output::ring::{Frame, Ring};
 use crate::session::screen::{ResizeMark, ScreenModel};
 
 /// Fault injection for tests of the failure path: this many upcoming jobs
-/// panic as a bug in the emulator would. Zero (always, outside such tests)
-/// costs one relaxed load per job.
-#[doc(hidden)]
+/// panic as a bug in the emulator would. Built only with the
+/// `fault-injection` feature (the node's tests turn it on).
+#[cfg(feature = "fault-injection")]
 pub static FAIL_SCREEN_JOBS: AtomicU32 = AtomicU32::new(0);
 
 /// Everything a job needs, cloned out of the session (frames are shared
@@ -135,9 +136,11 @@ impl Job {
     }
 
     pub fn run(mut self) -> Done {
-        let inject = FAIL_SCREEN_JOBS
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
-        if inject.is_ok() {
+        #[cfg(feature = "fault-injection")]
+        if FAIL_SCREEN_JOBS
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+            .is_ok()
+        {
             panic!("injected screen job failure (FAIL_SCREEN_JOBS)");
         }
         self.model.advance(&self.frames, &self.marks);

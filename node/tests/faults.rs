@@ -408,7 +408,7 @@ async fn screens_in_flight_are_bounded_for_a_remote_session_too() {
                 message,
                 ..
             } if ids.contains(&id) => {
-                assert_eq!(code, ErrorCode::BadRequest, "{message}");
+                assert_eq!(code, ErrorCode::Unavailable, "{message}");
                 assert!(message.contains("in flight"), "{message}");
                 refused += 1;
             }

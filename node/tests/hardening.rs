@@ -212,7 +212,7 @@ async fn screen_requests_are_bounded_and_shared() {
         match wire::read_msg(&mut ws).await {
             ServerMsg::Snapshot { id: Some(_), .. } => served += 1,
             ServerMsg::Error {
-                code: ErrorCode::BadRequest,
+                code: ErrorCode::Unavailable,
                 message,
                 ..
             } if message.contains("in flight") => refused += 1,

@@ -15,6 +15,7 @@ use termesh_transport::{
 use crate::cluster::forward::Route;
 use crate::error::ApiError;
 use crate::front::ops::NodeCtx;
+use crate::session::page::MAX_PAGE_BYTES;
 use crate::session::ScreenWant;
 
 /// Who answers a request.
@@ -124,8 +125,9 @@ pub fn ids(msg: &ClientMsg) -> (Option<u64>, Option<String>) {
 
 /// About how many bytes a `Screen`-class request's reply takes, counted
 /// against the connection's reply bound until the reply is made: the
-/// asked size where the request names one, a screen's by its scrollback
-/// (about 200 bytes a row), else a typical screen's.
+/// asked size where the request names one (at most what it can get), a
+/// screen's by its scrollback (about 200 bytes a row), a page of lines or
+/// of events at its bound, a list at a typical page's.
 pub fn expected_reply(msg: &ClientMsg) -> usize {
     const TYPICAL: usize = 64 << 10;
     match msg {
@@ -133,8 +135,13 @@ pub fn expected_reply(msg: &ClientMsg) -> usize {
             TYPICAL + scrollback.unwrap_or(0).min(MAX_SCROLLBACK) as usize * 200
         }
         ClientMsg::History { limit: Some(l), .. } => raw_limit(*l),
+        ClientMsg::History { .. } => MAX_PAGE_BYTES,
         ClientMsg::ReadOutput { max_bytes, .. } => {
-            max_bytes.unwrap_or(MAX_READ_OUTPUT).min(MAX_REPLY as u64) as usize
+            max_bytes.unwrap_or(MAX_READ_OUTPUT).min(MAX_READ_OUTPUT) as usize
+        }
+        // An event is a few hundred bytes at most.
+        ClientMsg::Events { limit, .. } => {
+            limit.unwrap_or(MAX_EVENTS).min(MAX_EVENTS) as usize * 512
         }
         _ => TYPICAL,
     }

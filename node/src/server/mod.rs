@@ -131,12 +131,13 @@ pub(super) fn ensure_admin_token(
     )))
 }
 
+/// HTTP worker threads (`http.max_connections` is shared out between
+/// them, rounded up).
+const WORKERS: usize = 2;
+
 /// Runs a node until `stop` fires (or SIGINT/SIGTERM when `signals`: the
 /// node owns its process, and also leaves a runtime record for clients).
 /// `ready` is told the bound address once the node serves.
-/// HTTP worker threads.
-const WORKERS: usize = 2;
-
 pub fn run(
     mut config: Config,
     signals: bool,
@@ -308,6 +309,11 @@ pub fn run(
         .max_connections(config.http.max_connections.div_ceil(WORKERS))
         // A request head (an upgrade's too) dribbled slower is closed.
         .client_request_timeout(config.http.request_head_timeout)
+        // One request per connection: actix times only a connection's
+        // first head, so a kept-alive connection could dribble its next
+        // one for ever. Clients here make few requests (WebSockets and
+        // streams are one request each), so a new connection costs little.
+        .keep_alive(actix_web::http::KeepAlive::Disabled)
         .disable_signals()
         .shutdown_timeout(2);
         let server = match tls {

@@ -81,20 +81,34 @@ async fn remote(
     }
 }
 
+/// A request body must have arrived this long after its handler began
+/// reading it (a client dribbling a body holds a connection no longer).
+const BODY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 async fn read_body(mut payload: web::Payload, limit: usize) -> Result<Bytes> {
-    let mut body = BytesMut::new();
-    while let Some(chunk) = payload.next().await {
-        let chunk =
-            chunk.map_err(|e| ApiError::bad_request(format!("cannot read the body: {e}")))?;
-        if body.len() + chunk.len() > limit {
-            return Err(ApiError::new(
-                ErrorCode::TooLarge,
-                format!("the body is over the {limit}-byte limit"),
-            ));
+    let reading = async {
+        let mut body = BytesMut::new();
+        while let Some(chunk) = payload.next().await {
+            let chunk =
+                chunk.map_err(|e| ApiError::bad_request(format!("cannot read the body: {e}")))?;
+            if body.len() + chunk.len() > limit {
+                return Err(ApiError::new(
+                    ErrorCode::TooLarge,
+                    format!("the body is over the {limit}-byte limit"),
+                ));
+            }
+            body.extend_from_slice(&chunk);
         }
-        body.extend_from_slice(&chunk);
-    }
-    Ok(body.freeze())
+        Ok(body.freeze())
+    };
+    tokio::time::timeout(BODY_TIMEOUT, reading)
+        .await
+        .unwrap_or_else(|_| {
+            Err(ApiError::bad_request(format!(
+                "the body did not arrive within {}s",
+                BODY_TIMEOUT.as_secs()
+            )))
+        })
 }
 
 /// A JSON body; an empty body is `None`.

@@ -32,7 +32,7 @@ impl Streams {
     /// A permit for one more stream from `req`'s peer, or `unavailable`
     /// naming the bound.
     pub fn admit(&self, req: &HttpRequest) -> Result<Permit, ApiError> {
-        let Some(ip) = req.peer_addr().map(|a| a.ip()) else {
+        let Some(ip) = req.peer_addr().map(|a| host_of(a.ip())) else {
             // Not a socket with an address (a test's in-memory request).
             return Ok(Permit(None));
         };
@@ -65,6 +65,18 @@ impl Streams {
             if *count == 0 {
                 open.remove(&ip);
             }
+        }
+    }
+}
+
+/// The address that counts as one host: an IPv4 address, or an IPv6
+/// address's /64 (one host is usually given a whole /64).
+fn host_of(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(_) => ip,
+        IpAddr::V6(v6) => {
+            let bits = u128::from(v6) & !((1u128 << 64) - 1);
+            IpAddr::V6(std::net::Ipv6Addr::from(bits))
         }
     }
 }
@@ -128,5 +140,10 @@ mod tests {
         let _c = streams.admit(&from("10.0.0.1")).unwrap();
         drop(b);
         assert_eq!(streams.open_from("10.0.0.1".parse().unwrap()), 1);
+        // One IPv6 host is its /64.
+        let v6 = Streams::new(1);
+        let _x = v6.admit(&from("[2001:db8::1]")).unwrap();
+        assert!(v6.admit(&from("[2001:db8::ffff]")).is_err());
+        assert!(v6.admit(&from("[2001:db8:0:1::1]")).is_ok());
     }
 }

@@ -277,3 +277,49 @@ async fn oversized_frames_close_their_connection_and_cost_nothing() {
     );
     echo_works(&node, &typing, 1).await;
 }
+
+/// Past the head: a kept-alive connection cannot dribble a second request
+/// (the node serves one request per connection, closing after it), and a
+/// body dribbled slower than 10 s is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_request_or_a_body_cannot_be_dribbled() {
+    let node = BinaryNode::start("");
+    let mut tcp = TcpStream::connect(node.addr).await.unwrap();
+    tcp.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: keep-alive\r\n\r\n")
+        .await
+        .unwrap();
+    let answer = within(PATIENCE, "the first answer, then the close", async {
+        let mut all = Vec::new();
+        // Ends at EOF: the node closed after its one answer.
+        let _ = tcp.read_to_end(&mut all).await;
+        String::from_utf8_lossy(&all).into_owned()
+    })
+    .await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+
+    let mut tcp = TcpStream::connect(node.addr).await.unwrap();
+    let head = format!(
+        "POST /api/v1/sessions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {OPERATOR}\r\n\
+         Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{{"
+    );
+    tcp.write_all(head.as_bytes()).await.unwrap();
+    let dribble = async {
+        // Bounded: 120 bytes, one every 500 ms; the node answers first.
+        for _ in 0..120 {
+            if tcp.write_all(b" ").await.is_err() {
+                break;
+            }
+            let mut buf = [0u8; 1024];
+            if let Ok(Ok(n)) =
+                tokio::time::timeout(std::time::Duration::from_millis(500), tcp.read(&mut buf))
+                    .await
+            {
+                return String::from_utf8_lossy(&buf[..n]).into_owned();
+            }
+        }
+        String::new()
+    };
+    let answer = within(PATIENCE, "the slow body refused", dribble).await;
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    assert!(answer.contains("did not arrive"), "{answer}");
+}

@@ -200,7 +200,8 @@ impl Visit<'_> {
         // A connection may have `MAX_SCREENS_IN_FLIGHT` (4) screen, history
         // and list requests in flight (docs/protocol.md, section 14): no
         // more (past a long stall of its node, a client still waits for
-        // four: it types instead).
+        // four: it types instead). Past the bytes bound (8 MiB by the sizes
+        // asked) the node answers `unavailable`, which the check allows.
         let screens = self
             .pending
             .values()

@@ -15,12 +15,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::{ClientMsg, EventKind, ServerMsg, SessionInfo};
 
-/// The peer protocol's version, sent in `hello`. A node refuses a peer
-/// that speaks another one (the log names both).
 /// Replies being written at once on one link; more wait their turn (each
 /// is bounded by `MAX_REPLY`, so this bounds what the link buffers).
 pub(crate) const REPLY_STREAMS: usize = 8;
 
+/// The peer protocol's version, sent in `hello`. A node refuses a peer
+/// that speaks another one (the log names both).
 pub const PEER_PROTO: u32 = 2;
 
 /// The budget of forwards a request may take; each forward takes one, and

@@ -103,6 +103,9 @@ impl ConnectionActor {
             Some(id) => self.spawn_reply(ctx, id, session, answer, slot),
             // Input and resize: only an error is worth a message.
             None => {
+                if let Some(slot) = slot {
+                    self.slots.release(slot);
+                }
                 ctx.spawn(answer.into_actor(self).map(move |answer, act, ctx| {
                     let out = match answer {
                         Ok(msg @ ServerMsg::Error { .. }) => msg,

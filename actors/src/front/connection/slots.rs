@@ -8,8 +8,9 @@
 //! HTTP dispatcher pulls the WebSocket's outgoing stream, which it does
 //! only while its own write buffer holds less than 32 KiB. So a reply
 //! taken from the queue during one pull is in the kernel's socket buffer
-//! by the time the dispatcher pulls again: [`Outgoing`] counts the pulls,
-//! and a reply's bytes record the pull that took them.
+//! (all but that last 32 KiB, and what TLS holds with HTTPS) by the time
+//! the dispatcher pulls again: [`Outgoing`] counts the pulls, and a
+//! reply's bytes record the pull that took them.
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -18,6 +19,8 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use futures_util::Stream;
+
+use termesh_transport::ErrorCode;
 
 use crate::error::ApiError;
 
@@ -80,14 +83,17 @@ impl ReplySlots {
         let bytes: usize = self.held.iter().map(Held::bytes).sum();
         let over_bytes = !self.held.is_empty() && bytes + expect > MAX_UNSENT_REPLIES;
         if self.held.len() >= MAX_SCREENS_IN_FLIGHT || over_bytes {
-            return Err(ApiError::bad_request(format!(
-                "{} screen, history, list, events or read_output replies ({} KiB) are \
+            return Err(ApiError::new(
+                ErrorCode::Unavailable,
+                format!(
+                    "{} screen, history, list, events or read_output replies ({} KiB) are \
                  in flight or not yet read on this connection (at most \
-                 {MAX_SCREENS_IN_FLIGHT} and {} MiB); read their replies first",
-                self.held.len(),
-                bytes >> 10,
-                MAX_UNSENT_REPLIES >> 20
-            )));
+                 {MAX_SCREENS_IN_FLIGHT} and {} MiB); try again once their replies came",
+                    self.held.len(),
+                    bytes >> 10,
+                    MAX_UNSENT_REPLIES >> 20
+                ),
+            ));
         }
         let slot = Slot(self.next);
         self.next += 1;

@@ -346,3 +346,36 @@ fn cluster_init_force_makes_secrets_owner_only_again() {
         assert_eq!(mode, 0o600, "{file}");
     }
 }
+
+/// A SIGTERM sent the moment a node says it serves stops it cleanly
+/// (status 0): its handlers are in place before it says so. Before, a
+/// supervisor that quick killed it (a suite run saw status "signal 15").
+#[test]
+fn a_node_stopped_as_soon_as_it_serves_stops_cleanly() {
+    for _ in 0..5 {
+        let dir = tempfile::tempdir().unwrap();
+        let mut node = Command::new(BIN)
+            .args([
+                "node",
+                "--listen",
+                "127.0.0.1:0",
+                "--no-keeper",
+                "--no-store",
+            ])
+            .arg("--data-dir")
+            .arg(dir.path())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        use std::io::BufRead;
+        let mut lines = std::io::BufReader::new(node.stdout.take().unwrap()).lines();
+        let first = lines.next().unwrap().unwrap();
+        assert!(first.contains("serving on"), "{first}");
+        let pid = nix::unistd::Pid::from_raw(node.id() as i32);
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+        std::thread::spawn(move || lines.for_each(drop));
+        let status = node.wait().unwrap();
+        assert!(status.success(), "{status}");
+    }
+}

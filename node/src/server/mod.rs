@@ -334,6 +334,9 @@ pub fn run(
         let runtime_file = signals.then(|| {
             runtime_file::write(&config.node.name, &url, addr.port(), &config.node.data_dir)
         });
+        // Before the node says it is ready: a SIGTERM sent as soon as it
+        // says so (a supervisor, a test) must stop it cleanly, not kill it.
+        let stop_signals = signals.then(StopSignals::listen).flatten();
         ready(Ready {
             addr,
             tls: scheme == "https",
@@ -341,7 +344,7 @@ pub fn run(
             token_file: generated.map(|(_, p, _)| p),
         });
 
-        wait_for_stop(signals, stop).await;
+        wait_for_stop(stop_signals, stop).await;
         tracing::info!("shutting down");
         // One place for shutdown: stop accepting (a client reconnecting now
         // must not find the sessions gone and give up on them), tell
@@ -510,7 +513,30 @@ fn raise_fd_limit(config: &Config) {
     }
 }
 
-async fn wait_for_stop(signals: bool, stop: Option<oneshot::Receiver<()>>) {
+/// SIGTERM and SIGINT, listened for (the default action, death, is off
+/// from the moment this exists).
+struct StopSignals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl StopSignals {
+    fn listen() -> Option<StopSignals> {
+        use tokio::signal::unix::{signal, SignalKind};
+        match (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) {
+            (Ok(term), Ok(int)) => Some(StopSignals { term, int }),
+            _ => {
+                tracing::warn!("cannot listen for SIGTERM and SIGINT: they end the node at once");
+                None
+            }
+        }
+    }
+}
+
+async fn wait_for_stop(signals: Option<StopSignals>, stop: Option<oneshot::Receiver<()>>) {
     let stop = async move {
         match stop {
             Some(rx) => {
@@ -519,17 +545,13 @@ async fn wait_for_stop(signals: bool, stop: Option<oneshot::Receiver<()>>) {
             None => std::future::pending::<()>().await,
         }
     };
-    if !signals {
+    let Some(mut signals) = signals else {
         return stop.await;
-    }
-    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(_) => return stop.await,
     };
     tokio::select! {
         _ = stop => {}
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
+        _ = signals.term.recv() => {}
+        _ = signals.int.recv() => {}
     }
 }
 

@@ -289,21 +289,35 @@ async fn a_full_disk_keeps_live_output_and_storing_resumes_when_space_returns() 
     // own files change: a torn record cut off frees some, and a small
     // write may fit again), a new session's output cannot be stored:
     // /healthz says the store fails (the log's writes, or sled's).
-    let mut top_up = std::fs::OpenOptions::new()
-        .append(true)
-        .open(&filler)
-        .unwrap();
-    for chunk in [65536, 4096, 512, 1] {
-        while std::io::Write::write_all(&mut top_up, &vec![0u8; chunk]).is_ok() {}
-    }
-    drop(top_up);
-    create(&node, "echo while-full; exec cat").await;
+    let top_up = || {
+        let mut file = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&filler)
+            .unwrap();
+        for chunk in [65536, 4096, 512, 1] {
+            while std::io::Write::write_all(&mut file, &vec![0u8; chunk]).is_ok() {}
+        }
+    };
+    top_up();
+    let full = create(&node, "echo while-full; exec cat").await.id;
+    // Until a write meets the full disk: the node's own files may free a
+    // little between the top-up and its write (a suite run saw the write
+    // fit), so the disk is topped up again and more output written.
+    let mut round = 0u64;
     let body = within(PATIENCE, "/healthz to say the store fails", async {
         loop {
             let (code, body) = healthz(&node).await;
             if code == 503 {
                 return body;
             }
+            top_up();
+            round += 1;
+            c.send(&ClientMsg::Input {
+                session: full.clone(),
+                data: format!("still-full-{round}\n").into_bytes(),
+            })
+            .await
+            .unwrap();
             poll_pause().await;
         }
     })

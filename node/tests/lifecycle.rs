@@ -265,7 +265,7 @@ async fn resize_rename_tag_reach_subscribers_and_watchers() {
     .unwrap();
     let mut events = Vec::new();
     let mut s = Stream::new(1 << 20);
-    within(PATIENCE, "events and the new size", async {
+    let waited = tokio::time::timeout(PATIENCE, async {
         while !(events.len() >= 3 && String::from_utf8_lossy(&s.data).contains("40 100")) {
             let msg = c.recv().await.unwrap();
             s.apply(&session, &msg);
@@ -275,6 +275,13 @@ async fn resize_rename_tag_reach_subscribers_and_watchers() {
         }
     })
     .await;
+    // Said if the wait runs out (a stressed suite run saw it once).
+    assert!(
+        waited.is_ok(),
+        "timed out after {PATIENCE:?} waiting for events and the new size: events {events:?}, \
+         output {:?}",
+        String::from_utf8_lossy(&s.data)
+    );
     assert_eq!(
         events[..3],
         [

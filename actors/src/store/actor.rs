@@ -116,24 +116,32 @@ impl StoreActor {
             });
         });
         let mut result = applied.result;
+        let mut flushed = false;
         // A record applied is flushed even when a later chunk failed.
         if applied.record
             && self
                 .last_record_flush
                 .is_none_or(|at| at.elapsed() >= RECORD_FLUSH_GAP)
         {
-            let flushed = self.flush();
-            result = result.and(flushed);
+            result = result.and(self.flush());
+            flushed = true;
             self.last_record_flush = Some(Instant::now());
         }
         if self.sized_at.elapsed() >= SIZE_EVERY {
             self.sized_at = Instant::now();
             self.measure();
         }
-        if let Err(e) = &result {
-            tracing::error!(path = %self.store.path().display(), "store write failed: {e}");
+        match result {
+            Err(e) => {
+                tracing::error!(path = %self.store.path().display(), "store write failed: {e}");
+                self.metrics.store_wrote(Err(e.to_string()));
+            }
+            // Writes applied in memory say nothing of the disk: only a
+            // flush that worked ends a failure (a full disk kept /healthz
+            // flapping to ok while every flush failed).
+            Ok(()) if flushed => self.metrics.store_wrote(Ok(())),
+            Ok(()) => {}
         }
-        self.metrics.store_wrote(result.map_err(|e| e.to_string()));
     }
 
     /// Everything on disk, then the manifest that says so.
@@ -190,7 +198,11 @@ impl Handler<Flush> for StoreActor {
             // durable.
             let upto = self.stamps.load(Ordering::SeqCst);
             self.drain();
-            self.flush().map_err(|e| e.to_string())?;
+            // What the flush says is the store's state (/healthz): a
+            // reservation that cannot be made durable is a failing store.
+            let flushed = self.flush().map_err(|e| e.to_string());
+            self.metrics.store_wrote(flushed.clone());
+            flushed?;
             // The output log's sync failing (EIO) degrades storing, not
             // the live stream: a reservation, which holds output until it
             // is answered, does not wait on it. /healthz says it.

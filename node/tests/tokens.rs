@@ -36,6 +36,19 @@ fn target(node: &BinaryNode, token: &str) -> Target {
     }
 }
 
+/// `POST /api/v1/config/reload` as the admin: the HTTP status.
+fn rest_reload(url: &str) -> u16 {
+    ureq::post(&format!("{url}/api/v1/config/reload"))
+        .set("authorization", &format!("Bearer {ADMIN}"))
+        .timeout(std::time::Duration::from_secs(120))
+        .call()
+        .map(|r| r.status())
+        .unwrap_or_else(|e| match e {
+            ureq::Error::Status(code, _) => code,
+            other => panic!("{other}"),
+        })
+}
+
 async fn lists(node: &BinaryNode, token: &str) -> bool {
     match Client::connect(&target(node, token)).await {
         Ok(mut c) => c.request(ClientMsg::list).await.is_ok(),
@@ -155,17 +168,7 @@ async fn a_reload_stuck_reading_its_file_holds_up_no_other_request() {
     let reloads: Vec<_> = (0..4)
         .map(|_| {
             let url = url.clone();
-            std::thread::spawn(move || {
-                ureq::post(&format!("{url}/api/v1/config/reload"))
-                    .set("authorization", &format!("Bearer {ADMIN}"))
-                    .timeout(std::time::Duration::from_secs(120))
-                    .call()
-                    .map(|r| r.status())
-                    .unwrap_or_else(|e| match e {
-                        ureq::Error::Status(code, _) => code,
-                        other => panic!("{other}"),
-                    })
-            })
+            std::thread::spawn(move || rest_reload(&url))
         })
         .collect();
     // Each reload waits for the FIFO's writer once the node has read the
@@ -241,17 +244,7 @@ async fn a_sighup_and_a_rest_reload_at_once_run_one_after_the_other() {
     std::fs::remove_file(&config).unwrap();
     nix::unistd::mkfifo(&config, nix::sys::stat::Mode::S_IRWXU).unwrap();
     let url = node.url.clone();
-    let rest = std::thread::spawn(move || {
-        ureq::post(&format!("{url}/api/v1/config/reload"))
-            .set("authorization", &format!("Bearer {ADMIN}"))
-            .timeout(std::time::Duration::from_secs(120))
-            .call()
-            .map(|r| r.status())
-            .unwrap_or_else(|e| match e {
-                ureq::Error::Status(code, _) => code,
-                other => panic!("{other}"),
-            })
-    });
+    let rest = std::thread::spawn(move || rest_reload(&url));
     within(PATIENCE, "the REST reload waiting at the FIFO", async {
         while opening_a_fifo(pid) < 1 {
             poll_pause().await;

@@ -3,8 +3,7 @@
 //! is read with a bound and every error is `{"code", "message"}` JSON.
 
 use actix_web::{http::StatusCode, web, HttpRequest, HttpResponse};
-use bytes::{Bytes, BytesMut};
-use futures_util::StreamExt;
+use bytes::Bytes;
 use serde::Deserialize;
 use termesh_actors::cluster::forward::Route;
 use termesh_actors::error::ApiError;
@@ -15,12 +14,11 @@ use termesh_transport::peer::HOP_BUDGET;
 use termesh_transport::{ClientMsg, CreateRequest, ErrorCode, ServerMsg, MAX_INPUT};
 
 use super::auth::{error_response, query, require, respond};
+use super::body::{read_body, read_json, required_json};
 use super::AppState;
 use crate::tail::{Ask, Tail};
 use termesh_actors::session::screen::Utf8Decoder;
 
-/// Largest JSON body accepted.
-const MAX_JSON: usize = 64 * 1024;
 /// Default `logs?tail=` (any tail up to the retained size is streamed).
 const DEFAULT_TAIL: u64 = 64 * 1024;
 /// `logs` responses a node streams at once (each holds up to 20 MiB and
@@ -79,53 +77,6 @@ async fn remote(
             }
         }
     }
-}
-
-/// A request body must have arrived this long after its handler began
-/// reading it (a client dribbling a body holds a connection no longer).
-const BODY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
-
-async fn read_body(mut payload: web::Payload, limit: usize) -> Result<Bytes> {
-    let reading = async {
-        let mut body = BytesMut::new();
-        while let Some(chunk) = payload.next().await {
-            let chunk =
-                chunk.map_err(|e| ApiError::bad_request(format!("cannot read the body: {e}")))?;
-            if body.len() + chunk.len() > limit {
-                return Err(ApiError::new(
-                    ErrorCode::TooLarge,
-                    format!("the body is over the {limit}-byte limit"),
-                ));
-            }
-            body.extend_from_slice(&chunk);
-        }
-        Ok(body.freeze())
-    };
-    tokio::time::timeout(BODY_TIMEOUT, reading)
-        .await
-        .unwrap_or_else(|_| {
-            Err(ApiError::bad_request(format!(
-                "the body did not arrive within {}s",
-                BODY_TIMEOUT.as_secs()
-            )))
-        })
-}
-
-/// A JSON body; an empty body is `None`.
-async fn read_json<T: serde::de::DeserializeOwned>(payload: web::Payload) -> Result<Option<T>> {
-    let body = read_body(payload, MAX_JSON).await?;
-    if body.iter().all(u8::is_ascii_whitespace) {
-        return Ok(None);
-    }
-    serde_json::from_slice(&body)
-        .map(Some)
-        .map_err(|e| ApiError::bad_request(format!("the body is not the expected JSON: {e}")))
-}
-
-async fn required_json<T: serde::de::DeserializeOwned>(payload: web::Payload) -> Result<T> {
-    read_json(payload)
-        .await?
-        .ok_or_else(|| ApiError::bad_request("this request needs a JSON body"))
 }
 
 /// 200 `ok` while the node serves and can store; 503 naming the cause

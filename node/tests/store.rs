@@ -149,7 +149,11 @@ async fn a_crash_during_a_flood_keeps_the_stored_output_intact() {
     let no_keeper_big_ring = format!("{}{BIG_RING}", binary::NO_KEEPER);
     let mut node = BinaryNode::start(&no_keeper_big_ring);
     for (round, point) in points.iter().enumerate() {
-        let script = format!("stty -onlcr -echo; echo ready; read go; exec seq 1 {LINES}");
+        // It sleeps after the flood, so it still runs at the kill however
+        // far the node read ahead of this client (a slow client on a loaded
+        // machine reached its point after the whole flood was read).
+        let script =
+            format!("stty -onlcr -echo; echo ready; read go; seq 1 {LINES}; exec sleep 100000");
         let session = create(&node, &script).await.id;
         let mut c = client(&node).await;
         let mut s = Stream::new(1 << 20);
@@ -184,7 +188,13 @@ async fn a_crash_during_a_flood_keeps_the_stored_output_intact() {
         .unwrap();
         node = node.crash_and_restart(&no_keeper_big_ring);
         let lost = info(&node, &session).await;
-        assert_eq!(lost.status, SessionStatus::Lost);
+        assert_eq!(
+            lost.status,
+            SessionStatus::Lost,
+            "the killed node's log:\n{}\nthe new one's:\n{}",
+            node.previous_log(),
+            node.log()
+        );
         let (stored, stored_last, holes) = stored_output(&node, &session).await;
         println!(
             "round {round}: killed at {} bytes received (seq {}); stored {} bytes (seq {}); \

@@ -119,6 +119,9 @@ impl BinaryNode {
         }
         let path = dir.path().join("termesh.toml");
         std::fs::write(&path, config).unwrap();
+        // A restarted node's log starts afresh; the last one's is kept.
+        let log = dir.path().join("node.log");
+        let _ = std::fs::rename(&log, dir.path().join("node.previous.log"));
         let mut child = Command::new(bin)
             .args(["node", "--listen", listen, "--config"])
             .arg(&path)
@@ -126,7 +129,7 @@ impl BinaryNode {
             // Its runtime record in its own dir, not in this user's.
             .env("XDG_RUNTIME_DIR", dir.path().join("run"))
             .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(dir.path().join("node.log")).unwrap())
+            .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
             .unwrap();
         let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
@@ -154,6 +157,11 @@ impl BinaryNode {
 
     pub fn pid(&self) -> nix::unistd::Pid {
         nix::unistd::Pid::from_raw(self.child.id() as i32)
+    }
+
+    /// The log of the node this one restarted (for failure messages).
+    pub fn previous_log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("node.previous.log")).unwrap_or_default()
     }
 
     /// The node's log so far (for failure messages).

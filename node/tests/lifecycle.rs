@@ -400,3 +400,55 @@ async fn agent_hook_sets_phase_with_the_session_key() {
         .await;
     assert_eq!(info.phase.as_deref(), Some("waiting"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revived_program_outlives_the_last_runs_kill_grace() {
+    let node = TestNode::start_with(|c| c.session.kill_grace = std::time::Duration::from_secs(1));
+    let marker = tempfile::tempdir().unwrap();
+    let marker = marker.path().join("ran");
+    // The first run sleeps until TERM ends it; the revived one (the same
+    // command) prints `survived` well after the first run's kill grace.
+    let script = format!(
+        "if [ -e {m} ]; then sleep 3; echo survived; exec sleep 1000; fi; touch {m}; exec sleep 1000",
+        m = marker.display()
+    );
+    let session = node.create(&["sh", "-c", &script]).await.id;
+    within(PATIENCE, "the first run to start", async {
+        while !marker.exists() {
+            poll_pause().await;
+        }
+    })
+    .await;
+    let mut c = node.client(OPERATOR).await;
+    let mut s = Stream::new(1 << 20);
+    subscribe(&mut c, &session, None, 1 << 20).await.unwrap();
+    c.request(|id| ClientMsg::Kill {
+        id,
+        session: session.clone(),
+        signal: Some("TERM".into()),
+    })
+    .await
+    .unwrap();
+    pump_to_exit(&mut c, &session, &mut s, "the first run's exit").await;
+    assert_eq!(s.exited, Some(143));
+    c.request(|id| ClientMsg::Revive {
+        id,
+        session: session.clone(),
+    })
+    .await
+    .unwrap();
+    s.exited = None;
+    within(
+        PATIENCE,
+        "the revived run's output (or its exit)",
+        pump_until(&mut c, &session, &mut s, true, |s| {
+            s.exited.is_some() || String::from_utf8_lossy(&s.data).contains("survived")
+        }),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        s.exited, None,
+        "the last run's kill grace killed the revived program"
+    );
+}

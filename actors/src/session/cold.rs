@@ -10,6 +10,7 @@ use std::time::Duration;
 use actix::prelude::*;
 use termesh_transport::{EventKind, SessionStatus};
 
+use super::core::Timer;
 use super::SessionActor;
 use crate::metrics::Metrics;
 use crate::output::publisher::{Mode, Publisher};
@@ -42,7 +43,7 @@ impl SessionActor {
             }
         }
         self.publisher.skip_to(last_seq);
-        self.seq_limit = self.publisher.last_seq();
+        self.core.intake.limit_to(self.publisher.last_seq());
     }
 
     /// A cold session's ring, read from the store the first time someone
@@ -83,7 +84,7 @@ impl SessionActor {
     /// Looks in `COOL_AFTER` whether this ended session can go cold.
     pub(super) fn cool_later(&mut self, ctx: &mut Context<Self>) {
         if self.settings.store.is_some() {
-            ctx.run_later(self.cool_after(), Self::cool);
+            self.arm(Timer::Cool, self.cool_after(), ctx);
         }
     }
 
@@ -92,8 +93,8 @@ impl SessionActor {
     /// it holds is in the output log, and `warm` reads it back when asked.
     /// So a node's memory does not grow with the ended sessions it keeps,
     /// however many are looked at over its life.
-    fn cool(&mut self, ctx: &mut Context<Self>) {
-        if !self.finished || self.cold || self.settings.store.is_none() {
+    pub(super) fn cool(&mut self, ctx: &mut Context<Self>) {
+        if !self.core.finished() || self.cold || self.settings.store.is_none() {
             return;
         }
         let after = self.cool_after();
@@ -102,7 +103,7 @@ impl SessionActor {
             || self.model_used.elapsed() < after
             || self.last_output.elapsed() < after;
         if busy {
-            ctx.run_later(after, Self::cool);
+            self.arm(Timer::Cool, after, ctx);
             return;
         }
         let last_seq = self.publisher.last_seq();
@@ -119,11 +120,7 @@ impl SessionActor {
     /// earlier run of the node; a mirror of another node too), after the
     /// output it is sent.
     pub(super) fn finish_restored(&mut self) {
-        let (status, code) = {
-            let meta = self.shared.meta.lock().unwrap_or_else(|p| p.into_inner());
-            (meta.status, meta.exit_code)
-        };
-        match (status, code) {
+        match (self.core.status(), self.core.exit_code()) {
             (SessionStatus::Exited, Some(code)) => self.publisher.finish(EventKind::Exited {
                 exit_code: code,
                 signal: None,

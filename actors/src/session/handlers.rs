@@ -11,9 +11,11 @@ impl Actor for SessionActor {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
-        if !self.finished {
+        if !self.core.finished() {
             // The first block, before the program's first output needs it.
-            self.reserve(ctx);
+            if let Some(upto) = self.core.intake.reserve(self.publisher.last_seq()) {
+                self.reserve(upto, ctx);
+            }
         }
         self.pull(ctx);
     }
@@ -23,7 +25,7 @@ impl Actor for SessionActor {
         // The node's own child ends with its session; a kept one only by an
         // explicit kill or release (`Close`, `finish`), never because the
         // actor went (a node stopping slowly).
-        if !self.kept {
+        if !self.core.kept() {
             self.signal(Signal::SIGKILL);
         }
         self.publisher.clear();
@@ -52,7 +54,7 @@ impl SessionActor {
     /// SIGWINCH to the foreground process group so an in-place TUI redraws
     /// after a resume (Linux sends none for a same-size resize).
     fn repaint(&self) {
-        if self.finished || self.reap_guard.is_none() {
+        if !self.core.signallable() || self.reap_guard.is_none() {
             return;
         }
         if let Some(terminal) = &self.terminal {
@@ -95,7 +97,7 @@ impl Handler<Resize> for SessionActor {
     type Result = ();
 
     fn handle(&mut self, msg: Resize, _: &mut Context<Self>) {
-        if self.finished || (msg.cols, msg.rows) == self.size {
+        if !self.core.resizable() || (msg.cols, msg.rows) == self.size {
             return;
         }
         self.size = (msg.cols, msg.rows);
@@ -125,18 +127,11 @@ impl Handler<Kill> for SessionActor {
     type Result = ();
 
     fn handle(&mut self, msg: Kill, ctx: &mut Context<Self>) {
-        if self.finished {
-            return;
-        }
-        self.signal(msg.signal);
-        if msg.signal != Signal::SIGKILL {
-            // Whatever survived the grace time (the program, or members of
-            // its groups that ignore the signal) is killed; `signal` sends
-            // nothing once the program was reaped.
-            ctx.run_later(self.settings.kill_grace, |act, _| {
-                act.signal(Signal::SIGKILL);
-            });
-        }
+        // Whatever survives the grace time (the program, or members of its
+        // groups that ignore the signal) is killed; nothing is sent once
+        // the program was let go.
+        let steps = self.core.kill(msg.signal);
+        self.carry_out(steps, ctx);
     }
 }
 
@@ -188,11 +183,8 @@ impl Handler<Close> for SessionActor {
     type Result = ();
 
     fn handle(&mut self, msg: Close, ctx: &mut Context<Self>) {
-        if !self.finished {
-            self.signal(Signal::SIGKILL);
-            self.let_program_go();
-        }
-        self.close(msg.removed, ctx);
+        let steps = self.core.close(msg.removed);
+        self.carry_out(steps, ctx);
     }
 }
 
@@ -200,19 +192,18 @@ impl Handler<Leave> for SessionActor {
     type Result = ();
 
     fn handle(&mut self, msg: Leave, ctx: &mut Context<Self>) {
-        match self.reap_guard.take() {
-            Some(guard) if self.kept && !self.finished => {
-                // The PTY's tasks end without an exit or EOF; once their
-                // events are applied, `pull` closes the session.
-                guard.detach();
-                self.leaving = Some(msg.0);
-            }
-            guard => {
-                self.reap_guard = guard;
-                self.handle(Close { removed: false }, ctx);
-                let _ = msg.0.send(());
+        // Answered as the session closes: at once, or for a kept program
+        // once the PTY's tasks ended (without an exit or EOF) and their
+        // events are applied.
+        self.leaving = Some(msg.0);
+        let steps = self.core.leave();
+        if steps.is_empty() {
+            // Closed already.
+            if let Some(done) = self.leaving.take() {
+                let _ = done.send(());
             }
         }
+        self.carry_out(steps, ctx);
     }
 }
 

@@ -9,6 +9,7 @@
 
 use actix::prelude::*;
 
+use super::core::Timer;
 use super::screen::ScreenModel;
 use super::{ScreenOut, ScreenResult, ScreenWant, SessionActor};
 use crate::metrics::Metrics;
@@ -70,7 +71,7 @@ impl SessionActor {
         // from a snapshot it would hold only that snapshot's scrollback,
         // so its history would shrink after a `screen`; it is rebuilt from
         // the ring instead, the same way each time.
-        if self.model.is_some() || self.finished {
+        if self.model.is_some() || self.core.finished() {
             return;
         }
         let ring = self.publisher.ring();
@@ -99,31 +100,33 @@ impl SessionActor {
     /// pass leaves it where the last snapshot stands. Any other model is
     /// looked at again after `model_idle`, and goes if nothing used it.
     pub(super) fn schedule_model_drop(&mut self, ctx: &mut Context<Self>) {
-        if self.drop_scheduled || self.model.is_none() {
+        if self.core.timers.is_armed(Timer::DropModel) || self.model.is_none() {
             return;
         }
-        if self.finished && !self.job_running && self.current_snapshot().is_some() {
+        if self.core.finished() && !self.job_running && self.current_snapshot().is_some() {
             self.model = None;
             Metrics::add(&self.metrics.screen_models_dropped, 1);
             trim_soon();
             return;
         }
-        self.drop_scheduled = true;
-        ctx.run_later(self.settings.model_idle, |act, ctx| {
-            act.drop_scheduled = false;
-            let quiet = act.last_output.elapsed().min(act.model_used.elapsed());
-            if act.job_running || quiet < act.settings.model_idle {
-                act.schedule_model_drop(ctx);
-                return;
-            }
-            // Only a model that stands where the last snapshot does goes:
-            // it comes back from that snapshot exactly.
-            if act.current_snapshot().is_some() {
-                act.model = None;
-                Metrics::add(&act.metrics.screen_models_dropped, 1);
-                trim_soon();
-            }
-        });
+        self.arm(Timer::DropModel, self.settings.model_idle, ctx);
+    }
+
+    /// `model_idle` after `schedule_model_drop`: the model goes if nothing
+    /// used it meanwhile.
+    pub(super) fn look_at_model(&mut self, ctx: &mut Context<Self>) {
+        let quiet = self.last_output.elapsed().min(self.model_used.elapsed());
+        if self.job_running || quiet < self.settings.model_idle {
+            self.schedule_model_drop(ctx);
+            return;
+        }
+        // Only a model that stands where the last snapshot does goes: it
+        // comes back from that snapshot exactly.
+        if self.current_snapshot().is_some() {
+            self.model = None;
+            Metrics::add(&self.metrics.screen_models_dropped, 1);
+            trim_soon();
+        }
     }
 }
 

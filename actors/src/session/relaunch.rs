@@ -2,10 +2,8 @@
 //! of its program (a new PTY) and goes on with the same id, ring, screen
 //! model and subscribers; its seqs continue above the last one.
 
-use std::sync::atomic::Ordering;
-
 use actix::prelude::*;
-use termesh_transport::SessionStatus;
+use nix::sys::signal::Signal;
 
 use super::SessionActor;
 use crate::session::pty::Pty;
@@ -22,22 +20,20 @@ impl Handler<Relaunch> for SessionActor {
         let pty = msg.0;
         // The new run continues the old one's ring and seqs.
         self.warm(ctx);
+        if !self.core.relaunched(pty.kept) {
+            // Not ended (the registry revives only ended sessions): the new
+            // program goes at once.
+            tracing::warn!(session = %self.id, pid = pty.pid, "revive of a session that runs: its new program is ended");
+            crate::session::pty::signal_groups(pty.pid, &pty.terminal, Signal::SIGKILL);
+            pty.reap_guard.release();
+            return self.publisher.last_seq();
+        }
         // Running again: no longer an ended session kept warm.
         self.uncount_warm();
-        self.run += 1;
         self.take_pty(pty);
-        self.held.clear();
-        self.intake_paused = false;
-        self.exit = None;
-        self.eof = false;
-        self.finished = false;
         self.publisher.resume();
-        self.shared.exited.store(false, Ordering::Release);
-        self.shared.update(|m| {
-            m.status = SessionStatus::Running;
-            m.exit_code = None;
-            m.phase = None;
-        });
+        self.shared.update(|m| m.phase = None);
+        self.show_status();
         let after = self.publisher.last_seq();
         if let Some(store) = &self.settings.store {
             store.record_event(
@@ -47,7 +43,9 @@ impl Handler<Relaunch> for SessionActor {
         }
         tracing::info!(session = %self.id, pid = self.pid, after_seq = after, "session revived");
         self.notify_changed();
-        self.reserve(ctx);
+        if let Some(upto) = self.core.intake.reserve(after) {
+            self.reserve(upto, ctx);
+        }
         self.pull(ctx);
         after
     }

@@ -9,6 +9,7 @@
 use actix::prelude::*;
 use termesh_transport::ErrorCode;
 
+use super::core::Timer;
 use super::screen_job::{lag, Job, Reach};
 use super::warmth::{self, WARM_LAG, WARM_STEP};
 use super::{ScreenResult, ScreenTo, ScreenWant, SessionActor, IDLE_CATCHUP, MODEL_TTL};
@@ -100,11 +101,9 @@ impl SessionActor {
     /// After output goes quiet: bring a cached model up to date off-thread,
     /// or drop it when nobody has used it for `MODEL_TTL`.
     pub(super) fn idle_check(&mut self, ctx: &mut Context<Self>) {
-        self.catchup_scheduled = false;
         let quiet = self.last_output.elapsed();
         if quiet < IDLE_CATCHUP {
-            self.catchup_scheduled = true;
-            ctx.run_later(IDLE_CATCHUP - quiet, Self::idle_check);
+            self.arm(Timer::Catchup, IDLE_CATCHUP - quiet, ctx);
             return;
         }
         if self.model_used.elapsed() > MODEL_TTL && self.publisher.is_empty() {
@@ -139,7 +138,7 @@ impl SessionActor {
     /// of the output, in background passes of at most `WARM_STEP` under
     /// the node's warming budget.
     pub(super) fn keep_warm(&mut self, ctx: &mut Context<Self>) {
-        if self.warm_scheduled || self.job_running || !self.waiting.is_empty() {
+        if self.core.timers.is_armed(Timer::Warm) || self.job_running || !self.waiting.is_empty() {
             return;
         }
         // Watched: someone subscribes, or used the model lately.
@@ -156,13 +155,7 @@ impl SessionActor {
         }
         match warmth::begin() {
             Ok(ticket) => self.run_pass(ctx, Some(ticket)),
-            Err(wait) => {
-                self.warm_scheduled = true;
-                ctx.run_later(wait, |act, ctx| {
-                    act.warm_scheduled = false;
-                    act.keep_warm(ctx);
-                });
-            }
+            Err(wait) => self.arm(Timer::Warm, wait, ctx),
         }
     }
 
@@ -247,10 +240,9 @@ impl SessionActor {
             // Snapshots wanted again (their seq left the ring meanwhile).
             act.after_publish(ctx);
             act.start_job(ctx, false);
-            if act.intake_paused {
+            if act.core.intake.unpause() {
                 // Re-checked: pauses again while a pin still holds.
-                act.intake_paused = false;
-                act.apply_held(ctx);
+                act.take_in(ctx);
             }
             act.keep_warm(ctx);
             act.schedule_model_drop(ctx);

@@ -1,0 +1,125 @@
+//! The PTY's events into the session: read in batches (instead of
+//! `add_stream`, so intake can stop), passed through the core's intake,
+//! and applied: output is logged, then published with its seq; an exit or
+//! EOF goes to the core.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use actix::prelude::*;
+use bytes::Bytes;
+
+use super::core::{Next, Timer};
+use super::pty::PtyEvent;
+use super::{now_ms, SessionActor, IDLE_CATCHUP};
+
+/// How soon a failed reservation is tried again (output waits meanwhile:
+/// a seq is never sent that a restart could give again).
+const RESERVE_RETRY: Duration = Duration::from_secs(1);
+
+impl SessionActor {
+    /// Takes the next batch of PTY events.
+    pub(super) fn pull(&mut self, ctx: &mut Context<Self>) {
+        let Some(mut events) = self.events.take() else {
+            return;
+        };
+        let run = self.core.run();
+        let read = async move {
+            let mut batch = Vec::with_capacity(16);
+            let n = events.recv_many(&mut batch, 16).await;
+            (events, batch, n)
+        };
+        ctx.spawn(
+            read.into_actor(self)
+                .map(move |(events, batch, n), act, ctx| {
+                    // A read still pending on an earlier run's PTY.
+                    if act.core.run() != run {
+                        return;
+                    }
+                    act.events = Some(events);
+                    if n == 0 {
+                        // Every PTY task is gone; the session stays
+                        // readable, or, when the node stops, closes now.
+                        let steps = act.core.events_ended();
+                        act.carry_out(steps, ctx);
+                        return;
+                    }
+                    act.core.intake.read(batch);
+                    act.take_in(ctx);
+                }),
+        );
+    }
+
+    /// Applies read events until the intake stops (seqs to reserve, or a
+    /// snapshot pins a full ring); reads more once all are applied.
+    pub(super) fn take_in(&mut self, ctx: &mut Context<Self>) {
+        loop {
+            let last_seq = self.publisher.last_seq();
+            let publisher = &self.publisher;
+            match self
+                .core
+                .intake
+                .next(last_seq, |len| publisher.would_pause(len))
+            {
+                Next::Apply(event) => self.on_event(event, ctx),
+                Next::Reserve(upto) => return self.reserve(upto, ctx),
+                Next::Wait => return,
+                Next::Read => return self.pull(ctx),
+            }
+        }
+    }
+
+    /// Asks the store to make seqs through `upto` durable; output past the
+    /// current limit waits for it (PROTOCOL.md section 4).
+    pub(super) fn reserve(&mut self, upto: u64, ctx: &mut Context<Self>) {
+        let Some(store) = &self.settings.store else {
+            return;
+        };
+        let done = store.reserve(&self.id, upto);
+        ctx.spawn(done.into_actor(self).map(move |done, act, ctx| {
+            act.core.intake.reserved(upto, done.is_ok());
+            if let Err(e) = done {
+                tracing::error!(session = %act.id, "store: seqs cannot be reserved, output waits: {e}");
+                ctx.run_later(RESERVE_RETRY, |act, ctx| act.take_in(ctx));
+            } else {
+                act.take_in(ctx);
+            }
+        }));
+    }
+
+    fn on_event(&mut self, event: PtyEvent, ctx: &mut Context<Self>) {
+        let steps = match event {
+            PtyEvent::Output(data) => return self.on_output(data, ctx),
+            PtyEvent::Eof => self.core.eof(),
+            PtyEvent::Exited(info) => self.core.exited(info),
+            PtyEvent::Lost => self.core.keeper_lost(),
+        };
+        self.carry_out(steps, ctx);
+    }
+
+    fn on_output(&mut self, data: Bytes, ctx: &mut Context<Self>) {
+        self.modes.feed(&data);
+        // In the output log before anyone is sent its seq: a node killed
+        // now continues right after it.
+        if let Some(store) = &self.settings.store {
+            store.output(&self.id, self.publisher.last_seq() + 1, &data);
+        }
+        let frame = self.publisher.push(data);
+        if let Some(upto) = self.core.intake.sent(frame.seq) {
+            self.reserve(upto, ctx);
+        }
+        self.after_publish(ctx);
+        self.shared.last_seq.store(frame.seq, Ordering::Relaxed);
+        self.shared
+            .last_output_ms
+            .store(now_ms(), Ordering::Relaxed);
+        self.shared
+            .at_prompt
+            .store(self.modes.at_prompt(), Ordering::Relaxed);
+        self.last_output = std::time::Instant::now();
+        if self.model.is_some() || self.job_running {
+            self.arm(Timer::Catchup, IDLE_CATCHUP, ctx);
+        }
+        self.keep_warm(ctx);
+    }
+}

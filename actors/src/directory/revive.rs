@@ -69,7 +69,13 @@ impl Handler<Revive> for Registry {
                 .addr
                 .send(Relaunch(pty))
                 .await
-                .map_err(|_| ApiError::not_found(&handle.id))?;
+                .map_err(|_| ApiError::not_found(&handle.id))?
+                .ok_or_else(|| {
+                    ApiError::bad_request(format!(
+                        "session `{}` has not ended: only an exited or lost session can be revived",
+                        handle.id
+                    ))
+                })?;
             Ok(SessionHandle { input, ..handle })
         };
         Box::pin(work.into_actor(self).map(move |done, act, _| {

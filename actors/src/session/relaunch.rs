@@ -8,25 +8,27 @@ use nix::sys::signal::Signal;
 use super::SessionActor;
 use crate::session::pty::Pty;
 
-/// The program runs again in `pty`; answers the seq its output follows.
+/// The program runs again in `pty`; answers the seq its output follows,
+/// or `None` when the session had not ended (its new program is ended).
 #[derive(Message)]
-#[rtype(result = "u64")]
+#[rtype(result = "Option<u64>")]
 pub struct Relaunch(pub Pty);
 
 impl Handler<Relaunch> for SessionActor {
-    type Result = u64;
+    type Result = Option<u64>;
 
-    fn handle(&mut self, msg: Relaunch, ctx: &mut Context<Self>) -> u64 {
+    fn handle(&mut self, msg: Relaunch, ctx: &mut Context<Self>) -> Option<u64> {
         let pty = msg.0;
-        // The new run continues the old one's ring and seqs.
+        // The new run continues the old one's ring and seqs (read back
+        // first when the session went cold).
         self.warm(ctx);
         if !self.core.relaunched(pty.kept) {
-            // Not ended (the registry revives only ended sessions): the new
-            // program goes at once.
-            tracing::warn!(session = %self.id, pid = pty.pid, "revive of a session that runs: its new program is ended");
+            // The registry revives only ended sessions; this one runs or
+            // closes meanwhile.
+            tracing::warn!(session = %self.id, pid = pty.pid, "revive of a session that has not ended: its new program is ended");
             crate::session::pty::signal_groups(pty.pid, &pty.terminal, Signal::SIGKILL);
             pty.reap_guard.release();
-            return self.publisher.last_seq();
+            return None;
         }
         // Running again: no longer an ended session kept warm.
         self.uncount_warm();
@@ -47,6 +49,6 @@ impl Handler<Relaunch> for SessionActor {
             self.reserve(upto, ctx);
         }
         self.pull(ctx);
-        after
+        Some(after)
     }
 }

@@ -45,8 +45,11 @@ pub enum Program {
     /// session closes once the PTY's last events are applied.
     Leaving,
     /// The session closed (the node stops, or it was removed); it keeps
-    /// the status it had.
-    Closed { status: SessionStatus },
+    /// the status and exit it had.
+    Closed {
+        status: SessionStatus,
+        exit: Option<ExitInfo>,
+    },
 }
 
 /// What the core asks the actor to do, in order.
@@ -136,14 +139,14 @@ impl SessionCore {
             }
             Program::Exited { .. } => SessionStatus::Exited,
             Program::Lost => SessionStatus::Lost,
-            Program::Closed { status } => status,
+            Program::Closed { status, .. } => status,
         }
     }
 
     /// The exit code shown beside `exited`.
     pub fn exit_code(&self) -> Option<u32> {
         match self.program {
-            Program::Exited { exit } => exit.map(|e| e.code),
+            Program::Exited { exit } | Program::Closed { exit, .. } => exit.map(|e| e.code),
             _ => None,
         }
     }
@@ -219,7 +222,8 @@ impl SessionCore {
     }
 
     /// A client asks for `signal`; anything but SIGKILL is followed by
-    /// SIGKILL after the kill grace, for whatever survived it.
+    /// SIGKILL after the kill grace, for whatever survived it (one grace
+    /// for a run: a second signal within it does not extend it).
     pub fn kill(&mut self, signal: Signal) -> Vec<Step> {
         if !self.signallable() {
             return Vec::new();
@@ -261,6 +265,10 @@ impl SessionCore {
         }
         self.program = Program::Closed {
             status: self.status(),
+            exit: match self.program {
+                Program::Exited { exit } => exit,
+                _ => None,
+            },
         };
         steps.push(Step::Close { removed });
         steps
@@ -283,6 +291,7 @@ impl SessionCore {
             Program::Leaving => {
                 self.program = Program::Closed {
                     status: SessionStatus::Running,
+                    exit: None,
                 };
                 vec![Step::Close { removed: false }]
             }

@@ -94,9 +94,13 @@ proptest! {
                     Vec::new()
                 }
             };
-            if let Program::Closed { status } = before {
+            if let Program::Closed { status, exit } = before {
                 prop_assert!(steps.is_empty(), "{:?} after close: {:?}", op, steps);
                 prop_assert_eq!(core.status(), status);
+                prop_assert_eq!(core.exit_code(), exit.map(|e| e.code));
+            }
+            if let (Program::Exited { exit }, Op::Close | Op::Leave) = (before, &op) {
+                prop_assert_eq!(core.exit_code(), exit.map(|e| e.code), "closing keeps the exit");
             }
             if matches!(op, Op::EofGrace(false) | Op::KillGrace(false)) {
                 prop_assert!(steps.is_empty(), "a timer of another run: {:?}", steps);

@@ -137,7 +137,8 @@ pub(crate) enum Outside {
     /// Stdin ended (a file or /dev/null, not a terminal): input stops, the
     /// attach goes on showing output; errors still surface.
     StdinEnded,
-    WindowChanged,
+    /// The outer terminal's new size.
+    WindowChanged(Option<(u16, u16)>),
     Signal(i32),
 }
 
@@ -182,7 +183,7 @@ impl Inputs {
                     Outside::StdinEnded
                 }
             },
-            _ = self.winch.recv() => Outside::WindowChanged,
+            _ = self.winch.recv() => Outside::WindowChanged(term_size()),
             (n, _, _) = stops => Outside::Signal(n.unwrap_or(libc::SIGTERM)),
         }
     }
@@ -262,7 +263,7 @@ async fn reconnect(
                     _ => break,
                 },
                 event = inputs.next() => {
-                    if let Some(end) = st.on_outside(event, None).await? {
+                    if let Some(end) = st.on_outside(event, false) {
                         return Ok(Err(end));
                     }
                 }
@@ -279,31 +280,41 @@ async fn reconnect(
 /// One connection: subscribe (resuming after the last seq shown), then
 /// relay until the session ends, the user leaves, or the link fails.
 async fn session(conn: &mut Client, inputs: &mut Inputs, st: &mut State) -> anyhow::Result<Ended> {
-    st.subscribe(conn).await?;
-    let mut tick = tokio::time::interval(st.tick_period(conn));
+    st.subscribe();
+    let mut tick = tokio::time::interval(st.tick_period(conn.ping_interval()));
     loop {
         let redraw_at = st.redraw_at();
-        tokio::select! {
-            msg = conn.recv() => {
-                if let Step::End(end) = st.on_message(conn, msg?).await? {
-                    return Ok(end);
-                }
-            }
-            event = inputs.next() => {
-                if let Some(end) = st.on_outside(event, Some(conn)).await? {
-                    return Ok(end);
-                }
-            }
+        let step = tokio::select! {
+            msg = conn.recv() => st.on_message(msg?)?,
+            event = inputs.next() => match st.on_outside(event, true) {
+                Some(end) => Step::End(end),
+                None => Step::Continue,
+            },
             _ = tick.tick() => {
-                if let Step::End(end) = st.on_tick(conn).await? {
-                    return Ok(end);
+                let silent = conn.last_heard().elapsed();
+                if st.stale(silent) {
+                    // Frames this loop had no time to read are not silence.
+                    match futures_util::FutureExt::now_or_never(conn.recv()) {
+                        Some(msg) => st.on_message(msg?)?,
+                        None => anyhow::bail!("no word from the node for {}s", silent.as_secs()),
+                    }
+                } else {
+                    st.on_tick(silent);
+                    Step::Continue
                 }
             }
             _ = tokio::time::sleep_until(redraw_at.unwrap_or_else(far_future).into()), if redraw_at.is_some() => {
                 st.view.redraw();
+                Step::Continue
             }
+        };
+        st.flush_input();
+        for msg in st.take_outbox() {
+            conn.send(&msg).await?;
         }
-        st.flush_input(conn).await?;
+        if let Step::End(end) = step {
+            return Ok(end);
+        }
         st.refresh_status();
         st.view.flush()?;
     }
@@ -313,8 +324,9 @@ fn far_future() -> Instant {
     Instant::now() + Duration::from_secs(3600)
 }
 
-fn term_size() -> (u16, u16) {
-    crossterm::terminal::size().unwrap_or((80, 24))
+/// The outer terminal's size; `None` when stdout is no terminal.
+fn term_size() -> Option<(u16, u16)> {
+    crossterm::terminal::size().ok()
 }
 
 /// Reads stdin on a plain thread (blocking reads), chunk by chunk.

@@ -19,13 +19,7 @@ impl State {
     /// A page came: the newest one opens the scroll mode (and takes the
     /// keys typed while it loaded), an older one goes above the rest;
     /// either may want more.
-    pub(super) async fn on_history(
-        &mut self,
-        conn: &mut Client,
-        id: u64,
-        lines: Vec<String>,
-        older: Option<u64>,
-    ) -> anyhow::Result<()> {
+    pub(super) fn on_history(&mut self, id: u64, lines: Vec<String>, older: Option<u64>) {
         let wants = if id == HISTORY_ID {
             self.notice = None;
             if !self.view.open_scroll(lines, older) {
@@ -38,26 +32,17 @@ impl State {
         } else {
             self.view.scroll_older(lines, older)
         };
-        self.ask_scroll(conn, wants).await
+        self.ask_scroll(wants)
     }
 
     /// A raw page for the scroll mode: a search's or a placeholder's.
-    pub(super) async fn on_raw_page(
-        &mut self,
-        conn: &mut Client,
-        id: u64,
-        page: RawPage,
-    ) -> anyhow::Result<()> {
+    pub(super) fn on_raw_page(&mut self, id: u64, page: RawPage) {
         let wants = self.view.scroll_raw(id == HISTORY_FILL_ID, page);
-        self.ask_scroll(conn, wants).await
+        self.ask_scroll(wants)
     }
 
     /// Asks for what the scroll mode wants, if anything.
-    pub(super) async fn ask_scroll(
-        &self,
-        conn: &mut Client,
-        want: Option<Scrolled>,
-    ) -> anyhow::Result<()> {
+    pub(super) fn ask_scroll(&mut self, want: Option<Scrolled>) {
         let (id, limit, before, rows) = match want {
             Some(Scrolled::Older(before)) => {
                 (HISTORY_OLDER_ID, None, Some(before), Some(HISTORY_ROWS))
@@ -74,29 +59,25 @@ impl State {
                 };
                 (id, Some(limit), Some(before), None)
             }
-            _ => return Ok(()),
+            _ => return,
         };
-        conn.send(&ClientMsg::History {
+        self.send(ClientMsg::History {
             id,
             session: self.opts.session.clone(),
             limit,
             before_seq: before,
             rows,
-        })
-        .await?;
-        Ok(())
+        });
     }
 
     /// Asks for the newest page of history, which opens the scroll mode.
-    pub(super) async fn ask_newest(&self, conn: &mut Client) -> anyhow::Result<()> {
-        conn.send(&ClientMsg::History {
+    pub(super) fn ask_newest(&mut self) {
+        self.send(ClientMsg::History {
             id: HISTORY_ID,
             session: self.opts.session.clone(),
             limit: None,
             before_seq: None,
             rows: Some(HISTORY_ROWS),
-        })
-        .await?;
-        Ok(())
+        });
     }
 }

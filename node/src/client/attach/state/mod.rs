@@ -1,11 +1,13 @@
 //! The attach client's state across connections: where the stream stands
 //! (last seq shown, acks), typed keys not yet sent, the link's health and
 //! the status row, read-only mode, and what each server message or local
-//! event does to them.
+//! event does to them. No I/O: messages, keys, sizes and the link's
+//! silence come in; what to send goes into an outbox (`take_outbox`) and
+//! what to draw into the view's buffer, which the driver (`attach/mod.rs`)
+//! writes out.
 
 use std::time::{Duration, Instant};
 
-use anyhow::anyhow;
 use termesh_transport::{ClientMsg, EventKind, ServerMsg, SessionStatus};
 
 use super::backoff::Backoff;
@@ -15,12 +17,14 @@ use super::raw::Raw;
 use super::resync::{Apply, Resync, Snap};
 use super::view::{View, ViewOptions};
 use super::{AttachOptions, Ended, Outside};
-use crate::client::{Client, Fatal};
+use crate::client::Fatal;
 use history::{HISTORY_FILL_ID, HISTORY_OLDER_ID, HISTORY_SCAN_ID};
 
 mod errors;
 mod history;
 mod status;
+#[cfg(test)]
+mod tests;
 
 pub use status::key_name;
 
@@ -43,6 +47,8 @@ const SCREEN_IDS: u64 = 100;
 pub use termesh_config::defaults::{MAX_COLS, MAX_ROWS};
 /// How often the round trip is measured for predictive echo.
 const RTT_EVERY: Duration = Duration::from_secs(1);
+/// The size drawn for when stdout is no terminal.
+const DEFAULT_TERM: (u16, u16) = (80, 24);
 /// How long a notice (read-only, help) stays in the status row.
 const NOTICE: Duration = Duration::from_secs(4);
 
@@ -89,6 +95,11 @@ pub struct State {
     tag: String,
     /// `-d` was carried out (once, on the first subscription).
     took: bool,
+    /// The outer terminal's size; `None` when stdout is no terminal (the
+    /// size is then never sent).
+    term: Option<(u16, u16)>,
+    /// Messages for the node, in order, until the driver sends them.
+    outbox: Vec<ClientMsg>,
     /// After a resize: the node's screen awaited to take in place of the
     /// model's (the renderer only).
     resync: Option<Resync>,
@@ -102,12 +113,14 @@ pub struct State {
 }
 
 impl State {
-    pub fn new(opts: AttachOptions, term: (u16, u16)) -> State {
+    /// `term`: the outer terminal's size, `None` when stdout is none.
+    pub fn new(opts: AttachOptions, term: Option<(u16, u16)>) -> State {
+        let shown = term.unwrap_or(DEFAULT_TERM);
         let view: Box<dyn Display> = if opts.raw {
-            Box::new(Raw::new(term))
+            Box::new(Raw::new(shown))
         } else {
             Box::new(View::new(
-                term,
+                shown,
                 opts.title.clone(),
                 key_name(opts.prefix),
                 ViewOptions {
@@ -145,11 +158,22 @@ impl State {
             resync: None,
             next_screen_id: SCREEN_IDS,
             scroll_wanted: None,
+            term,
+            outbox: Vec::new(),
         };
         if st.read_only {
             st.notify(st.read_only_note.into());
         }
         st
+    }
+
+    /// What to send the node, in order, taken.
+    pub fn take_outbox(&mut self) -> Vec<ClientMsg> {
+        std::mem::take(&mut self.outbox)
+    }
+
+    fn send(&mut self, msg: ClientMsg) {
+        self.outbox.push(msg);
     }
 
     /// The session has been shown (a snapshot or output written).
@@ -177,8 +201,7 @@ impl State {
     /// The liveness check's period, from the node's ping interval: probe
     /// after a third of it in silence; a link silent for twice the interval
     /// (several probes and the node's own pings unanswered) is dropped.
-    pub fn tick_period(&mut self, conn: &Client) -> Duration {
-        let interval = conn.ping_interval();
+    pub fn tick_period(&mut self, interval: Duration) -> Duration {
         self.probe_after = interval / 3;
         self.stale_after = interval * 2;
         // Guesses of the predictive echo are checked more often.
@@ -186,14 +209,14 @@ impl State {
         (self.probe_after / 2).clamp(Duration::from_millis(50), Duration::from_millis(most))
     }
 
-    pub async fn subscribe(&mut self, conn: &mut Client) -> anyhow::Result<()> {
+    pub fn subscribe(&mut self) {
         self.unacked = 0;
         // A new subscription starts from a snapshot anyway; a history asked
         // of the old connection will not come.
         self.resync = None;
         self.scroll_wanted = None;
         self.quiet_for = None;
-        conn.send(&ClientMsg::Subscribe {
+        self.send(ClientMsg::Subscribe {
             id: SUBSCRIBE_ID,
             session: self.opts.session.clone(),
             from_seq: self.last_seq,
@@ -205,11 +228,10 @@ impl State {
             } else {
                 0
             }),
-        })
-        .await
+        });
     }
 
-    pub async fn on_message(&mut self, conn: &mut Client, msg: ServerMsg) -> anyhow::Result<Step> {
+    pub fn on_message(&mut self, msg: ServerMsg) -> anyhow::Result<Step> {
         self.quiet_for = None;
         match msg {
             ServerMsg::Subscribed { .. } => {
@@ -219,14 +241,13 @@ impl State {
                 self.node_stopped = None;
                 self.owner_unreachable = None;
                 self.retry_at = None;
-                conn.send(&ClientMsg::list(LIST_ID)).await?;
+                self.send(ClientMsg::list(LIST_ID));
                 if self.opts.take && !std::mem::replace(&mut self.took, true) {
-                    conn.send(&ClientMsg::Detach {
+                    self.send(ClientMsg::Detach {
                         id: DETACH_ID,
                         session: self.opts.session.clone(),
                         keep: self.tag.clone(),
-                    })
-                    .await?;
+                    });
                 }
             }
             ServerMsg::Sessions {
@@ -293,12 +314,11 @@ impl State {
                 // The first attach takes the size (the last to attach or
                 // resize wins, as in tmux). Sent after the snapshot, so
                 // the `resized` event comes after it too.
-                if !std::mem::replace(&mut self.sized, true) && !self.read_only {
-                    if let Ok(term) = crossterm::terminal::size() {
-                        if term != (cols, rows) {
-                            self.send_size(conn).await?;
-                        }
-                    }
+                if !std::mem::replace(&mut self.sized, true)
+                    && !self.read_only
+                    && self.term.is_some_and(|term| term != (cols, rows))
+                {
+                    self.send_size();
                 }
             }
             ServerMsg::History {
@@ -309,8 +329,7 @@ impl State {
                 ..
             } if id == HISTORY_ID || id == HISTORY_OLDER_ID => {
                 let older = first_seq.filter(|_| more == Some(true));
-                self.on_history(conn, id, lines.unwrap_or_default(), older)
-                    .await?;
+                self.on_history(id, lines.unwrap_or_default(), older);
             }
             ServerMsg::History {
                 id,
@@ -326,7 +345,7 @@ impl State {
                     end_seq: seq,
                     more: more == Some(true),
                 };
-                self.on_raw_page(conn, id, page).await?;
+                self.on_raw_page(id, page);
             }
             ServerMsg::ResyncRequired { .. } => self.reset_next_snapshot = true,
             ServerMsg::Pong { nonce: Some(n) } => {
@@ -355,7 +374,7 @@ impl State {
                 self.unacked += data.len() as u64;
                 if self.unacked >= WINDOW / 4 {
                     self.unacked = 0;
-                    conn.send(&ClientMsg::Ack { session, seq }).await?;
+                    self.send(ClientMsg::Ack { session, seq });
                 }
             }
             ServerMsg::Event { event, .. } => match event {
@@ -376,12 +395,11 @@ impl State {
                         let id = self.next_screen_id;
                         self.next_screen_id += 1;
                         self.resync = Some(Resync::new(id, self.last_seq.unwrap_or(0)));
-                        conn.send(&ClientMsg::Screen {
+                        self.send(ClientMsg::Screen {
                             id,
                             session: self.opts.session.clone(),
                             scrollback: Some(0),
-                        })
-                        .await?;
+                        });
                     }
                 }
                 EventKind::Unreachable => {
@@ -412,11 +430,8 @@ impl State {
         Step::End(Ended::Lost)
     }
 
-    pub async fn on_outside(
-        &mut self,
-        event: Outside,
-        conn: Option<&mut Client>,
-    ) -> anyhow::Result<Option<Ended>> {
+    /// A local event; `online`: a link is up to send on.
+    pub fn on_outside(&mut self, event: Outside, online: bool) -> Option<Ended> {
         match event {
             Outside::Keys(chunk) => {
                 let mut take_size = false;
@@ -448,7 +463,7 @@ impl State {
                             self.pending_input
                                 .extend_from_slice(&bytes[..bytes.len().min(room)]);
                         }
-                        Key::Detach => return Ok(Some(Ended::Detached)),
+                        Key::Detach => return Some(Ended::Detached),
                         Key::TakeSize if self.read_only => {
                             self.notify("read-only: the size is not sent".into());
                         }
@@ -464,56 +479,48 @@ impl State {
                         Key::Help => self.notify(self.help()),
                     }
                 }
-                match conn {
-                    Some(conn) => {
-                        if take_size {
-                            self.send_size(conn).await?;
-                        }
-                        if scroll {
-                            self.notify("loading the history".into());
-                            self.ask_newest(conn).await?;
-                        }
-                        for want in wants {
-                            self.ask_scroll(conn, Some(want)).await?;
-                        }
+                if online {
+                    if take_size {
+                        self.send_size();
                     }
-                    None if scroll => {
-                        self.scroll_wanted = None;
-                        self.notify("the scroll mode needs the link".into());
+                    if scroll {
+                        self.notify("loading the history".into());
+                        self.ask_newest();
                     }
-                    None => {}
+                    for want in wants {
+                        self.ask_scroll(Some(want));
+                    }
+                } else if scroll {
+                    self.scroll_wanted = None;
+                    self.notify("the scroll mode needs the link".into());
                 }
             }
             Outside::StdinEnded => {}
-            Outside::WindowChanged => {
-                let term = super::term_size();
-                self.view.term_resized(term);
+            Outside::WindowChanged(term) => {
+                self.term = term;
+                self.view.term_resized(term.unwrap_or(DEFAULT_TERM));
                 self.schedule_redraw();
-                if let Some(conn) = conn {
-                    if !self.read_only {
-                        self.send_size(conn).await?;
-                    }
+                if online && !self.read_only {
+                    self.send_size();
                 }
             }
-            Outside::Signal(n) => return Ok(Some(Ended::Signal(n))),
+            Outside::Signal(n) => return Some(Ended::Signal(n)),
         }
-        Ok(None)
+        None
     }
 
-    /// Liveness: a quiet link is probed with `ping`; one silent past the
-    /// stale bound is given up (the caller reconnects).
-    pub async fn on_tick(&mut self, conn: &mut Client) -> anyhow::Result<Step> {
-        let silent = conn.last_heard().elapsed();
-        if silent >= self.stale_after {
-            // Frames this loop had no time to read are not silence.
-            if let Some(msg) = futures_util::FutureExt::now_or_never(conn.recv()) {
-                return self.on_message(conn, msg?).await;
-            }
-            return Err(anyhow!("no word from the node for {}s", silent.as_secs()));
-        }
+    /// A link silent this long is given up (the driver reconnects, unless
+    /// a frame it had no time to read is waiting).
+    pub fn stale(&self, silent: Duration) -> bool {
+        silent >= self.stale_after
+    }
+
+    /// Liveness, on the link silent for `silent`: a quiet link is probed
+    /// with `ping`; the round trip is measured for predictive echo.
+    pub fn on_tick(&mut self, silent: Duration) {
         if silent >= self.probe_after && self.last_ping.elapsed() >= self.probe_after {
             self.last_ping = Instant::now();
-            conn.send(&ClientMsg::Ping { nonce: None }).await?;
+            self.send(ClientMsg::Ping { nonce: None });
         }
         // Quiet from one unanswered probe on: input waits from then on.
         self.quiet_for = (silent >= self.probe_after * 2).then_some(silent);
@@ -525,44 +532,41 @@ impl State {
         {
             let nonce = rand::random::<u32>().into();
             self.rtt_probe = Some((Some(nonce), Instant::now()));
-            conn.send(&ClientMsg::Ping {
+            self.send(ClientMsg::Ping {
                 nonce: Some(rmpv::Value::from(nonce)),
-            })
-            .await?;
+            });
         }
-        Ok(Step::Continue)
     }
 
     fn schedule_redraw(&mut self) {
         self.redraw_at = self.view.due();
     }
 
-    /// Sends the keys typed so far, unless the link is quiet: bytes
-    /// written into a link that has gone silent may never arrive, so they
-    /// wait for a sign of life or for the next connection.
-    pub async fn flush_input(&mut self, conn: &mut Client) -> anyhow::Result<()> {
-        if self.pending_input.is_empty() || self.read_only || self.quiet_for.is_some() {
-            return Ok(());
+    /// Sends the keys typed so far, unless the link is down or quiet:
+    /// bytes written into a link that has gone silent may never arrive, so
+    /// they wait for a sign of life or for the next subscription.
+    pub fn flush_input(&mut self) {
+        let waiting = self.quiet_for.is_some() || self.offline_since.is_some();
+        if self.pending_input.is_empty() || self.read_only || waiting {
+            return;
         }
         let data = std::mem::take(&mut self.pending_input);
         let session = self.opts.session.clone();
-        conn.send(&ClientMsg::Input { session, data }).await
+        self.send(ClientMsg::Input { session, data });
     }
 
     /// Sends this terminal's size, within the node's bounds (a larger
     /// terminal shows the session at the largest size, top-left).
-    async fn send_size(&mut self, conn: &mut Client) -> anyhow::Result<()> {
-        if let Ok((cols, rows)) = crossterm::terminal::size() {
+    fn send_size(&mut self) {
+        if let Some((cols, rows)) = self.term {
             let (cols, rows) = (cols.clamp(1, MAX_COLS), rows.clamp(1, MAX_ROWS));
             let session = self.opts.session.clone();
-            conn.send(&ClientMsg::Resize {
+            self.send(ClientMsg::Resize {
                 session,
                 cols: cols.into(),
                 rows: rows.into(),
-            })
-            .await?;
+            });
         }
-        Ok(())
     }
 }
 

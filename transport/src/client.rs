@@ -215,54 +215,69 @@ impl ClientMsg {
 
     /// The wire name of the message type.
     pub fn kind(&self) -> &'static str {
-        match self {
-            ClientMsg::Auth { .. } => "auth",
-            ClientMsg::List { .. } => "list",
-            ClientMsg::Watch { .. } => "watch",
-            ClientMsg::Create { .. } => "create",
-            ClientMsg::Subscribe { .. } => "subscribe",
-            ClientMsg::Unsubscribe { .. } => "unsubscribe",
-            ClientMsg::Ack { .. } => "ack",
-            ClientMsg::Input { .. } => "input",
-            ClientMsg::Resize { .. } => "resize",
-            ClientMsg::Screen { .. } => "screen",
-            ClientMsg::History { .. } => "history",
-            ClientMsg::Kill { .. } => "kill",
-            ClientMsg::Rename { .. } => "rename",
-            ClientMsg::Detach { .. } => "detach",
-            ClientMsg::Tag { .. } => "tag",
-            ClientMsg::Remove { .. } => "remove",
-            ClientMsg::Events { .. } => "events",
-            ClientMsg::Revive { .. } => "revive",
-            ClientMsg::ReadOutput { .. } => "read_output",
-            ClientMsg::Ping { .. } => "ping",
-        }
+        self.kind_of().name()
     }
 }
 
-/// Known client message types, for telling `unknown_type` from `bad_request`.
-pub const CLIENT_TYPES: &[&str] = &[
-    "auth",
-    "list",
-    "watch",
-    "create",
-    "subscribe",
-    "unsubscribe",
-    "ack",
-    "input",
-    "resize",
-    "screen",
-    "history",
-    "kill",
-    "rename",
-    "detach",
-    "tag",
-    "remove",
-    "events",
-    "revive",
-    "read_output",
-    "ping",
-];
+/// Declares the client request kinds once: the `RequestKind` enum, its wire
+/// names (as serde's `snake_case` names the variants), `kind_of` and
+/// `CLIENT_TYPES`.
+macro_rules! client_kinds {
+    ($($variant:ident => $name:literal,)*) => {
+        /// The kind of a client message, without its fields.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum RequestKind {
+            $($variant,)*
+        }
+
+        impl RequestKind {
+            /// Every kind, in the order PROTOCOL.md lists them.
+            pub const ALL: &'static [RequestKind] = &[$(RequestKind::$variant,)*];
+
+            /// The wire name (`t`).
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(RequestKind::$variant => $name,)*
+                }
+            }
+        }
+
+        impl ClientMsg {
+            pub fn kind_of(&self) -> RequestKind {
+                match self {
+                    $(ClientMsg::$variant { .. } => RequestKind::$variant,)*
+                }
+            }
+        }
+
+        /// Known client message types, for telling `unknown_type` from
+        /// `bad_request`.
+        pub const CLIENT_TYPES: &[&str] = &[$($name,)*];
+    };
+}
+
+client_kinds! {
+    Auth => "auth",
+    List => "list",
+    Watch => "watch",
+    Create => "create",
+    Subscribe => "subscribe",
+    Unsubscribe => "unsubscribe",
+    Ack => "ack",
+    Input => "input",
+    Resize => "resize",
+    Screen => "screen",
+    History => "history",
+    Kill => "kill",
+    Rename => "rename",
+    Detach => "detach",
+    Tag => "tag",
+    Remove => "remove",
+    Events => "events",
+    Revive => "revive",
+    ReadOutput => "read_output",
+    Ping => "ping",
+}
 
 /// Most output bytes one `stored_output` reply carries.
 pub const MAX_READ_OUTPUT: u64 = 1 << 20;
@@ -545,5 +560,25 @@ mod opt_bytes {
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<u8>>, D::Error> {
         Ok(Option::<serde_bytes::ByteBuf>::deserialize(d)?.map(|b| b.into_vec()))
+    }
+}
+
+#[cfg(test)]
+mod kind_tests {
+    use super::*;
+
+    /// Every declared name is the variant's wire name: serde knows it (a
+    /// map with only `t` fails for missing fields, never for the name).
+    #[test]
+    fn each_kind_is_named_as_on_the_wire() {
+        for kind in RequestKind::ALL {
+            let map = rmpv::Value::Map(vec![("t".into(), kind.name().into())]);
+            if let Err(e) = rmpv::ext::from_value::<ClientMsg>(map) {
+                assert!(!e.to_string().contains("unknown variant"), "{kind:?}: {e}");
+            }
+        }
+        let ping = ClientMsg::Ping { nonce: None };
+        assert_eq!(ping.kind(), "ping");
+        assert_eq!(CLIENT_TYPES.len(), RequestKind::ALL.len());
     }
 }

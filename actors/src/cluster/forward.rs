@@ -146,8 +146,10 @@ impl ClusterCtx {
         &self,
         owner: &str,
         msg: ClientMsg,
-        hops: u8,
     ) -> impl std::future::Future<Output = Result<ServerMsg, ApiError>> + 'static {
+        // The forward spends one hop of the budget; the owner answers
+        // what it is sent.
+        let hops = termesh_transport::peer::HOP_BUDGET - 1;
         let owner = owner.to_string();
         let sent_at = self.stall.total();
         let (reply, answer) = tokio::sync::oneshot::channel();

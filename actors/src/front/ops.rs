@@ -147,15 +147,15 @@ impl NodeCtx {
         self.mesh.route_create(node)
     }
 
-    /// `msg` sent to `owner`, its answer awaited (`ClusterCtx::forward`).
+    /// `msg` sent to `owner`, its answer awaited (`ClusterCtx::forward`;
+    /// the forward spends one hop).
     pub fn forward(
         &self,
         owner: &str,
         msg: termesh_transport::ClientMsg,
-        hops: u8,
     ) -> impl std::future::Future<Output = Result<termesh_transport::ServerMsg, ApiError>> + 'static
     {
-        self.mesh.forward(owner, msg, hops)
+        self.mesh.forward(owner, msg)
     }
 
     pub fn running(&self, id: &str) -> Result<SessionHandle, ApiError> {

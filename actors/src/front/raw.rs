@@ -16,7 +16,6 @@ use serde::Deserialize;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use termesh_config::Role;
-use termesh_transport::peer::HOP_BUDGET;
 use termesh_transport::ClientMsg;
 
 use crate::cluster::forward::Route;
@@ -123,7 +122,7 @@ impl RawActor {
                 return;
             }
         };
-        let sent = self.node.forward(&owner, msg, HOP_BUDGET);
+        let sent = self.node.forward(&owner, msg);
         actix::spawn(async move {
             if let Err(e) = sent.await {
                 tracing::debug!("raw input not forwarded: {e}");

@@ -9,7 +9,7 @@
 use bytes::Bytes;
 use termesh_config::Role;
 use termesh_transport::{
-    ClientMsg, ServerMsg, MAX_EVENTS, MAX_READ_OUTPUT, MAX_REPLY, MAX_SCROLLBACK,
+    ClientMsg, RequestKind, ServerMsg, MAX_EVENTS, MAX_READ_OUTPUT, MAX_REPLY, MAX_SCROLLBACK,
 };
 
 use crate::cluster::forward::Route;
@@ -68,33 +68,40 @@ impl Spec {
 }
 
 /// The table: one row per request kind (PROTOCOL.md sections 2 and 5).
-pub fn spec(msg: &ClientMsg) -> Spec {
+pub fn spec_of(kind: RequestKind) -> Spec {
     use Class::*;
     use Routing::*;
-    let (role, routing, class) = match msg {
-        ClientMsg::Auth { .. }
-        | ClientMsg::List { .. }
-        | ClientMsg::Watch { .. }
-        | ClientMsg::Subscribe { .. }
-        | ClientMsg::Unsubscribe { .. }
-        | ClientMsg::Ack { .. }
-        | ClientMsg::Ping { .. } => (Role::Viewer, Here, Connection),
-        ClientMsg::Screen { .. } | ClientMsg::History { .. } => (Role::Viewer, Owner, Screen),
-        ClientMsg::Events { .. } | ClientMsg::ReadOutput { .. } => (Role::Viewer, Owner, Screen),
-        ClientMsg::Create { .. } => (Role::Operator, Named, Deferred),
-        ClientMsg::Input { .. }
-        | ClientMsg::Resize { .. }
-        | ClientMsg::Kill { .. }
-        | ClientMsg::Rename { .. }
-        | ClientMsg::Detach { .. }
-        | ClientMsg::Tag { .. } => (Role::Operator, Owner, Immediate),
-        ClientMsg::Remove { .. } | ClientMsg::Revive { .. } => (Role::Operator, Owner, Deferred),
+    let (role, routing, class) = match kind {
+        RequestKind::Auth
+        | RequestKind::List
+        | RequestKind::Watch
+        | RequestKind::Subscribe
+        | RequestKind::Unsubscribe
+        | RequestKind::Ack
+        | RequestKind::Ping => (Role::Viewer, Here, Connection),
+        RequestKind::Screen
+        | RequestKind::History
+        | RequestKind::Events
+        | RequestKind::ReadOutput => (Role::Viewer, Owner, Screen),
+        RequestKind::Create => (Role::Operator, Named, Deferred),
+        RequestKind::Input
+        | RequestKind::Resize
+        | RequestKind::Kill
+        | RequestKind::Rename
+        | RequestKind::Detach
+        | RequestKind::Tag => (Role::Operator, Owner, Immediate),
+        RequestKind::Remove | RequestKind::Revive => (Role::Operator, Owner, Deferred),
     };
     Spec {
         role,
         routing,
         class,
     }
+}
+
+/// The row of `msg`'s kind.
+pub fn spec(msg: &ClientMsg) -> Spec {
+    spec_of(msg.kind_of())
 }
 
 /// The request id and session a message names, for its error reply.
@@ -177,10 +184,7 @@ impl NodeCtx {
                 Some(answer) => answer,
                 None => answer_later(self.clone(), msg).await,
             },
-            Route::Owner(owner) => {
-                self.forward(&owner, msg, termesh_transport::peer::HOP_BUDGET - 1)
-                    .await?
-            }
+            Route::Owner(owner) => self.forward(&owner, msg).await?,
         };
         match ApiError::from_message(&reply) {
             Some(e) => Err(e),

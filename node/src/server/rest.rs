@@ -7,11 +7,10 @@ use bytes::Bytes;
 use serde::Deserialize;
 use termesh_actors::cluster::forward::Route;
 use termesh_actors::error::ApiError;
-use termesh_actors::front::request::spec;
+use termesh_actors::front::request::{spec, spec_of};
 use termesh_actors::session::ScreenWant;
 use termesh_config::Role;
-use termesh_transport::peer::HOP_BUDGET;
-use termesh_transport::{ClientMsg, CreateRequest, ErrorCode, ServerMsg, MAX_INPUT};
+use termesh_transport::{ClientMsg, CreateRequest, ErrorCode, RequestKind, ServerMsg, MAX_INPUT};
 
 use super::auth::{error_response, query, require, respond};
 use super::body::{read_body, read_json, required_json};
@@ -52,31 +51,18 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
 
 type Result<T> = std::result::Result<T, ApiError>;
 
+/// The role the request table gives `kind`: REST checks it before it
+/// reads a body, as the WebSocket front end does before it answers.
+fn role(kind: RequestKind) -> Role {
+    spec_of(kind).role
+}
+
 /// `msg` answered through the request table, as over WebSocket: the role
 /// its row needs, then the answer of whichever node answers it (an error
 /// reply as the error).
 async fn ask(req: &HttpRequest, state: &AppState, msg: ClientMsg) -> Result<ServerMsg> {
     require(req, &state.node.tokens, spec(&msg).role)?;
     state.node.ask(msg).await
-}
-
-/// For a session of another node: its owner's answer to `msg` (an error
-/// reply as the error). `None` when this node answers itself.
-async fn remote(
-    state: &AppState,
-    session: &str,
-    msg: impl FnOnce() -> ClientMsg,
-) -> Result<Option<ServerMsg>> {
-    match state.node.route_session(session)? {
-        Route::Here => Ok(None),
-        Route::Owner(owner) => {
-            let reply = state.node.forward(&owner, msg(), HOP_BUDGET - 1).await?;
-            match ApiError::from_message(&reply) {
-                Some(e) => Err(e),
-                None => Ok(Some(reply)),
-            }
-        }
-    }
 }
 
 /// 200 `ok` while the node serves and can store; 503 naming the cause
@@ -116,7 +102,8 @@ struct ListQuery {
 /// Gathered on a blocking thread (a large directory takes a while) and
 /// bounded like every reply (`too_large` past 8 MiB: page instead).
 async fn list(req: HttpRequest, state: web::Data<AppState>) -> HttpResponse {
-    let asked = require(&req, &state.node.tokens, Role::Viewer).and_then(|_| query(&req));
+    let asked =
+        require(&req, &state.node.tokens, role(RequestKind::List)).and_then(|_| query(&req));
     let q: ListQuery = match asked {
         Ok(q) => q,
         Err(e) => return error_response(&e),
@@ -149,7 +136,7 @@ async fn create(
 ) -> HttpResponse {
     respond(
         async {
-            require(&req, &state.node.tokens, Role::Operator)?;
+            require(&req, &state.node.tokens, role(RequestKind::Create))?;
             let body: CreateRequest = read_json(payload).await?.unwrap_or_default();
             let msg = ClientMsg::Create { id: 1, req: body };
             let ServerMsg::Created { session: info, .. } = ask(&req, &state, msg).await? else {
@@ -167,7 +154,7 @@ async fn get_one(
     state: web::Data<AppState>,
 ) -> HttpResponse {
     respond((|| {
-        require(&req, &state.node.tokens, Role::Viewer)?;
+        require(&req, &state.node.tokens, role(RequestKind::List))?;
         Ok(HttpResponse::Ok().json(state.node.info(&path)?))
     })())
 }
@@ -206,7 +193,7 @@ async fn input(
 ) -> HttpResponse {
     respond(
         async {
-            require(&req, &state.node.tokens, Role::Operator)?;
+            require(&req, &state.node.tokens, role(RequestKind::Input))?;
             let body = read_body(payload, MAX_INPUT).await?;
             let msg = ClientMsg::Input {
                 session: path.to_string(),
@@ -233,7 +220,7 @@ async fn resize(
 ) -> HttpResponse {
     respond(
         async {
-            require(&req, &state.node.tokens, Role::Operator)?;
+            require(&req, &state.node.tokens, role(RequestKind::Resize))?;
             let body: ResizeBody = required_json(payload).await?;
             let msg = ClientMsg::Resize {
                 session: path.to_string(),
@@ -260,7 +247,7 @@ async fn kill(
 ) -> HttpResponse {
     respond(
         async {
-            require(&req, &state.node.tokens, Role::Operator)?;
+            require(&req, &state.node.tokens, role(RequestKind::Kill))?;
             let body: KillBody = read_json(payload).await?.unwrap_or_default();
             let msg = ClientMsg::Kill {
                 id: 1,
@@ -286,7 +273,7 @@ async fn logs(
 ) -> HttpResponse {
     respond(
         async {
-            require(&req, &state.node.tokens, Role::Viewer)?;
+            require(&req, &state.node.tokens, role(RequestKind::History))?;
             let tail = query::<LogsQuery>(&req)?.tail.unwrap_or(DEFAULT_TAIL);
             let stream_permit = state.streams.admit(&req)?;
             let permit = state
@@ -365,76 +352,51 @@ async fn screen(
 ) -> HttpResponse {
     respond(
         async {
-            require(&req, &state.node.tokens, Role::Viewer)?;
+            require(&req, &state.node.tokens, role(RequestKind::Screen))?;
             let q: ScreenQuery = query(&req)?;
-            let session = path.to_string();
-            let scrollback = q.scrollback.map(|n| n as u64);
-            let owner = remote(&state, &path, || ClientMsg::Screen {
+            let text = match q.format.as_deref() {
+                Some("text") => true,
+                None | Some("json") => false,
+                Some(other) => {
+                    return Err(ApiError::bad_request(format!(
+                        "`format` {other:?}: use \"text\" or \"json\""
+                    )))
+                }
+            };
+            let text_response = |rows: Vec<String>| {
+                HttpResponse::Ok()
+                    .content_type("text/plain; charset=utf-8")
+                    .body(rows.join("\n") + "\n")
+            };
+            if text && matches!(state.node.route_session(&path)?, Route::Here) {
+                let r = state.node.screen(&path, ScreenWant::Text).await?;
+                return Ok(text_response(r.out.into_lines().ok_or_else(mismatch)?));
+            }
+            // Here or at its owner: the snapshot, as text drawn here.
+            let msg = ClientMsg::Screen {
                 id: 1,
-                session,
-                scrollback,
-            });
-            if let Some(reply) = owner.await? {
-                let ServerMsg::Snapshot {
-                    seq,
-                    cols,
-                    rows,
-                    data,
-                    ..
-                } = reply
-                else {
-                    return Err(mismatch());
-                };
-                return match q.format.as_deref() {
-                    Some("text") => {
-                        let text = crate::text::render_text(&data, cols, rows);
-                        Ok(HttpResponse::Ok()
-                            .content_type("text/plain; charset=utf-8")
-                            .body(text.join("\n") + "\n"))
-                    }
-                    _ => Ok(HttpResponse::Ok().json(serde_json::json!({
-                        "seq": seq,
-                        "cols": cols,
-                        "rows": rows,
-                        "data": String::from_utf8_lossy(&data),
-                    }))),
-                };
+                session: path.to_string(),
+                scrollback: q.scrollback.map(|n| n as u64),
+            };
+            let ServerMsg::Snapshot {
+                seq,
+                cols,
+                rows,
+                data,
+                ..
+            } = ask(&req, &state, msg).await?
+            else {
+                return Err(mismatch());
+            };
+            if text {
+                return Ok(text_response(crate::text::render_text(&data, cols, rows)));
             }
-            match q.format.as_deref() {
-                Some("text") => {
-                    let r = state.node.screen(&path, ScreenWant::Text).await?;
-                    let rows = r.out.into_lines().ok_or_else(mismatch)?;
-                    Ok(HttpResponse::Ok()
-                        .content_type("text/plain; charset=utf-8")
-                        .body(rows.join("\n") + "\n"))
-                }
-                None | Some("json") => {
-                    let msg = ClientMsg::Screen {
-                        id: 1,
-                        session: path.to_string(),
-                        scrollback: q.scrollback.map(|n| n as u64),
-                    };
-                    let ServerMsg::Snapshot {
-                        seq,
-                        cols,
-                        rows,
-                        data,
-                        ..
-                    } = ask(&req, &state, msg).await?
-                    else {
-                        return Err(mismatch());
-                    };
-                    Ok(HttpResponse::Ok().json(serde_json::json!({
-                        "seq": seq,
-                        "cols": cols,
-                        "rows": rows,
-                        "data": String::from_utf8_lossy(&data),
-                    })))
-                }
-                Some(other) => Err(ApiError::bad_request(format!(
-                    "`format` {other:?}: use \"text\" or \"json\""
-                ))),
-            }
+            Ok(HttpResponse::Ok().json(serde_json::json!({
+                "seq": seq,
+                "cols": cols,
+                "rows": rows,
+                "data": String::from_utf8_lossy(&data),
+            })))
         }
         .await,
     )
@@ -456,7 +418,7 @@ async fn history(
 ) -> HttpResponse {
     respond(
         async {
-            require(&req, &state.node.tokens, Role::Viewer)?;
+            require(&req, &state.node.tokens, role(RequestKind::History))?;
             let q = query::<HistoryQuery>(&req)?;
             let msg = ClientMsg::History {
                 id: 1,

@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use actix::prelude::*;
 use bytes::Bytes;
-use termesh_transport::peer::HOP_BUDGET;
 use termesh_transport::{ClientMsg, ErrorCode, ServerMsg, MAX_SCROLLBACK};
 
 use super::MirrorActor;
@@ -29,7 +28,7 @@ impl MirrorActor {
             session: self.id.to_string(),
             scrollback: Some((w.scrollback as u64).min(MAX_SCROLLBACK)),
         };
-        let reply = self.node.forward(&self.owner, msg, HOP_BUDGET);
+        let reply = self.node.forward(&self.owner, msg);
         ctx.spawn(reply.into_actor(self).map(move |reply, act, ctx| {
             match reply {
                 Ok(ServerMsg::Snapshot {
@@ -74,7 +73,7 @@ impl MirrorActor {
             before_seq: None,
             rows: None,
         };
-        let reply = self.node.forward(&self.owner, msg, HOP_BUDGET);
+        let reply = self.node.forward(&self.owner, msg);
         ctx.spawn(reply.into_actor(self).map(move |reply, act, ctx| {
             let reached = matches!(reply, Ok(ServerMsg::History { seq, .. }) if seq >= from);
             act.core.probe_done(sub, reached);

@@ -96,9 +96,7 @@ impl ConnectionActor {
     /// (`slot`: the reply slot it holds until the socket takes the answer).
     fn forward(&mut self, owner: String, msg: ClientMsg, slot: Option<Slot>, ctx: &mut Ctx) {
         let (id, session) = ids(&msg);
-        let answer = self
-            .node
-            .forward(&owner, msg, termesh_transport::peer::HOP_BUDGET - 1);
+        let answer = self.node.forward(&owner, msg);
         match id {
             Some(id) => self.spawn_reply(ctx, id, session, answer, slot),
             // Input and resize: only an error is worth a message.

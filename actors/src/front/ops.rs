@@ -52,6 +52,8 @@ pub struct NodeCtx {
     /// The cluster: the other nodes' sessions and links, this node's
     /// mirrors (its `dir`, `metrics` and `stall` are this node's).
     pub mesh: ClusterCtx,
+    /// Turns for `list` gathers on blocking threads (`LIST_GATHERS`).
+    pub gathers: Arc<tokio::sync::Semaphore>,
 }
 
 impl std::fmt::Debug for NodeCtx {
@@ -61,7 +63,7 @@ impl std::fmt::Debug for NodeCtx {
 }
 
 /// `list` answers gathered at once on a node.
-const LIST_GATHERS: usize = 2;
+pub const LIST_GATHERS: usize = 2;
 
 impl NodeCtx {
     /// Every session of the cluster, oldest first: this node's and what
@@ -81,10 +83,9 @@ impl NodeCtx {
         after: Option<String>,
         limit: Option<u32>,
     ) -> Result<(Vec<SessionInfo>, Option<String>), ApiError> {
-        static GATHERS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(LIST_GATHERS);
         let internal =
             |e: &dyn std::fmt::Display| ApiError::new(ErrorCode::Internal, format!("list: {e}"));
-        let _turn = GATHERS.acquire().await.map_err(|e| internal(&e))?;
+        let _turn = self.gathers.acquire().await.map_err(|e| internal(&e))?;
         let node = self.clone();
         tokio::task::spawn_blocking(move || node.page(after.as_deref(), limit))
             .await

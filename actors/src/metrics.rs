@@ -86,166 +86,209 @@ impl Metrics {
 
     /// Prometheus text exposition; `stall` is the node's credited host stall.
     pub fn render(&self, node: &str, stall: std::time::Duration) -> String {
-        let g = |v: &AtomicI64| v.load(Ordering::Relaxed);
-        let c = |v: &AtomicU64| v.load(Ordering::Relaxed);
-        let rows: [(&str, &str, &str, String); 25] = [
-            (
-                "termesh_sessions",
-                "gauge",
-                "Sessions on this node.",
-                g(&self.sessions).to_string(),
-            ),
-            (
-                "termesh_mirrors",
-                "gauge",
-                "Mirrors of other nodes' sessions on this node.",
-                g(&self.mirrors).to_string(),
-            ),
-            (
-                "termesh_sessions_ended_warm",
-                "gauge",
-                "Ended sessions holding their ring in memory, read back from the output log.",
-                g(&self.ended_warm).to_string(),
-            ),
-            (
-                "termesh_connections",
-                "gauge",
-                "Open client connections.",
-                g(&self.connections).to_string(),
-            ),
-            (
-                "termesh_subscribers",
-                "gauge",
-                "Live output subscriptions.",
-                g(&self.subscribers).to_string(),
-            ),
-            (
-                "termesh_bytes_out_total",
-                "counter",
-                "Output bytes sent to subscribers.",
-                c(&self.bytes_out).to_string(),
-            ),
-            (
-                "termesh_frames_out_total",
-                "counter",
-                "Output frames sent to subscribers.",
-                c(&self.frames_out).to_string(),
-            ),
-            (
-                "termesh_resyncs_total",
-                "counter",
-                "resync_required sent.",
-                c(&self.resyncs).to_string(),
-            ),
-            (
-                "termesh_snapshots_total",
-                "counter",
-                "Snapshots computed.",
-                c(&self.snapshots).to_string(),
-            ),
-            (
-                "termesh_screen_request_bytes_total",
-                "counter",
-                "Output emulated by screen passes a request waited for.",
-                c(&self.screen_request_bytes).to_string(),
-            ),
-            (
-                "termesh_screen_warm_bytes_total",
-                "counter",
-                "Output emulated in the background to keep screen models warm.",
-                c(&self.screen_warm_bytes).to_string(),
-            ),
-            (
-                "termesh_screen_models_dropped_total",
-                "counter",
-                "Screen models of idle sessions dropped (their last snapshot kept).",
-                c(&self.screen_models_dropped).to_string(),
-            ),
-            (
-                "termesh_stale_episodes_total",
-                "counter",
-                "Connections marked stale (late pongs).",
-                c(&self.stale_episodes).to_string(),
-            ),
-            (
-                "termesh_stale_connections",
-                "gauge",
-                "Connections stale now (late pongs, host stall discounted).",
-                g(&self.stale_now).to_string(),
-            ),
-            (
-                "termesh_reaps_total",
-                "counter",
-                "Silent connections without a subscription closed.",
-                c(&self.reaps).to_string(),
-            ),
-            (
-                "termesh_host_stall_seconds_total",
-                "counter",
-                "Time this node itself was stalled (timer lateness or memory pressure).",
-                format!("{:.3}", stall.as_secs_f64()),
-            ),
-            (
-                "termesh_bad_frames_total",
-                "counter",
-                "Inbound frames refused.",
-                c(&self.bad_frames).to_string(),
-            ),
-            (
-                "termesh_store_lost_bytes_total",
-                "counter",
-                "Output that could not be stored (failed writes).",
-                c(&self.store_lost_bytes).to_string(),
-            ),
-            (
-                "termesh_store_flushes_total",
-                "counter",
-                "Flushes to disk the store made (requests for durability share one).",
-                c(&self.store_flushes).to_string(),
-            ),
-            (
-                "termesh_store_bytes",
-                "gauge",
-                "The store's size on disk: records, events and the output log.",
-                (c(&self.store_bytes) + c(&self.log_bytes)).to_string(),
-            ),
-            (
-                "termesh_store_output_bytes",
-                "gauge",
-                "The output log's segments on disk.",
-                c(&self.log_bytes).to_string(),
-            ),
-            (
-                "termesh_store_output_dropped_bytes_total",
-                "counter",
-                "Output deleted by retention (store.output_bytes, store.max_bytes).",
-                c(&self.log_dropped_bytes).to_string(),
-            ),
-            (
-                "termesh_store_output_syncs_total",
-                "counter",
-                "Group syncs of the output log to disk.",
-                c(&self.log_syncs).to_string(),
-            ),
-            (
-                "termesh_store_output_open_files",
-                "gauge",
-                "Segment files held open for appending (at most 512).",
-                c(&self.log_open_files).to_string(),
-            ),
-            (
-                "termesh_store_output_cache_bytes",
-                "gauge",
-                "Memory in the output log's index cache (at most 4 MiB).",
-                c(&self.log_cache_bytes).to_string(),
-            ),
-        ];
         let mut out = String::new();
-        for (name, kind, help, value) in rows {
+        let mut row = |name: &str, kind: &str, help: &str, value: String| {
             out.push_str(&format!(
                 "# HELP {name} {help}\n# TYPE {name} {kind}\n{name}{{node=\"{node}\"}} {value}\n"
             ));
+        };
+        for (name, kind, help, value) in ROWS {
+            row(name, kind, help, value(self));
         }
+        row(
+            "termesh_host_stall_seconds_total",
+            "counter",
+            "Time this node itself was stalled (timer lateness or memory pressure).",
+            format!("{:.3}", stall.as_secs_f64()),
+        );
         out
+    }
+}
+
+/// A row of the exposition: name, type, help, and its value read off the
+/// metrics.
+type Row = (
+    &'static str,
+    &'static str,
+    &'static str,
+    fn(&Metrics) -> String,
+);
+
+fn g(v: &AtomicI64) -> String {
+    v.load(Ordering::Relaxed).to_string()
+}
+
+fn c(v: &AtomicU64) -> String {
+    v.load(Ordering::Relaxed).to_string()
+}
+
+/// Every metric the node exposes but the host stall (which the stall
+/// clock holds).
+const ROWS: &[Row] = &[
+    ("termesh_sessions", "gauge", "Sessions on this node.", |m| {
+        g(&m.sessions).to_string()
+    }),
+    (
+        "termesh_mirrors",
+        "gauge",
+        "Mirrors of other nodes' sessions on this node.",
+        |m| g(&m.mirrors),
+    ),
+    (
+        "termesh_sessions_ended_warm",
+        "gauge",
+        "Ended sessions holding their ring in memory, read back from the output log.",
+        |m| g(&m.ended_warm),
+    ),
+    (
+        "termesh_connections",
+        "gauge",
+        "Open client connections.",
+        |m| g(&m.connections),
+    ),
+    (
+        "termesh_subscribers",
+        "gauge",
+        "Live output subscriptions.",
+        |m| g(&m.subscribers),
+    ),
+    (
+        "termesh_bytes_out_total",
+        "counter",
+        "Output bytes sent to subscribers.",
+        |m| c(&m.bytes_out),
+    ),
+    (
+        "termesh_frames_out_total",
+        "counter",
+        "Output frames sent to subscribers.",
+        |m| c(&m.frames_out),
+    ),
+    (
+        "termesh_resyncs_total",
+        "counter",
+        "resync_required sent.",
+        |m| c(&m.resyncs),
+    ),
+    (
+        "termesh_snapshots_total",
+        "counter",
+        "Snapshots computed.",
+        |m| c(&m.snapshots),
+    ),
+    (
+        "termesh_screen_request_bytes_total",
+        "counter",
+        "Output emulated by screen passes a request waited for.",
+        |m| c(&m.screen_request_bytes),
+    ),
+    (
+        "termesh_screen_warm_bytes_total",
+        "counter",
+        "Output emulated in the background to keep screen models warm.",
+        |m| c(&m.screen_warm_bytes),
+    ),
+    (
+        "termesh_screen_models_dropped_total",
+        "counter",
+        "Screen models of idle sessions dropped (their last snapshot kept).",
+        |m| c(&m.screen_models_dropped),
+    ),
+    (
+        "termesh_stale_episodes_total",
+        "counter",
+        "Connections marked stale (late pongs).",
+        |m| c(&m.stale_episodes),
+    ),
+    (
+        "termesh_stale_connections",
+        "gauge",
+        "Connections stale now (late pongs, host stall discounted).",
+        |m| g(&m.stale_now),
+    ),
+    (
+        "termesh_reaps_total",
+        "counter",
+        "Silent connections without a subscription closed.",
+        |m| c(&m.reaps),
+    ),
+    (
+        "termesh_bad_frames_total",
+        "counter",
+        "Inbound frames refused.",
+        |m| c(&m.bad_frames),
+    ),
+    (
+        "termesh_store_lost_bytes_total",
+        "counter",
+        "Output that could not be stored (failed writes).",
+        |m| c(&m.store_lost_bytes),
+    ),
+    (
+        "termesh_store_flushes_total",
+        "counter",
+        "Flushes to disk the store made (requests for durability share one).",
+        |m| c(&m.store_flushes),
+    ),
+    (
+        "termesh_store_bytes",
+        "gauge",
+        "The store's size on disk: records, events and the output log.",
+        |m| {
+            (m.store_bytes.load(Ordering::Relaxed) + m.log_bytes.load(Ordering::Relaxed))
+                .to_string()
+        },
+    ),
+    (
+        "termesh_store_output_bytes",
+        "gauge",
+        "The output log's segments on disk.",
+        |m| c(&m.log_bytes),
+    ),
+    (
+        "termesh_store_output_dropped_bytes_total",
+        "counter",
+        "Output deleted by retention (store.output_bytes, store.max_bytes).",
+        |m| c(&m.log_dropped_bytes),
+    ),
+    (
+        "termesh_store_output_syncs_total",
+        "counter",
+        "Group syncs of the output log to disk.",
+        |m| c(&m.log_syncs),
+    ),
+    (
+        "termesh_store_output_open_files",
+        "gauge",
+        "Segment files held open for appending (at most 512).",
+        |m| c(&m.log_open_files),
+    ),
+    (
+        "termesh_store_output_cache_bytes",
+        "gauge",
+        "Memory in the output log's index cache (at most 4 MiB).",
+        |m| c(&m.log_cache_bytes),
+    ),
+];
+
+#[cfg(test)]
+mod render_tests {
+    use super::*;
+
+    #[test]
+    fn every_metric_is_exposed_once_with_its_help_type_and_value() {
+        let m = Metrics::default();
+        Metrics::add(&m.bytes_out, 42);
+        Metrics::gauge(&m.sessions, 3);
+        let text = m.render("n1", std::time::Duration::from_millis(1500));
+        let types: Vec<&str> = text.lines().filter(|l| l.starts_with("# TYPE")).collect();
+        assert_eq!(types.len(), ROWS.len() + 1);
+        let mut names: Vec<&str> = types.iter().map(|l| l.split(' ').nth(2).unwrap()).collect();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), types.len(), "each name once");
+        assert!(text.contains("termesh_bytes_out_total{node=\"n1\"} 42\n"));
+        assert!(text.contains("termesh_sessions{node=\"n1\"} 3\n"));
+        assert!(text.contains("termesh_host_stall_seconds_total{node=\"n1\"} 1.500\n"));
     }
 }

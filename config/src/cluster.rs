@@ -107,95 +107,60 @@ struct RawNodeEntry {
     key_sha256: Option<String>,
 }
 
+/// The errors of the cluster section, naming the file.
+struct Bad<'a>(&'a str);
+
+impl Bad<'_> {
+    fn value(&self, key: &str, value: String, reason: &str) -> ConfigError {
+        ConfigError::Value {
+            file: self.0.to_string(),
+            key: key.to_string(),
+            value,
+            reason: reason.to_string(),
+        }
+    }
+
+    fn missing(&self, key: &str) -> ConfigError {
+        self.value(key, "(missing)".into(), "is required in a cluster")
+    }
+
+    /// A path that must be given and not be empty.
+    fn path(&self, key: &str, value: Option<PathBuf>) -> Result<PathBuf, ConfigError> {
+        match value {
+            None => Err(self.missing(key)),
+            Some(p) if p.as_os_str().is_empty() => {
+                Err(self.value(key, "\"\"".into(), "must not be empty"))
+            }
+            Some(p) => Ok(p),
+        }
+    }
+}
+
 /// Checks the section for the node named `this`.
 pub(crate) fn parse(raw: RawCluster, this: &str, file: &str) -> Result<ClusterConfig, ConfigError> {
-    let bad = |key: &str, value: String, reason: &str| ConfigError::Value {
-        file: file.to_string(),
-        key: key.to_string(),
-        value,
-        reason: reason.to_string(),
-    };
-    let missing = |key: &str| bad(key, "(missing)".into(), "is required in a cluster");
-    let id = raw.id.ok_or_else(|| missing("cluster.id"))?;
+    let bad = Bad(file);
+    let id = raw.id.ok_or_else(|| bad.missing("cluster.id"))?;
     if id.is_empty() || id.len() > 64 || id.chars().any(|c| c.is_control()) {
-        return Err(bad(
+        return Err(bad.value(
             "cluster.id",
             format!("{id:?}"),
             "must be 1 to 64 printable characters",
         ));
     }
-    let path = |key: &str, value: Option<PathBuf>| -> Result<PathBuf, ConfigError> {
-        match value {
-            None => Err(missing(key)),
-            Some(p) if p.as_os_str().is_empty() => {
-                Err(bad(key, "\"\"".into(), "must not be empty"))
-            }
-            Some(p) => Ok(p),
-        }
-    };
-    let ca = path("cluster.ca", raw.ca)?;
-    let cert = path("cluster.cert", raw.cert)?;
-    let key = path("cluster.key", raw.key)?;
+    let ca = bad.path("cluster.ca", raw.ca)?;
+    let cert = bad.path("cluster.cert", raw.cert)?;
+    let key = bad.path("cluster.key", raw.key)?;
     if raw.nodes.is_empty() {
-        return Err(missing("cluster.nodes"));
+        return Err(bad.missing("cluster.nodes"));
     }
     let mut nodes: Vec<NodeEntry> = Vec::new();
     for (i, n) in raw.nodes.into_iter().enumerate() {
-        let key = |field: &str| format!("cluster.nodes[{i}].{field}");
-        let name = n.name.ok_or_else(|| missing(&key("name")))?;
-        check_name(&name).map_err(|r| bad(&key("name"), format!("{name:?}"), &r))?;
-        let addr = |field: &str, value: Option<String>| -> Result<SocketAddr, ConfigError> {
-            let text = value.ok_or_else(|| missing(&key(field)))?;
-            text.parse().map_err(|_| {
-                bad(
-                    &key(field),
-                    format!("{text:?}"),
-                    "not an address:port such as \"127.0.0.1:7521\"",
-                )
-            })
-        };
-        let key_sha256 = match n.key_sha256 {
-            None => None,
-            Some(pin) if pin.len() == 64 && pin.bytes().all(|b| b.is_ascii_hexdigit()) => {
-                Some(pin.to_ascii_lowercase())
-            }
-            Some(pin) => {
-                return Err(bad(
-                    &key("key_sha256"),
-                    format!("{pin:?}"),
-                    "must be 64 hex digits (the SHA-256 of the node's key, as `cluster init` writes it)",
-                ))
-            }
-        };
-        let entry = NodeEntry {
-            quic: addr("quic", n.quic)?,
-            http: addr("http", n.http)?,
-            name,
-            key_sha256,
-        };
-        for other in &nodes {
-            let clash = if other.name == entry.name {
-                Some(("name", format!("{:?}", entry.name)))
-            } else if other.quic == entry.quic {
-                Some(("quic", format!("{:?}", entry.quic.to_string())))
-            } else if other.http == entry.http {
-                Some(("http", format!("{:?}", entry.http.to_string())))
-            } else {
-                None
-            };
-            if let Some((field, value)) = clash {
-                return Err(bad(
-                    &key(field),
-                    value,
-                    &format!("node `{}` has it already", other.name),
-                ));
-            }
-        }
+        let entry = node_entry(&bad, i, n, &nodes)?;
         nodes.push(entry);
     }
     if !nodes.iter().any(|n| n.name == this) {
         let names: Vec<&str> = nodes.iter().map(|n| n.name.as_str()).collect();
-        return Err(bad(
+        return Err(bad.value(
             "node.name",
             format!("{this:?}"),
             &format!("is not one of cluster.nodes ({})", names.join(", ")),
@@ -203,7 +168,7 @@ pub(crate) fn parse(raw: RawCluster, this: &str, file: &str) -> Result<ClusterCo
     }
     let linger = raw.mirror_linger_secs.unwrap_or(60);
     if linger > 86_400 {
-        return Err(bad(
+        return Err(bad.value(
             "cluster.mirror_linger_secs",
             linger.to_string(),
             "must be at most 86400 (a day)",
@@ -217,6 +182,65 @@ pub(crate) fn parse(raw: RawCluster, this: &str, file: &str) -> Result<ClusterCo
         nodes,
         mirror_linger: std::time::Duration::from_secs(linger),
     })
+}
+
+/// `cluster.nodes[i]`, checked against the entries `before` it (a name or
+/// address given twice is refused).
+fn node_entry(
+    bad: &Bad,
+    i: usize,
+    n: RawNodeEntry,
+    before: &[NodeEntry],
+) -> Result<NodeEntry, ConfigError> {
+    let key = |field: &str| format!("cluster.nodes[{i}].{field}");
+    let name = n.name.ok_or_else(|| bad.missing(&key("name")))?;
+    check_name(&name).map_err(|r| bad.value(&key("name"), format!("{name:?}"), &r))?;
+    let addr = |field: &str, value: Option<String>| -> Result<SocketAddr, ConfigError> {
+        let text = value.ok_or_else(|| bad.missing(&key(field)))?;
+        text.parse().map_err(|_| {
+            bad.value(
+                &key(field),
+                format!("{text:?}"),
+                "not an address:port such as \"127.0.0.1:7521\"",
+            )
+        })
+    };
+    let key_sha256 = match n.key_sha256 {
+        None => None,
+        Some(pin) if pin.len() == 64 && pin.bytes().all(|b| b.is_ascii_hexdigit()) => {
+            Some(pin.to_ascii_lowercase())
+        }
+        Some(pin) => return Err(bad.value(
+            &key("key_sha256"),
+            format!("{pin:?}"),
+            "must be 64 hex digits (the SHA-256 of the node's key, as `cluster init` writes it)",
+        )),
+    };
+    let entry = NodeEntry {
+        quic: addr("quic", n.quic)?,
+        http: addr("http", n.http)?,
+        name,
+        key_sha256,
+    };
+    for other in before {
+        let clash = if other.name == entry.name {
+            Some(("name", format!("{:?}", entry.name)))
+        } else if other.quic == entry.quic {
+            Some(("quic", format!("{:?}", entry.quic.to_string())))
+        } else if other.http == entry.http {
+            Some(("http", format!("{:?}", entry.http.to_string())))
+        } else {
+            None
+        };
+        if let Some((field, value)) = clash {
+            return Err(bad.value(
+                &key(field),
+                value,
+                &format!("node `{}` has it already", other.name),
+            ));
+        }
+    }
+    Ok(entry)
 }
 
 #[cfg(test)]

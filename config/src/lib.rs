@@ -264,49 +264,11 @@ impl Config {
             },
         };
 
-        let mut tokens = Vec::new();
-        for (i, token) in raw.auth.tokens.into_iter().enumerate() {
-            let key = |field: &str| format!("auth.tokens[{i}].{field}");
-            let hash = parse_token_hash(&token.hash)
-                .map_err(|r| bad(&key("hash"), format!("{:?}", token.hash), r))?;
-            let role = Role::parse(&token.role).ok_or_else(|| {
-                bad(
-                    &key("role"),
-                    format!("{:?}", token.role),
-                    "must be \"viewer\", \"operator\" or \"admin\"".into(),
-                )
-            })?;
-            tokens.push(TokenEntry {
-                name: token.name,
-                hash,
-                role,
-            });
-        }
+        let tokens = parse_tokens(raw.auth.tokens, file)?;
 
         let session = session::parse(raw.session, file)?;
 
-        let w = raw.ws;
-        let dur = |key: &str, value: &Option<String>, default: Duration| {
-            duration_or(value, default)
-                .and_then(|d| {
-                    if d.is_zero() {
-                        Err("must be more than zero".to_string())
-                    } else {
-                        Ok(d)
-                    }
-                })
-                .map_err(|r| bad(key, format!("{value:?}"), r))
-        };
-        let ws = WsConfig {
-            ping_interval: dur(
-                "ws.ping_interval",
-                &w.ping_interval,
-                defaults::PING_INTERVAL,
-            )?,
-            stale_after: dur("ws.stale_after", &w.stale_after, defaults::STALE_AFTER)?,
-            reap_after: dur("ws.reap_after", &w.reap_after, defaults::REAP_AFTER)?,
-            auth_timeout: dur("ws.auth_timeout", &w.auth_timeout, defaults::AUTH_TIMEOUT)?,
-        };
+        let ws = parse_ws(raw.ws, file)?;
 
         let cluster = match raw.cluster {
             Some(c) => Some(cluster::parse(c, &name, file)?),
@@ -330,6 +292,65 @@ impl Config {
             watchdog,
         })
     }
+}
+
+/// `[[auth.tokens]]`: each hash and role checked.
+fn parse_tokens(raw: Vec<RawToken>, file: &str) -> Result<Vec<TokenEntry>, ConfigError> {
+    let bad = |key: String, value: String, reason: String| ConfigError::Value {
+        file: file.to_string(),
+        key,
+        value,
+        reason,
+    };
+    let mut tokens = Vec::new();
+    for (i, token) in raw.into_iter().enumerate() {
+        let key = |field: &str| format!("auth.tokens[{i}].{field}");
+        let hash = parse_token_hash(&token.hash)
+            .map_err(|r| bad(key("hash"), format!("{:?}", token.hash), r))?;
+        let role = Role::parse(&token.role).ok_or_else(|| {
+            bad(
+                key("role"),
+                format!("{:?}", token.role),
+                "must be \"viewer\", \"operator\" or \"admin\"".into(),
+            )
+        })?;
+        tokens.push(TokenEntry {
+            name: token.name,
+            hash,
+            role,
+        });
+    }
+    Ok(tokens)
+}
+
+/// `[ws]`: every duration more than zero.
+fn parse_ws(w: RawWs, file: &str) -> Result<WsConfig, ConfigError> {
+    let dur = |key: &str, value: &Option<String>, default: Duration| {
+        duration_or(value, default)
+            .and_then(|d| {
+                if d.is_zero() {
+                    Err("must be more than zero".to_string())
+                } else {
+                    Ok(d)
+                }
+            })
+            .map_err(|reason| ConfigError::Value {
+                file: file.to_string(),
+                key: key.to_string(),
+                value: format!("{value:?}"),
+                reason,
+            })
+    };
+    Ok(WsConfig {
+        ping_interval: dur(
+            "ws.ping_interval",
+            &w.ping_interval,
+            defaults::PING_INTERVAL,
+        )?,
+        stale_after: dur("ws.stale_after", &w.stale_after, defaults::STALE_AFTER)?,
+        reap_after: dur("ws.reap_after", &w.reap_after, defaults::REAP_AFTER)?,
+        auth_timeout: dur("ws.auth_timeout", &w.auth_timeout, defaults::AUTH_TIMEOUT)?,
+    })
 }
 
 /// Node names travel in certificates and URLs: keep them plain.

@@ -71,6 +71,48 @@ impl Handler<Restore> for Registry {
 }
 
 impl Registry {
+    /// The program the keeper held for `id`, taken up when the session
+    /// was running and is not here already; released otherwise.
+    fn take_up(&self, id: &Arc<str>, held: Option<Held>, was_running: bool) -> Option<Pty> {
+        let (held, keeper) = (held?, self.config.keeper.as_ref()?);
+        if !was_running || self.dir.get(id).is_some() {
+            keeper.release(&held.id);
+            return None;
+        }
+        match pty::adopt(keeper, &held.id, held.pid, held.master) {
+            Ok(pty) => Some(pty),
+            Err(e) => {
+                tracing::error!(session = %id, "the program the PTY keeper held cannot be taken up: {e}");
+                None
+            }
+        }
+    }
+
+    /// A session that was running before the restart: taken up (`pty`) or
+    /// lost, stored as an event and logged.
+    fn tell_restart(&mut self, id: &Arc<str>, pty: Option<&Pty>) {
+        let event = match pty {
+            Some(pty) => {
+                tracing::info!(session = %id, pid = pty.pid, "session taken up again from the PTY keeper");
+                serde_json::json!({
+                    "kind": "node_restarted",
+                    "status": "running",
+                    "pid": pty.pid,
+                    "message": "the node restarted; the program ran on under the PTY keeper",
+                })
+            }
+            None => {
+                tracing::warn!(session = %id, "session lost: its program did not outlive the node");
+                serde_json::json!({
+                    "kind": "node_restarted",
+                    "status": "lost",
+                    "message": "the node restarted; the session's program died with it",
+                })
+            }
+        };
+        self.record_event(id, event);
+    }
+
     /// Puts a session found in the store back in the directory: running
     /// again if the keeper held its program, `lost` if it was running and
     /// its program is gone. Answers the status it was running with.
@@ -83,22 +125,7 @@ impl Registry {
         let info = &stored.info;
         let id: Arc<str> = info.id.as_str().into();
         let was_running = info.status == SessionStatus::Running;
-        let pty = match (held, &self.config.keeper) {
-            (Some(held), Some(keeper)) if was_running && self.dir.get(&id).is_none() => {
-                match pty::adopt(keeper, &held.id, held.pid, held.master) {
-                    Ok(pty) => Some(pty),
-                    Err(e) => {
-                        tracing::error!(session = %id, "the program the PTY keeper held cannot be taken up: {e}");
-                        None
-                    }
-                }
-            }
-            (Some(held), Some(keeper)) => {
-                keeper.release(&held.id);
-                None
-            }
-            _ => None,
-        };
+        let pty = self.take_up(&id, held, was_running);
         if self.dir.get(&id).is_some() {
             return None;
         }
@@ -108,29 +135,7 @@ impl Registry {
             (None, _) => SessionStatus::Lost,
         };
         if was_running {
-            let event = match &pty {
-                Some(pty) => serde_json::json!({
-                    "kind": "node_restarted",
-                    "status": "running",
-                    "pid": pty.pid,
-                    "message": "the node restarted; the program ran on under the PTY keeper",
-                }),
-                None => serde_json::json!({
-                    "kind": "node_restarted",
-                    "status": "lost",
-                    "message": "the node restarted; the session's program died with it",
-                }),
-            };
-            self.record_event(&id, event);
-        }
-        match &pty {
-            Some(pty) => {
-                tracing::info!(session = %id, pid = pty.pid, "session taken up again from the PTY keeper")
-            }
-            None if was_running => {
-                tracing::warn!(session = %id, "session lost: its program did not outlive the node")
-            }
-            None => {}
+            self.tell_restart(&id, pty.as_ref());
         }
         let shared = Arc::new(SessionShared {
             id: id.clone(),

@@ -274,66 +274,7 @@ pub async fn answer_later(node: NodeCtx, msg: ClientMsg) -> ServerMsg {
             limit,
             before_seq,
             rows,
-        } => match (limit, before_seq, rows) {
-            (Some(_), _, Some(_)) => Err(ApiError::bad_request(
-                "`limit` (raw output) does not go with `rows` (pages of lines)",
-            )),
-            (Some(limit), Some(before), None) => node
-                .raw_page(&session, before, raw_limit(limit))
-                .await
-                .map(|page| ServerMsg::History {
-                    id,
-                    session,
-                    seq: page.end_seq,
-                    lines: None,
-                    data: Some(page.data.to_vec()),
-                    first_seq: Some(page.first_seq),
-                    more: Some(page.more),
-                }),
-            (Some(limit), None, None) => {
-                node.raw_tail(&session, raw_limit(limit))
-                    .await
-                    .map(|tail| ServerMsg::History {
-                        id,
-                        session,
-                        seq: tail.last_seq,
-                        lines: None,
-                        data: Some(tail.data.to_vec()),
-                        first_seq: None,
-                        more: None,
-                    })
-            }
-            (None, None, None) => node
-                .screen(
-                    &session,
-                    ScreenWant::Lines {
-                        max: MAX_SCROLLBACK as usize,
-                    },
-                )
-                .await
-                .map(|r| ServerMsg::History {
-                    id,
-                    session,
-                    seq: r.seq,
-                    lines: Some(r.out.into_lines().unwrap_or_default()),
-                    data: None,
-                    first_seq: None,
-                    more: None,
-                }),
-            (None, before_seq, rows) => {
-                node.history_page(&session, before_seq, rows)
-                    .await
-                    .map(|page| ServerMsg::History {
-                        id,
-                        session,
-                        seq: page.last_seq,
-                        lines: Some(page.lines),
-                        data: None,
-                        first_seq: Some(page.first_seq),
-                        more: Some(page.more),
-                    })
-            }
-        },
+        } => history(&node, id, session, limit, before_seq, rows).await,
         ClientMsg::Remove { id, session, purge } => node
             .remove(&session, purge.unwrap_or(false))
             .await
@@ -377,6 +318,79 @@ pub async fn answer_later(node: NodeCtx, msg: ClientMsg) -> ServerMsg {
     // Bounded here too, so a forwarded reply is the same on every node
     // and never too big for the link.
     result.map_or_else(|e| e.to_message(Some(id), session), ServerMsg::bounded)
+}
+
+/// `history`, by what it asks (PROTOCOL.md section 14): raw output (a
+/// page before a seq, or the newest), the model's lines, or a page of
+/// lines.
+async fn history(
+    node: &NodeCtx,
+    id: u64,
+    session: String,
+    limit: Option<u64>,
+    before_seq: Option<u64>,
+    rows: Option<u32>,
+) -> Result<ServerMsg, ApiError> {
+    match (limit, before_seq, rows) {
+        (Some(_), _, Some(_)) => Err(ApiError::bad_request(
+            "`limit` (raw output) does not go with `rows` (pages of lines)",
+        )),
+        (Some(limit), Some(before), None) => node
+            .raw_page(&session, before, raw_limit(limit))
+            .await
+            .map(|page| ServerMsg::History {
+                id,
+                session,
+                seq: page.end_seq,
+                lines: None,
+                data: Some(page.data.to_vec()),
+                first_seq: Some(page.first_seq),
+                more: Some(page.more),
+            }),
+        (Some(limit), None, None) => {
+            node.raw_tail(&session, raw_limit(limit))
+                .await
+                .map(|tail| ServerMsg::History {
+                    id,
+                    session,
+                    seq: tail.last_seq,
+                    lines: None,
+                    data: Some(tail.data.to_vec()),
+                    first_seq: None,
+                    more: None,
+                })
+        }
+        (None, None, None) => node
+            .screen(
+                &session,
+                ScreenWant::Lines {
+                    max: MAX_SCROLLBACK as usize,
+                },
+            )
+            .await
+            .map(|r| ServerMsg::History {
+                id,
+                session,
+                seq: r.seq,
+                lines: Some(r.out.into_lines().unwrap_or_default()),
+                data: None,
+                first_seq: None,
+                more: None,
+            }),
+        (None, before_seq, rows) => {
+            node.history_page(&session, before_seq, rows)
+                .await
+                .map(|page| ServerMsg::History {
+                    id,
+                    session,
+                    seq: page.last_seq,
+                    lines: Some(page.lines),
+                    data: None,
+                    first_seq: Some(page.first_seq),
+                    more: Some(page.more),
+                })
+        }
+    }
 }
 
 /// The request table as the peer side answers a forwarded request: what

@@ -14,7 +14,7 @@ use anyhow::{bail, Context};
 use termesh_transport::peer::certs::Ca;
 
 use super::init::{write, CROSS};
-use super::members::{load_ca, members};
+use super::members::{load_ca, members, Member};
 
 /// The PEM blocks of a file, each with its armour.
 fn pem_blocks(text: &str) -> Vec<String> {
@@ -75,56 +75,80 @@ pub fn rotate(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
         (dir.join("ca.key"), next_pem.key_pem.clone(), true),
     ];
     for member in &members {
-        let folder = member.config.parent().expect("a config is in its folder");
-        // The node keeps its key (the configs pin it): only the signature
-        // is new.
-        let key = read(&folder.join("node.key"))?;
-        let issued = next
-            .issue_for_key(&member.name, &key)
-            .with_context(|| format!("cannot issue the certificate of {}", member.name))?;
-        files.push((
-            folder.join("node.pem"),
-            format!("{}{cross}", issued.cert_pem),
-            false,
-        ));
-        files.push((folder.join("node.key"), issued.key_pem, true));
-        if member.loaded.http.tls.is_some() {
-            let node = &member
-                .loaded
-                .cluster
-                .as_ref()
-                .expect("checked")
-                .this(&member.name);
-            let mut names = vec![member.name.clone(), "localhost".to_string()];
-            if !node.http.ip().is_unspecified() {
-                names.insert(0, node.http.ip().to_string());
-            }
-            let http = next.issue_http(&names)?;
-            files.push((
-                folder.join("http.pem"),
-                format!("{}{cross}", http.cert_pem),
-                false,
-            ));
-            files.push((folder.join("http.key"), http.key_pem, true));
-        }
-        files.push((folder.join("ca.pem"), bundle.clone(), false));
+        files.extend(member_files(member, &next, &cross, &bundle)?);
     }
     // The bundle last: a folder whose ca.pem is one CA is not yet rotated.
     files.push((dir.join("ca.pem"), bundle, false));
     for (path, text, secret) in &files {
         write(path, text, *secret)?;
     }
-    // Every config pins every node's key: the same keys as before, and a
-    // config written before pins gets them now.
-    let mut pins = std::collections::HashMap::new();
+    pin_keys(&members)?;
+    let mut written = Vec::new();
     for member in &members {
+        super::init::check(&member.config)
+            .with_context(|| format!("{} was written wrong", member.config.display()))?;
+        written.push(member.config.clone());
+    }
+    Ok(written)
+}
+
+/// A node's files from the new CA: its certificate (for the key it has,
+/// which the configs pin), its HTTPS certificate when it serves HTTPS,
+/// and the trust bundle; each with whether it is secret.
+fn member_files(
+    member: &Member,
+    next: &Ca,
+    cross: &str,
+    bundle: &str,
+) -> anyhow::Result<Vec<(PathBuf, String, bool)>> {
+    let folder = member.config.parent().expect("a config is in its folder");
+    let key = read(&folder.join("node.key"))?;
+    let issued = next
+        .issue_for_key(&member.name, &key)
+        .with_context(|| format!("cannot issue the certificate of {}", member.name))?;
+    let mut files = vec![
+        (
+            folder.join("node.pem"),
+            format!("{}{cross}", issued.cert_pem),
+            false,
+        ),
+        (folder.join("node.key"), issued.key_pem, true),
+    ];
+    if member.loaded.http.tls.is_some() {
+        let node = &member
+            .loaded
+            .cluster
+            .as_ref()
+            .expect("checked")
+            .this(&member.name);
+        let mut names = vec![member.name.clone(), "localhost".to_string()];
+        if !node.http.ip().is_unspecified() {
+            names.insert(0, node.http.ip().to_string());
+        }
+        let http = next.issue_http(&names)?;
+        files.push((
+            folder.join("http.pem"),
+            format!("{}{cross}", http.cert_pem),
+            false,
+        ));
+        files.push((folder.join("http.key"), http.key_pem, true));
+    }
+    files.push((folder.join("ca.pem"), bundle.to_string(), false));
+    Ok(files)
+}
+
+/// Every config pins every node's key: the same keys as before, and a
+/// config written before pins gets them now.
+fn pin_keys(members: &[Member]) -> anyhow::Result<()> {
+    let mut pins = std::collections::HashMap::new();
+    for member in members {
         let folder = member.config.parent().expect("a config is in its folder");
         let pem = read(&folder.join("node.pem"))?;
         let pin = termesh_transport::peer::tls::key_sha256_of_pem(&pem)
             .with_context(|| format!("{} holds no certificate", folder.display()))?;
         pins.insert(member.name.clone(), pin);
     }
-    for member in &members {
+    for member in members {
         super::members::edit(&member.config, |nodes| {
             for entry in nodes.iter_mut() {
                 let name = entry
@@ -137,13 +161,7 @@ pub fn rotate(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
             }
         })?;
     }
-    let mut written = Vec::new();
-    for member in &members {
-        super::init::check(&member.config)
-            .with_context(|| format!("{} was written wrong", member.config.display()))?;
-        written.push(member.config.clone());
-    }
-    Ok(written)
+    Ok(())
 }
 
 /// Drops the old CA (step 2); answers the node folders written.

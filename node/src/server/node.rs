@@ -83,30 +83,8 @@ impl Node {
             metrics.clone(),
         )
         .start();
-        if !restored.is_empty() || !kept.is_empty() {
-            let restore = Restore {
-                sessions: restored,
-                kept,
-            };
-            let count = registry.send(restore).await.unwrap_or_default();
-            tracing::info!(
-                sessions = count.sessions,
-                running = count.running,
-                lost = count.lost,
-                "sessions restored from the store (running: their programs ran on under the PTY keeper; lost: their programs died)"
-            );
-        }
-        let mut tasks = Vec::new();
-        if let Some(store) = &store {
-            tasks.push(actix_rt::spawn(vacuum_loop(
-                store.clone(),
-                config.store.clone(),
-            )));
-            tasks.push(actix_rt::spawn(budget_loop(
-                store.clone(),
-                max_output_bytes(config),
-            )));
-        }
+        restore(&registry, restored, kept).await;
+        let mut tasks = store_tasks(config, store.as_ref());
         let node = NodeCtx {
             node: config.node.name.clone(),
             version: VERSION,
@@ -201,6 +179,42 @@ impl Node {
             file.remove();
         }
     }
+}
+
+/// The sessions found in the store, and the programs the keeper held, back
+/// in the registry.
+async fn restore(
+    registry: &Addr<Registry>,
+    sessions: Vec<termesh_actors::store::Restored>,
+    kept: Vec<termesh_actors::keeper::Held>,
+) {
+    if sessions.is_empty() && kept.is_empty() {
+        return;
+    }
+    let count = registry
+        .send(Restore { sessions, kept })
+        .await
+        .unwrap_or_default();
+    tracing::info!(
+        sessions = count.sessions,
+        running = count.running,
+        lost = count.lost,
+        "sessions restored from the store (running: their programs ran on under the PTY keeper; lost: their programs died)"
+    );
+}
+
+/// The store's vacuum and budget loops.
+fn store_tasks(
+    config: &Config,
+    store: Option<&StoreHandle>,
+) -> Vec<actix_rt::task::JoinHandle<()>> {
+    let Some(store) = store else {
+        return Vec::new();
+    };
+    vec![
+        actix_rt::spawn(vacuum_loop(store.clone(), config.store.clone())),
+        actix_rt::spawn(budget_loop(store.clone(), max_output_bytes(config))),
+    ]
 }
 
 fn registry_config(

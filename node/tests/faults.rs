@@ -279,10 +279,7 @@ async fn a_reply_over_the_bound_is_too_large_everywhere_and_the_link_stays() {
     // The link never went down, and a keystroke through b still echoes.
     assert_eq!(links(1), ups, "the peer link was made again");
     let mut typist = connect(&cluster, 1).await;
-    let mut t = Stream::new(1 << 20);
-    subscribe(&mut typist, &session, None, 1 << 20)
-        .await
-        .unwrap();
+    let mut t = subscribe_fresh(&mut typist, &session, 1 << 20).await;
     typist
         .send(&ClientMsg::Input {
             session: session.clone(),
@@ -290,15 +287,20 @@ async fn a_reply_over_the_bound_is_too_large_everywhere_and_the_link_stays() {
         })
         .await
         .unwrap();
-    within(
+    let echoed = tokio::time::timeout(
         PATIENCE,
-        "the keystrokes to echo through b",
         pump_until(&mut typist, &session, &mut t, true, |t| {
             String::from_utf8_lossy(&t.data).contains("echo-me")
         }),
     )
-    .await
-    .unwrap();
+    .await;
+    assert!(
+        matches!(echoed, Ok(Ok(()))),
+        "the keystrokes did not echo through b: {echoed:?}; errors {:?}; seen up to seq {}: {:?}",
+        t.errors,
+        t.last_seq,
+        String::from_utf8_lossy(&t.data[t.data.len().saturating_sub(200)..])
+    );
 }
 
 fn short(msg: &ServerMsg) -> String {

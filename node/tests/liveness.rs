@@ -65,7 +65,7 @@ async fn a_client_that_stopped_reading_is_closed_by_the_kernel_and_hurts_nobody(
     let mut viewer = node.client(VIEWER).await;
     subscribe(&mut viewer, &flood, None, 1 << 20).await.unwrap();
     let mut typist = node.client(OPERATOR).await;
-    subscribe(&mut typist, &echo, None, 1 << 20).await.unwrap();
+    subscribe_fresh(&mut typist, &echo, 1 << 20).await;
     wait_metric(&url, "termesh_connections", "three connections", |v| {
         v == 3.0
     })

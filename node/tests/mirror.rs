@@ -320,7 +320,7 @@ async fn control_frames_do_not_wait_behind_a_flood_on_the_same_link() {
     .await;
     // Keystrokes and forwarded requests from b while the flood runs.
     let mut c = connect(&cluster, 1).await;
-    subscribe(&mut c, &echo, None, 1 << 20).await.unwrap();
+    subscribe_fresh(&mut c, &echo, 1 << 20).await;
     // At least 100 keystrokes, and on until 4 MiB more of the flood has
     // crossed: the flood of an unpaced `yes` comes in bursts (the mirror
     // falls a ring behind the owner and is resynced), so a fixed count of

@@ -281,6 +281,8 @@ pub struct Stream {
     /// Bytes consumed since the last ack.
     pub unacked: u64,
     pub window: u64,
+    /// `error` messages about the session (for failure messages).
+    pub errors: Vec<String>,
 }
 
 impl Stream {
@@ -337,6 +339,12 @@ impl Stream {
                 session: s,
                 event: termesh_transport::EventKind::Lost,
             } if s == session => self.lost = true,
+            ServerMsg::Error {
+                code,
+                message,
+                session: Some(s),
+                ..
+            } if s == session => self.errors.push(format!("{}: {message}", code.as_str())),
             _ => {}
         }
     }
@@ -350,6 +358,23 @@ impl Stream {
     pub fn should_ack(&self) -> bool {
         self.unacked >= self.window / 4
     }
+}
+
+/// Subscribes as a fresh attach (no `from_seq`) and returns once its
+/// snapshot came, with the stream it started: output follows the
+/// snapshot's seq, so a key typed now echoes in `output`, never inside
+/// the snapshot (taken at some seq after `subscribed`).
+pub async fn subscribe_fresh(c: &mut Client, session: &str, window: u64) -> Stream {
+    subscribe(c, session, None, window).await.unwrap();
+    let mut s = Stream::new(window);
+    within(
+        PATIENCE,
+        "the fresh attach's snapshot",
+        pump_until(c, session, &mut s, true, |s| !s.snapshots.is_empty()),
+    )
+    .await
+    .unwrap();
+    s
 }
 
 /// Subscribes and returns once `subscribed` arrives.

@@ -99,6 +99,22 @@ pub fn spec_of(kind: RequestKind) -> Spec {
     }
 }
 
+/// The role check every front end makes (WebSocket, REST): `what` names
+/// the request in the refusal.
+pub fn check_role(what: &str, needed: Role, have: Role) -> Result<(), ApiError> {
+    if have >= needed {
+        return Ok(());
+    }
+    Err(ApiError::new(
+        termesh_transport::ErrorCode::Forbidden,
+        format!(
+            "{what} needs the {} role; this token is {}",
+            needed.as_str(),
+            have.as_str()
+        ),
+    ))
+}
+
 /// The row of `msg`'s kind.
 pub fn spec(msg: &ClientMsg) -> Spec {
     spec_of(msg.kind_of())

@@ -78,16 +78,7 @@ pub fn require(req: &HttpRequest, tokens: &Tokens, needed: Role) -> Result<Role,
             "send a token: Authorization: Bearer <token>, or ?token=",
         )
     })?;
-    if role < needed {
-        return Err(ApiError::new(
-            ErrorCode::Forbidden,
-            format!(
-                "needs the {} role; this token is {}",
-                needed.as_str(),
-                role.as_str()
-            ),
-        ));
-    }
+    termesh_actors::front::request::check_role("this request", needed, role)?;
     Ok(role)
 }
 

@@ -12,7 +12,9 @@ use crate::cluster::forward::Route;
 use crate::directory::registry::{Watch, NEXT_SUB_ID};
 use crate::directory::watch::WatchQueue;
 use crate::error::ApiError;
-use crate::front::request::{answer_later, answer_now, expected_reply, ids, spec, Class};
+use crate::front::request::{
+    answer_later, answer_now, check_role, expected_reply, ids, spec, Class,
+};
 use crate::front::tokens::Recheck;
 use crate::output::publisher::Kind;
 use crate::session::{Ack, Subscribe, Unsubscribe};
@@ -53,17 +55,8 @@ impl ConnectionActor {
             );
             return self.send_error(ctx, id, session, err);
         };
-        let needed = spec(&msg).role;
-        if role < needed {
-            let err = ApiError::new(
-                ErrorCode::Forbidden,
-                format!(
-                    "`{}` needs the {} role; this token is {}",
-                    msg.kind(),
-                    needed.as_str(),
-                    role.as_str()
-                ),
-            );
+        let what = format!("`{}`", msg.kind());
+        if let Err(err) = check_role(&what, spec(&msg).role, role) {
             return self.send_error(ctx, id, session, err);
         }
         if let Err(err) = self.route(msg, ctx) {

@@ -7,7 +7,8 @@
 //! `TERMESH_BENCH_MB` changes the 64 MiB throughput payload;
 //! `TERMESH_BENCH_SESSIONS` the 1,000 idle sessions and clients;
 //! `TERMESH_BENCH_CONFIG` is the node's config file text (default empty:
-//! the defaults, store on), e.g. `[store]\nenabled = false` for an A/B.
+//! the defaults, store on), e.g. `[store]\nenabled = false` for an A/B;
+//! `TERMESH_BENCH_BIN` runs another build of the node (before/after).
 
 use std::time::Duration;
 

@@ -25,6 +25,12 @@ pub struct Node {
     pub dir: tempfile::TempDir,
 }
 
+/// The node binary: this build's, or `TERMESH_BENCH_BIN` (another build,
+/// for a before/after comparison in one session).
+pub fn node_binary() -> std::ffi::OsString {
+    std::env::var_os("TERMESH_BENCH_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_termesh").into())
+}
+
 impl Node {
     /// Starts a node with the config text `config` (may be empty).
     pub fn start(config: &str) -> Node {
@@ -35,7 +41,7 @@ impl Node {
     pub fn start_in(dir: tempfile::TempDir, config: &str) -> Node {
         let config_file = dir.path().join("termesh.toml");
         std::fs::write(&config_file, config).unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_termesh"))
+        let mut child = Command::new(node_binary())
             .args(["node", "--listen", "127.0.0.1:0"])
             .arg("--data-dir")
             .arg(dir.path())

@@ -23,8 +23,10 @@ pub(crate) const REPLY_STREAMS: usize = 8;
 /// that speaks another one (the log names both).
 pub const PEER_PROTO: u32 = 2;
 
-/// The budget of forwards a request may take; each forward takes one, and
-/// a request that arrives with none left is answered where it is.
+/// The budget of forwards a request may take; each forward takes one
+/// (`ClusterCtx::forward`). A node answers every forwarded request itself
+/// today (it never forwards one again), so the budget is carried on the
+/// wire for a relay that would.
 pub const HOP_BUDGET: u8 = 4;
 
 /// A frame on the control stream (bidirectional, opened by the dialing

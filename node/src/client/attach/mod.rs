@@ -308,12 +308,23 @@ async fn session(conn: &mut Client, inputs: &mut Inputs, st: &mut State) -> anyh
                 Step::Continue
             }
         };
+        if let Step::End(end) = step {
+            // Keys typed before the detach key go; none into a session that
+            // ended or was taken. Best effort: a link failing now must not
+            // turn the end into a reconnect.
+            if end == Ended::Detached {
+                st.flush_input();
+            }
+            for msg in st.take_outbox() {
+                if conn.send(&msg).await.is_err() {
+                    break;
+                }
+            }
+            return Ok(end);
+        }
         st.flush_input();
         for msg in st.take_outbox() {
             conn.send(&msg).await?;
-        }
-        if let Step::End(end) = step {
-            return Ok(end);
         }
         st.refresh_status();
         st.view.flush()?;

@@ -16,14 +16,14 @@ use serde::Deserialize;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use termesh_config::Role;
-use termesh_transport::ClientMsg;
+use termesh_transport::{ClientMsg, ServerMsg};
 
-use crate::cluster::forward::Route;
 use crate::directory::registry::NEXT_SUB_ID;
 use crate::front::connection::{close_revoked, CloseConnection, Connections};
 use crate::front::fragments::{Assembled, Reassembler};
 use crate::front::frames::Incoming;
 use crate::front::ops::NodeCtx;
+use crate::front::request::{check_role, spec};
 use crate::front::tokens::{HeldToken, Recheck};
 use crate::output::feed::Feed;
 use crate::output::publisher::Kind;
@@ -93,39 +93,31 @@ impl RawActor {
     }
 
     fn input(&self, data: Bytes) {
-        if self.role < Role::Operator {
-            return;
-        }
         self.to_owner(ClientMsg::Input {
             session: self.id.to_string(),
             data: data.to_vec(),
         });
     }
 
-    /// Input and resize, here or forwarded to the session's owner, in order.
+    /// Input and resize through the request table, as a WebSocket client's:
+    /// its role checked, here or forwarded to the session's owner, in
+    /// order. Only failures are worth a word (in the log: the raw protocol
+    /// has no error message).
     fn to_owner(&self, msg: ClientMsg) {
-        let owner = match self.node.route_session(&self.id) {
-            Ok(Route::Owner(owner)) => owner,
-            Ok(Route::Here) => {
-                let done = match msg {
-                    ClientMsg::Input { data, .. } => self.node.input(&self.id, Bytes::from(data)),
-                    ClientMsg::Resize { cols, rows, .. } => self.node.resize(&self.id, cols, rows),
-                    _ => Ok(()),
-                };
-                if let Err(e) = done {
-                    tracing::debug!(session = %self.id, "raw input refused: {e}");
-                }
-                return;
-            }
-            Err(e) => {
-                tracing::debug!(session = %self.id, "raw input refused: {e}");
-                return;
-            }
-        };
-        let sent = self.node.forward(&owner, msg);
+        let what = format!("raw `{}`", msg.kind());
+        if let Err(e) = check_role(&what, spec(&msg).role, self.role) {
+            tracing::debug!(session = %self.id, "{e}");
+            return;
+        }
+        let reply = self.node.submit(msg);
+        let id = self.id.clone();
         actix::spawn(async move {
-            if let Err(e) = sent.await {
-                tracing::debug!("raw input not forwarded: {e}");
+            match reply.await {
+                Ok(ServerMsg::Error { message, .. }) => {
+                    tracing::debug!(session = %id, "raw input refused: {message}")
+                }
+                Ok(_) => {}
+                Err(e) => tracing::debug!(session = %id, "raw input refused: {e}"),
             }
         });
     }
@@ -133,13 +125,11 @@ impl RawActor {
     fn text(&self, text: &str) {
         if let Ok(resize) = serde_json::from_str::<ResizeText>(text) {
             if resize.kind == "resize" {
-                if self.role >= Role::Operator {
-                    self.to_owner(ClientMsg::Resize {
-                        session: self.id.to_string(),
-                        cols: resize.cols,
-                        rows: resize.rows,
-                    });
-                }
+                self.to_owner(ClientMsg::Resize {
+                    session: self.id.to_string(),
+                    cols: resize.cols,
+                    rows: resize.rows,
+                });
                 return;
             }
         }

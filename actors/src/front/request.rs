@@ -176,6 +176,10 @@ pub fn raw_limit(limit: u64) -> usize {
     limit.min(MAX_REPLY as u64) as usize
 }
 
+/// The reply to a submitted request.
+pub type Reply =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<ServerMsg, ApiError>> + 'static>>;
+
 impl NodeCtx {
     /// Which node answers `msg`, by its row's routing.
     pub fn route(&self, msg: &ClientMsg) -> Result<Route, ApiError> {
@@ -191,17 +195,32 @@ impl NodeCtx {
         }
     }
 
+    /// The one dispatch every front end uses, after its role check:
+    /// `msg` routed by its row, then answered here or sent to its owner.
+    /// Done before this returns: an `Immediate` request takes effect here
+    /// (so requests take effect in the order they came) and a forward is
+    /// queued to the peer; the future answers with the reply (an `error`
+    /// reply included; `Err` when routing or the forward failed). An
+    /// answer made at once is ready when first polled.
+    pub fn submit(&self, msg: ClientMsg) -> Reply {
+        match self.route(&msg) {
+            Err(e) => Box::pin(std::future::ready(Err(e))),
+            Ok(Route::Owner(owner)) => Box::pin(self.forward(&owner, msg)),
+            Ok(Route::Here) => match answer_now(self, &msg) {
+                Some(answer) => Box::pin(std::future::ready(Ok(answer))),
+                None => {
+                    let node = self.clone();
+                    Box::pin(async move { Ok(answer_later(node, msg).await) })
+                }
+            },
+        }
+    }
+
     /// `msg` answered wherever it is answered (here, or by its owner); an
     /// `error` reply comes back as the error. For front ends without a
     /// connection's state (REST).
     pub async fn ask(&self, msg: ClientMsg) -> Result<ServerMsg, ApiError> {
-        let reply = match self.route(&msg)? {
-            Route::Here => match answer_now(self, &msg) {
-                Some(answer) => answer,
-                None => answer_later(self.clone(), msg).await,
-            },
-            Route::Owner(owner) => self.forward(&owner, msg).await?,
-        };
+        let reply = self.submit(msg).await?;
         match ApiError::from_message(&reply) {
             Some(e) => Err(e),
             None => Ok(reply),

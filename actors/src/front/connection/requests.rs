@@ -4,17 +4,15 @@ use std::sync::atomic::Ordering;
 
 use actix::prelude::*;
 use actix_web_actors::ws::WebsocketContext;
+use futures_util::FutureExt;
 use termesh_transport::{encode_server, ClientMsg, ErrorCode, ServerMsg, MAX_SCROLLBACK};
 
 use super::slots::Slot;
 use super::{ConnectionActor, Sub};
-use crate::cluster::forward::Route;
 use crate::directory::registry::{Watch, NEXT_SUB_ID};
 use crate::directory::watch::WatchQueue;
 use crate::error::ApiError;
-use crate::front::request::{
-    answer_later, answer_now, check_role, expected_reply, ids, spec, Class,
-};
+use crate::front::request::{check_role, expected_reply, ids, spec, Class};
 use crate::front::tokens::Recheck;
 use crate::output::publisher::Kind;
 use crate::session::{Ack, Subscribe, Unsubscribe};
@@ -85,33 +83,12 @@ impl ConnectionActor {
         }
     }
 
-    /// Sends a request to the node that answers it, and relays its answer
-    /// (`slot`: the reply slot it holds until the socket takes the answer).
-    fn forward(&mut self, owner: String, msg: ClientMsg, slot: Option<Slot>, ctx: &mut Ctx) {
-        let (id, session) = ids(&msg);
-        let answer = self.node.forward(&owner, msg);
-        match id {
-            Some(id) => self.spawn_reply(ctx, id, session, answer, slot),
-            // Input and resize: only an error is worth a message.
-            None => {
-                if let Some(slot) = slot {
-                    self.slots.release(slot);
-                }
-                ctx.spawn(answer.into_actor(self).map(move |answer, act, ctx| {
-                    let out = match answer {
-                        Ok(msg @ ServerMsg::Error { .. }) => msg,
-                        Ok(_) => return,
-                        Err(e) => e.to_message(None, session),
-                    };
-                    act.send(ctx, &out);
-                }));
-            }
-        }
-    }
-
-    /// Routes a request by its row of the table: screens and histories
-    /// take a slot first, wherever they are answered (a remote session's
-    /// too); the connection's own kinds are answered here.
+    /// Routes a request by its row of the table (`NodeCtx::submit`, as
+    /// every front end does): screens and histories take a slot first,
+    /// wherever they are answered (a remote session's too); the
+    /// connection's own kinds are answered here. An answer made at once is
+    /// sent at once, in order; a later one when it comes (holding its slot
+    /// until the socket takes it).
     fn route(&mut self, msg: ClientMsg, ctx: &mut Ctx) -> Result<(), ApiError> {
         let class = spec(&msg).class;
         if class == Class::Connection {
@@ -121,35 +98,37 @@ impl ConnectionActor {
             Class::Screen => Some(self.slots.take(expected_reply(&msg))?),
             _ => None,
         };
-        match self.node.route(&msg) {
-            Ok(Route::Owner(owner)) => self.forward(owner, msg, slot, ctx),
-            Ok(Route::Here) => self.answer_here(msg, slot, ctx),
-            Err(e) => {
-                if let Some(slot) = slot {
-                    self.slots.release(slot);
-                }
-                return Err(e);
-            }
-        }
-        Ok(())
-    }
-
-    /// A request this node answers, through the table's answers.
-    fn answer_here(&mut self, msg: ClientMsg, slot: Option<Slot>, ctx: &mut Ctx) {
-        if let Some(answer) = answer_now(&self.node, &msg) {
+        let (id, session) = ids(&msg);
+        let mut reply = self.node.submit(msg);
+        if let Some(done) = (&mut reply).now_or_never() {
             if let Some(slot) = slot {
                 self.slots.release(slot);
             }
+            let answer = done?;
             // Input and resize answer only when they fail.
-            if ids(&msg).0.is_some() || matches!(answer, ServerMsg::Error { .. }) {
+            if id.is_some() || matches!(answer, ServerMsg::Error { .. }) {
                 self.send(ctx, &answer);
             }
-            return;
+            return Ok(());
         }
-        let (id, session) = ids(&msg);
-        let node = self.node.clone();
-        let work = async move { Ok(answer_later(node, msg).await) };
-        self.spawn_reply(ctx, id.unwrap_or(0), session, work, slot);
+        match id {
+            Some(id) => self.spawn_reply(ctx, id, session, reply, slot),
+            // Input and resize sent on: only an error is worth a message.
+            None => {
+                if let Some(slot) = slot {
+                    self.slots.release(slot);
+                }
+                ctx.spawn(reply.into_actor(self).map(move |answer, act, ctx| {
+                    let out = match answer {
+                        Ok(msg @ ServerMsg::Error { .. }) => msg,
+                        Ok(_) => return,
+                        Err(e) => e.to_message(None, session),
+                    };
+                    act.send(ctx, &out);
+                }));
+            }
+        }
+        Ok(())
     }
 
     /// The kinds that are this connection's own state.

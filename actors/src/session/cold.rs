@@ -99,15 +99,15 @@ impl SessionActor {
         }
         let after = self.cool_after();
         let busy = !self.publisher.is_empty()
-            || self.job_running
-            || self.model_used.elapsed() < after
+            || self.screen.job_running
+            || self.screen.model_used.elapsed() < after
             || self.last_output.elapsed() < after;
         if busy {
             self.arm(Timer::Cool, after, ctx);
             return;
         }
         let last_seq = self.publisher.last_seq();
-        self.model = None;
+        self.screen.model = None;
         self.fill_ring(Vec::new(), last_seq);
         self.finish_restored();
         self.cold = true;

@@ -117,7 +117,7 @@ impl SessionActor {
             .at_prompt
             .store(self.modes.at_prompt(), Ordering::Relaxed);
         self.last_output = std::time::Instant::now();
-        if self.model.is_some() || self.job_running {
+        if self.screen.model.is_some() || self.screen.job_running {
             self.arm(Timer::Catchup, IDLE_CATCHUP, ctx);
         }
         self.keep_warm(ctx);

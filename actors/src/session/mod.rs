@@ -19,6 +19,7 @@ pub mod portable;
 pub mod pty;
 mod relaunch;
 pub mod screen;
+mod screen_cache;
 mod screen_job;
 mod screens;
 mod shared;
@@ -43,8 +44,9 @@ use crate::metrics::Metrics;
 use crate::output::publisher::{Mode, Publisher, Subscription};
 use crate::output::ring::Ring;
 use crate::session::modes::ModeTracker;
-use crate::session::screen::{ResizeMark, ScreenModel};
+use crate::session::screen::ResizeMark;
 use pty::Pty;
+use screen_cache::ScreenCache;
 
 /// Output quiet for this long lets a cached screen model catch up in the
 /// background, so the next snapshot (a reconnect) is warm.
@@ -98,17 +100,11 @@ pub struct SessionActor {
     /// Resizes inside or just before the ring, for rebuilding the screen.
     marks: Vec<ResizeMark>,
     next_mark: u64,
-    /// The cached model; `None` while a job has it.
-    model: Option<Box<ScreenModel>>,
-    job_running: bool,
-    /// When a screen request last used the model.
-    model_used: std::time::Instant,
+    /// The screen model, the last snapshot and the waiting screen
+    /// requests, without I/O.
+    screen: ScreenCache,
     /// When output last arrived.
     last_output: std::time::Instant,
-    /// The last snapshot computed (`model_cache`).
-    last_snapshot: Option<model_cache::LastSnapshot>,
-    /// Screen requests for the next pass (at most `MAX_WAITING`).
-    waiting: Vec<screens::Waiting>,
     /// Restored without its ring (it had ended): `warm` reads it from the
     /// store before anything reads the ring.
     cold: bool,
@@ -220,12 +216,8 @@ impl SessionActor {
             initial_size: size,
             marks: Vec::new(),
             next_mark: 1,
-            model: None,
-            job_running: false,
-            model_used: std::time::Instant::now(),
+            screen: ScreenCache::default(),
             last_output: std::time::Instant::now(),
-            last_snapshot: None,
-            waiting: Vec::new(),
             cold: false,
             warm_counted: false,
             released: None,
@@ -268,11 +260,8 @@ impl SessionActor {
             return;
         }
         for w in self.publisher.take_wanted() {
-            // A subscriber waits for one snapshot: its newest generation's.
-            self.waiting.retain(|x| !x.is_for(w.sub));
-            self.waiting.push(screens::Waiting::sub(w));
+            self.screen.want_snapshot(w);
         }
-        self.model_used = std::time::Instant::now();
         self.start_job(ctx, false);
     }
 

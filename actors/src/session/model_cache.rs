@@ -11,55 +11,29 @@ use actix::prelude::*;
 
 use super::core::Timer;
 use super::screen::ScreenModel;
-use super::{ScreenOut, ScreenResult, ScreenWant, SessionActor};
+use super::screen_cache::LastSnapshot;
+use super::{ScreenOut, SessionActor};
 use crate::metrics::Metrics;
 
-/// The last snapshot a pass computed.
-pub(super) struct LastSnapshot {
-    want: ScreenWant,
-    result: ScreenResult,
-    resize_id: u64,
-}
-
 impl SessionActor {
-    /// Keeps `result` (a snapshot for `want`, by a model that had applied
-    /// the resizes through `resize_id`) as the last one.
-    pub(super) fn remember(&mut self, want: ScreenWant, result: &ScreenResult, resize_id: u64) {
-        if matches!(want, ScreenWant::Snapshot { .. }) {
-            self.last_snapshot = Some(LastSnapshot {
-                want,
-                result: result.clone(),
-                resize_id,
-            });
-        }
+    /// The id of the last resize applied (0 before any).
+    fn resize_id(&self) -> u64 {
+        self.marks.last().map_or(0, |m| m.id)
     }
 
     /// The last snapshot, while it still shows the screen as it is: no
     /// output and no resize since.
     fn current_snapshot(&self) -> Option<&LastSnapshot> {
-        self.last_snapshot.as_ref().filter(|s| {
-            s.result.seq == self.publisher.last_seq()
-                && (s.result.cols, s.result.rows) == self.size
-                && self.marks.last().map_or(0, |m| m.id) == s.resize_id
-        })
+        self.screen
+            .current(self.publisher.last_seq(), self.size, self.resize_id())
     }
 
     /// Answers the waiting requests the last snapshot answers, when no
     /// model is kept (with one, a pass costs as little).
     pub(super) fn answer_from_last(&mut self) {
-        if self.model.is_some() {
-            return;
-        }
-        let Some(last) = self.current_snapshot() else {
-            return;
-        };
-        let (want, result) = (last.want, last.result.clone());
-        let (hits, rest) = std::mem::take(&mut self.waiting)
-            .into_iter()
-            .partition(|w| w.want == want);
-        self.waiting = rest;
-        for w in hits {
-            self.finish_screen(w.to, result.clone());
+        let (last_seq, size, resize_id) = (self.publisher.last_seq(), self.size, self.resize_id());
+        for (to, result) in self.screen.answered_by_last(last_seq, size, resize_id) {
+            self.finish_screen(to, result);
         }
     }
 
@@ -71,13 +45,13 @@ impl SessionActor {
         // from a snapshot it would hold only that snapshot's scrollback,
         // so its history would shrink after a `screen`; it is rebuilt from
         // the ring instead, the same way each time.
-        if self.model.is_some() || self.core.finished() {
+        if self.screen.model.is_some() || self.core.finished() {
             return;
         }
         let ring = self.publisher.ring();
         let Some(last) = self
-            .last_snapshot
-            .as_ref()
+            .screen
+            .last()
             .filter(|s| super::screen_job::lag(ring, s.result.seq).is_some())
         else {
             return;
@@ -86,7 +60,7 @@ impl SessionActor {
             return;
         };
         let r = &last.result;
-        self.model = Some(Box::new(ScreenModel::from_snapshot(
+        self.screen.model = Some(Box::new(ScreenModel::from_snapshot(
             r.cols,
             r.rows,
             r.seq,
@@ -100,11 +74,11 @@ impl SessionActor {
     /// pass leaves it where the last snapshot stands. Any other model is
     /// looked at again after `model_idle`, and goes if nothing used it.
     pub(super) fn schedule_model_drop(&mut self, ctx: &mut Context<Self>) {
-        if self.core.timers.is_armed(Timer::DropModel) || self.model.is_none() {
+        if self.core.timers.is_armed(Timer::DropModel) || self.screen.model.is_none() {
             return;
         }
-        if self.core.finished() && !self.job_running && self.current_snapshot().is_some() {
-            self.model = None;
+        if self.core.finished() && !self.screen.job_running && self.current_snapshot().is_some() {
+            self.screen.model = None;
             Metrics::add(&self.metrics.screen_models_dropped, 1);
             trim_soon();
             return;
@@ -115,15 +89,18 @@ impl SessionActor {
     /// `model_idle` after `schedule_model_drop`: the model goes if nothing
     /// used it meanwhile.
     pub(super) fn look_at_model(&mut self, ctx: &mut Context<Self>) {
-        let quiet = self.last_output.elapsed().min(self.model_used.elapsed());
-        if self.job_running || quiet < self.settings.model_idle {
+        let quiet = self
+            .last_output
+            .elapsed()
+            .min(self.screen.model_used.elapsed());
+        if self.screen.job_running || quiet < self.settings.model_idle {
             self.schedule_model_drop(ctx);
             return;
         }
         // Only a model that stands where the last snapshot does goes: it
         // comes back from that snapshot exactly.
         if self.current_snapshot().is_some() {
-            self.model = None;
+            self.screen.model = None;
             Metrics::add(&self.metrics.screen_models_dropped, 1);
             trim_soon();
         }

@@ -15,86 +15,17 @@ use super::warmth::{self, WARM_LAG, WARM_STEP};
 use super::{ScreenResult, ScreenTo, ScreenWant, SessionActor, IDLE_CATCHUP, MODEL_TTL};
 use crate::error::ApiError;
 use crate::metrics::Metrics;
-use crate::output::publisher::SnapshotWanted;
-
-/// Most screen requests a session holds for its next pass; beyond, a reply
-/// request is refused as busy (a connection may have only a few in flight,
-/// so this takes many connections at once).
-pub const MAX_WAITING: usize = 64;
-
-pub struct Waiting {
-    pub(super) want: ScreenWant,
-    pub(super) to: ScreenTo,
-    /// A pass for this request failed once already.
-    retried: bool,
-    /// It needs a model that saw the whole ring (a snapshot whose history
-    /// a bounded rebuild could not fill).
-    whole: bool,
-}
-
-impl Waiting {
-    /// It is a snapshot for the subscriber `sub` (any generation).
-    pub fn is_for(&self, sub: crate::output::vocab::SubId) -> bool {
-        matches!(self.to, ScreenTo::Sub { sub: s, .. } if s == sub)
-    }
-
-    /// A snapshot the publisher wants for a subscriber.
-    pub fn sub(w: SnapshotWanted) -> Waiting {
-        Waiting {
-            want: ScreenWant::Snapshot {
-                scrollback: w.scrollback,
-            },
-            to: ScreenTo::Sub {
-                sub: w.sub,
-                generation: w.generation,
-            },
-            retried: false,
-            whole: false,
-        }
-    }
-}
 
 impl SessionActor {
+    /// A screen request for the next pass (a reply past
+    /// `screen_cache::MAX_WAITING` is answered busy at once).
     pub(super) fn request_screen(
         &mut self,
         want: ScreenWant,
         to: ScreenTo,
         ctx: &mut Context<Self>,
     ) {
-        let replies = || {
-            self.waiting
-                .iter()
-                .filter(|w| matches!(w.to, ScreenTo::Reply(_)))
-                .count()
-        };
-        if let ScreenTo::Reply(reply) = to {
-            if replies() >= MAX_WAITING {
-                let busy = format!(
-                    "session `{}` has {MAX_WAITING} screen requests waiting; try again",
-                    self.id
-                );
-                let _ = reply.send(Err(ApiError::new(ErrorCode::Unavailable, busy)));
-                return;
-            }
-            return self.queue_screen(want, ScreenTo::Reply(reply), false, ctx);
-        }
-        self.queue_screen(want, to, false, ctx);
-    }
-
-    fn queue_screen(
-        &mut self,
-        want: ScreenWant,
-        to: ScreenTo,
-        retried: bool,
-        ctx: &mut Context<Self>,
-    ) {
-        self.waiting.push(Waiting {
-            want,
-            to,
-            retried,
-            whole: false,
-        });
-        self.model_used = std::time::Instant::now();
+        self.screen.ask(&self.id, want, to);
         self.start_job(ctx, false);
     }
 
@@ -106,11 +37,12 @@ impl SessionActor {
             self.arm(Timer::Catchup, IDLE_CATCHUP - quiet, ctx);
             return;
         }
-        if self.model_used.elapsed() > MODEL_TTL && self.publisher.is_empty() {
-            self.model = None;
+        if self.screen.model_used.elapsed() > MODEL_TTL && self.publisher.is_empty() {
+            self.screen.model = None;
             return;
         }
         let behind = self
+            .screen
             .model
             .as_ref()
             .is_some_and(|m| m.seq() < self.publisher.last_seq());
@@ -123,11 +55,11 @@ impl SessionActor {
     /// each distinct request computed once; `catch_up` runs a pass even
     /// with none waiting.
     pub(super) fn start_job(&mut self, ctx: &mut Context<Self>, catch_up: bool) {
-        if self.job_running || (self.waiting.is_empty() && !catch_up) {
+        if self.screen.job_running || (!self.screen.has_waiting() && !catch_up) {
             return;
         }
         self.answer_from_last();
-        if self.waiting.is_empty() && !catch_up {
+        if !self.screen.has_waiting() && !catch_up {
             return;
         }
         self.run_pass(ctx, None);
@@ -138,13 +70,16 @@ impl SessionActor {
     /// of the output, in background passes of at most `WARM_STEP` under
     /// the node's warming budget.
     pub(super) fn keep_warm(&mut self, ctx: &mut Context<Self>) {
-        if self.core.timers.is_armed(Timer::Warm) || self.job_running || !self.waiting.is_empty() {
+        if self.core.timers.is_armed(Timer::Warm)
+            || self.screen.job_running
+            || self.screen.has_waiting()
+        {
             return;
         }
         // Watched: someone subscribes, or used the model lately.
-        let watched = !self.publisher.is_empty() || self.model_used.elapsed() < MODEL_TTL;
+        let watched = !self.publisher.is_empty() || self.screen.model_used.elapsed() < MODEL_TTL;
         let ring = self.publisher.ring();
-        let lag = match &self.model {
+        let lag = match &self.screen.model {
             Some(model) if watched => lag(ring, model.seq()).unwrap_or(u64::MAX),
             Some(_) => return,
             None if !self.publisher.is_empty() => ring.bytes() as u64,
@@ -163,33 +98,22 @@ impl SessionActor {
     /// ticket and none waiting) a background step of warming.
     fn run_pass(&mut self, ctx: &mut Context<Self>, ticket: Option<warmth::Ticket>) {
         self.seed_model();
-        let waiting: Vec<Waiting> = self.waiting.drain(..).collect();
-        let mut wants: Vec<ScreenWant> = Vec::new();
-        let slots: Vec<usize> = waiting
-            .iter()
-            .map(|w| match wants.iter().position(|x| *x == w.want) {
-                Some(i) => i,
-                None => {
-                    wants.push(w.want);
-                    wants.len() - 1
-                }
-            })
-            .collect();
+        let pass = self.screen.take_pass();
         let job = Job::prepare(
-            self.model.take(),
+            self.screen.model.take(),
             self.publisher.ring(),
             &self.marks,
             self.initial_size,
             self.modes.restore_sequence(),
-            wants,
+            pass.wants.clone(),
             match ticket {
                 Some(_) => Reach::Step(WARM_STEP),
-                None if waiting.iter().any(|w| w.whole) => Reach::Whole,
+                None if pass.whole => Reach::Whole,
                 None => Reach::Bounded,
             },
         );
-        self.job_running = true;
-        if waiting.is_empty() {
+        self.screen.job_running = true;
+        if pass.waiting.is_empty() {
             Metrics::add(&self.metrics.screen_warm_bytes, job.fed);
         } else {
             Metrics::add(&self.metrics.snapshots, 1);
@@ -207,33 +131,22 @@ impl SessionActor {
         // Not `ctx.wait`: the actor keeps serving output and acks while the
         // screen is computed.
         let fut = work.into_actor(self).map(move |done, act, ctx| {
-            act.job_running = false;
+            act.screen.job_running = false;
             match done {
                 Ok(done) => {
                     let resize_id = done.model.resize_id();
-                    act.model = Some(done.model);
-                    for (w, slot) in waiting.into_iter().zip(slots) {
-                        match &done.results[slot] {
-                            Some(result) => {
-                                act.remember(w.want, result, resize_id);
-                                act.finish_screen(w.to, result.clone());
-                            }
-                            None => act.waiting.push(Waiting { whole: true, ..w }),
-                        }
+                    act.screen.model = Some(done.model);
+                    for (to, result) in act.screen.pass_done(pass, &done.results, resize_id) {
+                        act.finish_screen(to, result);
                     }
                 }
                 Err(e) => {
                     // The model went down with the pass; the retry rebuilds
                     // it from the ring, not from a snapshot of the same
                     // emulator's making.
-                    act.last_snapshot = None;
                     tracing::error!(session = %act.id, "screen computation failed: {e}");
-                    for w in waiting {
-                        if w.retried {
-                            act.fail_screen(w.to);
-                        } else {
-                            act.waiting.push(Waiting { retried: true, ..w });
-                        }
+                    for to in act.screen.pass_failed(pass) {
+                        act.fail_screen(to);
                     }
                 }
             }

@@ -1,0 +1,372 @@
+//! The session's screen cache without I/O (STYLE.md 17): the screen model
+//! when one is kept, the last snapshot a pass computed, the screen
+//! requests waiting for the next pass (bounded), and whether a pass runs.
+//! It decides what a pass computes (each distinct request once), what the
+//! last snapshot answers, and what becomes of a request whose pass failed
+//! (retried once, then failed) or whose history a bounded rebuild could
+//! not fill (asked again of a model that saw the whole ring). The actor
+//! runs the passes (`screens.rs`) and delivers the answers.
+
+use std::time::Instant;
+
+use termesh_transport::ErrorCode;
+
+use super::screen::ScreenModel;
+use super::{ScreenResult, ScreenTo, ScreenWant};
+use crate::error::ApiError;
+use crate::output::publisher::SnapshotWanted;
+use crate::output::vocab::SubId;
+
+/// Most screen requests a session holds for its next pass; beyond, a reply
+/// request is refused as busy (a connection may have only a few in flight,
+/// so this takes many connections at once).
+pub const MAX_WAITING: usize = 64;
+
+/// A screen request waiting for a pass.
+pub struct Waiting {
+    want: ScreenWant,
+    to: ScreenTo,
+    /// A pass for this request failed once already.
+    retried: bool,
+    /// It needs a model that saw the whole ring (a snapshot whose history
+    /// a bounded rebuild could not fill).
+    whole: bool,
+}
+
+impl Waiting {
+    /// It is a snapshot for the subscriber `sub` (any generation).
+    fn is_for(&self, sub: SubId) -> bool {
+        matches!(self.to, ScreenTo::Sub { sub: s, .. } if s == sub)
+    }
+}
+
+/// The last snapshot a pass computed.
+pub struct LastSnapshot {
+    pub want: ScreenWant,
+    pub result: ScreenResult,
+    /// The last resize the model had applied.
+    pub resize_id: u64,
+}
+
+/// What one pass computes: the distinct requests (`wants`), and for each
+/// waiting request the index of its want.
+pub struct Pass {
+    pub waiting: Vec<Waiting>,
+    pub wants: Vec<ScreenWant>,
+    pub slots: Vec<usize>,
+    /// A request needs the whole ring.
+    pub whole: bool,
+}
+
+/// The screen state of a session.
+pub struct ScreenCache {
+    /// The cached model; `None` while a pass has it, or once dropped.
+    pub model: Option<Box<ScreenModel>>,
+    /// A pass runs (off the actor's thread).
+    pub job_running: bool,
+    /// When a screen request last used the model.
+    pub model_used: Instant,
+    last: Option<LastSnapshot>,
+    waiting: Vec<Waiting>,
+}
+
+impl Default for ScreenCache {
+    fn default() -> Self {
+        ScreenCache {
+            model: None,
+            job_running: false,
+            model_used: Instant::now(),
+            last: None,
+            waiting: Vec::new(),
+        }
+    }
+}
+
+impl ScreenCache {
+    pub fn has_waiting(&self) -> bool {
+        !self.waiting.is_empty()
+    }
+
+    /// A reply request for the next pass, unless `MAX_WAITING` replies
+    /// wait already (then it is answered busy at once).
+    pub fn ask(&mut self, session: &str, want: ScreenWant, to: ScreenTo) {
+        let replies = self
+            .waiting
+            .iter()
+            .filter(|w| matches!(w.to, ScreenTo::Reply(_)))
+            .count();
+        match to {
+            ScreenTo::Reply(reply) if replies >= MAX_WAITING => {
+                let busy = format!(
+                    "session `{session}` has {MAX_WAITING} screen requests waiting; try again"
+                );
+                let _ = reply.send(Err(ApiError::new(ErrorCode::Unavailable, busy)));
+            }
+            to => self.queue(want, to, false),
+        }
+    }
+
+    fn queue(&mut self, want: ScreenWant, to: ScreenTo, retried: bool) {
+        self.waiting.push(Waiting {
+            want,
+            to,
+            retried,
+            whole: false,
+        });
+        self.model_used = Instant::now();
+    }
+
+    /// A snapshot the publisher wants for a subscriber: a subscriber waits
+    /// for one, its newest generation's.
+    pub fn want_snapshot(&mut self, w: SnapshotWanted) {
+        self.waiting.retain(|x| !x.is_for(w.sub));
+        self.queue(
+            ScreenWant::Snapshot {
+                scrollback: w.scrollback,
+            },
+            ScreenTo::Sub {
+                sub: w.sub,
+                generation: w.generation,
+            },
+            false,
+        );
+    }
+
+    /// Keeps `result` (for `want`, by a model that had applied the resizes
+    /// through `resize_id`) when it is a snapshot.
+    fn remember(&mut self, want: ScreenWant, result: &ScreenResult, resize_id: u64) {
+        if matches!(want, ScreenWant::Snapshot { .. }) {
+            self.last = Some(LastSnapshot {
+                want,
+                result: result.clone(),
+                resize_id,
+            });
+        }
+    }
+
+    /// The last snapshot while it still shows the screen as it is: taken
+    /// at `last_seq`, at `size`, after the resize `resize_id`.
+    pub fn current(
+        &self,
+        last_seq: u64,
+        size: (u16, u16),
+        resize_id: u64,
+    ) -> Option<&LastSnapshot> {
+        self.last.as_ref().filter(|s| {
+            s.result.seq == last_seq
+                && (s.result.cols, s.result.rows) == size
+                && s.resize_id == resize_id
+        })
+    }
+
+    /// Any last snapshot, current or not.
+    pub fn last(&self) -> Option<&LastSnapshot> {
+        self.last.as_ref()
+    }
+
+    /// The waiting requests the last snapshot answers, taken, when no
+    /// model is kept (with one, a pass costs as little) and it is current.
+    pub fn answered_by_last(
+        &mut self,
+        last_seq: u64,
+        size: (u16, u16),
+        resize_id: u64,
+    ) -> Vec<(ScreenTo, ScreenResult)> {
+        if self.model.is_some() {
+            return Vec::new();
+        }
+        let Some(last) = self.current(last_seq, size, resize_id) else {
+            return Vec::new();
+        };
+        let (want, result) = (last.want, last.result.clone());
+        let (hits, rest): (Vec<Waiting>, Vec<Waiting>) = std::mem::take(&mut self.waiting)
+            .into_iter()
+            .partition(|w| w.want == want);
+        self.waiting = rest;
+        hits.into_iter().map(|w| (w.to, result.clone())).collect()
+    }
+
+    /// Every waiting request, for a pass: each distinct one computed once.
+    pub fn take_pass(&mut self) -> Pass {
+        let waiting: Vec<Waiting> = self.waiting.drain(..).collect();
+        let mut wants: Vec<ScreenWant> = Vec::new();
+        let slots = waiting
+            .iter()
+            .map(|w| match wants.iter().position(|x| *x == w.want) {
+                Some(i) => i,
+                None => {
+                    wants.push(w.want);
+                    wants.len() - 1
+                }
+            })
+            .collect();
+        let whole = waiting.iter().any(|w| w.whole);
+        Pass {
+            waiting,
+            wants,
+            slots,
+            whole,
+        }
+    }
+
+    /// A pass computed `results` (by its `wants`) with a model that had
+    /// applied the resizes through `resize_id`: the answers to deliver; a
+    /// request it could not fill waits for a pass over the whole ring.
+    pub fn pass_done(
+        &mut self,
+        pass: Pass,
+        results: &[Option<ScreenResult>],
+        resize_id: u64,
+    ) -> Vec<(ScreenTo, ScreenResult)> {
+        let mut answers = Vec::new();
+        for (w, slot) in pass.waiting.into_iter().zip(pass.slots) {
+            match &results[slot] {
+                Some(result) => {
+                    self.remember(w.want, result, resize_id);
+                    answers.push((w.to, result.clone()));
+                }
+                None => self.waiting.push(Waiting { whole: true, ..w }),
+            }
+        }
+        answers
+    }
+
+    /// A pass failed: each request is tried once more; those that were
+    /// retried already are answered with the failure (returned). The last
+    /// snapshot goes: the retry rebuilds from the ring, not from the
+    /// failing emulator's making.
+    pub fn pass_failed(&mut self, pass: Pass) -> Vec<ScreenTo> {
+        self.last = None;
+        let mut failed = Vec::new();
+        for w in pass.waiting {
+            if w.retried {
+                failed.push(w.to);
+            } else {
+                self.waiting.push(Waiting { retried: true, ..w });
+            }
+        }
+        failed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+    use tokio::sync::oneshot;
+
+    use super::*;
+    use crate::output::vocab::ScreenOut;
+
+    fn result(seq: u64) -> ScreenResult {
+        ScreenResult {
+            seq,
+            cols: 80,
+            rows: 24,
+            out: ScreenOut::Snapshot(Bytes::from_static(b"screen")),
+        }
+    }
+
+    fn reply() -> (ScreenTo, oneshot::Receiver<Result<ScreenResult, ApiError>>) {
+        let (tx, rx) = oneshot::channel();
+        (ScreenTo::Reply(tx), rx)
+    }
+
+    const SNAP: ScreenWant = ScreenWant::Snapshot { scrollback: 0 };
+
+    #[test]
+    fn a_pass_computes_each_distinct_request_once() {
+        let mut cache = ScreenCache::default();
+        for _ in 0..3 {
+            cache.ask("s", SNAP, reply().0);
+        }
+        cache.ask("s", ScreenWant::Text, reply().0);
+        let pass = cache.take_pass();
+        assert_eq!(pass.wants, [SNAP, ScreenWant::Text]);
+        assert_eq!(pass.slots, [0, 0, 0, 1]);
+        assert!(!cache.has_waiting());
+    }
+
+    #[test]
+    fn replies_past_the_bound_are_refused_busy_and_subscribers_keep_one() {
+        let mut cache = ScreenCache::default();
+        for _ in 0..MAX_WAITING {
+            cache.ask("s", SNAP, reply().0);
+        }
+        let (to, mut rx) = reply();
+        cache.ask("s", SNAP, to);
+        let busy = rx.try_recv().expect("answered at once").unwrap_err();
+        assert_eq!(busy.code, ErrorCode::Unavailable);
+        // A subscriber's snapshot is never refused; a newer generation
+        // replaces its older one.
+        for generation in 1..=3 {
+            cache.want_snapshot(SnapshotWanted {
+                sub: 7,
+                generation,
+                scrollback: 0,
+            });
+        }
+        let pass = cache.take_pass();
+        let subs: Vec<u64> = pass
+            .waiting
+            .iter()
+            .filter_map(|w| match w.to {
+                ScreenTo::Sub { generation, .. } => Some(generation),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(subs, [3]);
+    }
+
+    #[test]
+    fn a_failed_pass_is_retried_once_then_reported() {
+        let mut cache = ScreenCache::default();
+        let (to, mut rx) = reply();
+        cache.ask("s", SNAP, to);
+        let pass = cache.take_pass();
+        assert!(cache.pass_failed(pass).is_empty(), "retried first");
+        let pass = cache.take_pass();
+        let failed = cache.pass_failed(pass);
+        assert_eq!(failed.len(), 1);
+        let ScreenTo::Reply(tx) = failed.into_iter().next().unwrap() else {
+            panic!()
+        };
+        let _ = tx.send(Err(ApiError::new(ErrorCode::Internal, "x")));
+        assert!(rx.try_recv().unwrap().is_err());
+        assert!(!cache.has_waiting());
+    }
+
+    #[test]
+    fn an_unfilled_request_waits_for_the_whole_ring_and_answers_remember() {
+        let mut cache = ScreenCache::default();
+        cache.ask("s", SNAP, reply().0);
+        cache.ask("s", ScreenWant::Text, reply().0);
+        let pass = cache.take_pass();
+        let answers = cache.pass_done(pass, &[None, Some(result(5))], 1);
+        assert_eq!(answers.len(), 1);
+        assert!(cache.last().is_none(), "text is not a snapshot to keep");
+        let pass = cache.take_pass();
+        assert!(pass.whole, "asked again of the whole ring");
+        let answers = cache.pass_done(pass, &[Some(result(6))], 1);
+        assert_eq!(answers.len(), 1);
+        assert_eq!(cache.last().unwrap().result.seq, 6);
+    }
+
+    #[test]
+    fn the_last_snapshot_answers_only_while_current_and_without_a_model() {
+        let mut cache = ScreenCache::default();
+        cache.remember(SNAP, &result(9), 2);
+        cache.ask("s", SNAP, reply().0);
+        cache.ask("s", ScreenWant::Text, reply().0);
+        // Output since, another size, another resize: not current.
+        assert!(cache.answered_by_last(10, (80, 24), 2).is_empty());
+        assert!(cache.answered_by_last(9, (100, 24), 2).is_empty());
+        assert!(cache.answered_by_last(9, (80, 24), 3).is_empty());
+        let answered = cache.answered_by_last(9, (80, 24), 2);
+        assert_eq!(answered.len(), 1, "the same snapshot only");
+        assert!(cache.has_waiting(), "the text request waits for a pass");
+        // A failed pass takes the last snapshot with it.
+        let pass = cache.take_pass();
+        cache.pass_failed(pass);
+        assert!(cache.current(9, (80, 24), 2).is_none());
+    }
+}

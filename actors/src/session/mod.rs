@@ -73,6 +73,8 @@ pub struct SessionSettings {
     pub model_idle: Duration,
     /// Where output, events and records are persisted (`None`: nowhere).
     pub store: Option<crate::store::StoreHandle>,
+    /// The node's budget for warming screen models in the background.
+    pub warmth: warmth::Warmth,
 }
 
 pub struct SessionActor {

@@ -88,7 +88,7 @@ impl SessionActor {
         if lag < WARM_LAG {
             return;
         }
-        match warmth::begin() {
+        match self.settings.warmth.begin() {
             Ok(ticket) => self.run_pass(ctx, Some(ticket)),
             Err(wait) => self.arm(Timer::Warm, wait, ctx),
         }

@@ -1,11 +1,11 @@
-//! The node-wide CPU budget for keeping screen models warm in the
+//! A node's CPU budget for keeping screen models warm in the
 //! background: passes that feed a model the output it has not seen yet,
 //! so the next snapshot costs milliseconds instead of a replay of the ring.
 //! One background pass runs at a time, and together they take at most
 //! `WARM_SHARE` of one core; a snapshot someone waits for never waits for
 //! this budget. Pure bookkeeping over instants; the session runs the passes.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// The share of one core that background warming may take.
@@ -56,19 +56,26 @@ impl Budget {
     }
 }
 
-static BUDGET: Mutex<Budget> = Mutex::new(Budget::new(WARM_SHARE));
+/// A node's warming budget, shared by its sessions (`SessionSettings`).
+#[derive(Debug, Clone)]
+pub struct Warmth(Arc<Mutex<Budget>>);
 
-/// Takes the node's budget for a background pass now, or says how long to
-/// wait before asking again.
-pub fn begin() -> Result<Ticket, Duration> {
-    begin_in(&BUDGET)
+impl Default for Warmth {
+    fn default() -> Self {
+        Warmth(Arc::new(Mutex::new(Budget::new(WARM_SHARE))))
+    }
 }
 
-fn begin_in(budget: &'static Mutex<Budget>) -> Result<Ticket, Duration> {
-    lock(budget).begin(Instant::now()).map(|()| Ticket {
-        budget,
-        cpu_at: None,
-    })
+impl Warmth {
+    /// Takes the budget for a background pass now, or says how long to
+    /// wait before asking again.
+    pub fn begin(&self) -> Result<Ticket, Duration> {
+        lock(&self.0).begin(Instant::now()).map(|()| Ticket {
+            budget: self.0.clone(),
+            cpu_at: None,
+            ended: false,
+        })
+    }
 }
 
 /// A background pass under way. `start` and `finish` on the thread that
@@ -76,8 +83,10 @@ fn begin_in(budget: &'static Mutex<Budget>) -> Result<Ticket, Duration> {
 /// (the pass panicked) gives the budget back charged with nothing more.
 #[derive(Debug)]
 pub struct Ticket {
-    budget: &'static Mutex<Budget>,
+    budget: Arc<Mutex<Budget>>,
     cpu_at: Option<Duration>,
+    /// `finish` charged it.
+    ended: bool,
 }
 
 impl Ticket {
@@ -92,14 +101,16 @@ impl Ticket {
             (Some(a), Some(b)) => b.saturating_sub(a),
             _ => Duration::ZERO,
         };
-        lock(self.budget).end(Instant::now(), used);
-        std::mem::forget(self);
+        lock(&self.budget).end(Instant::now(), used);
+        self.ended = true;
     }
 }
 
 impl Drop for Ticket {
     fn drop(&mut self) {
-        lock(self.budget).end(Instant::now(), Duration::ZERO);
+        if !self.ended {
+            lock(&self.budget).end(Instant::now(), Duration::ZERO);
+        }
     }
 }
 
@@ -109,7 +120,7 @@ fn thread_cpu() -> Option<Duration> {
     Some(Duration::new(t.tv_sec() as u64, t.tv_nsec() as u32))
 }
 
-fn lock(budget: &'static Mutex<Budget>) -> std::sync::MutexGuard<'static, Budget> {
+fn lock(budget: &Mutex<Budget>) -> std::sync::MutexGuard<'_, Budget> {
     // The budget holds plain values: one a panicking holder left is fine.
     budget
         .lock()
@@ -137,8 +148,8 @@ mod tests {
 
     #[test]
     fn a_ticket_charges_the_cpu_of_its_thread() {
-        static OWN: Mutex<Budget> = Mutex::new(Budget::new(0.25));
-        let mut ticket = begin_in(&OWN).unwrap();
+        let own = Warmth::default();
+        let mut ticket = own.begin().unwrap();
         ticket.start();
         let until = Instant::now() + Duration::from_millis(20);
         let mut spins = 0u64;
@@ -147,7 +158,7 @@ mod tests {
         }
         ticket.finish();
         // The spin's CPU was charged: the next pass has to wait.
-        let wait = begin_in(&OWN).unwrap_err();
+        let wait = own.begin().unwrap_err();
         assert!(wait > Duration::ZERO);
     }
 }

@@ -237,6 +237,7 @@ fn registry_config(
             kill_grace: config.session.kill_grace,
             model_idle: config.session.model_idle,
             store,
+            warmth: Default::default(),
         },
         max_sessions: config.session.max_sessions,
         http_base: url.to_string(),

@@ -104,22 +104,26 @@ impl RawActor {
     /// order. Only failures are worth a word (in the log: the raw protocol
     /// has no error message).
     fn to_owner(&self, msg: ClientMsg) {
-        let what = format!("raw `{}`", msg.kind());
-        if let Err(e) = check_role(&what, spec(&msg).role, self.role) {
-            tracing::debug!(session = %self.id, "{e}");
+        if let Err(e) = check_role(msg.kind(), spec(&msg).role, self.role) {
+            tracing::debug!(session = %self.id, "raw {e}");
             return;
         }
-        let reply = self.node.submit(msg);
+        let mut reply = self.node.submit(msg);
         let id = self.id.clone();
-        actix::spawn(async move {
-            match reply.await {
-                Ok(ServerMsg::Error { message, .. }) => {
-                    tracing::debug!(session = %id, "raw input refused: {message}")
-                }
-                Ok(_) => {}
-                Err(e) => tracing::debug!(session = %id, "raw input refused: {e}"),
+        let said = move |answer: Result<ServerMsg, crate::error::ApiError>| match answer {
+            Ok(ServerMsg::Error { message, .. }) => {
+                tracing::debug!(session = %id, "raw input refused: {message}")
             }
-        });
+            Ok(_) => {}
+            Err(e) => tracing::debug!(session = %id, "raw input refused: {e}"),
+        };
+        // Answered here at once (the usual case): nothing to wait for.
+        match futures_util::FutureExt::now_or_never(&mut reply) {
+            Some(answer) => said(answer),
+            None => {
+                actix::spawn(async move { said(reply.await) });
+            }
+        }
     }
 
     fn text(&self, text: &str) {

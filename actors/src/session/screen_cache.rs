@@ -369,4 +369,103 @@ mod tests {
         cache.pass_failed(pass);
         assert!(cache.current(9, (80, 24), 2).is_none());
     }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Ask(bool),
+        Want(u64),
+        /// A pass: which of its wants it fills (bit mask), or a failure.
+        Pass(Option<u8>),
+    }
+
+    fn op() -> impl proptest::strategy::Strategy<Value = Op> {
+        use proptest::prelude::*;
+        prop_oneof![
+            3 => any::<bool>().prop_map(Op::Ask),
+            2 => (0u64..3).prop_map(Op::Want),
+            3 => proptest::option::of(any::<u8>()).prop_map(Op::Pass),
+        ]
+    }
+
+    /// Delivers what a pass answered or failed: replies through their
+    /// channel, a subscriber's generation into `subs`.
+    fn deliver(to: ScreenTo, ok: bool, subs: &mut Vec<(u64, u64)>) {
+        match to {
+            ScreenTo::Reply(tx) => {
+                let answer = if ok {
+                    Ok(result(1))
+                } else {
+                    Err(ApiError::new(ErrorCode::Internal, "failed"))
+                };
+                assert!(tx.send(answer).is_ok(), "answered once");
+            }
+            ScreenTo::Sub { sub, generation } => {
+                assert!(!subs.contains(&(sub, generation)), "a snapshot twice");
+                subs.push((sub, generation));
+            }
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(500))]
+
+        /// Whatever passes fill, fail or leave unfilled: every reply is
+        /// answered exactly once (busy, a screen or a failure), and each
+        /// subscriber's newest snapshot is delivered exactly once.
+        #[test]
+        fn nothing_asked_is_lost_or_answered_twice(ops in proptest::collection::vec(op(), 0..60)) {
+            let mut cache = ScreenCache::default();
+            let mut replies = Vec::new();
+            let mut newest = std::collections::HashMap::new();
+            let mut subs = Vec::new();
+            let mut generation = 0;
+            for op in ops {
+                match op {
+                    Op::Ask(text) => {
+                        let (to, rx) = reply();
+                        replies.push(rx);
+                        cache.ask("s", if text { ScreenWant::Text } else { SNAP }, to);
+                    }
+                    Op::Want(sub) => {
+                        generation += 1;
+                        newest.insert(sub, generation);
+                        cache.want_snapshot(SnapshotWanted { sub, generation, scrollback: 0 });
+                    }
+                    Op::Pass(outcome) => {
+                        let pass = cache.take_pass();
+                        match outcome {
+                            Some(mask) => {
+                                let results: Vec<Option<ScreenResult>> = (0..pass.wants.len())
+                                    .map(|i| (mask >> (i % 8) & 1 == 1).then(|| result(1)))
+                                    .collect();
+                                for (to, _) in cache.pass_done(pass, &results, 0) {
+                                    deliver(to, true, &mut subs);
+                                }
+                            }
+                            None => {
+                                for to in cache.pass_failed(pass) {
+                                    deliver(to, false, &mut subs);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            // Passes that fill everything until nothing waits.
+            for _ in 0..4 {
+                let pass = cache.take_pass();
+                let results = vec![Some(result(1)); pass.wants.len()];
+                for (to, _) in cache.pass_done(pass, &results, 0) {
+                    deliver(to, true, &mut subs);
+                }
+            }
+            proptest::prop_assert!(!cache.has_waiting());
+            for mut rx in replies {
+                proptest::prop_assert!(rx.try_recv().is_ok(), "a reply was never answered");
+            }
+            for (sub, generation) in newest {
+                proptest::prop_assert!(subs.contains(&(sub, generation)), "sub {} never got its newest snapshot", sub);
+            }
+        }
+    }
 }

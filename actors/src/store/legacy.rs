@@ -130,9 +130,9 @@ pub struct OldSession {
 /// Writes a store in `store_dir` and its journal as the previous release
 /// did: the fixture the migration's tests start from.
 pub fn write_data_dir(store_dir: &Path, sessions: &[OldSession]) -> std::io::Result<()> {
-    // No background flusher: it would hold the database's lock for a
-    // moment after this returns, and the store opened next would find it
-    // locked (a test failed so once). Flushed by hand below.
+    // No background flusher; sled's I/O threads may still hold the
+    // database (and its lock) a moment after it is dropped: waited for
+    // below, so the store opened next never finds it locked.
     let db = sled::Config::new()
         .path(store_dir)
         .flush_every_ms(None)
@@ -169,6 +169,8 @@ pub fn write_data_dir(store_dir: &Path, sessions: &[OldSession]) -> std::io::Res
         }
     }
     db.flush().map_err(std::io::Error::other)?;
+    drop((records, output, marks, db));
+    wait_unlocked(&store_dir.join("db"))?;
     journal.extend_from_slice(&[0u8; 4]);
     let mut header = vec![0u8; HEADER as usize];
     header[..8].copy_from_slice(MAGIC);
@@ -181,6 +183,28 @@ pub fn write_data_dir(store_dir: &Path, sessions: &[OldSession]) -> std::io::Res
     // The half written last (generation 2) holds the frames.
     file.write_all_at(&journal, HEADER + HALF)?;
     Ok(())
+}
+
+/// Returns once nobody holds sled's lock on `db` (its file lock, which
+/// sled's I/O threads keep until their last write ends), within 30 s.
+fn wait_unlocked(db: &Path) -> std::io::Result<()> {
+    use nix::fcntl::{Flock, FlockArg};
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let mut file = File::open(db)?;
+    loop {
+        match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+            // Dropped: the lock taken is given back.
+            Ok(_locked) => return Ok(()),
+            Err((_, errno)) if std::time::Instant::now() > deadline => {
+                return Err(std::io::Error::other(format!(
+                    "{} stayed locked for 30 s ({errno})",
+                    db.display()
+                )))
+            }
+            Err((back, _)) => file = back,
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
 }
 
 #[cfg(test)]

@@ -194,7 +194,14 @@ impl NodeCtx {
     pub fn resize(&self, id: &str, cols: u64, rows: u64) -> Result<(), ApiError> {
         let cols = size_field("cols", Some(cols), 0, MAX_COLS)?;
         let rows = size_field("rows", Some(rows), 0, MAX_ROWS)?;
-        self.running(id)?.addr.do_send(Resize { cols, rows });
+        let handle = self.running(id)?;
+        // In order with the keys around it: through the input queue.
+        let applied = handle.input.resize(cols, rows);
+        handle.addr.do_send(Resize {
+            cols,
+            rows,
+            applied,
+        });
         Ok(())
     }
 

@@ -101,8 +101,10 @@ impl Handler<Resize> for SessionActor {
             return;
         }
         self.size = (msg.cols, msg.rows);
-        if let Some(terminal) = &self.terminal {
-            let _ = terminal.resize(msg.cols, msg.rows);
+        if !msg.applied {
+            if let Some(terminal) = &self.terminal {
+                let _ = terminal.resize(msg.cols, msg.rows);
+            }
         }
         self.marks.push(ResizeMark {
             id: self.next_mark,

@@ -15,6 +15,9 @@ pub use crate::output::vocab::*;
 pub struct Resize {
     pub cols: u16,
     pub rows: u16,
+    /// The terminal was given the size already, in order with the input
+    /// (`InputTx::resize`); else the session sets it.
+    pub applied: bool,
 }
 
 /// Signal the program's process group (and the terminal's foreground

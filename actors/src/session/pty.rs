@@ -37,10 +37,19 @@ pub const INPUT_QUEUE_BYTES: usize = 4 << 20;
 /// ...and in messages (each at most 64 KiB).
 const INPUT_QUEUE: usize = 16_384;
 
+/// What goes to the program's terminal, in the order it was asked for: a
+/// size set before the keys sent after it, so a program that reads a key
+/// and then its size sees the size asked for first.
+#[derive(Debug)]
+pub enum ToTerminal {
+    Keys(Bytes),
+    Size { cols: u16, rows: u16 },
+}
+
 /// The sending side of a program's input queue, bounded in bytes.
 #[derive(Debug, Clone)]
 pub struct InputTx {
-    tx: mpsc::Sender<Bytes>,
+    tx: mpsc::Sender<ToTerminal>,
     queued: Arc<std::sync::atomic::AtomicUsize>,
 }
 
@@ -56,17 +65,28 @@ impl InputTx {
 
     /// Queues `data` without waiting; `Full` past `INPUT_QUEUE_BYTES` (one
     /// message always fits an empty queue).
-    pub fn try_send(&self, data: Bytes) -> Result<(), mpsc::error::TrySendError<Bytes>> {
+    pub fn try_send(&self, data: Bytes) -> Result<(), mpsc::error::TrySendError<()>> {
+        use mpsc::error::TrySendError;
         use std::sync::atomic::Ordering;
         let n = data.len();
         let queued = self.queued.load(Ordering::Acquire);
         if queued > 0 && queued + n > INPUT_QUEUE_BYTES {
-            return Err(mpsc::error::TrySendError::Full(data));
+            return Err(TrySendError::Full(()));
         }
         self.queued.fetch_add(n, Ordering::AcqRel);
-        self.tx.try_send(data).inspect_err(|_| {
+        self.tx.try_send(ToTerminal::Keys(data)).map_err(|e| {
             self.queued.fetch_sub(n, Ordering::AcqRel);
+            match e {
+                TrySendError::Full(_) => TrySendError::Full(()),
+                TrySendError::Closed(_) => TrySendError::Closed(()),
+            }
         })
+    }
+
+    /// Queues a new size behind the keys queued so far; `false` when the
+    /// queue cannot take it (full, or the program is gone).
+    pub fn resize(&self, cols: u16, rows: u16) -> bool {
+        self.tx.try_send(ToTerminal::Size { cols, rows }).is_ok()
     }
 }
 

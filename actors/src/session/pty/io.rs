@@ -26,17 +26,18 @@
 //!   stops) ends the tasks and leaves a kept program running.
 
 use std::io::ErrorKind;
+use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use filedescriptor::FileDescriptor;
 use nix::sys::wait::waitpid;
 use nix::unistd::Pid;
 use tokio::io::unix::AsyncFd;
 use tokio::sync::{mpsc, watch};
 
-use super::{reaper, ExitInfo, Let, PtyEvent, Terminal};
+use super::{reaper, ExitInfo, Let, PtyEvent, Terminal, ToTerminal};
 use crate::keeper::Kept;
 
 /// Largest read from the PTY, and so the largest frame.
@@ -100,7 +101,7 @@ pub fn start(
     pid: i32,
     child: Child,
     events: mpsc::Sender<PtyEvent>,
-    input: (mpsc::Receiver<Bytes>, Arc<AtomicUsize>),
+    input: (mpsc::Receiver<ToTerminal>, Arc<AtomicUsize>),
     release: watch::Receiver<Let>,
 ) -> std::io::Result<()> {
     let rt = runtime()?;
@@ -186,19 +187,32 @@ async fn read_ready(master: &Master, buf: &mut [u8]) -> std::io::Result<usize> {
     }
 }
 
-/// Ends when every sender of input is gone, or the session lets go.
+/// Writes keys and sets sizes in the order they were queued. Ends when
+/// every sender of input is gone, or the session lets go.
 async fn write_task(
     master: Master,
-    (mut rx, queued): (mpsc::Receiver<Bytes>, Arc<AtomicUsize>),
+    (mut rx, queued): (mpsc::Receiver<ToTerminal>, Arc<AtomicUsize>),
     mut release: watch::Receiver<Let>,
 ) {
     loop {
-        let data = tokio::select! {
-            data = rx.recv() => data,
+        let next = tokio::select! {
+            next = rx.recv() => next,
             _ = released(&mut release) => return,
         };
-        let Some(data) = data else {
-            return;
+        let data = match next {
+            None => return,
+            Some(ToTerminal::Size { cols, rows }) => {
+                let size = rustix::termios::Winsize {
+                    ws_row: rows,
+                    ws_col: cols,
+                    ws_xpixel: 0,
+                    ws_ypixel: 0,
+                };
+                // The kernel sends the program SIGWINCH on a change.
+                let _ = rustix::termios::tcsetwinsize(master.get_ref().as_fd(), size);
+                continue;
+            }
+            Some(ToTerminal::Keys(data)) => data,
         };
         queued.fetch_sub(data.len(), Ordering::AcqRel);
         let mut rest = &data[..];

@@ -101,6 +101,18 @@ pub enum Write {
     },
 }
 
+impl Write {
+    /// The session the write is for.
+    pub fn session(&self) -> &str {
+        match self {
+            Write::Event { session, .. }
+            | Write::Record { session, .. }
+            | Write::SeqMark { session, .. }
+            | Write::Reserve { session, .. } => session,
+        }
+    }
+}
+
 /// A stored frame or event: its number (seq or event id), when it was
 /// stored, and its bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -163,6 +175,10 @@ pub struct Store {
     event_ids: HashMap<String, u64>,
     /// Ids with a record on disk (removed ones too), for the manifest.
     known: HashSet<String>,
+    /// Sessions removed while this store is open: a write of theirs that
+    /// comes after the removal (an event their actor made as it closed)
+    /// is dropped, so a purge stays a purge and a tombstone gains nothing.
+    gone: HashSet<String>,
     manifest: PathBuf,
 }
 
@@ -238,6 +254,7 @@ impl Store {
             seq_floors: tree("seq_floors")?,
             event_ids: HashMap::new(),
             known: HashSet::new(),
+            gone: HashSet::new(),
             manifest: manifest::path_for(&path),
             db,
             path,
@@ -295,6 +312,9 @@ impl Store {
             sled::Batch::default(),
         );
         for w in writes {
+            if self.gone.contains(w.session()) {
+                continue;
+            }
             match w {
                 Write::Event {
                     session,
@@ -432,9 +452,10 @@ impl Store {
     }
 
     /// Marks a session removed: hidden, its data kept until vacuum or purge.
-    pub fn remove(&self, session: &str, at_ms: u64) -> Result<(), StoreError> {
+    pub fn remove(&mut self, session: &str, at_ms: u64) -> Result<(), StoreError> {
         self.tombstones
             .insert(key(session)?, &at_ms.to_be_bytes())?;
+        self.gone.insert(session.to_string());
         Ok(())
     }
 
@@ -472,6 +493,7 @@ impl Store {
                 self.seq_marks.remove(&k)?;
                 self.seq_floors.remove(&k)?;
                 self.event_ids.remove(&id);
+                self.gone.remove(&id);
                 dropped.push(id);
                 continue;
             }

@@ -12,6 +12,8 @@ use super::*;
 struct Session {
     record: Option<Vec<u8>>,
     removed: bool,
+    /// Removed while this store was open: its later writes are dropped.
+    gone: bool,
     events: BTreeMap<u64, (u64, Vec<u8>)>,
     last_event: u64,
 }
@@ -103,6 +105,10 @@ proptest! {
                     let m = model.entry(id(s)).or_default();
                     let data = vec![fill; len];
                     let stored = store.apply(vec![Write::Event { session: id(s).into(), at_ms: now, data: Bytes::from(data.clone()) }]).unwrap();
+                    if m.gone {
+                        prop_assert!(stored.is_empty(), "an event after the remove is dropped");
+                        continue;
+                    }
                     m.last_event += 1;
                     prop_assert_eq!(stored.len(), 1);
                     prop_assert_eq!(stored[0].entry.n, m.last_event);
@@ -111,12 +117,16 @@ proptest! {
                 Op::Record { s } => {
                     let data = vec![fill; 10];
                     store.apply(vec![Write::Record { session: id(s).into(), data: Bytes::from(data.clone()) }]).unwrap();
-                    model.entry(id(s)).or_default().record = Some(data);
+                    let m = model.entry(id(s)).or_default();
+                    if !m.gone {
+                        m.record = Some(data);
+                    }
                 }
                 Op::Remove { s } => {
                     if let Some(m) = model.get_mut(&id(s)).filter(|m| m.record.is_some()) {
                         store.remove(&id(s), now).unwrap();
                         m.removed = true;
+                        m.gone = true;
                     }
                 }
                 Op::Purge { s } => {
@@ -133,6 +143,9 @@ proptest! {
                     store.flush().unwrap();
                     drop(store);
                     store = reopen(dir.path());
+                    for m in model.values_mut() {
+                        m.gone = false;
+                    }
                 }
                 Op::Clock(ms) => now += ms,
             }

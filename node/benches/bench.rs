@@ -6,8 +6,9 @@
 //!
 //! `TERMESH_BENCH_MB` changes the 64 MiB throughput payload;
 //! `TERMESH_BENCH_SESSIONS` the 1,000 idle sessions and clients;
-//! `TERMESH_BENCH_CONFIG` is the node's config file text (default empty:
-//! the defaults, store on), e.g. `[store]\nenabled = false` for an A/B;
+//! `TERMESH_BENCH_CONFIG` is the node's config file text (default: the
+//! defaults, store on, with `http.max_connections_per_address` raised for
+//! the idle clients), e.g. `[store]\nenabled = false` for an A/B;
 //! `TERMESH_BENCH_BIN` runs another build of the node (before/after).
 
 use std::time::Duration;
@@ -106,7 +107,10 @@ fn main() {
     );
 
     // Alternating rounds, medians: the two share the machine's noise.
-    let config = std::env::var("TERMESH_BENCH_CONFIG").unwrap_or_default();
+    // The idle-memory run opens `sessions` clients from one address: past
+    // the default per-address bound (256) they would be refused.
+    let config = std::env::var("TERMESH_BENCH_CONFIG")
+        .unwrap_or_else(|_| format!("[http]\nmax_connections_per_address = {}", sessions + 64));
     let node = Node::start(&config.replace("\\n", "\n"));
     // The node has printed its URL; let its start settle, then read it.
     std::thread::sleep(Duration::from_millis(500));

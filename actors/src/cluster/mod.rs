@@ -54,10 +54,16 @@ impl std::fmt::Debug for ClusterCtx {
 /// How this node answers a request a peer forwarded: the request table's
 /// answer, given to the peer actors by the front end (which the cluster
 /// does not import).
+/// A request answered at once, or handed back to be answered later.
+pub enum Now {
+    Answer(ServerMsg),
+    Later(ClientMsg),
+}
+
 pub trait Answer: Send + Sync + 'static {
     /// The answer now, for a request answered at once and in order (or
-    /// refused); `None`: `later` answers it.
-    fn now(&self, msg: &ClientMsg) -> Option<ServerMsg>;
+    /// refused); a request handed back is `later`'s to answer.
+    fn now(&self, msg: ClientMsg) -> Now;
     /// The answer of a request that waits.
     fn later(&self, msg: ClientMsg) -> Pin<Box<dyn Future<Output = ServerMsg>>>;
 }

@@ -13,6 +13,7 @@ use termesh_transport::{
 };
 
 use crate::cluster::forward::Route;
+use crate::cluster::Now;
 use crate::error::ApiError;
 use crate::front::ops::NodeCtx;
 use crate::session::page::MAX_PAGE_BYTES;
@@ -206,9 +207,9 @@ impl NodeCtx {
         match self.route(&msg) {
             Err(e) => Box::pin(std::future::ready(Err(e))),
             Ok(Route::Owner(owner)) => Box::pin(self.forward(&owner, msg)),
-            Ok(Route::Here) => match answer_now(self, &msg) {
-                Some(answer) => Box::pin(std::future::ready(Ok(answer))),
-                None => {
+            Ok(Route::Here) => match answer_now(self, msg) {
+                Now::Answer(answer) => Box::pin(std::future::ready(Ok(answer))),
+                Now::Later(msg) => {
                     let node = self.clone();
                     Box::pin(async move { Ok(answer_later(node, msg).await) })
                 }
@@ -230,40 +231,49 @@ impl NodeCtx {
 
 /// The answer to an `Immediate` request (input, resize, kill, rename,
 /// tag), computed at once so that such requests take effect in
-/// the order they came; `None` for the others.
-pub fn answer_now(node: &NodeCtx, msg: &ClientMsg) -> Option<ServerMsg> {
+/// the order they came; the others are handed back. Taken by value: a
+/// keystroke's bytes move into the input queue without a copy.
+pub fn answer_now(node: &NodeCtx, msg: ClientMsg) -> Now {
     let (id, session, result) = match msg {
-        ClientMsg::Input { session, data } => (
-            None,
-            session,
-            node.input(session, Bytes::from(data.clone())),
-        ),
+        ClientMsg::Input { session, data } => {
+            let done = node.input(&session, Bytes::from(data));
+            (None, session, done)
+        }
         ClientMsg::Resize {
             session,
             cols,
             rows,
-        } => (None, session, node.resize(session, *cols, *rows)),
+        } => {
+            let done = node.resize(&session, cols, rows);
+            (None, session, done)
+        }
         ClientMsg::Kill {
             id,
             session,
             signal,
-        } => (Some(*id), session, node.kill(session, signal.as_deref())),
+        } => {
+            let done = node.kill(&session, signal.as_deref());
+            (Some(id), session, done)
+        }
         ClientMsg::Rename { id, session, name } => {
-            (Some(*id), session, node.rename(session, name.clone()))
+            let done = node.rename(&session, name);
+            (Some(id), session, done)
         }
         ClientMsg::Tag { id, session, tags } => {
-            (Some(*id), session, node.tag(session, tags.clone()))
+            let done = node.tag(&session, tags);
+            (Some(id), session, done)
         }
         ClientMsg::Detach { id, session, keep } => {
-            (Some(*id), session, node.detach(session, keep.clone()))
+            let done = node.detach(&session, keep);
+            (Some(id), session, done)
         }
-        _ => return None,
+        other => return Now::Later(other),
     };
-    Some(match result {
+    Now::Answer(match result {
         Ok(()) => ServerMsg::Ok {
             id: id.unwrap_or(0),
         },
-        Err(e) => e.to_message(id, Some(session.clone())),
+        Err(e) => e.to_message(id, Some(session)),
     })
 }
 
@@ -433,11 +443,11 @@ async fn history(
 pub struct TableAnswer(pub NodeCtx);
 
 impl crate::cluster::Answer for TableAnswer {
-    fn now(&self, msg: &ClientMsg) -> Option<ServerMsg> {
-        if !spec(msg).forwardable() {
-            let (id, session) = ids(msg);
+    fn now(&self, msg: ClientMsg) -> Now {
+        if !spec(&msg).forwardable() {
+            let (id, session) = ids(&msg);
             let err = ApiError::bad_request(format!("`{}` cannot be forwarded", msg.kind()));
-            return Some(err.to_message(id, session));
+            return Now::Answer(err.to_message(id, session));
         }
         answer_now(&self.0, msg)
     }

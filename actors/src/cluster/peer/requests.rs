@@ -85,10 +85,10 @@ impl PeerActor {
             self.reply(req, err.to_message(None, None));
             return;
         };
-        if let Some(now) = answer.now(&msg) {
-            self.reply(req, now);
-            return;
-        }
+        let msg = match answer.now(msg) {
+            crate::cluster::Now::Answer(now) => return self.reply(req, now),
+            crate::cluster::Now::Later(msg) => msg,
+        };
         ctx.spawn(
             answer
                 .later(msg)

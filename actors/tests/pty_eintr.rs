@@ -55,13 +55,17 @@ fn an_interrupted_read_is_not_end_of_output() {
     // SAFETY: the handler does nothing, so it is async-signal-safe.
     unsafe { sigaction(Signal::SIGUSR1, &action) }.unwrap();
 
-    let mut pty = spawn(&SpawnSpec {
-        command: vec!["sh".into(), "-c".into(), "echo ready; exec cat".into()],
-        cwd: None,
-        env: BTreeMap::new(),
-        cols: 80,
-        rows: 24,
-    })
+    let io = termesh_actors::session::pty::PtyIo::default();
+    let mut pty = spawn(
+        &io,
+        &SpawnSpec {
+            command: vec!["sh".into(), "-c".into(), "echo ready; exec cat".into()],
+            cwd: None,
+            env: BTreeMap::new(),
+            cols: 80,
+            rows: 24,
+        },
+    )
     .unwrap();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

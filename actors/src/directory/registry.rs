@@ -346,14 +346,15 @@ pub fn name_taken(name: &str, other: &str) -> ApiError {
 pub(crate) fn spawn_program(
     id: &str,
     spec: &SpawnSpec,
+    io: &pty::PtyIo,
     keeper: Option<&crate::keeper::Keeper>,
 ) -> Result<pty::Pty, ApiError> {
     if let Some(cwd) = &spec.cwd {
         check_cwd(cwd)?;
     }
     let spawned = match keeper {
-        Some(keeper) => pty::spawn_kept(keeper, id, spec),
-        None => pty::spawn(spec),
+        Some(keeper) => pty::spawn_kept(io, keeper, id, spec),
+        None => pty::spawn(io, spec),
     };
     spawned.map_err(|e| {
         if e.is_internal() {
@@ -386,8 +387,9 @@ impl Handler<Create> for Registry {
         };
         let thread_id = id.clone();
         let keeper = self.config.keeper.clone();
+        let io = self.config.settings.pty_io.clone();
         let work = actix_rt::task::spawn_blocking(move || {
-            spawn_program(&thread_id, &spawn, keeper.as_ref())
+            spawn_program(&thread_id, &spawn, &io, keeper.as_ref())
         });
         Box::pin(work.into_actor(self).then(move |spawned, act, ctx| {
             act.starting.remove(&id);

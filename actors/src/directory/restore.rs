@@ -79,7 +79,13 @@ impl Registry {
             keeper.release(&held.id);
             return None;
         }
-        match pty::adopt(keeper, &held.id, held.pid, held.master) {
+        match pty::adopt(
+            &self.config.settings.pty_io,
+            keeper,
+            &held.id,
+            held.pid,
+            held.master,
+        ) {
             Ok(pty) => Some(pty),
             Err(e) => {
                 tracing::error!(session = %id, "the program the PTY keeper held cannot be taken up: {e}");

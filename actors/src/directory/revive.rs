@@ -35,6 +35,7 @@ impl Handler<Revive> for Registry {
         self.starting.insert(id.clone(), None);
         let thread_id = id.clone();
         let keeper = self.config.keeper.clone();
+        let io = self.config.settings.pty_io.clone();
         let work = async move {
             // The last run's program is released first (its end made
             // durable), or the keeper refuses a second program of this id.
@@ -49,7 +50,7 @@ impl Handler<Revive> for Registry {
                 // task: until it lands, the keeper still holds that run.
                 let deadline = std::time::Instant::now() + RELEASE_WAIT;
                 loop {
-                    match spawn_program(&thread_id, &spec, keeper.as_ref()) {
+                    match spawn_program(&thread_id, &spec, &io, keeper.as_ref()) {
                         Err(e)
                             if e.message.contains("already holds a program")
                                 && std::time::Instant::now() < deadline =>

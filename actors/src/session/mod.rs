@@ -75,6 +75,8 @@ pub struct SessionSettings {
     pub store: Option<crate::store::StoreHandle>,
     /// The node's budget for warming screen models in the background.
     pub warmth: warmth::Warmth,
+    /// The node's PTY I/O threads.
+    pub pty_io: pty::PtyIo,
 }
 
 pub struct SessionActor {

@@ -22,7 +22,7 @@ use portable_pty::{native_pty_system, PtySize};
 use tokio::sync::mpsc;
 
 use crate::keeper::Keeper;
-pub use io::READ_CHUNK;
+pub use io::{PtyIo, READ_CHUNK};
 pub use reaper::exit_info;
 
 mod io;
@@ -254,12 +254,12 @@ impl std::fmt::Debug for Pty {
 /// Opens a PTY (portable-pty), starts the program in it as a session
 /// leader with the slave as its controlling terminal, and starts the PTY's
 /// I/O: the program is the node's child and ends with it.
-pub fn spawn(spec: &SpawnSpec) -> Result<Pty, SpawnError> {
+pub fn spawn(io: &PtyIo, spec: &SpawnSpec) -> Result<Pty, SpawnError> {
     let env = child_env(&spec.env);
     let cwd = spec.cwd.clone().or_else(home);
     let (pid, master) = start_in_terminal(&spec.command, &env, cwd.as_deref(), spec.size())?;
     crate::os::reset_for_child(pid);
-    start_io(pid, master, io::Child::Own).inspect_err(|_| {
+    start_io(io, pid, master, io::Child::Own).inspect_err(|_| {
         // Nobody would read it or reap it: it goes now.
         let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
         let _ = nix::sys::wait::waitpid(Pid::from_raw(pid), None);
@@ -268,7 +268,12 @@ pub fn spawn(spec: &SpawnSpec) -> Result<Pty, SpawnError> {
 
 /// Starts the program under the node's PTY keeper (`keeper`), which holds
 /// it and its terminal across the node's restarts.
-pub fn spawn_kept(keeper: &Keeper, id: &str, spec: &SpawnSpec) -> Result<Pty, SpawnError> {
+pub fn spawn_kept(
+    io: &PtyIo,
+    keeper: &Keeper,
+    id: &str,
+    spec: &SpawnSpec,
+) -> Result<Pty, SpawnError> {
     let env = child_env(&spec.env);
     let cwd = spec.cwd.clone().or_else(home);
     let (pid, master) = keeper
@@ -280,14 +285,20 @@ pub fn spawn_kept(keeper: &Keeper, id: &str, spec: &SpawnSpec) -> Result<Pty, Sp
                 reason,
             },
         })?;
-    adopt(keeper, id, pid, master)
+    adopt(io, keeper, id, pid, master)
 }
 
 /// Takes up a program the keeper holds (started by this node or by an
 /// earlier run of it): `master` is the keeper's copy of its PTY master.
-pub fn adopt(keeper: &Keeper, id: &str, pid: i32, master: OwnedFd) -> Result<Pty, SpawnError> {
+pub fn adopt(
+    io: &PtyIo,
+    keeper: &Keeper,
+    id: &str,
+    pid: i32,
+    master: OwnedFd,
+) -> Result<Pty, SpawnError> {
     let child = io::Child::Kept(keeper.watch(id));
-    start_io(pid, FileDescriptor::new(master), child).inspect_err(|_| keeper.release(id))
+    start_io(io, pid, FileDescriptor::new(master), child).inspect_err(|_| keeper.release(id))
 }
 
 /// Opens a PTY and starts `command` in it (the node's and the keeper's
@@ -349,7 +360,12 @@ pub fn start_in_terminal(
 
 /// Starts the reader, writer and exit waiter on `master` (made
 /// non-blocking: the session's one descriptor).
-fn start_io(pid: i32, mut master: FileDescriptor, child: io::Child) -> Result<Pty, SpawnError> {
+fn start_io(
+    io: &PtyIo,
+    pid: i32,
+    mut master: FileDescriptor,
+    child: io::Child,
+) -> Result<Pty, SpawnError> {
     let kept = matches!(child, io::Child::Kept(_));
     let pty_error = |e: &dyn std::fmt::Display| SpawnError::Pty(e.to_string());
     master.set_non_blocking(true).map_err(|e| pty_error(&e))?;
@@ -362,7 +378,7 @@ fn start_io(pid: i32, mut master: FileDescriptor, child: io::Child) -> Result<Pt
     };
     let (guard_tx, guard_rx) = tokio::sync::watch::channel(Let::Held);
     let queue = (input_rx, input.queued.clone());
-    io::start(&terminal, pid, child, event_tx, queue, guard_rx).map_err(|e| pty_error(&e))?;
+    io::start(io, &terminal, pid, child, event_tx, queue, guard_rx).map_err(|e| pty_error(&e))?;
     Ok(Pty {
         pid,
         terminal,

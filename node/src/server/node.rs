@@ -238,6 +238,7 @@ fn registry_config(
             model_idle: config.session.model_idle,
             store,
             warmth: Default::default(),
+            pty_io: Default::default(),
         },
         max_sessions: config.session.max_sessions,
         http_base: url.to_string(),

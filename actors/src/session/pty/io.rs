@@ -1,6 +1,6 @@
 //! A session's PTY I/O without threads or descriptors of its own: the
 //! master is non-blocking and registered once with one of the small
-//! runtimes the node shares (`PTY_IO_THREADS`, a thread each); each
+//! runtimes its node shares (`PtyIo`: `PTY_IO_THREADS`, a thread each); each
 //! session's reader, writer and exit waiter are tasks there, so ten
 //! thousand sessions cost ten thousand sets of tasks and one descriptor
 //! each (the master), not thirty thousand threads or four descriptors
@@ -35,7 +35,7 @@ use filedescriptor::FileDescriptor;
 use nix::sys::wait::waitpid;
 use nix::unistd::Pid;
 use tokio::io::unix::AsyncFd;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use super::{reaper, ExitInfo, Let, PtyEvent, Terminal, ToTerminal};
 use crate::keeper::Kept;
@@ -56,31 +56,53 @@ const MIN_CHUNK: usize = 4 * 1024;
 /// mirror: 1-2.5 ms samples, seen with `perf sched`).
 const PTY_IO_THREADS: usize = 2;
 
-/// The runtime a new session's PTY tasks run on (in turn). The threads
-/// start with the first session; a failure to start them is returned (the
-/// create fails) and tried again by the next.
-fn runtime() -> std::io::Result<tokio::runtime::Handle> {
-    static RT: Mutex<Vec<tokio::runtime::Handle>> = Mutex::new(Vec::new());
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    let mut all = RT.lock().unwrap_or_else(|p| p.into_inner());
-    while all.len() < PTY_IO_THREADS {
-        let handle = io_thread()?;
-        all.push(handle);
-    }
-    Ok(all[NEXT.fetch_add(1, Ordering::Relaxed) % all.len()].clone())
+/// A node's PTY I/O threads (`PTY_IO_THREADS`), started with its first
+/// session. Every task on them holds a clone, so the threads end once the
+/// node has let go and the last session's tasks have ended: two nodes in
+/// one process share none of them.
+#[derive(Clone, Debug, Default)]
+pub struct PtyIo(Arc<Threads>);
+
+#[derive(Debug, Default)]
+struct Threads {
+    /// Each thread's runtime, and the sender whose drop ends it.
+    running: Mutex<Vec<(tokio::runtime::Handle, oneshot::Sender<()>)>>,
+    next: AtomicUsize,
 }
 
-/// A `pty-io` thread running a current-thread runtime until the process
-/// ends.
-fn io_thread() -> std::io::Result<tokio::runtime::Handle> {
+impl PtyIo {
+    /// The runtime a new session's tasks run on (in turn). A failure to
+    /// start the threads is returned (the create fails) and tried again by
+    /// the next.
+    fn runtime(&self) -> std::io::Result<tokio::runtime::Handle> {
+        let mut all = self.0.running.lock().unwrap_or_else(|p| p.into_inner());
+        while all.len() < PTY_IO_THREADS {
+            all.push(io_thread()?);
+        }
+        let turn = self.0.next.fetch_add(1, Ordering::Relaxed) % all.len();
+        Ok(all[turn].0.clone())
+    }
+
+    /// The `pty-io` threads running now (for tests and the docs' claim).
+    pub fn threads(&self) -> usize {
+        self.0.running.lock().map_or(0, |all| all.len())
+    }
+}
+
+/// A `pty-io` thread running a current-thread runtime until its sender is
+/// dropped (with the last `PtyIo`).
+fn io_thread() -> std::io::Result<(tokio::runtime::Handle, oneshot::Sender<()>)> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_io()
         .build()?;
     let handle = rt.handle().clone();
+    let (stop, stopped) = oneshot::channel::<()>();
     std::thread::Builder::new()
         .name("pty-io".into())
-        .spawn(move || rt.block_on(std::future::pending::<()>()))?;
-    Ok(handle)
+        .spawn(move || {
+            let _ = rt.block_on(stopped);
+        })?;
+    Ok((handle, stop))
 }
 
 /// The master as the reader and writer share it.
@@ -97,6 +119,7 @@ pub enum Child {
 /// Starts the reader and writer on `terminal` (non-blocking) and the
 /// waiter for `pid`.
 pub fn start(
+    io: &PtyIo,
     terminal: &Terminal,
     pid: i32,
     child: Child,
@@ -104,19 +127,34 @@ pub fn start(
     input: (mpsc::Receiver<ToTerminal>, Arc<AtomicUsize>),
     release: watch::Receiver<Let>,
 ) -> std::io::Result<()> {
-    let rt = runtime()?;
     if matches!(child, Child::Own) {
-        reaper::start(&rt)?;
+        reaper::start()?;
     }
+    let rt = io.runtime()?;
     let _in_runtime = rt.enter();
     let master: Master = Arc::new(crate::os::register_owned(terminal.descriptor())?);
-    rt.spawn(read_task(master.clone(), events.clone(), release.clone()));
-    rt.spawn(write_task(master, input, release.clone()));
+    rt.spawn(held(
+        io,
+        read_task(master.clone(), events.clone(), release.clone()),
+    ));
+    rt.spawn(held(io, write_task(master, input, release.clone())));
     match child {
-        Child::Own => rt.spawn(wait_task(pid, events, release)),
-        Child::Kept(kept) => rt.spawn(wait_kept(kept, events, release)),
+        Child::Own => rt.spawn(held(io, wait_task(pid, events, release))),
+        Child::Kept(kept) => rt.spawn(held(io, wait_kept(kept, events, release))),
     };
     Ok(())
+}
+
+/// `task`, keeping the node's threads alive while it runs.
+fn held<F: std::future::Future<Output = ()>>(
+    io: &PtyIo,
+    task: F,
+) -> impl std::future::Future<Output = ()> {
+    let io = io.clone();
+    async move {
+        task.await;
+        drop(io);
+    }
 }
 
 fn read(fd: &FileDescriptor, buf: &mut [u8]) -> std::io::Result<usize> {

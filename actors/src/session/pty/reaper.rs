@@ -1,6 +1,6 @@
-//! Learns of every session program's exit for the whole node from one
+//! Learns of every session program's exit for the whole process from one
 //! SIGCHLD stream, so a session costs no descriptor (a pidfd) and no
-//! thread for it. A SIGCHLD wakes one thread of the node's (`pty-reaper`),
+//! thread for it. A SIGCHLD wakes one thread of the process's (`pty-reaper`),
 //! which makes one pass over the programs still running, a
 //! `waitid(WNOHANG | WNOWAIT)` each (about a microsecond): the exit is
 //! seen without reaping, so the pid (and with it the process group id)
@@ -9,7 +9,7 @@
 //! exits shares one: with 10,000 programs running (a pass of about 10 ms)
 //! and others ending all the time, that bounds the cost to a fifth of a
 //! core; an exit after a quiet spell is seen at once, in a burst within
-//! `PASS_GAP`. Only pids the node started are looked at, so children
+//! `PASS_GAP`. Only pids the nodes started are looked at, so children
 //! started any other way (tokio, std) are never reaped from under their
 //! owners.
 
@@ -29,39 +29,38 @@ const PASS_GAP: std::time::Duration = std::time::Duration::from_millis(50);
 /// Programs whose exit is awaited, by pid.
 static WAITING: Mutex<BTreeMap<i32, oneshot::Sender<ExitInfo>>> = Mutex::new(BTreeMap::new());
 
-/// Starts the node's SIGCHLD listener on `rt` and its pass thread (once;
-/// a failure is returned, and tried again by the next create).
-pub fn start(rt: &tokio::runtime::Handle) -> std::io::Result<()> {
+/// Starts the process's SIGCHLD listener (once; a failure is returned,
+/// and tried again by the next create). It runs on a thread of its own,
+/// made here so that a node out of threads fails this create rather than
+/// losing exits later, and not on a node's threads: the process's children
+/// are the process's, whichever node started them and whichever stopped.
+pub fn start() -> std::io::Result<()> {
     static STARTED: Mutex<bool> = Mutex::new(false);
     let mut started = STARTED.lock().unwrap_or_else(|p| p.into_inner());
     if *started {
         return Ok(());
     }
-    let _in_runtime = rt.enter();
-    let mut children = signal(SignalKind::child())?;
-    // The passes run on a thread of their own, made here so that a node
-    // out of threads fails this create rather than losing exits later.
-    let (wake, woken) = std::sync::mpsc::sync_channel::<()>(1);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let children = {
+        let _in_runtime = rt.enter();
+        signal(SignalKind::child())?
+    };
     std::thread::Builder::new()
         .name("pty-reaper".into())
-        .spawn(move || passes(woken))?;
-    rt.spawn(async move {
-        while children.recv().await.is_some() {
-            // A wake already waiting covers this SIGCHLD too.
-            let _ = wake.try_send(());
-        }
-    });
+        .spawn(move || rt.block_on(passes(children)))?;
     *started = true;
     Ok(())
 }
 
-/// One pass per wake, at most one every `PASS_GAP`: SIGCHLDs meanwhile
-/// wait as one wake for the next pass.
-fn passes(woken: std::sync::mpsc::Receiver<()>) {
-    while woken.recv().is_ok() {
+/// One pass per SIGCHLD, at most one every `PASS_GAP`: SIGCHLDs meanwhile
+/// wait as one for the next pass.
+async fn passes(mut children: tokio::signal::unix::Signal) {
+    while children.recv().await.is_some() {
         let began = std::time::Instant::now();
         look_all();
-        std::thread::sleep(PASS_GAP.saturating_sub(began.elapsed()));
+        tokio::time::sleep(PASS_GAP.saturating_sub(began.elapsed())).await;
     }
 }
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::{defaults, origins, positive, tls, ConfigError};
+use crate::{defaults, origins, positive, tls, ConfigError, DAY};
 
 #[derive(Debug, Clone)]
 pub struct HttpConfig {
@@ -67,7 +67,6 @@ pub(crate) fn parse(h: RawHttp, file: &str) -> Result<HttpConfig, ConfigError> {
             "not an address:port such as \"127.0.0.1:7420\"".into(),
         )
     })?;
-    let day = Duration::from_secs(86_400);
     let count = |key: &str, value: Option<i64>, default: usize, max: i64| match value {
         None => Ok(default),
         Some(n) if (1..=max).contains(&n) => Ok(n as usize),
@@ -92,14 +91,14 @@ pub(crate) fn parse(h: RawHttp, file: &str) -> Result<HttpConfig, ConfigError> {
             "http.keepalive_idle",
             &h.keepalive_idle,
             defaults::KEEPALIVE_IDLE,
-            day,
+            DAY,
         )?,
         keepalive_interval: positive(
             file,
             "http.keepalive_interval",
             &h.keepalive_interval,
             defaults::KEEPALIVE_INTERVAL,
-            day,
+            DAY,
         )?,
         keepalive_probes: count(
             "http.keepalive_probes",
@@ -112,7 +111,7 @@ pub(crate) fn parse(h: RawHttp, file: &str) -> Result<HttpConfig, ConfigError> {
             "http.user_timeout",
             &h.user_timeout,
             defaults::USER_TIMEOUT,
-            day,
+            DAY,
         )?,
         allowed_origins: origins::parse(h.allowed_origins, file)?,
         tls: tls::parse(h.tls_cert, h.tls_key, file)?,

@@ -323,24 +323,9 @@ fn parse_tokens(raw: Vec<RawToken>, file: &str) -> Result<Vec<TokenEntry>, Confi
     Ok(tokens)
 }
 
-/// `[ws]`: every duration more than zero.
+/// `[ws]`: every duration more than zero and at most a day.
 fn parse_ws(w: RawWs, file: &str) -> Result<WsConfig, ConfigError> {
-    let dur = |key: &str, value: &Option<String>, default: Duration| {
-        duration_or(value, default)
-            .and_then(|d| {
-                if d.is_zero() {
-                    Err("must be more than zero".to_string())
-                } else {
-                    Ok(d)
-                }
-            })
-            .map_err(|reason| ConfigError::Value {
-                file: file.to_string(),
-                key: key.to_string(),
-                value: format!("{value:?}"),
-                reason,
-            })
-    };
+    let dur = |key, value, default| positive(file, key, value, default, DAY);
     Ok(WsConfig {
         ping_interval: dur(
             "ws.ping_interval",
@@ -352,6 +337,9 @@ fn parse_ws(w: RawWs, file: &str) -> Result<WsConfig, ConfigError> {
         auth_timeout: dur("ws.auth_timeout", &w.auth_timeout, defaults::AUTH_TIMEOUT)?,
     })
 }
+
+/// The bound of the durations that need no more (a timer, a keepalive).
+pub(crate) const DAY: Duration = Duration::from_secs(86_400);
 
 /// Node names travel in certificates and URLs: keep them plain.
 pub fn check_name(name: &str) -> Result<(), String> {
@@ -410,7 +398,7 @@ pub(crate) fn duration_or(value: &Option<String>, default: Duration) -> Result<D
 }
 
 /// `value` (`default` when absent), more than zero and at most `max`.
-fn positive(
+pub(crate) fn positive(
     file: &str,
     key: &str,
     value: &Option<String>,

@@ -160,3 +160,20 @@ fn liveness_keys_parse_and_are_bounded() {
         .to_string();
     assert!(e.contains("watchdog.tick"), "{e}");
 }
+
+#[test]
+fn ws_durations_are_more_than_zero_and_at_most_a_day() {
+    let c = Config::parse("[ws]\nping_interval = \"30s\"\n", "t.toml").unwrap();
+    assert_eq!(c.ws.ping_interval, Duration::from_secs(30));
+    for (key, value) in [
+        ("ping_interval", "0s"),
+        ("reap_after", "2d"),
+        ("stale_after", "25h"),
+    ] {
+        let e = Config::parse(&format!("[ws]\n{key} = \"{value}\"\n"), "t.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(&format!("ws.{key}")), "{e}");
+        assert!(e.contains("at most 86400s"), "{e}");
+    }
+}

@@ -156,17 +156,7 @@ async fn a_crash_during_a_flood_keeps_the_stored_output_intact() {
             format!("stty -onlcr -echo; echo ready; read go; seq 1 {LINES}; exec sleep 100000");
         let session = create(&node, &script).await.id;
         let mut c = client(&node).await;
-        let mut s = Stream::new(1 << 20);
-        subscribe(&mut c, &session, Some(0), 1 << 20).await.unwrap();
-        within(
-            PATIENCE,
-            "ready",
-            pump_until(&mut c, &session, &mut s, true, |s| {
-                s.data.starts_with(b"ready\n")
-            }),
-        )
-        .await
-        .unwrap();
+        let mut s = subscribe_to_ready(&mut c, &session).await;
         // Output is made durable in batches (a kill -9 may lose the last
         // half second): "ready" is made durable first, so every round has
         // something stored to compare however early its crash comes.

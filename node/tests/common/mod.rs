@@ -377,6 +377,21 @@ pub async fn subscribe_fresh(c: &mut Client, session: &str, window: u64) -> Stre
     s
 }
 
+/// Subscribes from the start (window 1 MiB) and returns once the program's
+/// first line, `ready`, came, with the stream it started.
+pub async fn subscribe_to_ready(c: &mut Client, session: &str) -> Stream {
+    let mut s = Stream::new(1 << 20);
+    subscribe(c, session, Some(0), 1 << 20).await.unwrap();
+    within(
+        PATIENCE,
+        "ready",
+        pump_until(c, session, &mut s, true, |s| s.data.starts_with(b"ready\n")),
+    )
+    .await
+    .unwrap();
+    s
+}
+
 /// Subscribes and returns once `subscribed` arrives.
 pub async fn subscribe(
     c: &mut Client,

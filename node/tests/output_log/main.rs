@@ -56,17 +56,7 @@ async fn kill_9_at_random_moments_of_floods_loses_nothing_sent_and_reuses_no_seq
     for round in 0..rounds {
         let session = create(&node, &flood_script()).await.id;
         let mut c = client(&node).await;
-        let mut s = Stream::new(1 << 20);
-        subscribe(&mut c, &session, Some(0), 1 << 20).await.unwrap();
-        within(
-            PATIENCE,
-            "ready",
-            pump_until(&mut c, &session, &mut s, true, |s| {
-                s.data.starts_with(b"ready\n")
-            }),
-        )
-        .await
-        .unwrap();
+        let mut s = subscribe_to_ready(&mut c, &session).await;
         c.send(&ClientMsg::Input {
             session: session.clone(),
             data: b"\n".to_vec(),
@@ -247,17 +237,7 @@ async fn a_full_disk_keeps_live_output_and_storing_resumes_when_space_returns() 
     let node = BinaryNode::start_on(&data, "[store]\nmax_bytes = \"1GiB\"\n");
     let session = create(&node, &flood_script()).await.id;
     let mut c = client(&node).await;
-    let mut s = Stream::new(1 << 20);
-    subscribe(&mut c, &session, Some(0), 1 << 20).await.unwrap();
-    within(
-        PATIENCE,
-        "ready",
-        pump_until(&mut c, &session, &mut s, true, |s| {
-            s.data.starts_with(b"ready\n")
-        }),
-    )
-    .await
-    .unwrap();
+    let mut s = subscribe_to_ready(&mut c, &session).await;
     // Fill the disk but for 256 KiB: the flood's 1.3 MB cannot all be kept.
     let filler = disk.path().join("filler");
     let room = disk.free().saturating_sub(256 << 10);

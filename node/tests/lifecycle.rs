@@ -452,3 +452,59 @@ async fn a_revived_program_outlives_the_last_runs_kill_grace() {
         "the last run's kill grace killed the revived program"
     );
 }
+
+/// A resize and then a key, sent at once: the program reads the key with
+/// the new size set, even while a flood keeps the session busy (sizes and
+/// keys share the PTY's one input queue; a resize set by the session
+/// actor once came after a key written straight to the terminal).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_sent_after_a_resize_sees_the_new_size_behind_a_flood() {
+    const ROUNDS: u64 = 40;
+    let node = TestNode::start();
+    let dir = tempfile::tempdir().unwrap();
+    let script = format!(
+        "stty -echo; yes 'flood flood flood flood flood flood flood flood' & \
+         while read n; do stty size > {d}/$n.part; mv {d}/$n.part {d}/$n; done",
+        d = dir.path().display()
+    );
+    let session = node.create(&["sh", "-c", &script]).await.id;
+    let mut c = node.client(OPERATOR).await;
+    for round in 0..ROUNDS {
+        let (cols, rows) = (60 + round, 20 + round % 7);
+        c.send(&ClientMsg::Resize {
+            session: session.clone(),
+            cols,
+            rows,
+        })
+        .await
+        .unwrap();
+        c.send(&ClientMsg::Input {
+            session: session.clone(),
+            data: format!("{round}\n").into_bytes(),
+        })
+        .await
+        .unwrap();
+        let file = dir.path().join(round.to_string());
+        let seen = within(PATIENCE, "the program's size for the key", async {
+            loop {
+                if let Ok(text) = std::fs::read_to_string(&file) {
+                    return text;
+                }
+                poll_pause().await;
+            }
+        })
+        .await;
+        assert_eq!(
+            seen.trim(),
+            format!("{rows} {cols}"),
+            "round {round}: the key came before its resize"
+        );
+    }
+    c.request(|id| ClientMsg::Kill {
+        id,
+        session: session.clone(),
+        signal: Some("KILL".into()),
+    })
+    .await
+    .unwrap();
+}

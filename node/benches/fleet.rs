@@ -46,6 +46,9 @@ fn record(id: &str, last_seq: u64) -> Vec<u8> {
         idle_ms: 0,
         at_prompt: false,
         tags: Vec::new(),
+        state: None,
+        state_since: None,
+        waiting_for: None,
     };
     rmp_serde::to_vec_named(&info).unwrap()
 }

@@ -274,6 +274,9 @@ fn migration(file: &Path, mb: usize) {
                 idle_ms: 0,
                 at_prompt: false,
                 tags: Vec::new(),
+                state: None,
+                state_since: None,
+                waiting_for: None,
             };
             OldSession {
                 id,

@@ -396,6 +396,49 @@ pub struct SessionInfo {
     pub idle_ms: u64,
     pub at_prompt: bool,
     pub tags: Vec<String>,
+    /// A running session's state (PROTOCOL.md section 15); none once its
+    /// program is gone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<AgentState>,
+    /// Unix ms the state began.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state_since: Option<u64>,
+    /// When `waiting`: the line on its screen that asks, or the hook's
+    /// message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting_for: Option<String>,
+}
+
+/// What a running session is doing, as far as a person is concerned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AgentState {
+    /// It needs a person: a question on its screen, a prompt after its
+    /// turn, or its agent hook said so.
+    Waiting,
+    /// Output in the last few seconds, or its agent hook said so.
+    Working,
+    /// Quiet, asking nothing.
+    Idle,
+}
+
+impl AgentState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AgentState::Waiting => "waiting",
+            AgentState::Working => "working",
+            AgentState::Idle => "idle",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<AgentState> {
+        match text {
+            "waiting" => Some(AgentState::Waiting),
+            "working" => Some(AgentState::Working),
+            "idle" => Some(AgentState::Idle),
+            _ => None,
+        }
+    }
 }
 
 /// `list`'s order: oldest first, by id among sessions created in the same
@@ -430,6 +473,12 @@ pub enum EventKind {
     },
     Phase {
         phase: String,
+    },
+    /// The session's state changed (PROTOCOL.md section 15).
+    State {
+        state: AgentState,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        waiting_for: Option<String>,
     },
     Unreachable,
     Reachable,

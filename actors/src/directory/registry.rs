@@ -283,6 +283,7 @@ impl Registry {
                 status: SessionStatus::Running,
                 exit_code: None,
                 phase: None,
+                agent: Some(crate::session::agent::starting(now)),
             }),
         });
         // Stored before the session's actor starts: its first output and

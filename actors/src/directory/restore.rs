@@ -165,6 +165,9 @@ impl Registry {
                 status,
                 exit_code: info.exit_code.filter(|_| pty.is_none()),
                 phase: info.phase.clone(),
+                agent: pty
+                    .is_some()
+                    .then(|| crate::session::agent::starting(crate::clock::now_ms())),
             }),
         });
         // Input goes to the program's writer; nowhere when it is gone.

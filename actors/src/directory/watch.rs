@@ -118,6 +118,9 @@ mod tests {
             idle_ms: 0,
             at_prompt: false,
             tags: vec![],
+            state: None,
+            state_since: None,
+            waiting_for: None,
         }
     }
 

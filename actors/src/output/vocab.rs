@@ -94,6 +94,8 @@ pub enum ScreenOut {
     Snapshot(Bytes),
     Lines(Vec<String>),
     Text(Vec<String>),
+    /// The visible rows and the cursor (col, row).
+    Look(Vec<String>, (usize, usize)),
 }
 
 impl ScreenOut {
@@ -107,7 +109,7 @@ impl ScreenOut {
     pub fn into_lines(self) -> Option<Vec<String>> {
         match self {
             ScreenOut::Lines(lines) | ScreenOut::Text(lines) => Some(lines),
-            ScreenOut::Snapshot(_) => None,
+            ScreenOut::Snapshot(_) | ScreenOut::Look(..) => None,
         }
     }
 }

@@ -79,6 +79,8 @@ pub enum ScreenWant {
     Lines { max: usize },
     /// The visible screen as plain text rows.
     Text,
+    /// The visible rows and the cursor, for reading the session's state.
+    Look,
 }
 
 /// Ask for the screen; the answer comes on `reply` when computed (off the

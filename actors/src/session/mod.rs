@@ -5,6 +5,7 @@
 //! it wants; carries out what the core decides (`life`). Nothing is
 //! dropped.
 
+pub mod agent;
 mod cold;
 pub use cold::COOL_AFTER;
 mod core;

@@ -162,6 +162,10 @@ impl Job {
                     )),
                     ScreenWant::Lines { max } => ScreenOut::Lines(self.model.lines(max)),
                     ScreenWant::Text => ScreenOut::Text(self.model.text()),
+                    ScreenWant::Look => {
+                        let (col, row, _) = self.model.cursor();
+                        ScreenOut::Look(self.model.text(), (col, row))
+                    }
                 };
                 Some(ScreenResult {
                     seq,

@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use termesh_transport::{SessionInfo, SessionStatus};
+use termesh_transport::{AgentState, SessionInfo, SessionStatus};
 
 #[derive(Debug)]
 pub struct SessionShared {
@@ -33,6 +33,17 @@ pub struct Meta {
     pub status: SessionStatus,
     pub exit_code: Option<u32>,
     pub phase: Option<String>,
+    /// The running program's state (`None` once it is gone).
+    pub agent: Option<AgentView>,
+}
+
+/// A session's state as `SessionInfo` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentView {
+    pub state: AgentState,
+    /// Unix ms.
+    pub since: u64,
+    pub waiting_for: Option<String>,
 }
 
 impl SessionShared {
@@ -60,6 +71,9 @@ impl SessionShared {
             idle_ms: now.saturating_sub(self.last_output_ms.load(Ordering::Relaxed)),
             at_prompt: self.at_prompt.load(Ordering::Relaxed),
             tags: meta.tags,
+            state: meta.agent.as_ref().map(|a| a.state),
+            state_since: meta.agent.as_ref().map(|a| a.since),
+            waiting_for: meta.agent.and_then(|a| a.waiting_for),
         }
     }
 

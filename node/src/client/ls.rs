@@ -183,6 +183,9 @@ mod tests {
             idle_ms: 61_000,
             at_prompt: false,
             tags: vec![],
+            state: None,
+            state_since: None,
+            waiting_for: None,
         }
     }
 

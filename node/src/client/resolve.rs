@@ -107,6 +107,9 @@ mod tests {
             idle_ms,
             at_prompt: false,
             tags: vec![],
+            state: None,
+            state_since: None,
+            waiting_for: None,
         }
     }
 

@@ -409,6 +409,9 @@ async fn a_data_dir_of_the_previous_release_is_migrated_at_the_first_start() {
         idle_ms: 0,
         at_prompt: false,
         tags: Vec::new(),
+        state: None,
+        state_since: None,
+        waiting_for: None,
     };
     // 3,000 frames in sled's output tree, the last 110 in the journal
     // only (a kill -9 before the old store wrote them).

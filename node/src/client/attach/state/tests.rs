@@ -264,6 +264,9 @@ fn a_session_found_lost_ends_once_shown_and_a_takeover_ends_it_too() {
         idle_ms: 0,
         at_prompt: false,
         tags: Vec::new(),
+        state: None,
+        state_since: None,
+        waiting_for: None,
     };
     let step = st
         .on_message(ServerMsg::Sessions {

@@ -15,6 +15,8 @@ pub struct Metrics {
     pub frames_out: AtomicU64,
     pub resyncs: AtomicU64,
     pub snapshots: AtomicU64,
+    /// Changes of sessions' states (working, waiting, idle).
+    pub state_changes: AtomicU64,
     /// Output fed to screen models by passes someone waited for, and by
     /// background warming passes (see `session::warmth`).
     pub screen_request_bytes: AtomicU64,
@@ -151,6 +153,12 @@ const ROWS: &[Row] = &[
         "gauge",
         "Live output subscriptions.",
         |m| g(&m.subscribers),
+    ),
+    (
+        "termesh_session_state_changes_total",
+        "counter",
+        "Changes of sessions' states (working, waiting, idle).",
+        |m| c(&m.state_changes),
     ),
     (
         "termesh_bytes_out_total",

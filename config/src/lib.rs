@@ -4,6 +4,7 @@
 //! read into loose "raw" types, then parsed once into checked types; every
 //! error names the file, the key and the bad value.
 
+pub mod agents;
 mod auth;
 mod cluster;
 pub mod fuzz;
@@ -109,6 +110,8 @@ pub struct Config {
     /// `None`: a single node (no `[cluster]` section).
     pub cluster: Option<ClusterConfig>,
     pub store: StoreConfig,
+    /// `[[agents]]`: agents beside the built-in ones.
+    pub agents: Vec<agents::AgentConfig>,
     /// The file it was read from (`None`: defaults, or parsed text); a
     /// reload reads it again.
     pub source: Option<PathBuf>,
@@ -275,10 +278,12 @@ impl Config {
             None => None,
         };
         let store = store::parse(raw.store, file)?;
+        let agents = agents::parse(raw.agents, file)?;
 
         Ok(Config {
             cluster,
             store,
+            agents,
             source: None,
             node: NodeConfig {
                 name,
@@ -450,6 +455,8 @@ struct RawConfig {
     #[serde(default)]
     store: store::RawStore,
     cluster: Option<cluster::RawCluster>,
+    #[serde(default)]
+    agents: Vec<agents::RawAgent>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -177,3 +177,23 @@ fn ws_durations_are_more_than_zero_and_at_most_a_day() {
         assert!(e.contains("at most 86400s"), "{e}");
     }
 }
+
+#[test]
+fn agents_entries_are_checked() {
+    let ok = "[[agents]]\nname = \"mine\"\ncommand = [\"my-agent\"]\nwaiting = [\"^Approve\\\\?\"]\nresume = [\"my-agent\", \"--resume\"]\n";
+    let c = Config::parse(ok, "t.toml").unwrap();
+    assert_eq!(c.agents.len(), 1);
+    assert_eq!(c.agents[0].command, ["my-agent"]);
+    for (text, says) in [
+        ("[[agents]]\ncommand = [\"x\"]\n", "agents[0].name"),
+        ("[[agents]]\nname = \"a\"\n", "agents[0].command"),
+        ("[[agents]]\nname = \"a\"\ncommand = [\"/bin/x\"]\n", "without a directory"),
+        ("[[agents]]\nname = \"a\"\ncommand = [\"x\"]\nworking = [\"(\"]\n", "agents[0].working"),
+        ("[[agents]]\nname = \"a\"\ncommand = [\"x\"]\n[[agents]]\nname = \"a\"\ncommand = [\"y\"]\n", "named twice"),
+        ("[[agents]]\nname = \"a\"\ncommand = [\"x\"]\nresume = []\n", "agents[0].resume"),
+        ("[[agents]]\nname = \"a\"\ncommand = [\"x\"]\nwhat = 1\n", "unknown field"),
+    ] {
+        let e = Config::parse(text, "t.toml").unwrap_err().to_string();
+        assert!(e.contains(says), "{text}: {e}");
+    }
+}

@@ -13,6 +13,9 @@ use termesh_transport::SessionInfo;
 
 /// What a watcher is told.
 #[derive(Debug, Clone, PartialEq)]
+// Nearly every event is a change, as large as its `SessionInfo`: boxing it
+// would add an allocation to each to save memory on the rare removal.
+#[allow(clippy::large_enum_variant)]
 pub enum WatchEvent {
     Changed(SessionInfo),
     Removed(String),

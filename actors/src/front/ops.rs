@@ -19,8 +19,8 @@ use crate::metrics::Metrics;
 use crate::output::feed::Feed;
 use crate::session::pty::parse_signal;
 use crate::session::{
-    DetachAttaches, GetScreen, Kill, RawTail, RawTailResult, Rename, Resize, ScreenResult,
-    ScreenWant, SetPhase, Tag,
+    DetachAttaches, GetScreen, Hooked, Kill, RawTail, RawTailResult, Rename, Resize, ScreenResult,
+    ScreenWant, Tag,
 };
 
 /// How long a create waits for every up peer to list the new session.
@@ -243,10 +243,16 @@ impl NodeCtx {
         Ok(())
     }
 
-    pub fn set_phase(&self, id: &str, phase: &str) -> Result<(), ApiError> {
-        self.session(id)?.addr.do_send(SetPhase {
-            phase: phase.into(),
-        });
+    /// An agent's hook: `body` is what it posted, `name` its event.
+    pub fn hooked(&self, id: &str, name: &str, body: &serde_json::Value) -> Result<(), ApiError> {
+        let session = self.session(id)?;
+        let (phase, state) = crate::session::agent::hooks::meaning(name, body);
+        if phase.is_some() || state.is_some() {
+            session.addr.do_send(Hooked {
+                phase: phase.map(str::to_string),
+                state,
+            });
+        }
         Ok(())
     }
 

@@ -117,6 +117,7 @@ impl SessionActor {
             .at_prompt
             .store(self.modes.at_prompt(), Ordering::Relaxed);
         self.last_output = std::time::Instant::now();
+        self.attend_output(ctx);
         if self.screen.model.is_some() || self.screen.job_running {
             self.arm(Timer::Catchup, IDLE_CATCHUP, ctx);
         }

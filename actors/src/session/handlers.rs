@@ -17,6 +17,7 @@ impl Actor for SessionActor {
                 self.reserve(upto, ctx);
             }
         }
+        self.attend_start(ctx);
         self.pull(ctx);
     }
 
@@ -164,12 +165,17 @@ impl Handler<Tag> for SessionActor {
     }
 }
 
-impl Handler<SetPhase> for SessionActor {
+impl Handler<Hooked> for SessionActor {
     type Result = ();
 
-    fn handle(&mut self, msg: SetPhase, _: &mut Context<Self>) {
-        self.shared.update(|m| m.phase = Some(msg.phase.clone()));
-        self.announce(EventKind::Phase { phase: msg.phase });
+    fn handle(&mut self, msg: Hooked, _: &mut Context<Self>) {
+        if let Some(phase) = msg.phase {
+            self.shared.update(|m| m.phase = Some(phase.clone()));
+            self.announce(EventKind::Phase { phase });
+        }
+        if let Some(state) = msg.state {
+            self.attend_hook(state);
+        }
     }
 }
 

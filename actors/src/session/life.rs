@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use actix::prelude::*;
-use termesh_transport::EventKind;
+use termesh_transport::{EventKind, SessionStatus};
 
 use super::core::{Step, Timer};
 use super::pty::{self, ExitInfo};
@@ -43,6 +43,15 @@ impl SessionActor {
         self.shared.update(|m| {
             m.status = status;
             m.exit_code = code;
+            if status != SessionStatus::Running {
+                // Only a running program has a state; an exit says how
+                // its work ended.
+                m.agent = None;
+                if status == SessionStatus::Exited {
+                    let failed = code.is_some_and(|c| c != 0);
+                    m.phase = Some(if failed { "failed" } else { "completed" }.into());
+                }
+            }
         });
         self.shared
             .exited

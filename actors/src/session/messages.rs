@@ -48,10 +48,12 @@ pub struct Tag {
     pub tags: Vec<String>,
 }
 
+/// An agent's hook said where it is: its phase, its state, or both.
 #[derive(Message)]
 #[rtype(result = "()")]
-pub struct SetPhase {
-    pub phase: String,
+pub struct Hooked {
+    pub phase: Option<String>,
+    pub state: Option<super::agent::Hook>,
 }
 
 /// Stop the session for good (remove): kill the program if it runs, tell

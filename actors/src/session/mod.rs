@@ -6,6 +6,7 @@
 //! dropped.
 
 pub mod agent;
+mod attention;
 mod cold;
 pub use cold::COOL_AFTER;
 mod core;
@@ -78,6 +79,8 @@ pub struct SessionSettings {
     pub warmth: warmth::Warmth,
     /// The node's PTY I/O threads.
     pub pty_io: pty::PtyIo,
+    /// What the node knows of agents (built in, and `[[agents]]`).
+    pub agents: agent::Agents,
 }
 
 pub struct SessionActor {
@@ -120,6 +123,8 @@ pub struct SessionActor {
     /// The node stops and the kept program runs on: told once the PTY's
     /// last events are applied (`Leave`).
     leaving: Option<oneshot::Sender<()>>,
+    /// Working, waiting or idle, and what reads it.
+    attention: attention::Attention,
 }
 
 enum ScreenTo {
@@ -204,6 +209,7 @@ impl SessionActor {
         metrics: Arc<Metrics>,
         changed: Recipient<SessionChanged>,
     ) -> Self {
+        let settings_agent = settings.agents.of(&shared.command);
         SessionActor {
             id: shared.id.clone(),
             core: SessionCore::running(false, settings.kill_grace, u64::MAX),
@@ -227,6 +233,7 @@ impl SessionActor {
             warm_counted: false,
             released: None,
             leaving: None,
+            attention: attention::Attention::new(settings_agent),
         }
     }
 

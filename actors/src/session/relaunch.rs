@@ -35,6 +35,8 @@ impl Handler<Relaunch> for SessionActor {
         self.take_pty(pty);
         self.publisher.resume();
         self.shared.update(|m| m.phase = None);
+        self.attend_anew();
+        self.attend(ctx);
         self.show_status();
         let after = self.publisher.last_seq();
         if let Some(store) = &self.settings.store {

@@ -239,6 +239,7 @@ fn registry_config(
             store,
             warmth: Default::default(),
             pty_io: Default::default(),
+            agents: agents(config),
         },
         max_sessions: config.session.max_sessions,
         http_base: url.to_string(),
@@ -253,6 +254,15 @@ fn registry_config(
             .map(|c| c.ca.clone()),
         keeper,
     }
+}
+
+/// The node's agents: the config's `[[agents]]` (checked when the config
+/// was read) and the built-in ones.
+fn agents(config: &Config) -> termesh_actors::session::agent::Agents {
+    termesh_actors::session::agent::Agents::new(&config.agents).unwrap_or_else(|e| {
+        tracing::error!("[[agents]]: {e}; the built-in rules only");
+        Default::default()
+    })
 }
 
 fn mesh_ctx(

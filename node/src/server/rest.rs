@@ -478,26 +478,19 @@ async fn hook(
             }
             state.node.session(&path)?;
             let body: serde_json::Value = required_json(payload).await?;
-            let name = body
-                .get("hook_event_name")
-                .and_then(|v| v.as_str())
+            let name = termesh_actors::session::agent::hooks::name(&body)
                 .ok_or_else(|| {
-                    ApiError::bad_request("the hook body needs `hook_event_name` (a string)")
+                    ApiError::bad_request(
+                        "the hook body needs `hook_event_name` (or Codex's `type`), a string",
+                    )
                 })?
                 .to_string();
+            // Stored before the phase and state it sets (their events
+            // follow it).
             if let Some(store) = &state.node.store {
-                store.record_event(&path, hook_event(&name, body));
+                store.record_event(&path, hook_event(&name, body.clone()));
             }
-            let phase = match name.as_str() {
-                "UserPromptSubmit" => Some("running"),
-                "Stop" => Some("waiting"),
-                "StopFailure" => Some("failed"),
-                "SessionEnd" => Some("completed"),
-                _ => None,
-            };
-            if let Some(phase) = phase {
-                state.node.set_phase(&path, phase)?;
-            }
+            state.node.hooked(&path, &name, &body)?;
             Ok(HttpResponse::build(StatusCode::NO_CONTENT).finish())
         }
         .await,

@@ -48,7 +48,7 @@ pub enum PeerMsg {
     /// it: sent after `hello`, on every link up.
     Directory { sessions: Vec<SessionInfo> },
     /// One of the sender's own sessions was created or changed.
-    SessionChanged { session: SessionInfo },
+    SessionChanged { session: Box<SessionInfo> },
     /// One of the sender's own sessions was removed.
     SessionRemoved { session: String },
     /// A client's request for a session (or a node) of the receiver, sent

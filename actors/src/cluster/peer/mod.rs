@@ -229,7 +229,7 @@ impl PeerActor {
             }
             PeerMsg::SessionChanged { session } if self.may_announce(&session) => {
                 let id = session.id.clone();
-                self.view.upsert(&self.name, session);
+                self.view.upsert(&self.name, *session);
                 if let Some(shown) = self.view.shown(&self.name, &id) {
                     self.tell_local(vec![WatchEvent::Changed(shown)]);
                 }
@@ -400,7 +400,7 @@ impl Handler<FromLink> for PeerActor {
             }
             // What a link sends after this side dropped it (a breaker
             // trip) is stale: a mirror subscribe taken now would outlive it.
-            LinkEvent::Msg(msg) if self.link_open() => self.on_msg(msg, ctx),
+            LinkEvent::Msg(msg) if self.link_open() => self.on_msg(*msg, ctx),
             LinkEvent::Data(msg) if self.link_open() => self.route_to_mirror(msg),
             LinkEvent::Msg(_) | LinkEvent::Data(_) => {}
             LinkEvent::Down { reason } => self.on_down(reason),
@@ -461,7 +461,9 @@ impl PeerActor {
         for event in events {
             let msg = match event {
                 WatchEvent::Changed(session) if session.node == self.me => {
-                    PeerMsg::SessionChanged { session }
+                    PeerMsg::SessionChanged {
+                        session: Box::new(session),
+                    }
                 }
                 WatchEvent::Changed(_) => continue,
                 WatchEvent::Removed(session) => PeerMsg::SessionRemoved { session },

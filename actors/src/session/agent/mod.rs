@@ -8,6 +8,7 @@
 //! flows), never while nothing happens: a quiet session costs nothing, a
 //! busy one a look a second at most.
 
+pub mod hooks;
 pub mod rules;
 
 use std::time::{Duration, Instant};

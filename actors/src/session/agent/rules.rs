@@ -34,15 +34,7 @@ pub struct Agent {
     pub resume: Option<Vec<String>>,
 }
 
-/// An `[[agents]]` entry as the config gives it (patterns as text).
-#[derive(Debug, Clone, Default)]
-pub struct AgentSpec {
-    pub name: String,
-    pub programs: Vec<String>,
-    pub waiting: Vec<String>,
-    pub working: Vec<String>,
-    pub resume: Option<Vec<String>>,
-}
+pub use termesh_config::agents::AgentConfig as AgentSpec;
 
 /// How many rows at the bottom of what a screen shows are read.
 const BOTTOM_ROWS: usize = 12;
@@ -67,7 +59,7 @@ impl Agent {
         };
         Ok(Agent {
             name: spec.name.clone(),
-            programs: spec.programs.clone(),
+            programs: spec.command.clone(),
             waiting: compile(&spec.waiting)?,
             working: compile(&spec.working)?,
             resume: spec.resume.clone(),
@@ -81,28 +73,28 @@ pub fn built_in() -> Vec<AgentSpec> {
     vec![
         AgentSpec {
             name: "claude".into(),
-            programs: s(&["claude"]),
+            command: s(&["claude"]),
             waiting: s(&[r"^\s*Do you want to", r"^\s*│?\s*Do you want"]),
             working: s(&[r"esc to interrupt"]),
             resume: Some(s(&["claude", "--continue"])),
         },
         AgentSpec {
             name: "codex".into(),
-            programs: s(&["codex"]),
+            command: s(&["codex"]),
             waiting: s(&[r"^\s*Allow command\?", r"^\s*Would you like to run"]),
             working: s(&[r"esc to interrupt", r"Working \("]),
             resume: Some(s(&["codex", "resume", "--last"])),
         },
         AgentSpec {
             name: "gemini".into(),
-            programs: s(&["gemini"]),
+            command: s(&["gemini"]),
             waiting: s(&[r"^\s*│?\s*Allow execution", r"Apply this change\?"]),
             working: s(&[r"esc to cancel"]),
             resume: None,
         },
         AgentSpec {
             name: "aider".into(),
-            programs: s(&["aider"]),
+            command: s(&["aider"]),
             waiting: s(&[r"\(Y\)es/\(N\)o"]),
             working: s(&[]),
             resume: Some(s(&["aider", "--restore-chat-history"])),
@@ -140,7 +132,7 @@ impl Agents {
         let program = program_name(command)?;
         self.0
             .iter()
-            .find(|a| a.programs.iter().any(|p| *p == program))
+            .find(|a| a.programs.contains(&program))
             .cloned()
     }
 }
@@ -173,19 +165,17 @@ pub fn classify(rows: &[String], cursor: (usize, usize), agent: Option<&Agent>) 
         .iter()
         .map(|r| r.trim_end())
         .collect();
-    if let Some(agent) = agent {
-        if let Some(line) = find(&bottom, &agent.waiting) {
-            return Seen::Asking(asking_line(&bottom, line));
-        }
-        if find(&bottom, &agent.working).is_some() {
-            return Seen::Busy;
-        }
-    }
-    if let Some(line) = common_question(&bottom) {
-        return Seen::Asking(asking_line(&bottom, line));
-    }
-    if find(&bottom, &common().working).is_some() {
-        return Seen::Busy;
+    // What asks and what works, each at its lowest row: the lower one is
+    // the newer (a spinner below a menu works; a question below a spinner
+    // asks).
+    let own = |list: fn(&Agent) -> &Vec<Regex>| agent.and_then(|a| find(&bottom, list(a)));
+    let asks = own(|a| &a.waiting).or_else(|| common_question(&bottom));
+    let works = own(|a| &a.working).or_else(|| find(&bottom, &common().working));
+    match (asks, works) {
+        (Some(ask), Some(work)) if work > ask => return Seen::Busy,
+        (Some(ask), _) => return Seen::Asking(asking_line(&bottom, ask)),
+        (None, Some(_)) => return Seen::Busy,
+        (None, None) => {}
     }
     if let Some(prompt) = prompt_at_cursor(rows, cursor, last) {
         return Seen::Prompt(prompt);
@@ -227,13 +217,14 @@ fn find(bottom: &[&str], patterns: &[Regex]) -> Option<usize> {
         .rposition(|row| patterns.iter().any(|p| p.is_match(row)))
 }
 
-/// A common question in the last rows: a yes/no in the last three, a
-/// question or a numbered choice anywhere in the bottom.
+/// A common question: a yes/no on the last row, a question on one of
+/// the last three, or a numbered choice with a selection mark anywhere in
+/// the bottom (an answered question scrolls up; a TUI erases its menu).
 fn common_question(bottom: &[&str]) -> Option<usize> {
     let c = common();
-    let tail = bottom.len().saturating_sub(3);
-    if let Some(i) = bottom[tail..].iter().rposition(|r| c.yes_no.is_match(r)) {
-        return Some(tail + i);
+    let last = bottom.len() - 1;
+    if c.yes_no.is_match(bottom[last]) {
+        return Some(last);
     }
     if let Some(i) = bottom.iter().position(|r| c.choice.is_match(r)) {
         // The question stands above the choices.
@@ -242,7 +233,9 @@ fn common_question(bottom: &[&str]) -> Option<usize> {
             .rposition(|r| !r.trim().is_empty() && !c.choice.is_match(r));
         return Some(above.unwrap_or(i));
     }
-    bottom.iter().rposition(|r| c.question.is_match(r))
+    let tail = bottom.len().saturating_sub(3);
+    let question = bottom[tail..].iter().rposition(|r| c.question.is_match(r));
+    question.map(|i| tail + i)
 }
 
 /// The line that asks, cleaned of frame characters and cut to

@@ -26,6 +26,22 @@ fn a_yes_no_question_at_the_bottom_asks() {
     // Above the last three rows it is history, not a question.
     let old = rows("Overwrite? [y/n] y\na\nb\nc\nd");
     assert_eq!(classify(&old, after_last(&old), None), Seen::Nothing);
+    // Answered: the program went on below it.
+    let answered = rows("Overwrite? [y/n] y\nanswered y");
+    assert_eq!(classify(&answered, (0, 2), None), Seen::Nothing);
+}
+
+#[test]
+fn the_lower_of_a_question_and_a_spinner_wins() {
+    let menu_then_spinner =
+        rows("Do you want to proceed?\n❯ 1. Yes\n  2. No\n⠋ Running… (esc to interrupt)");
+    assert_eq!(classify(&menu_then_spinner, (0, 0), None), Seen::Busy);
+    let spinner_then_question =
+        rows("✻ Working… (esc to interrupt)\nDo you want to proceed?\n❯ 1. Yes");
+    assert_eq!(
+        classify(&spinner_then_question, (0, 0), None),
+        Seen::Asking("Do you want to proceed?".into())
+    );
 }
 
 #[test]
@@ -83,7 +99,7 @@ fn an_agents_own_patterns_come_first_and_config_overrides_built_ins() {
     );
     let custom = Agents::new(&[AgentSpec {
         name: "claude".into(),
-        programs: vec!["claude".into()],
+        command: vec!["claude".into()],
         waiting: vec!["^READY FOR YOU$".into()],
         working: vec![],
         resume: None,
@@ -98,8 +114,10 @@ fn an_agents_own_patterns_come_first_and_config_overrides_built_ins() {
     );
     let bad = Agents::new(&[AgentSpec {
         name: "x".into(),
+        command: vec!["x".into()],
         waiting: vec!["(".into()],
-        ..Default::default()
+        working: vec![],
+        resume: None,
     }]);
     assert!(bad.unwrap_err().contains("agent `x`"));
 }

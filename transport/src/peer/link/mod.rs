@@ -32,7 +32,7 @@ pub enum LinkEvent {
         replies: mpsc::UnboundedSender<PeerMsg>,
         boot: String,
     },
-    Msg(PeerMsg),
+    Msg(Box<PeerMsg>),
     Data(DataMsg),
     Down {
         reason: String,

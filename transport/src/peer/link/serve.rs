@@ -49,7 +49,7 @@ pub(super) async fn serve(
     let reader = async {
         loop {
             match frame::read::<_, PeerMsg>(&mut recv).await {
-                Ok(Some(msg)) => peer.sink.send(LinkEvent::Msg(msg)),
+                Ok(Some(msg)) => peer.sink.send(LinkEvent::Msg(Box::new(msg))),
                 Ok(None) => return "the peer closed the control stream".to_string(),
                 Err(e) => return format!("read: {e}"),
             }
@@ -164,7 +164,7 @@ async fn read_uni(mut recv: quinn::RecvStream, sink: &LinkSink) -> Result<(), St
         },
         REPLY_STREAM => match frame::read::<_, PeerMsg>(&mut recv).await {
             Ok(Some(msg @ PeerMsg::Reply { .. })) => {
-                sink.send(LinkEvent::Msg(msg));
+                sink.send(LinkEvent::Msg(Box::new(msg)));
                 Ok(())
             }
             Ok(other) => Err(format!("a reply stream carried {other:?}")),

@@ -1,0 +1,141 @@
+//! The session's state for its person, carried out: output and hooks go
+//! to the `agent::Tracker`, the screen is read through the screen cache
+//! when the tracker says so (off the actor thread, as any screen request),
+//! and each change is published: `SessionInfo.state`, an
+//! `event{kind:"state"}` to subscribers and the store, `session_changed`
+//! to watchers.
+
+use std::time::Instant;
+
+use actix::prelude::*;
+use termesh_transport::EventKind;
+
+use super::agent::{rules, Agent, Due, Hook, Tracker};
+use super::shared::AgentView;
+use super::{now_ms, ScreenOut, ScreenResult, ScreenTo, ScreenWant, SessionActor};
+use crate::metrics::Metrics;
+
+/// The session's state and what reads it.
+#[derive(Debug)]
+pub(super) struct Attention {
+    pub tracker: Tracker,
+    /// The agent the command runs, if known.
+    pub agent: Option<Agent>,
+    /// The earliest time a timer is armed for.
+    armed_for: Option<Instant>,
+}
+
+impl Attention {
+    pub fn new(agent: Option<Agent>) -> Attention {
+        Attention {
+            tracker: Tracker::new(Instant::now(), now_ms()),
+            agent,
+            armed_for: None,
+        }
+    }
+}
+
+impl SessionActor {
+    /// The actor starts: a program taken up after the node's restart has
+    /// a screen to read; a new one goes idle if it stays quiet.
+    pub(super) fn attend_start(&mut self, ctx: &mut Context<Self>) {
+        if self.publisher.last_seq() > 0 {
+            self.attend_output(ctx);
+        } else {
+            self.attend(ctx);
+        }
+    }
+
+    /// Output came.
+    pub(super) fn attend_output(&mut self, ctx: &mut Context<Self>) {
+        let change = self.attention.tracker.output(Instant::now(), now_ms());
+        self.publish_state(change);
+        self.attend(ctx);
+    }
+
+    /// An agent's hook said what it does.
+    pub(super) fn attend_hook(&mut self, hook: Hook) {
+        if !self.core.takes_input() {
+            return;
+        }
+        let change = self.attention.tracker.hook(now_ms(), hook);
+        self.publish_state(change);
+    }
+
+    /// A new run of the program: it starts working.
+    pub(super) fn attend_anew(&mut self) {
+        let agent = self.attention.agent.take();
+        self.attention = Attention::new(agent);
+        let view = self.attention.tracker.view().clone();
+        self.shared.update(|m| m.agent = Some(view));
+    }
+
+    /// Does what is due: a look now, idle now, or a timer for later.
+    pub(super) fn attend(&mut self, ctx: &mut Context<Self>) {
+        if !self.core.takes_input() {
+            return;
+        }
+        let now = Instant::now();
+        match self.attention.tracker.due(now) {
+            Due::Look => self.look(ctx),
+            Due::Quiet => {
+                let change = self.attention.tracker.quiet(now_ms());
+                self.publish_state(change);
+            }
+            Due::At(at) => {
+                if self.attention.armed_for.is_some_and(|armed| armed <= at) {
+                    return;
+                }
+                self.attention.armed_for = Some(at);
+                ctx.run_later(at.saturating_duration_since(now), move |act, ctx| {
+                    if act.attention.armed_for == Some(at) {
+                        act.attention.armed_for = None;
+                    }
+                    act.attend(ctx);
+                });
+            }
+            Due::Nothing => {}
+        }
+    }
+
+    /// Reads the bottom of the screen and classifies it.
+    fn look(&mut self, ctx: &mut Context<Self>) {
+        self.attention.tracker.looking();
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        self.request_screen(ScreenWant::Look, ScreenTo::Reply(reply), ctx);
+        ctx.spawn(answer.into_actor(self).map(|answer, act, ctx| {
+            let now = Instant::now();
+            match answer {
+                Ok(Ok(ScreenResult {
+                    out: ScreenOut::Look(rows, cursor),
+                    ..
+                })) => {
+                    let seen = rules::classify(&rows, cursor, act.attention.agent.as_ref());
+                    let change = act.attention.tracker.looked(now, now_ms(), seen);
+                    act.publish_state(change);
+                }
+                // Busy, failed, or the session closes: tried again later.
+                _ => act.attention.tracker.look_failed(now),
+            }
+            act.attend(ctx);
+        }));
+    }
+
+    /// Shows the tracker's view; a change of state is announced.
+    fn publish_state(&mut self, change: Option<AgentView>) {
+        let view = self.attention.tracker.view().clone();
+        self.shared.update(|m| {
+            if m.agent.as_ref() != Some(&view) {
+                m.agent = Some(view);
+            }
+        });
+        if let Some(view) = change {
+            Metrics::add(&self.metrics.state_changes, 1);
+            tracing::debug!(session = %self.id, state = view.state.as_str(), "session state");
+            self.announce(EventKind::State {
+                state: view.state,
+                waiting_for: view.waiting_for,
+            });
+        }
+    }
+}

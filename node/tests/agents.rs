@@ -1,0 +1,210 @@
+//! Every running session's state (PROTOCOL.md section 15), from real
+//! programs in real PTYs: scripts that behave as agents do (a plain
+//! `[y/N]` question, a TUI with a spinner and a numbered choice) and the
+//! shipped hook command. Each reaches its state on its own, an answer
+//! typed in makes it work again, and quiet makes it idle.
+
+mod common;
+
+use std::time::Instant;
+
+use common::*;
+use serde_json::{json, Value};
+use termesh_node::client::Client;
+use termesh_transport::{AgentState, ClientMsg, CreateRequest, EventKind, ServerMsg, SessionInfo};
+
+async fn type_text(node: &TestNode, session: &str, text: &str) {
+    let mut c = node.client(OPERATOR).await;
+    c.send(&ClientMsg::Input {
+        session: session.into(),
+        data: text.as_bytes().to_vec(),
+    })
+    .await
+    .unwrap();
+    c.close().await;
+}
+
+async fn wait_state(
+    node: &TestNode,
+    session: &str,
+    state: AgentState,
+    waiting_for: Option<&str>,
+) -> SessionInfo {
+    let what = format!("{session} {state:?} {waiting_for:?}");
+    let began = Instant::now();
+    let info = node
+        .wait_info(session, &what, |s| {
+            s.state == Some(state)
+                && (waiting_for.is_none() || s.waiting_for.as_deref() == waiting_for)
+        })
+        .await;
+    println!("{what}: after {:?}", began.elapsed());
+    info
+}
+
+/// The `state` events a subscriber got, in order, until `last` came.
+async fn state_events(c: &mut Client, session: &str, last: AgentState) -> Vec<AgentState> {
+    let mut seen = Vec::new();
+    within(PATIENCE, "state events", async {
+        loop {
+            if let ServerMsg::Event {
+                session: s,
+                event: EventKind::State { state, .. },
+            } = next(c).await
+            {
+                assert_eq!(s, session);
+                seen.push(state);
+                if state == last {
+                    return;
+                }
+            }
+        }
+    })
+    .await;
+    seen
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plain_question_waits_an_answer_works_and_quiet_idles() {
+    let node = TestNode::start();
+    let script = "echo building; sleep 0.3; printf 'Overwrite config.toml? [y/N] '; \
+                  read a; echo \"answered $a\"; exec sleep 1000";
+    let session = node.create(&["sh", "-c", script]).await.id;
+    let mut c = node.client(VIEWER).await;
+    subscribe(&mut c, &session, Some(0), 1 << 20).await.unwrap();
+    let asked = wait_state(
+        &node,
+        &session,
+        AgentState::Waiting,
+        Some("Overwrite config.toml? [y/N]"),
+    )
+    .await;
+    assert!(asked.state_since.unwrap() >= asked.created_at);
+    type_text(&node, &session, "y\n").await;
+    wait_state(&node, &session, AgentState::Idle, None).await;
+    // The subscriber saw each change, and the store kept them.
+    let events = state_events(&mut c, &session, AgentState::Idle).await;
+    assert_eq!(
+        events,
+        [AgentState::Waiting, AgentState::Working, AgentState::Idle]
+    );
+    let stored: Value = serde_json::from_str(
+        &http_get(
+            &format!("{}/api/v1/sessions/{session}/events", node.url()),
+            ADMIN,
+        )
+        .await,
+    )
+    .unwrap();
+    let states: Vec<&str> = stored
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["kind"] == "state")
+        .map(|e| e["state"].as_str().unwrap())
+        .collect();
+    assert_eq!(states, ["waiting", "working", "idle"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tui_spinner_works_and_its_numbered_choice_waits() {
+    let node = TestNode::start();
+    let spinner = "for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15; do \
+                   printf '\\r\\342\\240\\213 Thinking\\342\\200\\246 (%ss \\302\\267 esc to interrupt)' $i; sleep 0.2; done";
+    let script = format!(
+        "stty -echo; {spinner}; \
+         printf '\\r\\033[2K\\342\\225\\255\\342\\224\\200\\342\\224\\200\\r\\n\
+         \\342\\224\\202 Bash command: rm -rf build\\r\\n\
+         \\342\\224\\202 Do you want to proceed?\\r\\n\
+         \\342\\224\\202 \\342\\235\\257 1. Yes\\r\\n\
+         \\342\\224\\202   2. No\\r\\n\\033[?25l'; \
+         read -r n; printf '\\033[5A\\r\\033[J\\033[?25hchose %s\\r\\n' \"$n\"; {spinner}; \
+         printf '\\r\\033[2Kdone\\r\\n'; exec sleep 1000"
+    );
+    let session = node.create(&["bash", "-c", &script]).await.id;
+    // While the spinner turns it works; the question makes it wait.
+    let working = node.info(&session).await.unwrap();
+    assert_eq!(working.state, Some(AgentState::Working));
+    wait_state(
+        &node,
+        &session,
+        AgentState::Waiting,
+        Some("Do you want to proceed?"),
+    )
+    .await;
+    type_text(&node, &session, "1\n").await;
+    let again = wait_state(&node, &session, AgentState::Working, None).await;
+    assert_eq!(again.waiting_for, None);
+    wait_output(&node, &session, "chose 1").await;
+    wait_state(&node, &session, AgentState::Idle, None).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_shipped_hook_sets_the_state_until_the_screen_changes() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../deploy/claude-code-hooks.json"
+    );
+    let config: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let command = config["hooks"]["Notification"][0]["hooks"][0]["command"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let node = TestNode::start();
+    let payload = json!({
+        "hook_event_name": "Notification",
+        "message": "Claude needs your permission to use Bash",
+    });
+    // Quiet first (idle), then the hook as Claude Code runs it.
+    let info = node
+        .create_with(CreateRequest {
+            command: Some(vec![
+                "sh".into(),
+                "-c".into(),
+                "stty -echo; read go; printf %s \"$PAYLOAD\" | sh -c \"$HOOK\"; read answer; \
+                 printf '\\342\\240\\213 Running\\342\\200\\246 (esc to interrupt)'; sleep 1; \
+                 printf '\\r\\033[2Kdone\\r\\n'; exec sleep 1000"
+                    .into(),
+            ]),
+            env: Some(
+                [
+                    ("PAYLOAD".to_string(), payload.to_string()),
+                    ("HOOK".to_string(), command),
+                ]
+                .into(),
+            ),
+            ..Default::default()
+        })
+        .await;
+    let session = info.id;
+    wait_state(&node, &session, AgentState::Idle, None).await;
+    type_text(&node, &session, "go\n").await;
+    wait_state(
+        &node,
+        &session,
+        AgentState::Waiting,
+        Some("Claude needs your permission to use Bash"),
+    )
+    .await;
+    // The screen changes (the program works): the rules speak again.
+    type_text(&node, &session, "granted\n").await;
+    wait_state(&node, &session, AgentState::Working, None).await;
+    wait_state(&node, &session, AgentState::Idle, None).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exit_sets_the_phase_and_ends_the_state() {
+    let node = TestNode::start();
+    let failed = node.create(&["sh", "-c", "sleep 0.2; exit 3"]).await.id;
+    let done = node.create(&["sh", "-c", "sleep 0.2; exit 0"]).await.id;
+    for (session, phase) in [(failed, "failed"), (done, "completed")] {
+        let ended = node
+            .wait_info(&session, "the exit", |s| s.status.has_ended())
+            .await;
+        assert_eq!(ended.phase.as_deref(), Some(phase));
+        assert_eq!(
+            (ended.state, ended.state_since, ended.waiting_for),
+            (None, None, None)
+        );
+    }
+}

@@ -107,6 +107,22 @@ impl Metrics {
     }
 }
 
+/// `termesh_sessions_by_state`: running sessions by state, one series a
+/// state (counted from the directory when scraped).
+pub fn render_states(node: &str, counts: &[(termesh_transport::AgentState, u64)]) -> String {
+    let mut out = String::from(
+        "# HELP termesh_sessions_by_state Running sessions by state (waiting, working, idle).\n\
+         # TYPE termesh_sessions_by_state gauge\n",
+    );
+    for (state, n) in counts {
+        out.push_str(&format!(
+            "termesh_sessions_by_state{{node=\"{node}\",state=\"{}\"}} {n}\n",
+            state.as_str()
+        ));
+    }
+    out
+}
+
 /// A row of the exposition: name, type, help, and its value read off the
 /// metrics.
 type Row = (

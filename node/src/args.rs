@@ -114,6 +114,9 @@ pub(crate) enum Command {
         /// counted on stderr]
         #[arg(long, short)]
         all: bool,
+        /// Only sessions waiting for their person (longest waiting first)
+        #[arg(long)]
+        waiting: bool,
     },
     /// Start a session and print its id (or attach to it).
     New(NewArgs),

@@ -89,7 +89,14 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
 
 async fn run_client(command: Command) -> anyhow::Result<i32> {
     match command {
-        Command::Ls { client, json, all } => ls::ls(&target(client)?, json, all).await.map(|_| 0),
+        Command::Ls {
+            client,
+            json,
+            all,
+            waiting,
+        } => ls::ls(&target(client)?, json, all, waiting)
+            .await
+            .map(|_| 0),
         Command::Nodes { client, json } => commands::nodes(&target(client)?, json).map(|_| 0),
         Command::Config {
             command: ConfigCommand::Reload { client },

@@ -64,6 +64,74 @@ async fn state_events(c: &mut Client, session: &str, last: AgentState) -> Vec<Ag
     seen
 }
 
+/// A waiting `session` (beside a quiet shell) as the REST filter, the
+/// metrics and `termesh ls --waiting` show it.
+async fn the_queue_shows(node: &TestNode, session: &str) {
+    let quiet = node.create(&["sh", "-c", "exec sleep 1000"]).await.id;
+    let url = format!("{}/api/v1/sessions?state=waiting", node.url());
+    let listed: Value = serde_json::from_str(&http_get(&url, VIEWER).await).unwrap();
+    let ids: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, [session]);
+    assert_eq!(listed[0]["waiting_for"], "Overwrite config.toml? [y/N]");
+    let metrics = http_get(&format!("{}/metrics", node.url()), VIEWER).await;
+    assert!(
+        metrics.contains("termesh_sessions_by_state{node=\"t1\",state=\"waiting\"} 1\n"),
+        "{metrics}"
+    );
+    let bin = env!("CARGO_BIN_EXE_termesh");
+    let out = std::process::Command::new("timeout")
+        .args([
+            "60",
+            bin,
+            "ls",
+            "--waiting",
+            "--url",
+            &node.url(),
+            "--token",
+            VIEWER,
+        ])
+        .env("COLUMNS", "200")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: Vec<&str> = text.lines().collect();
+    assert_eq!(rows.len(), 2, "the header and the waiting one: {text}");
+    assert!(rows[0].contains("STATE"), "{text}");
+    assert!(
+        rows[1].starts_with(session) && rows[1].contains("waiting"),
+        "{text}"
+    );
+    assert!(
+        rows[1].contains("\"Overwrite config.toml? [y/N]\""),
+        "{text}"
+    );
+    assert!(!text.contains(&quiet));
+    let bad = std::process::Command::new("curl")
+        .args([
+            "-s",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "-H",
+            &format!("Authorization: Bearer {VIEWER}"),
+        ])
+        .arg(format!("{}/api/v1/sessions?state=sleepy", node.url()))
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&bad.stdout), "400");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plain_question_waits_an_answer_works_and_quiet_idles() {
     let node = TestNode::start();
@@ -80,6 +148,7 @@ async fn a_plain_question_waits_an_answer_works_and_quiet_idles() {
     )
     .await;
     assert!(asked.state_since.unwrap() >= asked.created_at);
+    the_queue_shows(&node, &session).await;
     type_text(&node, &session, "y\n").await;
     wait_state(&node, &session, AgentState::Idle, None).await;
     // The subscriber saw each change, and the store kept them.

@@ -67,6 +67,26 @@ impl Directory {
         infos
     }
 
+    /// How many running sessions are waiting, working and idle.
+    pub fn states(&self) -> [(termesh_transport::AgentState, u64); 3] {
+        use termesh_transport::AgentState::*;
+        let mut counts = [(Waiting, 0), (Working, 0), (Idle, 0)];
+        if let Ok(map) = self.0.read() {
+            for handle in map.values() {
+                let state = handle
+                    .shared
+                    .meta
+                    .lock()
+                    .ok()
+                    .and_then(|m| m.agent.as_ref().map(|a| a.state));
+                if let Some((_, n)) = counts.iter_mut().find(|(s, _)| Some(*s) == state) {
+                    *n += 1;
+                }
+            }
+        }
+        counts
+    }
+
     /// The id of the session (other than `except`) named `name`.
     pub fn named(&self, name: &str, except: Option<&str>) -> Option<String> {
         let map = self.0.read().ok()?;

@@ -1,9 +1,11 @@
 //! `termesh ls`: the sessions as a table cut to the terminal's width
-//! (the command column first), ended sessions hidden unless `--all`.
+//! (the command column first), ended sessions hidden unless `--all`;
+//! sessions waiting for their person first, the longest waiting on top,
+//! with the question they ask (`--waiting`: only those).
 
 use std::io::{IsTerminal, Write};
 
-use termesh_transport::{SessionInfo, SessionStatus};
+use termesh_transport::{AgentState, SessionInfo, SessionStatus};
 use unicode_width::{UnicodeWidthChar, UnicodeWidthStr};
 
 use super::commands::{exit_text, list};
@@ -17,10 +19,14 @@ const MAX_WIDTH: usize = 4096;
 /// Prints the table on stdout (or every session as JSON); how many ended
 /// sessions it hid goes to stderr, so `termesh ls | wc -l` and `awk`
 /// see only the header and the rows.
-pub async fn ls(target: &Target, json: bool, all: bool) -> anyhow::Result<()> {
+pub async fn ls(target: &Target, json: bool, all: bool, waiting: bool) -> anyhow::Result<()> {
     let mut client = Client::connect(target).await?;
-    let sessions = list(&mut client).await?;
+    let mut sessions = list(&mut client).await?;
     client.close().await;
+    if waiting {
+        sessions.retain(|s| s.state == Some(AgentState::Waiting));
+    }
+    waiting_first(&mut sessions);
     if json {
         println!("{}", serde_json::to_string_pretty(&sessions)?);
         return Ok(());
@@ -56,6 +62,15 @@ pub fn width() -> Option<usize> {
     (cols > 0).then(|| cols.clamp(MIN_WIDTH, MAX_WIDTH))
 }
 
+/// Waiting sessions first, the longest waiting first; the others keep
+/// their order (oldest first).
+pub fn waiting_first(sessions: &mut [SessionInfo]) {
+    sessions.sort_by_key(|s| match s.state {
+        Some(AgentState::Waiting) => (0, s.state_since.unwrap_or(0)),
+        _ => (1, 0),
+    });
+}
+
 /// The last line when ended sessions were left out.
 pub fn hidden_note(hidden: usize) -> Option<String> {
     match hidden {
@@ -69,8 +84,10 @@ pub fn hidden_note(hidden: usize) -> Option<String> {
 /// `width` by shortening its command first; only a width too small for
 /// the other columns cuts them too.
 pub fn table(sessions: &[SessionInfo], width: Option<usize>) -> String {
-    let header = ["ID", "NAME", "NODE", "STATUS", "SEQ", "VIEWERS", "IDLE"];
-    let rows: Vec<([String; 7], String)> = sessions.iter().map(cells).collect();
+    let header = [
+        "ID", "NAME", "NODE", "STATUS", "STATE", "SEQ", "VIEWERS", "IDLE",
+    ];
+    let rows: Vec<([String; 8], String)> = sessions.iter().map(cells).collect();
     let mut widths = header.map(str::len);
     for (cells, _) in &rows {
         for (w, cell) in widths.iter_mut().zip(cells) {
@@ -78,12 +95,12 @@ pub fn table(sessions: &[SessionInfo], width: Option<usize>) -> String {
         }
     }
     // SEQ, VIEWERS and IDLE are numbers: right-aligned.
-    let line = |cells: &[String; 7], command: &str| {
+    let line = |cells: &[String; 8], command: &str| {
         let mut prefix = String::new();
         for (i, (cell, w)) in cells.iter().zip(widths).enumerate() {
             let pad = " ".repeat(w - cell.width());
             match i {
-                4.. => prefix.push_str(&format!("{pad}{cell}  ")),
+                5.. => prefix.push_str(&format!("{pad}{cell}  ")),
                 _ => prefix.push_str(&format!("{cell}{pad}  ")),
             }
         }
@@ -96,8 +113,9 @@ pub fn table(sessions: &[SessionInfo], width: Option<usize>) -> String {
     out
 }
 
-/// A session's cells before the command, and its command on one line.
-fn cells(s: &SessionInfo) -> ([String; 7], String) {
+/// A session's cells before the command, and its command on one line
+/// (after the question, for a session waiting).
+fn cells(s: &SessionInfo) -> ([String; 8], String) {
     let status = match (s.status, s.exit_code) {
         (SessionStatus::Exited, Some(code)) => exit_text(code),
         (status, _) => format!("{status:?}").to_lowercase(),
@@ -107,11 +125,17 @@ fn cells(s: &SessionInfo) -> ([String; 7], String) {
         s.name.clone().unwrap_or_else(|| "-".into()),
         s.node.clone(),
         status,
+        s.state.map_or("-", AgentState::as_str).to_string(),
         s.last_seq.to_string(),
         s.viewers.to_string(),
         format!("{}s", s.idle_ms / 1000),
     ];
-    (cells, one_line(&s.command.join(" ")))
+    let command = s.command.join(" ");
+    let last = match (&s.waiting_for, s.state) {
+        (Some(question), Some(AgentState::Waiting)) => format!("\"{question}\"  {command}"),
+        _ => command,
+    };
+    (cells, one_line(&last))
 }
 
 /// Control characters (a newline in `sh -c '...'`) escaped: a row is one
@@ -200,9 +224,9 @@ mod tests {
         assert_eq!(
             lines,
             [
-                "ID            NAME   NODE  STATUS       SEQ  VIEWERS  IDLE  COMMAND",
-                "0b5a11111111  build  n1    running     1234        1   61s  sleep 1000",
-                "9f0033333333  build  n1    TERM (143)  1234        1   61s  sh -c x",
+                "ID            NAME   NODE  STATUS      STATE   SEQ  VIEWERS  IDLE  COMMAND",
+                "0b5a11111111  build  n1    running     -      1234        1   61s  sleep 1000",
+                "9f0033333333  build  n1    TERM (143)  -      1234        1   61s  sh -c x",
             ]
         );
     }
@@ -232,6 +256,34 @@ mod tests {
             Some(80),
         );
         assert!(text.lines().all(|l| l.width() <= 80), "{text}");
+    }
+
+    #[test]
+    fn waiting_sessions_come_first_with_their_question() {
+        let mut all = [
+            session("aaaa11111111", SessionStatus::Running, "bash"),
+            session("bbbb22222222", SessionStatus::Running, "claude"),
+            session("cccc33333333", SessionStatus::Running, "codex"),
+        ];
+        all[0].state = Some(AgentState::Idle);
+        for (i, since) in [(1, 20), (2, 10)] {
+            let s = &mut all[i];
+            s.state = Some(AgentState::Waiting);
+            s.state_since = Some(since);
+            s.waiting_for = Some("Do you want to proceed?".into());
+        }
+        waiting_first(&mut all);
+        let ids: Vec<&str> = all.iter().map(|s| s.id.as_str()).collect();
+        assert_eq!(ids, ["cccc33333333", "bbbb22222222", "aaaa11111111"]);
+        let text = table(&all, Some(100));
+        let first = text.lines().nth(1).unwrap();
+        assert!(first.contains("waiting"), "{first}");
+        assert!(
+            first.ends_with("\"Do you want to proceed?\"  codex"),
+            "{first}"
+        );
+        let narrow = table(&all, Some(90));
+        assert!(narrow.lines().nth(1).unwrap().ends_with('…'), "{narrow}");
     }
 
     #[test]

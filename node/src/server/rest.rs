@@ -10,7 +10,9 @@ use termesh_actors::error::ApiError;
 use termesh_actors::front::request::{spec, spec_of};
 use termesh_actors::session::ScreenWant;
 use termesh_config::Role;
-use termesh_transport::{ClientMsg, CreateRequest, ErrorCode, RequestKind, ServerMsg, MAX_INPUT};
+use termesh_transport::{
+    AgentState, ClientMsg, CreateRequest, ErrorCode, RequestKind, ServerMsg, MAX_INPUT,
+};
 
 use super::auth::{error_response, query, require, respond};
 use super::body::{read_body, read_json, required_json};
@@ -85,6 +87,10 @@ async fn metrics(state: web::Data<AppState>) -> HttpResponse {
                 .node
                 .metrics
                 .render(&state.node.node, state.node.stall.total())
+                + &termesh_actors::metrics::render_states(
+                    &state.node.node,
+                    &state.node.dir.states(),
+                )
                 + &super::nodes::metrics(&state),
         )
 }
@@ -93,24 +99,47 @@ async fn metrics(state: web::Data<AppState>) -> HttpResponse {
 struct ListQuery {
     after: Option<String>,
     limit: Option<u32>,
+    /// Only sessions in these states (comma-separated).
+    state: Option<String>,
+}
+
+/// The states `?state=` names (`waiting,idle`).
+fn states(text: &str) -> std::result::Result<Vec<AgentState>, ApiError> {
+    text.split(',')
+        .map(|s| {
+            AgentState::parse(s.trim()).ok_or_else(|| {
+                ApiError::bad_request(format!(
+                    "state {s:?}: one of waiting, working, idle (comma-separated)"
+                ))
+            })
+        })
+        .collect()
 }
 
 /// Every session, or with `?limit=N[&after=ID]` a page of them ordered by
 /// id; a page that is not the last names the next one's `after` in
-/// `X-Termesh-Next`.
+/// `X-Termesh-Next`. `?state=waiting` keeps the sessions in that state
+/// (of the page).
 ///
 /// Gathered on a blocking thread (a large directory takes a while) and
 /// bounded like every reply (`too_large` past 8 MiB: page instead).
 async fn list(req: HttpRequest, state: web::Data<AppState>) -> HttpResponse {
     let asked =
         require(&req, &state.node.tokens, role(RequestKind::List)).and_then(|_| query(&req));
-    let q: ListQuery = match asked {
+    let asked = asked.and_then(|q: ListQuery| {
+        let wanted = q.state.as_deref().map(states).transpose()?;
+        Ok((q, wanted))
+    });
+    let (q, wanted) = match asked {
         Ok(q) => q,
         Err(e) => return error_response(&e),
     };
     let gathered = state.node.page_off_thread(q.after, q.limit).await;
     respond((|| {
-        let (sessions, next) = gathered?;
+        let (mut sessions, next) = gathered?;
+        if let Some(wanted) = wanted {
+            sessions.retain(|s| s.state.is_some_and(|st| wanted.contains(&st)));
+        }
         let reply = ServerMsg::Sessions {
             id: 0,
             sessions,

@@ -277,3 +277,84 @@ async fn an_exit_sets_the_phase_and_ends_the_state() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn revive_runs_the_resume_command_of_the_create_or_of_the_agent() {
+    let dir = tempfile::tempdir().unwrap();
+    // An agent the config names: its revive continues "the conversation".
+    let agent = dir.path().join("fake-agent");
+    std::fs::write(&agent, "#!/bin/sh\necho \"agent run: $*\"\nexit 0\n").unwrap();
+    std::fs::set_permissions(&agent, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let node = TestNode::start_with(|c| {
+        c.agents = vec![termesh_config::agents::AgentConfig {
+            name: "fake".into(),
+            command: vec!["fake-agent".into()],
+            waiting: vec![],
+            working: vec![],
+            resume: Some(vec![agent.display().to_string(), "--continue".into()]),
+        }]
+    });
+    let by_agent = node.create(&[agent.to_str().unwrap(), "--first"]).await.id;
+    let by_create = node
+        .create_with(CreateRequest {
+            command: Some(vec!["sh".into(), "-c".into(), "echo first run".into()]),
+            resume_command: Some(vec!["sh".into(), "-c".into(), "echo resumed run".into()]),
+            cwd: Some(dir.path().display().to_string()),
+            ..Default::default()
+        })
+        .await
+        .id;
+    for (session, first, again, ran) in [
+        (
+            &by_agent,
+            "agent run: --first",
+            "agent run: --continue",
+            "--continue",
+        ),
+        (&by_create, "first run", "resumed run", "echo resumed run"),
+    ] {
+        wait_output(&node, session, first).await;
+        node.wait_info(session, "the first run's exit", |s| s.status.has_ended())
+            .await;
+        let mut c = node.client(OPERATOR).await;
+        let reply = c
+            .request(|id| ClientMsg::Revive {
+                id,
+                session: session.clone(),
+            })
+            .await
+            .unwrap();
+        assert!(
+            matches!(reply, ServerMsg::Ok { .. } | ServerMsg::Created { .. }),
+            "{reply:?}"
+        );
+        wait_output(&node, session, again).await;
+        let info = node.info(session).await.unwrap();
+        assert_eq!(
+            info.command[0] == "sh",
+            session == &by_create,
+            "the command stays the session's"
+        );
+        let events: Value = serde_json::from_str(
+            &http_get(
+                &format!("{}/api/v1/sessions/{session}/events", node.url()),
+                ADMIN,
+            )
+            .await,
+        )
+        .unwrap();
+        let revived = events
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["kind"] == "revived")
+            .expect("a revived event");
+        let command: Vec<&str> = revived["command"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|w| w.as_str().unwrap())
+            .collect();
+        assert!(command.join(" ").ends_with(ran), "{revived}");
+    }
+}

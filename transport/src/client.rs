@@ -65,6 +65,10 @@ pub struct CreateRequest {
     pub tags: Option<Vec<String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node: Option<String>,
+    /// What `revive` runs instead of `command` (default: the agent's known
+    /// resume command, if any).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume_command: Option<Vec<String>>,
 }
 
 /// A message from a client. `id` is the request id the reply carries.

@@ -26,6 +26,8 @@ pub struct CreateSpec {
     pub rows: u16,
     pub name: Option<String>,
     pub tags: Vec<String>,
+    /// What `revive` runs, when the request named it.
+    pub resume_command: Option<Vec<String>>,
 }
 
 /// Defaults for what a request leaves out.
@@ -52,17 +54,9 @@ pub fn check_create(
         }
     }
     let command = req.command.unwrap_or_else(|| defaults.command.clone());
-    if command.is_empty() || command[0].is_empty() {
-        return Err(ApiError::bad_request("`command` must name a program"));
-    }
-    if command.len() > MAX_ARGS
-        || command
-            .iter()
-            .any(|a| a.len() > MAX_ARG || a.contains('\0'))
-    {
-        return Err(ApiError::bad_request(format!(
-            "`command`: at most {MAX_ARGS} arguments of at most {MAX_ARG} bytes, without NUL"
-        )));
+    check_command("command", &command)?;
+    if let Some(resume) = &req.resume_command {
+        check_command("resume_command", resume)?;
     }
     // Checked on disk by `check_cwd`, off the registry's thread: a hung
     // mount must not stall the node.
@@ -97,7 +91,27 @@ pub fn check_create(
         rows,
         name: req.name,
         tags,
+        resume_command: req.resume_command,
     })
+}
+
+/// A program and its arguments, bounded.
+fn check_command(field: &str, command: &[String]) -> Result<(), ApiError> {
+    if command.is_empty() || command[0].is_empty() {
+        return Err(ApiError::bad_request(format!(
+            "`{field}` must name a program"
+        )));
+    }
+    if command.len() > MAX_ARGS
+        || command
+            .iter()
+            .any(|a| a.len() > MAX_ARG || a.contains('\0'))
+    {
+        return Err(ApiError::bad_request(format!(
+            "`{field}`: at most {MAX_ARGS} arguments of at most {MAX_ARG} bytes, without NUL"
+        )));
+    }
+    Ok(())
 }
 
 /// The file-system part of the checks (may block on a slow mount: call it

@@ -290,6 +290,10 @@ impl Registry {
             command: spec.command.clone(),
             cwd: spec.cwd.as_ref().map(|p| p.display().to_string()),
             created_at: now,
+            resume_command: spec.resume_command.clone().or_else(|| {
+                let agent = self.config.settings.agents.of(&spec.command);
+                agent.and_then(|a| a.resume)
+            }),
             last_seq: 0.into(),
             last_output_ms: now.into(),
             viewers: 0.into(),
@@ -308,8 +312,7 @@ impl Registry {
         });
         // Stored before the session's actor starts: its first output and
         // its `exited` (a program may end at once) queue after these.
-        let info = shared.info();
-        self.persist(&info);
+        let info = self.persist(&shared);
         self.record_event(
             &id,
             serde_json::json!({
@@ -347,10 +350,13 @@ impl Registry {
         }
     }
 
-    pub(crate) fn persist(&self, info: &SessionInfo) {
+    /// Stores the session's record; answers its info.
+    pub(crate) fn persist(&self, shared: &SessionShared) -> SessionInfo {
+        let info = shared.info();
         if let Some(store) = &self.config.settings.store {
-            store.record(info);
+            store.record(&info, shared.resume_command.as_deref());
         }
+        info
     }
 }
 
@@ -540,8 +546,7 @@ impl Handler<SessionChanged> for Registry {
 
     fn handle(&mut self, msg: SessionChanged, _: &mut Context<Self>) {
         if let Some(handle) = self.dir.get(&msg.id) {
-            let info = handle.shared.info();
-            self.persist(&info);
+            let info = self.persist(&handle.shared);
             self.tell_watchers(WatchEvent::Changed(info));
         }
     }

@@ -148,6 +148,10 @@ impl Registry {
             node: self.config.node.clone(),
             command: info.command.clone(),
             cwd: info.cwd.clone(),
+            resume_command: stored.resume_command.clone().or_else(|| {
+                let agent = self.config.settings.agents.of(&info.command);
+                agent.and_then(|a| a.resume)
+            }),
             created_at: info.created_at,
             last_seq: stored.last_seq.into(),
             last_output_ms: Some(stored.last_output_ms)
@@ -191,8 +195,7 @@ impl Registry {
             shared: shared.clone(),
         });
         Metrics::gauge(&self.metrics.sessions, 1);
-        let info = shared.info();
-        self.persist(&info);
+        let info = self.persist(&shared);
         self.tell_watchers(WatchEvent::Changed(info));
         Some(status).filter(|_| was_running)
     }

@@ -32,6 +32,7 @@ impl Handler<Revive> for Registry {
             Err(e) => return Box::pin(actix::fut::ready(Err(e))),
         };
         let id = handle.id.clone();
+        let command = spec.command.clone();
         self.starting.insert(id.clone(), None);
         let thread_id = id.clone();
         let keeper = self.config.keeper.clone();
@@ -68,7 +69,7 @@ impl Handler<Revive> for Registry {
             let input = pty.input.clone();
             handle
                 .addr
-                .send(Relaunch(pty))
+                .send(Relaunch { pty, command })
                 .await
                 .map_err(|_| ApiError::not_found(&handle.id))?
                 .ok_or_else(|| {
@@ -87,9 +88,8 @@ impl Handler<Revive> for Registry {
             if act.dir.get(&handle.id).is_none() {
                 return Err(ApiError::not_found(&handle.id));
             }
-            let info = handle.shared.info();
+            let info = act.persist(&handle.shared);
             act.dir.insert(handle);
-            act.persist(&info);
             act.tell_watchers(WatchEvent::Changed(info.clone()));
             Ok(info)
         }))
@@ -111,8 +111,10 @@ impl Registry {
             )));
         }
         let info = handle.shared.info();
+        // An agent continues its conversation (`resume_command`).
+        let command = handle.shared.resume_command.clone();
         let spec = SpawnSpec {
-            command: info.command.clone(),
+            command: command.unwrap_or_else(|| info.command.clone()),
             cwd: info.cwd.as_ref().map(Into::into),
             env: self.session_env(Arc::clone(&handle.id)),
             cols: info.cols,

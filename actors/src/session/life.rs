@@ -126,7 +126,7 @@ impl SessionActor {
         };
         // Released, a kept program is forgotten by the keeper: its end is
         // on disk first, or a crash in between brings it back `lost`.
-        store.record(&self.shared.info());
+        store.record(&self.shared.info(), self.shared.resume_command.as_deref());
         let (done, released) = tokio::sync::watch::channel(false);
         self.released = Some(released);
         actix::spawn(async move {

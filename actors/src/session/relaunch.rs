@@ -8,17 +8,21 @@ use nix::sys::signal::Signal;
 use super::SessionActor;
 use crate::session::pty::Pty;
 
-/// The program runs again in `pty`; answers the seq its output follows,
-/// or `None` when the session had not ended (its new program is ended).
+/// The program runs again in `pty` (started with `command`: the session's,
+/// or its resume command); answers the seq its output follows, or `None`
+/// when the session had not ended (its new program is ended).
 #[derive(Message)]
 #[rtype(result = "Option<u64>")]
-pub struct Relaunch(pub Pty);
+pub struct Relaunch {
+    pub pty: Pty,
+    pub command: Vec<String>,
+}
 
 impl Handler<Relaunch> for SessionActor {
     type Result = Option<u64>;
 
     fn handle(&mut self, msg: Relaunch, ctx: &mut Context<Self>) -> Option<u64> {
-        let pty = msg.0;
+        let pty = msg.pty;
         // The new run continues the old one's ring and seqs (read back
         // first when the session went cold).
         self.warm(ctx);
@@ -42,7 +46,7 @@ impl Handler<Relaunch> for SessionActor {
         if let Some(store) = &self.settings.store {
             store.record_event(
                 &self.id,
-                serde_json::json!({ "kind": "revived", "after_seq": after }),
+                serde_json::json!({ "kind": "revived", "after_seq": after, "command": msg.command }),
             );
         }
         tracing::info!(session = %self.id, pid = self.pid, after_seq = after, "session revived");

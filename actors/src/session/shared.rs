@@ -13,6 +13,9 @@ pub struct SessionShared {
     pub command: Vec<String>,
     pub cwd: Option<String>,
     pub created_at: u64,
+    /// What `revive` runs instead of `command` (the create's, or the
+    /// agent's known one).
+    pub resume_command: Option<Vec<String>>,
     pub last_seq: AtomicU64,
     /// Unix ms of the last output (creation time before any).
     pub last_output_ms: AtomicU64,

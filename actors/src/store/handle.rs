@@ -169,8 +169,12 @@ impl StoreHandle {
         self.push(write);
     }
 
-    pub fn record(&self, info: &SessionInfo) {
-        let Ok(data) = rmp_serde::to_vec_named(info) else {
+    pub fn record(&self, info: &SessionInfo, resume_command: Option<&[String]>) {
+        let record = Record {
+            info,
+            resume_command,
+        };
+        let Ok(data) = rmp_serde::to_vec_named(&record) else {
             return;
         };
         let write = Write::Record {
@@ -303,4 +307,15 @@ impl StoreHandle {
             .await
             .map_err(|e| e.to_string())?
     }
+}
+
+/// A session's record: its `SessionInfo`, and what `revive` runs when that
+/// is not its command (read back by `load`; a record decodes as a plain
+/// `SessionInfo` too).
+#[derive(serde::Serialize)]
+struct Record<'a> {
+    #[serde(flatten)]
+    info: &'a SessionInfo,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    resume_command: Option<&'a [String]>,
 }

@@ -18,6 +18,8 @@ use super::{Entry, Store, StoreError};
 #[derive(Debug, Clone)]
 pub struct Restored {
     pub info: SessionInfo,
+    /// What `revive` runs instead of its command.
+    pub resume_command: Option<Vec<String>>,
     /// Its newest output, for its ring: read at start only for a session
     /// that was running; an ended one starts cold and reads it when
     /// first asked for (`cold`), so a node's memory at start does not
@@ -64,6 +66,9 @@ pub fn load(
             tracing::warn!(session = %id, "store: a session record that does not decode is skipped");
             continue;
         };
+        let resume_command = rmp_serde::from_slice::<Resume>(&record)
+            .ok()
+            .and_then(|r| r.resume_command);
         let logged = log.last_seq(&id);
         // A log retention emptied (an ended session past the node's
         // budget) no longer says where the seqs stopped: the mark does.
@@ -88,6 +93,7 @@ pub fn load(
         floors.push((id, last_seq));
         out.push(Restored {
             info,
+            resume_command,
             tail,
             cold,
             last_seq,
@@ -104,4 +110,11 @@ pub fn load(
         tracing::warn!(dir = %log.dir().display(), "output log: cannot write its LOGGED mark ({e})");
     }
     Ok(out)
+}
+
+/// The part of a session's record beside its `SessionInfo`.
+#[derive(serde::Deserialize)]
+struct Resume {
+    #[serde(default)]
+    resume_command: Option<Vec<String>>,
 }

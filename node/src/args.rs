@@ -143,6 +143,22 @@ pub(crate) enum Command {
         #[arg(long)]
         purge: bool,
     },
+    /// Type text into a session as its program expects it, then Enter
+    /// (answers an agent without attaching).
+    Send {
+        #[command(flatten)]
+        client: ClientArgs,
+        /// Session: id, id prefix or name
+        session: String,
+        /// The text (at most 64 KiB)
+        text: String,
+        /// Type the text without pressing Enter
+        #[arg(long)]
+        no_submit: bool,
+        /// `now`, or `waiting`: once the session waits for its person
+        #[arg(long, value_enum, default_value = "now")]
+        when: When,
+    },
     /// Rename a session (names are unique on a node).
     Rename {
         #[command(flatten)]
@@ -388,4 +404,20 @@ pub(crate) struct AttachArgs {
     /// the default when output is not a terminal
     #[arg(long)]
     pub(crate) raw: bool,
+}
+
+/// When `send` writes.
+#[derive(clap::ValueEnum, Clone, Copy)]
+pub(crate) enum When {
+    Now,
+    Waiting,
+}
+
+impl From<When> for termesh_transport::SendWhen {
+    fn from(w: When) -> Self {
+        match w {
+            When::Now => termesh_transport::SendWhen::Now,
+            When::Waiting => termesh_transport::SendWhen::Waiting,
+        }
+    }
 }

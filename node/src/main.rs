@@ -10,7 +10,7 @@ use clap::Parser;
 use termesh_config::Config;
 use termesh_node::client::attach::{attach, AttachOptions};
 use termesh_node::client::resolve::describe;
-use termesh_node::client::{commands, ls, stored, Target};
+use termesh_node::client::{agents, commands, ls, stored, Target};
 use termesh_node::server;
 use termesh_transport::CreateRequest;
 
@@ -112,6 +112,15 @@ async fn run_client(command: Command) -> anyhow::Result<i32> {
             sessions,
             purge,
         } => commands::rm(&target(client)?, &sessions, purge).await,
+        Command::Send {
+            client,
+            session,
+            text,
+            no_submit,
+            when,
+        } => agents::send(&target(client)?, &session, &text, no_submit, when.into())
+            .await
+            .map(|_| 0),
         Command::Rename {
             client,
             session,

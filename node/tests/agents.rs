@@ -11,7 +11,9 @@ use std::time::Instant;
 use common::*;
 use serde_json::{json, Value};
 use termesh_node::client::Client;
-use termesh_transport::{AgentState, ClientMsg, CreateRequest, EventKind, ServerMsg, SessionInfo};
+use termesh_transport::{
+    AgentState, ClientMsg, CreateRequest, EventKind, SendWhen, ServerMsg, SessionInfo, MAX_INPUT,
+};
 
 async fn type_text(node: &TestNode, session: &str, text: &str) {
     let mut c = node.client(OPERATOR).await;
@@ -149,7 +151,23 @@ async fn a_plain_question_waits_an_answer_works_and_quiet_idles() {
     .await;
     assert!(asked.state_since.unwrap() >= asked.created_at);
     the_queue_shows(&node, &session).await;
-    type_text(&node, &session, "y\n").await;
+    // Answered by `termesh send` with an id prefix.
+    let out = std::process::Command::new("timeout")
+        .args([
+            "60",
+            env!("CARGO_BIN_EXE_termesh"),
+            "send",
+            &session[..6],
+            "y",
+        ])
+        .args(["--url", &node.url(), "--token", OPERATOR])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     wait_state(&node, &session, AgentState::Idle, None).await;
     // The subscriber saw each change, and the store kept them.
     let events = state_events(&mut c, &session, AgentState::Idle).await;
@@ -201,7 +219,20 @@ async fn a_tui_spinner_works_and_its_numbered_choice_waits() {
         Some("Do you want to proceed?"),
     )
     .await;
-    type_text(&node, &session, "1\n").await;
+    // Answered over REST, without opening the terminal.
+    let sent = std::process::Command::new("curl")
+        .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "-X", "POST"])
+        .args(["-H", &format!("Authorization: Bearer {OPERATOR}")])
+        .args([
+            "-H",
+            "Content-Type: application/json",
+            "--data",
+            r#"{"text":"1"}"#,
+        ])
+        .arg(format!("{}/api/v1/sessions/{session}/send", node.url()))
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&sent.stdout), "204");
     let again = wait_state(&node, &session, AgentState::Working, None).await;
     assert_eq!(again.waiting_for, None);
     wait_output(&node, &session, "chose 1").await;
@@ -357,4 +388,66 @@ async fn revive_runs_the_resume_command_of_the_create_or_of_the_agent() {
             .collect();
         assert!(command.join(" ").ends_with(ran), "{revived}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn send_waits_for_the_question_and_types_as_a_paste_when_asked() {
+    let node = TestNode::start();
+    // Works a while, then turns bracketed paste on and asks.
+    let script = "stty -icanon -icrnl -echo min 1; echo working; sleep 1; printf '\\033[?2004h'; \
+                  printf 'Continue? [y/n] '; dd bs=1 count=15 2>/dev/null | od -An -c | tr -s ' '; \
+                  exec sleep 1000";
+    let session = node.create(&["sh", "-c", script]).await.id;
+    let mut c = node.client(OPERATOR).await;
+    let began = Instant::now();
+    let reply = within(
+        PATIENCE,
+        "send to be written once the session waits",
+        c.request(|id| ClientMsg::Send {
+            id,
+            session: session.clone(),
+            text: "hi".into(),
+            submit: None,
+            when: Some(SendWhen::Waiting),
+        }),
+    )
+    .await
+    .unwrap();
+    assert!(matches!(reply, ServerMsg::Ok { .. }), "{reply:?}");
+    let info = node.info(&session).await.unwrap();
+    assert_eq!(
+        info.state,
+        Some(AgentState::Waiting),
+        "held until it waited"
+    );
+    println!("send held {:?}", began.elapsed());
+    // ESC [ 2 0 0 ~ h i ESC [ 2 0 1 ~ \r, as od prints them.
+    wait_output(&node, &session, "033 [ 2 0 0 ~ h i 033 [ 2 0 1 ~ \\r").await;
+    // Bounds and errors.
+    let big = "x".repeat(MAX_INPUT);
+    let err = c
+        .request(|id| ClientMsg::Send {
+            id,
+            session: session.clone(),
+            text: big,
+            submit: None,
+            when: None,
+        })
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("over the"), "{err}");
+    let ended = node.create(&["true"]).await.id;
+    node.wait_info(&ended, "exit", |s| s.status.has_ended())
+        .await;
+    let err = c
+        .request(|id| ClientMsg::Send {
+            id,
+            session: ended.clone(),
+            text: "late".into(),
+            submit: None,
+            when: Some(SendWhen::Waiting),
+        })
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("exited"), "{err}");
 }

@@ -200,6 +200,18 @@ pub enum ClientMsg {
     /// Run an exited or lost session's command again in its cwd, same id,
     /// seqs continuing; reply `ok`.
     Revive { id: u64, session: String },
+    /// Type `text` as the program expects typed text, then Enter unless
+    /// `submit` is false; with `when: waiting`, once the session waits.
+    /// Reply `ok` once written (PROTOCOL.md section 15).
+    Send {
+        id: u64,
+        session: String,
+        text: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        submit: Option<bool>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        when: Option<SendWhen>,
+    },
     /// Reply `pong` echoing `nonce`.
     Ping {
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -280,7 +292,19 @@ client_kinds! {
     Events => "events",
     Revive => "revive",
     ReadOutput => "read_output",
+    Send => "send",
     Ping => "ping",
+}
+
+/// When a `send` is written.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SendWhen {
+    /// At once.
+    #[default]
+    Now,
+    /// Once the session is `waiting` (at once if it is).
+    Waiting,
 }
 
 /// Most output bytes one `stored_output` reply carries.

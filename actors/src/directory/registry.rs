@@ -298,6 +298,7 @@ impl Registry {
             last_output_ms: now.into(),
             viewers: 0.into(),
             at_prompt: false.into(),
+            bracketed_paste: false.into(),
             exited: false.into(),
             meta: std::sync::Mutex::new(Meta {
                 name: spec.name.clone(),

@@ -160,6 +160,7 @@ impl Registry {
                 .into(),
             viewers: 0.into(),
             at_prompt: false.into(),
+            bracketed_paste: false.into(),
             exited: pty.is_none().into(),
             meta: std::sync::Mutex::new(Meta {
                 name: info.name.clone(),

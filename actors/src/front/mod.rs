@@ -10,4 +10,5 @@ pub mod ops;
 pub mod page;
 pub mod raw;
 pub mod request;
+pub mod send;
 pub mod tokens;

@@ -91,7 +91,9 @@ pub fn spec_of(kind: RequestKind) -> Spec {
         | RequestKind::Rename
         | RequestKind::Detach
         | RequestKind::Tag => (Role::Operator, Owner, Immediate),
-        RequestKind::Remove | RequestKind::Revive => (Role::Operator, Owner, Deferred),
+        RequestKind::Remove | RequestKind::Revive | RequestKind::Send => {
+            (Role::Operator, Owner, Deferred)
+        }
     };
     Spec {
         role,
@@ -138,6 +140,7 @@ pub fn ids(msg: &ClientMsg) -> (Option<u64>, Option<String>) {
         | ClientMsg::Remove { id, session, .. }
         | ClientMsg::Events { id, session, .. }
         | ClientMsg::ReadOutput { id, session, .. }
+        | ClientMsg::Send { id, session, .. }
         | ClientMsg::Revive { id, session } => (Some(*id), Some(session.clone())),
         ClientMsg::Unsubscribe { session }
         | ClientMsg::Ack { session, .. }
@@ -320,6 +323,21 @@ pub async fn answer_later(node: NodeCtx, msg: ClientMsg) -> ServerMsg {
             before_seq,
             rows,
         } => history(&node, id, session, limit, before_seq, rows).await,
+        ClientMsg::Send {
+            id,
+            session,
+            text,
+            submit,
+            when,
+        } => node
+            .send(
+                &session,
+                text,
+                submit.unwrap_or(true),
+                when.unwrap_or_default(),
+            )
+            .await
+            .map(|_| ServerMsg::Ok { id }),
         ClientMsg::Remove { id, session, purge } => node
             .remove(&session, purge.unwrap_or(false))
             .await

@@ -8,11 +8,13 @@
 use std::time::Instant;
 
 use actix::prelude::*;
-use termesh_transport::EventKind;
+use termesh_transport::{AgentState, ErrorCode, EventKind};
+use tokio::sync::oneshot;
 
 use super::agent::{rules, Agent, Due, Hook, Tracker};
 use super::shared::AgentView;
-use super::{now_ms, ScreenOut, ScreenResult, ScreenTo, ScreenWant, SessionActor};
+use super::{now_ms, ScreenOut, ScreenResult, ScreenTo, ScreenWant, SessionActor, WhenWaiting};
+use crate::error::ApiError;
 use crate::metrics::Metrics;
 
 /// The session's state and what reads it.
@@ -23,7 +25,12 @@ pub(super) struct Attention {
     pub agent: Option<Agent>,
     /// The earliest time a timer is armed for.
     armed_for: Option<Instant>,
+    /// `send`s held until the session waits.
+    held: Vec<oneshot::Sender<Result<(), ApiError>>>,
 }
+
+/// Most `send{when:"waiting"}` a session holds.
+pub const MAX_HELD: usize = 64;
 
 impl Attention {
     pub fn new(agent: Option<Agent>) -> Attention {
@@ -31,6 +38,7 @@ impl Attention {
             tracker: Tracker::new(Instant::now(), now_ms()),
             agent,
             armed_for: None,
+            held: Vec::new(),
         }
     }
 }
@@ -60,6 +68,13 @@ impl SessionActor {
         }
         let change = self.attention.tracker.hook(now_ms(), hook);
         self.publish_state(change);
+    }
+
+    /// The program ended: held `send`s are told so.
+    pub(super) fn attention_ended(&mut self) {
+        for reply in self.attention.held.drain(..) {
+            let _ = reply.send(Err(ApiError::exited(&self.id)));
+        }
     }
 
     /// A new run of the program: it starts working.
@@ -130,12 +145,45 @@ impl SessionActor {
             }
         });
         if let Some(view) = change {
+            if view.state == AgentState::Waiting {
+                for reply in self.attention.held.drain(..) {
+                    let _ = reply.send(Ok(()));
+                }
+            }
             Metrics::add(&self.metrics.state_changes, 1);
             tracing::debug!(session = %self.id, state = view.state.as_str(), "session state");
             self.announce(EventKind::State {
                 state: view.state,
                 waiting_for: view.waiting_for,
             });
+        }
+    }
+}
+
+impl Handler<WhenWaiting> for SessionActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: WhenWaiting, _: &mut Context<Self>) {
+        let answer = if !self.core.takes_input() {
+            Some(Err(ApiError::exited(&self.id)))
+        } else if self.attention.tracker.view().state == AgentState::Waiting {
+            Some(Ok(()))
+        } else if self.attention.held.len() >= MAX_HELD {
+            Some(Err(ApiError::new(
+                ErrorCode::Unavailable,
+                format!(
+                    "session `{}` holds {MAX_HELD} sends for when it waits already",
+                    self.id
+                ),
+            )))
+        } else {
+            None
+        };
+        match answer {
+            Some(answer) => {
+                let _ = msg.0.send(answer);
+            }
+            None => self.attention.held.push(msg.0),
         }
     }
 }

@@ -116,6 +116,9 @@ impl SessionActor {
         self.shared
             .at_prompt
             .store(self.modes.at_prompt(), Ordering::Relaxed);
+        self.shared
+            .bracketed_paste
+            .store(self.modes.mode(2004), Ordering::Relaxed);
         self.last_output = std::time::Instant::now();
         self.attend_output(ctx);
         if self.screen.model.is_some() || self.screen.job_running {

@@ -20,6 +20,9 @@ impl SessionActor {
             return;
         }
         self.show_status();
+        if !self.core.takes_input() {
+            self.attention_ended();
+        }
         for step in steps {
             match step {
                 Step::Signal(signal) => self.signal(signal),

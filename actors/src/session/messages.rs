@@ -56,6 +56,12 @@ pub struct Hooked {
     pub state: Option<super::agent::Hook>,
 }
 
+/// Answered once the session is `waiting` (at once if it is); with
+/// `exited` when its program ends first, `unavailable` past `MAX_HELD`.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct WhenWaiting(pub oneshot::Sender<Result<(), crate::error::ApiError>>);
+
 /// Stop the session for good (remove): kill the program if it runs, tell
 /// subscribers, stop the actor.
 #[derive(Message)]

@@ -21,6 +21,8 @@ pub struct SessionShared {
     pub last_output_ms: AtomicU64,
     pub viewers: AtomicU32,
     pub at_prompt: AtomicBool,
+    /// The program turned bracketed paste on (`send` wraps text in it).
+    pub bracketed_paste: AtomicBool,
     /// Set once, when the program has ended; input is refused after.
     pub exited: AtomicBool,
     pub meta: Mutex<Meta>,

@@ -38,7 +38,7 @@ pub(super) async fn list(client: &mut Client) -> anyhow::Result<Vec<SessionInfo>
 }
 
 /// The session `wanted` names (id, id prefix or name).
-pub(super) async fn lookup(client: &mut Client, wanted: &str) -> anyhow::Result<SessionInfo> {
+pub(crate) async fn lookup(client: &mut Client, wanted: &str) -> anyhow::Result<SessionInfo> {
     let sessions = list(client).await?;
     resolve(&sessions, wanted)
         .cloned()

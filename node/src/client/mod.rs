@@ -1,6 +1,7 @@
 //! Command-line clients of the protocol: a small WebSocket client
 //! (`Client`), the one-shot commands and `attach`.
 
+pub mod agents;
 pub mod attach;
 pub mod commands;
 pub mod discover;

@@ -2,6 +2,7 @@
 //! runs a `Node` (`node.rs`) until it is told to stop; the state every
 //! HTTP handler shares; a node on a thread of its own for tests.
 
+mod agents;
 mod auth;
 mod body;
 mod console;

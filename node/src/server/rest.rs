@@ -44,6 +44,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
                 .route("/sessions/{id}/history", web::get().to(history))
                 .route("/sessions/{id}/hook", web::post().to(hook))
                 .configure(super::stored::routes)
+                .configure(super::agents::routes)
                 .configure(super::reload::routes)
                 .default_service(web::to(|| async {
                     error_response(&ApiError::new(ErrorCode::NotFound, "no such API route"))
@@ -62,7 +63,7 @@ fn role(kind: RequestKind) -> Role {
 /// `msg` answered through the request table, as over WebSocket: the role
 /// its row needs, then the answer of whichever node answers it (an error
 /// reply as the error).
-async fn ask(req: &HttpRequest, state: &AppState, msg: ClientMsg) -> Result<ServerMsg> {
+pub(super) async fn ask(req: &HttpRequest, state: &AppState, msg: ClientMsg) -> Result<ServerMsg> {
     require(req, &state.node.tokens, spec(&msg).role)?;
     state.node.ask(msg).await
 }

@@ -136,8 +136,13 @@ impl SessionActor {
         }));
     }
 
-    /// Shows the tracker's view; a change of state is announced.
+    /// Shows the tracker's view; a change of state is announced. Once the
+    /// program has ended it has no state (a look that was under way when
+    /// it ended changes nothing).
     fn publish_state(&mut self, change: Option<AgentView>) {
+        if !self.core.takes_input() {
+            return;
+        }
         let view = self.attention.tracker.view().clone();
         self.shared.update(|m| {
             if m.agent.as_ref() != Some(&view) {

@@ -143,6 +143,22 @@ pub(crate) enum Command {
         #[arg(long)]
         purge: bool,
     },
+    /// Attach to the session that has waited for its person longest,
+    /// anywhere in the cluster (detach returns here; `next` again goes on
+    /// to the next one). Exits 1 when none waits.
+    Next {
+        #[command(flatten)]
+        client: ClientArgs,
+        /// Prefix key, as ^X or C-x: then d detaches
+        #[arg(long, env = "TERMESH_DETACH_KEY", default_value = "^]")]
+        detach_key: String,
+    },
+    /// Print every session's state, then each change, as JSON lines
+    /// (`waiting`, `working`, `idle`; `exited`, `lost`, `removed`).
+    Watch {
+        #[command(flatten)]
+        client: ClientArgs,
+    },
     /// Type text into a session as its program expects it, then Enter
     /// (answers an agent without attaching).
     Send {

@@ -112,6 +112,8 @@ async fn run_client(command: Command) -> anyhow::Result<i32> {
             sessions,
             purge,
         } => commands::rm(&target(client)?, &sessions, purge).await,
+        Command::Next { client, detach_key } => next(client, &detach_key).await,
+        Command::Watch { client } => agents::watch(&target(client)?).await.map(|_| 0),
         Command::Send {
             client,
             session,
@@ -382,6 +384,32 @@ async fn attach_session(args: AttachArgs) -> anyhow::Result<i32> {
         take: args.detach_others,
         predict: args.predict,
         mouse: args.mouse,
+    };
+    attach(&target, opts).await.map(|end| end.exit_code())
+}
+
+/// `termesh next`: attaches to the session waiting longest; 1 when none.
+async fn next(client: ClientArgs, detach_key: &str) -> anyhow::Result<i32> {
+    let prefix = parse_key(detach_key)?;
+    let target = target(client)?;
+    let Some(info) = agents::pick_next(&target).await? else {
+        eprintln!("no session is waiting for you");
+        return Ok(1);
+    };
+    if let Some(question) = &info.waiting_for {
+        eprintln!("{} asks: {question}", describe(&info));
+    }
+    let opts = AttachOptions {
+        label: describe(&info),
+        title: info.name.clone().unwrap_or_else(|| info.id.clone()),
+        session: info.id,
+        prefix,
+        scrollback: 1000,
+        read_only: false,
+        raw: !std::io::stdout().is_terminal(),
+        take: false,
+        predict: false,
+        mouse: false,
     };
     attach(&target, opts).await.map(|end| end.exit_code())
 }

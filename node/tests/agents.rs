@@ -451,3 +451,120 @@ async fn send_waits_for_the_question_and_types_as_a_paste_when_asked() {
         .unwrap_err();
     assert!(err.to_string().contains("exited"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_prints_changes_and_next_attaches_to_the_longest_waiting() {
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::process::{Command, Stdio};
+    let node = TestNode::start();
+    let bin = env!("CARGO_BIN_EXE_termesh");
+    let client_args = [
+        "--url".to_string(),
+        node.url(),
+        "--token".into(),
+        OPERATOR.into(),
+    ];
+    // `next` remembers where it went in the user's state dir: the test's own.
+    let state = tempfile::tempdir().unwrap();
+    let mut watch = Command::new(bin)
+        .arg("watch")
+        .args(&client_args)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = BufReader::new(watch.stdout.take().unwrap()).lines();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Value>();
+    std::thread::spawn(move || {
+        for line in lines.map_while(Result::ok) {
+            let _ = tx.send(serde_json::from_str(&line).expect("a JSON line"));
+        }
+    });
+    let none = Command::new(bin)
+        .arg("next")
+        .args(&client_args)
+        .output()
+        .unwrap();
+    assert_eq!(none.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&none.stderr).contains("no session is waiting"));
+
+    let ask = |q: &str| format!("printf '{q} [y/n] '; read a; echo \"got $a\"; exec sleep 1000");
+    let first = node.create(&["sh", "-c", &ask("First?")]).await.id;
+    wait_state(&node, &first, AgentState::Waiting, None).await;
+    let second = node.create(&["sh", "-c", &ask("Second?")]).await.id;
+    wait_state(&node, &second, AgentState::Waiting, None).await;
+    // watch saw each start working and then wait, with the question.
+    let mut seen: Vec<(String, String)> = Vec::new();
+    within(PATIENCE, "watch lines of both waiting", async {
+        while seen.iter().filter(|(_, st)| st == "waiting").count() < 2 {
+            let v = rx.recv().await.expect("watch runs");
+            if v["state"] == "waiting" {
+                assert!(
+                    v["waiting_for"].as_str().unwrap().ends_with("? [y/n]"),
+                    "{v}"
+                );
+            }
+            seen.push((
+                v["session"].as_str().unwrap().into(),
+                v["state"].as_str().unwrap().into(),
+            ));
+        }
+    })
+    .await;
+
+    // `next` goes to the first asked; detached without an answer, the
+    // next `next` goes on to the second.
+    for (want, question) in [(&first, "First?"), (&second, "Second?")] {
+        let mut next = Command::new(bin)
+            .arg("next")
+            .args(&client_args)
+            .env("XDG_STATE_HOME", state.path())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdout = next.stdout.take().unwrap();
+        let shown = tokio::task::spawn_blocking(move || {
+            let mut got = Vec::new();
+            let mut buf = [0u8; 4096];
+            while !String::from_utf8_lossy(&got).contains("[y/n]") {
+                match stdout.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => got.extend_from_slice(&buf[..n]),
+                }
+            }
+            // Read on to the end: the attach keeps writing until it detaches.
+            std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
+            String::from_utf8_lossy(&got).into_owned()
+        });
+        let shown = within(PATIENCE, "next to show the question", shown)
+            .await
+            .unwrap();
+        assert!(shown.contains(question), "{want}: {shown}");
+        next.stdin.as_mut().unwrap().write_all(b"\x1dd").unwrap();
+        let status = tokio::task::spawn_blocking(move || next.wait_with_output().unwrap());
+        let out = within(PATIENCE, "next to detach", status).await.unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(String::from_utf8_lossy(&out.stderr).contains(question));
+    }
+    node.wait_info(&first, "still waiting", |s| {
+        s.state == Some(AgentState::Waiting)
+    })
+    .await;
+    type_text(&node, &first, "y\n").await;
+    within(PATIENCE, "watch to see the answer work", async {
+        loop {
+            let v = rx.recv().await.expect("watch runs");
+            if v["session"] == first.as_str() && v["state"] == "working" {
+                return;
+            }
+        }
+    })
+    .await;
+    let _ = watch.kill();
+    let _ = watch.wait();
+}

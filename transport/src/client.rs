@@ -399,6 +399,16 @@ impl SessionStatus {
     pub fn has_ended(self) -> bool {
         matches!(self, SessionStatus::Exited | SessionStatus::Lost)
     }
+
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SessionStatus::Running => "running",
+            SessionStatus::Exited => "exited",
+            SessionStatus::Lost => "lost",
+            SessionStatus::Unreachable => "unreachable",
+        }
+    }
 }
 
 /// A session as `list`, `created` and `session_changed` describe it.

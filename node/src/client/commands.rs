@@ -13,7 +13,7 @@ use super::{Client, Target};
 
 /// Every session of the cluster, oldest first, read a page at a time (one
 /// answer for a large directory would be over the reply bound).
-pub(super) async fn list(client: &mut Client) -> anyhow::Result<Vec<SessionInfo>> {
+pub(crate) async fn list(client: &mut Client) -> anyhow::Result<Vec<SessionInfo>> {
     let mut all = Vec::new();
     let mut after = None;
     loop {

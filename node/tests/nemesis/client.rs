@@ -198,7 +198,7 @@ impl Visit<'_> {
         let session = self.id();
         let id = c.next_id();
         // A connection may have `MAX_SCREENS_IN_FLIGHT` (4) screen, history
-        // and list requests in flight (docs/protocol.md, section 14): no
+        // and list requests in flight (docs/protocol.md, section 16): no
         // more (past a long stall of its node, a client still waits for
         // four: it types instead). Past the bytes bound (8 MiB by the sizes
         // asked) the node answers `unavailable`, which the check allows.

@@ -22,6 +22,7 @@ pub mod front;
 pub mod keeper;
 pub mod liveness;
 pub mod metrics;
+pub mod notify;
 pub mod os;
 pub mod output;
 pub mod private_fs;

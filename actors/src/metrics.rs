@@ -17,6 +17,10 @@ pub struct Metrics {
     pub snapshots: AtomicU64,
     /// Changes of sessions' states (working, waiting, idle).
     pub state_changes: AtomicU64,
+    /// Notifications posted (`[[notify]]`), and those that failed for
+    /// good or found their queue full.
+    pub notify_sent: AtomicU64,
+    pub notify_failed: AtomicU64,
     /// Output fed to screen models by passes someone waited for, and by
     /// background warming passes (see `session::warmth`).
     pub screen_request_bytes: AtomicU64,
@@ -175,6 +179,18 @@ const ROWS: &[Row] = &[
         "counter",
         "Changes of sessions' states (working, waiting, idle).",
         |m| c(&m.state_changes),
+    ),
+    (
+        "termesh_notify_sent_total",
+        "counter",
+        "Notifications posted to [[notify]] endpoints.",
+        |m| c(&m.notify_sent),
+    ),
+    (
+        "termesh_notify_failed_total",
+        "counter",
+        "Notifications that failed after their retries, or found their queue full.",
+        |m| c(&m.notify_failed),
     ),
     (
         "termesh_bytes_out_total",

@@ -9,6 +9,7 @@ mod auth;
 mod cluster;
 pub mod fuzz;
 mod http;
+pub mod notify;
 pub mod origins;
 mod session;
 mod store;
@@ -112,6 +113,8 @@ pub struct Config {
     pub store: StoreConfig,
     /// `[[agents]]`: agents beside the built-in ones.
     pub agents: Vec<agents::AgentConfig>,
+    /// `[[notify]]`: where state changes are posted.
+    pub notify: Vec<notify::NotifyConfig>,
     /// The file it was read from (`None`: defaults, or parsed text); a
     /// reload reads it again.
     pub source: Option<PathBuf>,
@@ -279,11 +282,13 @@ impl Config {
         };
         let store = store::parse(raw.store, file)?;
         let agents = agents::parse(raw.agents, file)?;
+        let notify = notify::parse(raw.notify, file)?;
 
         Ok(Config {
             cluster,
             store,
             agents,
+            notify,
             source: None,
             node: NodeConfig {
                 name,
@@ -457,6 +462,8 @@ struct RawConfig {
     cluster: Option<cluster::RawCluster>,
     #[serde(default)]
     agents: Vec<agents::RawAgent>,
+    #[serde(default)]
+    notify: Vec<notify::RawNotify>,
 }
 
 #[derive(Debug, Default, Deserialize)]

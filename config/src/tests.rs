@@ -197,3 +197,34 @@ fn agents_entries_are_checked() {
         assert!(e.contains(says), "{text}: {e}");
     }
 }
+
+#[test]
+fn notify_entries_are_checked() {
+    let ok = "[[notify]]\nurl = \"https://ntfy.sh/my-agents\"\nformat = \"ntfy\"\nquiet = \"5m\"\n";
+    let c = Config::parse(ok, "t.toml").unwrap();
+    assert_eq!(c.notify[0].on, ["waiting", "failed"], "the default");
+    assert_eq!(c.notify[0].quiet, Duration::from_secs(300));
+    for (text, says) in [
+        ("[[notify]]\nurl = \"ftp://x\"\n", "notify[0].url"),
+        ("[[notify]]\n", "notify[0].url"),
+        (
+            "[[notify]]\nurl = \"http://x\"\nformat = \"email\"\n",
+            "notify[0].format",
+        ),
+        (
+            "[[notify]]\nurl = \"http://x\"\non = [\"sleeping\"]\n",
+            "notify[0].on",
+        ),
+        (
+            "[[notify]]\nurl = \"http://x\"\ntoken = \"a\\nb\"\n",
+            "notify[0].token",
+        ),
+        (
+            "[[notify]]\nurl = \"http://x\"\nquiet = \"2d\"\n",
+            "notify[0].quiet",
+        ),
+    ] {
+        let e = Config::parse(text, "t.toml").unwrap_err().to_string();
+        assert!(e.contains(says), "{text}: {e}");
+    }
+}

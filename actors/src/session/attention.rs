@@ -16,6 +16,7 @@ use super::shared::AgentView;
 use super::{now_ms, ScreenOut, ScreenResult, ScreenTo, ScreenWant, SessionActor, WhenWaiting};
 use crate::error::ApiError;
 use crate::metrics::Metrics;
+use crate::notify::Change;
 
 /// The session's state and what reads it.
 #[derive(Debug)]
@@ -156,12 +157,28 @@ impl SessionActor {
                 }
             }
             Metrics::add(&self.metrics.state_changes, 1);
+            self.notify(view.state.as_str(), view.waiting_for.clone());
             tracing::debug!(session = %self.id, state = view.state.as_str(), "session state");
             self.announce(EventKind::State {
                 state: view.state,
                 waiting_for: view.waiting_for,
             });
         }
+    }
+}
+
+impl SessionActor {
+    /// Tells the node's `[[notify]]` endpoints (those that want `state`).
+    pub(super) fn notify(&self, state: &str, waiting_for: Option<String>) {
+        self.settings.notify.tell(&Change {
+            session: self.id.to_string(),
+            name: self.shared.name(),
+            node: self.shared.node.clone(),
+            state: state.to_string(),
+            waiting_for,
+            seq: self.publisher.last_seq(),
+            url: format!("{}/#/session/{}", self.settings.console_url, self.id),
+        });
     }
 }
 

@@ -92,6 +92,9 @@ impl SessionActor {
         if let Some(store) = &self.settings.store {
             store.sealed(&self.id);
         }
+        if exit.code != 0 {
+            self.notify("failed", None);
+        }
         let event = EventKind::Exited {
             exit_code: exit.code,
             signal: exit.signal_name(),

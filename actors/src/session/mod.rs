@@ -81,6 +81,10 @@ pub struct SessionSettings {
     pub pty_io: pty::PtyIo,
     /// What the node knows of agents (built in, and `[[agents]]`).
     pub agents: agent::Agents,
+    /// Where state changes are posted (`[[notify]]`), and the console's
+    /// base URL for the link in them.
+    pub notify: crate::notify::Notifier,
+    pub console_url: String,
 }
 
 pub struct SessionActor {

@@ -77,8 +77,16 @@ impl Node {
             config.watchdog.psi_path.clone(),
         )
         .start();
+        let notify = termesh_actors::notify::Notifier::start(&config.notify, &metrics)
+            .context("the [[notify]] threads")?;
         let registry = Registry::new(
-            registry_config(config, &url, store.clone(), hook_secret.clone(), keeper),
+            registry_config(
+                config,
+                &url,
+                store.clone(),
+                (hook_secret.clone(), notify),
+                keeper,
+            ),
             dir.clone(),
             metrics.clone(),
         )
@@ -221,7 +229,7 @@ fn registry_config(
     config: &Config,
     url: &str,
     store: Option<StoreHandle>,
-    hook_secret: HookSecret,
+    (hook_secret, notify): (HookSecret, termesh_actors::notify::Notifier),
     keeper: Option<termesh_actors::keeper::Keeper>,
 ) -> RegistryConfig {
     RegistryConfig {
@@ -240,6 +248,8 @@ fn registry_config(
             warmth: Default::default(),
             pty_io: Default::default(),
             agents: agents(config),
+            notify,
+            console_url: url.to_string(),
         },
         max_sessions: config.session.max_sessions,
         http_base: url.to_string(),

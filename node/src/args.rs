@@ -88,6 +88,13 @@ pub(crate) enum Command {
         #[command(subcommand)]
         command: ClusterCommand,
     },
+    /// Agent hooks: `termesh hooks install claude` (or codex) writes the
+    /// hook configuration that reports the agent's turns to termesh,
+    /// merged with yours.
+    Hooks {
+        #[command(subcommand)]
+        command: HooksCommand,
+    },
     /// Access tokens: make one (into a config file), revoke one, list them.
     Token {
         #[command(subcommand)]
@@ -436,4 +443,18 @@ impl From<When> for termesh_transport::SendWhen {
             When::Waiting => termesh_transport::SendWhen::Waiting,
         }
     }
+}
+
+#[derive(Subcommand)]
+pub(crate) enum HooksCommand {
+    /// Install AGENT's hooks for this user (claude: ~/.claude/settings.json;
+    /// codex: `notify` in ~/.codex/config.toml), merged with what is there
+    Install {
+        /// claude or codex
+        #[arg(value_parser = ["claude", "codex"])]
+        agent: String,
+        /// The home folder to write under [default: $HOME]
+        #[arg(long, env = "HOME")]
+        home: PathBuf,
+    },
 }

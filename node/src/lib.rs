@@ -4,6 +4,7 @@
 pub mod client;
 pub mod cluster;
 pub mod export;
+pub mod hooks;
 pub mod keeper;
 pub mod server;
 pub mod tail;

@@ -16,7 +16,8 @@ use termesh_transport::CreateRequest;
 
 mod args;
 use args::{
-    AttachArgs, Cli, ClientArgs, ClusterCommand, Command, ConfigCommand, NewArgs, TokenCommand,
+    AttachArgs, Cli, ClientArgs, ClusterCommand, Command, ConfigCommand, HooksCommand, NewArgs,
+    TokenCommand,
 };
 
 fn main() {
@@ -83,6 +84,19 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         }
         Command::Cluster { command } => cluster(command),
         Command::Token { command } => token(command),
+        Command::Hooks {
+            command: HooksCommand::Install { agent, home },
+        } => {
+            match termesh_node::hooks::install(&agent, &home)? {
+                Some(path) => println!(
+                    "{agent}'s hooks are in {}: sessions it runs in report to termesh \
+                     (check: `termesh events ID` shows `hook` events after a turn)",
+                    path.display()
+                ),
+                None => println!("{agent}'s termesh hooks are installed already"),
+            }
+            Ok(0)
+        }
         other => runtime()?.block_on(run_client(other)),
     }
 }
@@ -165,6 +179,7 @@ async fn run_client(command: Command) -> anyhow::Result<i32> {
             .map(|_| 0),
         Command::Attach(args) => attach_session(args).await,
         Command::Node { .. }
+        | Command::Hooks { .. }
         | Command::Keeper { .. }
         | Command::Config { .. }
         | Command::Cluster { .. }

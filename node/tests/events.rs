@@ -515,3 +515,39 @@ async fn created_is_stored_before_anything_the_session_does() {
     }
     c.close().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_installed_codex_notify_reports_a_turn_from_inside_a_session() {
+    let home = tempfile::tempdir().unwrap();
+    termesh_node::hooks::install("codex", home.path()).unwrap();
+    let written = std::fs::read_to_string(home.path().join(".codex/config.toml")).unwrap();
+    let doc: toml_edit::DocumentMut = written.parse().unwrap();
+    let notify: Vec<String> = doc["notify"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect();
+    let node = TestNode::start();
+    // As Codex runs it: the program and its arguments, the payload last.
+    let payload =
+        json!({"type": "agent-turn-complete", "last-assistant-message": "All tests pass"});
+    let mut command = notify.clone();
+    command.push(payload.to_string());
+    let script = "\"$@\"; echo notify-exit-$?; exec sleep 1000".to_string();
+    let mut argv = vec!["sh".to_string(), "-c".into(), script, "sh".into()];
+    argv.extend(command);
+    let info = node
+        .create_with(CreateRequest {
+            command: Some(argv),
+            ..Default::default()
+        })
+        .await;
+    wait_output(&node, &info.id, "notify-exit-0").await;
+    let waiting = node
+        .wait_info(&info.id, "the turn's end reported", |s| {
+            s.waiting_for.as_deref() == Some("All tests pass")
+        })
+        .await;
+    assert_eq!(waiting.phase.as_deref(), Some("waiting"));
+}

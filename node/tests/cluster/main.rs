@@ -10,6 +10,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod agents;
 mod requests;
 
 use common::cluster::Cluster;

@@ -94,11 +94,11 @@ async fn ls_fits_the_terminal_and_hides_ended_sessions() {
         ended.push(id);
     }
 
-    // A 72-column terminal: every row fits; the command is cut, the
+    // An 84-column terminal: every row fits; the command is cut, the
     // columns before it are whole; the ended sessions are counted.
-    let lines = ls_in_terminal(&node, 72).await;
+    let lines = ls_in_terminal(&node, 84).await;
     for line in &lines {
-        assert!(line.width() <= 72, "{line:?} in {lines:#?}");
+        assert!(line.width() <= 84, "{line:?} in {lines:#?}");
     }
     assert!(lines[0].starts_with("ID ") && lines[0].contains("COMMAND"));
     let row = lines.iter().find(|l| l.starts_with(&running)).unwrap();

@@ -4,7 +4,10 @@
 // attach with scrollback, resume with `from_seq` on every reconnect (no
 // clear), `resync_required` -> reset + snapshot, acks after xterm has
 // rendered what it was given, resize from the element's size, and a
-// stale mark driven by `ping`. Events of a session over SSE.
+// stale mark driven by `ping`. Events of a session over SSE. Who needs
+// you: waiting sessions first with their question and an inline answer
+// (`send`), a browser notification when one starts to wait, `#/session/ID`
+// opens a session, and a row of keys a phone keyboard lacks.
 import { encode, decode } from "@msgpack/msgpack";
 import { Terminal } from "@xterm/xterm";
 import { FitAddon } from "@xterm/addon-fit";
@@ -23,6 +26,7 @@ const state = {
   authRequired: true,
   lastHeard: 0,
   backoff: 250,
+  notified: [], // the browser notifications shown (for the tests)
 };
 // For the browser tests and a curious operator's devtools.
 window.termesh = state;
@@ -114,6 +118,7 @@ async function onWelcome() {
   await watching;
   state.ready = true;
   refreshNodes();
+  route();
   // Every open terminal resumes where it stopped: no clear.
   for (const term of state.terms.values()) term.subscribe();
 }
@@ -155,7 +160,9 @@ function onMessage(m) {
     return;
   }
   if (m.t === "session_changed") {
+    const before = state.sessions.get(m.session.id);
     state.sessions.set(m.session.id, { ...m.session, heard_at: Date.now() });
+    if (isWaiting(m.session) && !(before && isWaiting(before))) notifyWaiting(m.session);
     renderSessions();
   } else if (m.t === "session_removed") {
     state.sessions.delete(m.session);
@@ -301,24 +308,117 @@ function idle(s) {
 setInterval(() => {
   for (const tr of $("sessions").tBodies[0].rows) {
     const s = state.sessions.get(tr.dataset.session);
-    if (s) tr.cells[4].textContent = idle(s);
+    if (s && tr.dataset.session) tr.cells[5].textContent = idle(s);
   }
 }, 5000);
 
+function isWaiting(s) {
+  return s.status === "running" && s.state === "waiting";
+}
+
+// Waiting sessions first, the longest waiting on top; then the others,
+// oldest first. A waiting one has a row under it with its question and
+// an answer box.
 function renderSessions() {
   const body = $("sessions").tBodies[0];
-  const list = [...state.sessions.values()].sort((a, b) => a.created_at - b.created_at);
+  const rank = (s) => (isWaiting(s) ? [0, s.state_since || 0] : [1, s.created_at]);
+  const list = [...state.sessions.values()].sort((a, b) => {
+    const [x, y] = [rank(a), rank(b)];
+    return x[0] - y[0] || x[1] - y[1];
+  });
   for (const id of actionsOf.keys()) if (!state.sessions.has(id)) actionsOf.delete(id);
-  body.replaceChildren(
-    ...list.map((s) => {
-      const status = s.status === "exited" ? `exit ${s.exit_code}` : s.status;
-      const tr = row([s.name ? `${s.name} (${s.id})` : s.id, s.node, status, s.phase || "-", idle(s), s.at_prompt ? "yes" : "", s.viewers, (s.tags || []).join(" "), actions(s.id)]);
-      tr.dataset.session = s.id;
-      tr.cells[2].classList.toggle("bad", s.status === "unreachable" || s.status === "lost");
-      return tr;
-    }),
-  );
+  for (const id of answerOf.keys()) if (!isWaiting(state.sessions.get(id) || {})) answerOf.delete(id);
+  const rows = [];
+  for (const s of list) {
+    const status = s.status === "exited" ? `exit ${s.exit_code}` : s.status;
+    const tr = row([s.name ? `${s.name} (${s.id})` : s.id, s.state || "-", s.node, status, s.phase || "-", idle(s), s.viewers, (s.tags || []).join(" "), actions(s.id)]);
+    tr.dataset.session = s.id;
+    tr.cells[3].classList.toggle("bad", s.status === "unreachable" || s.status === "lost");
+    tr.classList.toggle("waiting", isWaiting(s));
+    rows.push(tr);
+    if (isWaiting(s)) rows.push(askRow(s));
+  }
+  body.replaceChildren(...rows);
+  const waiting = list.filter(isWaiting).length;
+  $("attention").hidden = waiting === 0;
+  $("waiting-count").textContent = `${waiting} waiting for you`;
+  $("notify-me").hidden = !("Notification" in window) || Notification.permission !== "default";
+  document.title = waiting ? `(${waiting}) termesh console` : "termesh console";
 }
+
+// ---- who needs you ------------------------------------------------------
+
+// A waiting session's question and answer box, kept across redraws (what
+// is typed in it stays).
+const answerOf = new Map(); // session id -> { tr, question }
+
+function askRow(s) {
+  let a = answerOf.get(s.id);
+  if (!a) {
+    const tr = document.createElement("tr");
+    tr.className = "ask";
+    tr.dataset.ask = s.id;
+    const td = document.createElement("td");
+    td.colSpan = 9;
+    const question = document.createElement("span");
+    question.className = "question";
+    const form = document.createElement("form");
+    form.className = "operator";
+    const input = document.createElement("input");
+    input.placeholder = "answer";
+    input.setAttribute("aria-label", "answer");
+    const submit = document.createElement("button");
+    submit.textContent = "send";
+    form.append(input, submit);
+    form.addEventListener("submit", (ev) => {
+      ev.preventDefault();
+      answer(s.id, input.value, input);
+    });
+    const keys = document.createElement("span");
+    td.append(question, form, keys);
+    tr.append(td);
+    a = { tr, question, keys, input };
+    answerOf.set(s.id, a);
+  }
+  a.question.textContent = `\u00bb ${s.waiting_for || "waiting"}`;
+  // One-key answers for a yes/no question.
+  const yesNo = /[[(]\s*y(es)?\s*\/\s*n(o)?\s*[\])]/i.test(s.waiting_for || "");
+  if (yesNo && !a.keys.childElementCount) {
+    for (const key of ["y", "n"]) a.keys.append(button(key, () => answer(s.id, key)));
+  }
+  a.keys.hidden = !yesNo;
+  return a.tr;
+}
+
+async function answer(session, text, input) {
+  const reply = await request({ t: "send", session, text });
+  if (reply.t === "error") alert(reply.message);
+  else if (input) input.value = "";
+}
+
+// Asked once, on a click (browsers allow the question only then).
+$("notify-me").addEventListener("click", async () => {
+  await Notification.requestPermission();
+  renderSessions();
+});
+
+function notifyWaiting(s) {
+  const title = `${s.name || s.id} on ${s.node} is waiting`;
+  state.notified.push({ session: s.id, title, body: s.waiting_for || "" });
+  if (!("Notification" in window) || Notification.permission !== "granted") return;
+  const n = new Notification(title, { body: s.waiting_for || "", tag: s.id });
+  n.onclick = () => {
+    window.focus();
+    location.hash = `#/session/${s.id}`;
+  };
+}
+
+// `#/session/ID` (a notification's link) opens that session.
+function route() {
+  const m = /^#\/session\/([^/]+)$/.exec(location.hash);
+  if (m && state.ready && state.sessions.has(m[1])) openTerm(m[1]);
+}
+window.addEventListener("hashchange", route);
 
 $("create").addEventListener("submit", async (ev) => {
   ev.preventDefault();
@@ -348,7 +448,7 @@ class Term {
     el.className = "term";
     this.events = document.createElement("div");
     this.events.className = "events";
-    this.pane.append(el, this.events);
+    this.pane.append(el, this.keyRow(), this.events);
     $("panes").append(this.pane);
     const info = state.sessions.get(session);
     this.tab = button((info && info.name) || session, () => show(this), false);
@@ -360,8 +460,14 @@ class Term {
     this.xterm.loadAddon(this.fit);
     this.xterm.loadAddon(new WebLinksAddon());
     this.xterm.open(el);
+    this.ctrl = false;
     this.xterm.onData((d) => {
-      if (state.role !== "viewer") send({ t: "input", session: this.session, data: new TextEncoder().encode(d) });
+      if (this.ctrl && d.length === 1) {
+        // Ctrl from the key row: the next key as its control character.
+        d = String.fromCharCode(d.toUpperCase().charCodeAt(0) & 0x1f);
+        this.setCtrl(false);
+      }
+      this.type(d);
     });
     // Layout settles over a few frames (a scrollbar comes and goes): size
     // the session once it has.
@@ -371,6 +477,43 @@ class Term {
       pending = setTimeout(() => this.resize(), 150);
     }).observe(el);
     this.eventStream = new EventStream(session, (e) => this.showEvent(e));
+  }
+
+  type(d) {
+    if (state.role !== "viewer") send({ t: "input", session: this.session, data: new TextEncoder().encode(d) });
+  }
+
+  // The keys a phone keyboard lacks: Esc, Tab, a sticky Ctrl, arrows.
+  keyRow() {
+    const row = document.createElement("div");
+    row.className = "keys operator";
+    const arrow = (c) => () => this.type(this.xterm.modes.applicationCursorKeysMode ? `\x1bO${c}` : `\x1b[${c}`);
+    const keys = [
+      ["Esc", () => this.type("\x1b")],
+      ["Tab", () => this.type("\t")],
+      ["Ctrl", () => this.setCtrl(!this.ctrl)],
+      ["\u2190", arrow("D")],
+      ["\u2191", arrow("A")],
+      ["\u2193", arrow("B")],
+      ["\u2192", arrow("C")],
+    ];
+    for (const [label, act] of keys) {
+      const b = button(label, () => {
+        act();
+        this.xterm.focus();
+      }, false);
+      b.dataset.key = label;
+      // Keeps the terminal's focus (and a phone's keyboard) on a tap.
+      b.addEventListener("mousedown", (e) => e.preventDefault());
+      row.append(b);
+    }
+    this.ctrlButton = row.querySelector("[data-key=Ctrl]");
+    return row;
+  }
+
+  setCtrl(on) {
+    this.ctrl = on;
+    this.ctrlButton.classList.toggle("on", on);
   }
 
   subscribe() {

@@ -7,6 +7,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod attention;
 mod manage;
 
 use common::browser::{docs_path, Browser, ONE_AT_A_TIME};

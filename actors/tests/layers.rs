@@ -12,6 +12,7 @@ const LAYERS: &[&str] = &[
     "output",
     "store",
     "keeper",
+    "notify",
     "session",
     "liveness",
     "directory",

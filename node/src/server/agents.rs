@@ -6,7 +6,9 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use serde::Deserialize;
 use termesh_transport::{ClientMsg, SendWhen};
 
-use super::auth::respond;
+use termesh_actors::front::request::spec;
+
+use super::auth::{require, respond};
 use super::body::required_json;
 use super::AppState;
 
@@ -40,7 +42,8 @@ async fn send(
                 submit: body.submit,
                 when: body.when,
             };
-            super::rest::ask(&req, &state, msg).await?;
+            require(&req, &state.node.tokens, spec(&msg).role)?;
+            state.node.ask(msg).await?;
             Ok(HttpResponse::NoContent().finish())
         }
         .await,

@@ -63,7 +63,7 @@ fn role(kind: RequestKind) -> Role {
 /// `msg` answered through the request table, as over WebSocket: the role
 /// its row needs, then the answer of whichever node answers it (an error
 /// reply as the error).
-pub(super) async fn ask(req: &HttpRequest, state: &AppState, msg: ClientMsg) -> Result<ServerMsg> {
+async fn ask(req: &HttpRequest, state: &AppState, msg: ClientMsg) -> Result<ServerMsg> {
     require(req, &state.node.tokens, spec(&msg).role)?;
     state.node.ask(msg).await
 }

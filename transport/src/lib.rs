@@ -10,6 +10,8 @@ pub mod fuzz;
 pub mod https;
 pub mod keeper;
 pub mod peer;
+pub mod session;
 
 pub use client::*;
 pub use codec::{decode_client, encode_output, encode_server, DecodeError, MAX_INBOUND_FRAME};
+pub use session::*;

@@ -9,7 +9,9 @@
 //!   a line a second (a look a second each), beside one core (1,000 ms/s).
 //!
 //! `cargo bench -p termesh-node --bench agents` (`TERMESH_AGENT_ROUNDS`:
-//! prompts, default 20; `TERMESH_AGENT_SESSIONS`: N, default 500).
+//! prompts, default 20; `TERMESH_AGENT_SESSIONS`: N, default 500;
+//! `TERMESH_AGENT_COST_ONLY=1` with `TERMESH_BENCH_BIN` for the CPU part
+//! of another build).
 
 mod common;
 
@@ -190,7 +192,11 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    classify_cost();
-    rt.block_on(latency(env_or("TERMESH_AGENT_ROUNDS", 20)));
+    // `TERMESH_AGENT_COST_ONLY=1`: the CPU part alone, which runs against
+    // a build from before agent state too (`TERMESH_BENCH_BIN`).
+    if std::env::var_os("TERMESH_AGENT_COST_ONLY").is_none() {
+        classify_cost();
+        rt.block_on(latency(env_or("TERMESH_AGENT_ROUNDS", 20)));
+    }
     rt.block_on(cost(env_or("TERMESH_AGENT_SESSIONS", 500)));
 }

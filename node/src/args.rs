@@ -448,10 +448,11 @@ impl From<When> for termesh_transport::SendWhen {
 #[derive(Subcommand)]
 pub(crate) enum HooksCommand {
     /// Install AGENT's hooks for this user (claude: ~/.claude/settings.json;
-    /// codex: `notify` in ~/.codex/config.toml), merged with what is there
+    /// codex: `notify` in ~/.codex/config.toml; gemini:
+    /// ~/.gemini/settings.json), merged with what is there
     Install {
-        /// claude or codex
-        #[arg(value_parser = ["claude", "codex"])]
+        /// claude, codex or gemini
+        #[arg(value_parser = ["claude", "codex", "gemini"])]
         agent: String,
         /// The home folder to write under [default: $HOME]
         #[arg(long, env = "HOME")]

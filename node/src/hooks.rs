@@ -16,14 +16,32 @@ const CLAUDE_HOOKS: &str = include_str!("../../deploy/claude-code-hooks.json");
 /// argument, posted as the body.
 const CODEX_NOTIFY: &str = "[ -z \"$TERMESH_HOOK_URL\" ] || curl -fsS -m 5 ${TERMESH_CA:+--cacert \"$TERMESH_CA\"} -X POST -H 'Content-Type: application/json' --data-binary \"$1\" \"$TERMESH_HOOK_URL\" >/dev/null 2>&1; exit 0";
 
+/// Gemini CLI's events that say where a turn is; its hook posts the
+/// event on stdin and answers the empty JSON its hooks must print.
+const GEMINI_EVENTS: [&str; 7] = [
+    "SessionStart",
+    "BeforeAgent",
+    "BeforeTool",
+    "AfterTool",
+    "Notification",
+    "AfterAgent",
+    "SessionEnd",
+];
+const GEMINI_HOOK: &str = "[ -z \"$TERMESH_HOOK_URL\" ] || curl -fsS -m 5 ${TERMESH_CA:+--cacert \"$TERMESH_CA\"} -X POST -H 'Content-Type: application/json' --data-binary @- \"$TERMESH_HOOK_URL\" >/dev/null 2>&1; echo '{}'";
+
 /// The agents this can install hooks for.
-pub const AGENTS: [&str; 2] = ["claude", "codex"];
+pub const AGENTS: [&str; 3] = ["claude", "codex", "gemini"];
 
 /// Installs `agent`'s hooks under `home`; answers the file written, or
 /// `None` when everything was there already.
 pub fn install(agent: &str, home: &Path) -> anyhow::Result<Option<PathBuf>> {
     match agent {
-        "claude" => claude(&home.join(".claude/settings.json")),
+        "claude" => {
+            let shipped: Value =
+                serde_json::from_str(CLAUDE_HOOKS).expect("the shipped hooks are JSON");
+            merge_hooks(&home.join(".claude/settings.json"), &shipped["hooks"])
+        }
+        "gemini" => merge_hooks(&home.join(".gemini/settings.json"), &gemini_hooks()),
         "codex" => codex(&home.join(".codex/config.toml")),
         other => bail!(
             "no hooks to install for `{other}` (known: {}); its screen rules apply without them",
@@ -32,8 +50,22 @@ pub fn install(agent: &str, home: &Path) -> anyhow::Result<Option<PathBuf>> {
     }
 }
 
-/// Merges the shipped hooks into Claude Code's user settings.
-fn claude(path: &Path) -> anyhow::Result<Option<PathBuf>> {
+/// Gemini CLI's hooks: one command for each event, every tool matched.
+fn gemini_hooks() -> Value {
+    let mut hooks = serde_json::Map::new();
+    for event in GEMINI_EVENTS {
+        let entry = serde_json::json!({
+            "matcher": "*",
+            "hooks": [{ "name": "termesh", "type": "command", "command": GEMINI_HOOK, "timeout": 10000 }],
+        });
+        hooks.insert(event.to_string(), Value::Array(vec![entry]));
+    }
+    Value::Object(hooks)
+}
+
+/// Merges `shipped` (event -> entries) into the `hooks` of the settings
+/// file at `path` (Claude Code's and Gemini CLI's share the shape).
+fn merge_hooks(path: &Path, shipped: &Value) -> anyhow::Result<Option<PathBuf>> {
     let text = read_or_empty(path)?;
     let mut settings: Value = if text.trim().is_empty() {
         serde_json::json!({})
@@ -44,7 +76,6 @@ fn claude(path: &Path) -> anyhow::Result<Option<PathBuf>> {
     let Some(settings_map) = settings.as_object_mut() else {
         bail!("{} is not a JSON object: left as it is", path.display());
     };
-    let shipped: Value = serde_json::from_str(CLAUDE_HOOKS).expect("the shipped hooks are JSON");
     let hooks = settings_map
         .entry("hooks")
         .or_insert_with(|| serde_json::json!({}));
@@ -55,7 +86,7 @@ fn claude(path: &Path) -> anyhow::Result<Option<PathBuf>> {
         );
     };
     let mut added = false;
-    for (event, entries) in shipped["hooks"].as_object().expect("shipped hooks") {
+    for (event, entries) in shipped.as_object().expect("hooks by event") {
         let list = hooks
             .entry(event.clone())
             .or_insert_with(|| Value::Array(Vec::new()));
@@ -207,5 +238,15 @@ mod tests {
             .to_string()
             .contains("of its own"));
         assert!(install("aider", home.path()).is_err());
+        install("gemini", home.path()).unwrap();
+        let g: Value = serde_json::from_str(
+            &std::fs::read_to_string(home.path().join(".gemini/settings.json")).unwrap(),
+        )
+        .unwrap();
+        assert!(g["hooks"]["AfterAgent"][0]["hooks"][0]["command"]
+            .as_str()
+            .unwrap()
+            .contains("TERMESH_HOOK_URL"));
+        assert_eq!(install("gemini", home.path()).unwrap(), None);
     }
 }

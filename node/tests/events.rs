@@ -551,3 +551,43 @@ async fn the_installed_codex_notify_reports_a_turn_from_inside_a_session() {
         .await;
     assert_eq!(waiting.phase.as_deref(), Some("waiting"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_installed_gemini_hook_reports_from_inside_a_session_and_prints_json() {
+    let home = tempfile::tempdir().unwrap();
+    termesh_node::hooks::install("gemini", home.path()).unwrap();
+    let settings: Value = serde_json::from_str(
+        &std::fs::read_to_string(home.path().join(".gemini/settings.json")).unwrap(),
+    )
+    .unwrap();
+    let command = settings["hooks"]["Notification"][0]["hooks"][0]["command"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let node = TestNode::start();
+    let payload = json!({"hook_event_name": "Notification", "message": "Gemini wants to run ls"});
+    let info = node
+        .create_with(CreateRequest {
+            command: Some(vec![
+                "sh".into(),
+                "-c".into(),
+                "out=$(printf %s \"$PAYLOAD\" | sh -c \"$HOOK\"); echo \"hook-said-$out\"; exec sleep 1000"
+                    .into(),
+            ]),
+            env: Some(
+                [
+                    ("PAYLOAD".to_string(), payload.to_string()),
+                    ("HOOK".to_string(), command),
+                ]
+                .into(),
+            ),
+            ..Default::default()
+        })
+        .await;
+    // Gemini CLI parses what a hook prints as JSON: it prints `{}`.
+    wait_output(&node, &info.id, "hook-said-{}").await;
+    node.wait_info(&info.id, "the notification's state", |s| {
+        s.waiting_for.as_deref() == Some("Gemini wants to run ls")
+    })
+    .await;
+}

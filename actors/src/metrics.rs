@@ -17,6 +17,8 @@ pub struct Metrics {
     pub snapshots: AtomicU64,
     /// Changes of sessions' states (working, waiting, idle).
     pub state_changes: AtomicU64,
+    /// Screens read for sessions' states (on the actor thread or off it).
+    pub looks: AtomicU64,
     /// Notifications posted (`[[notify]]`), and those that failed for
     /// good or found their queue full.
     pub notify_sent: AtomicU64,
@@ -179,6 +181,12 @@ const ROWS: &[Row] = &[
         "counter",
         "Changes of sessions' states (working, waiting, idle).",
         |m| c(&m.state_changes),
+    ),
+    (
+        "termesh_state_looks_total",
+        "counter",
+        "Screens read to decide sessions' states.",
+        |m| c(&m.looks),
     ),
     (
         "termesh_notify_sent_total",

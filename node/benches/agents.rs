@@ -148,9 +148,15 @@ fn classify_cost() {
 /// Node CPU per second over `secs`, and the looks made meanwhile.
 async fn cpu_rate(node: &Node, secs: u64) -> (f64, f64) {
     let pid = node.child.id();
-    let (cpu0, looks0) = (common::cpu_ms(pid), node.metric("termesh_snapshots_total"));
+    let (cpu0, looks0) = (
+        common::cpu_ms(pid),
+        node.metric("termesh_state_looks_total"),
+    );
     tokio::time::sleep(Duration::from_secs(secs)).await;
-    let (cpu1, looks1) = (common::cpu_ms(pid), node.metric("termesh_snapshots_total"));
+    let (cpu1, looks1) = (
+        common::cpu_ms(pid),
+        node.metric("termesh_state_looks_total"),
+    );
     ((cpu1 - cpu0) / secs as f64, (looks1 - looks0) / secs as f64)
 }
 

@@ -21,6 +21,12 @@ async fn a_failing_screen_is_retried_once_then_reported() {
         .await
         .id;
     wait_output(&node, &session, "hello-screen").await;
+    // Its state settled (the look that reads its screen after output is
+    // done): no pass but the test's own takes an injected failure.
+    node.wait_info(&session, "the session idle", |s| {
+        s.state == Some(termesh_transport::AgentState::Idle)
+    })
+    .await;
 
     // One failure: the retry serves the subscriber as if nothing happened.
     FAIL_SCREEN_JOBS.store(1, Ordering::SeqCst);

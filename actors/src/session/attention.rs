@@ -12,6 +12,7 @@ use termesh_transport::{AgentState, ErrorCode, EventKind};
 use tokio::sync::oneshot;
 
 use super::agent::{rules, Agent, Due, Hook, Tracker};
+use super::screen_job::{lag, Job, Reach};
 use super::shared::AgentView;
 use super::{now_ms, ScreenOut, ScreenResult, ScreenTo, ScreenWant, SessionActor, WhenWaiting};
 use crate::error::ApiError;
@@ -29,6 +30,9 @@ pub(super) struct Attention {
     /// `send`s held until the session waits.
     held: Vec<oneshot::Sender<Result<(), ApiError>>>,
 }
+
+/// The most output a look feeds the model on the actor thread.
+const LOOK_HERE: u64 = 4096;
 
 /// Most `send{when:"waiting"}` a session holds.
 pub const MAX_HELD: usize = 64;
@@ -114,9 +118,23 @@ impl SessionActor {
         }
     }
 
-    /// Reads the bottom of the screen and classifies it.
+    /// Reads the bottom of the screen and classifies it: here when the
+    /// cached model is a few KiB behind (cheaper than a pass off the
+    /// thread, and as short as handling that output was), else as a screen
+    /// request off the actor thread.
     fn look(&mut self, ctx: &mut Context<Self>) {
         self.attention.tracker.looking();
+        Metrics::add(&self.metrics.looks, 1);
+        if let Some((rows, cursor)) = self.look_here() {
+            let seen = rules::classify(&rows, cursor, self.attention.agent.as_ref());
+            let change = self
+                .attention
+                .tracker
+                .looked(Instant::now(), now_ms(), seen);
+            self.publish_state(change);
+            self.attend(ctx);
+            return;
+        }
         let (reply, answer) = tokio::sync::oneshot::channel();
         self.request_screen(ScreenWant::Look, ScreenTo::Reply(reply), ctx);
         ctx.spawn(answer.into_actor(self).map(|answer, act, ctx| {
@@ -135,6 +153,36 @@ impl SessionActor {
             }
             act.attend(ctx);
         }));
+    }
+
+    /// The visible rows and the cursor from the cached model brought up to
+    /// date here, when it is at most `LOOK_HERE` behind and no pass holds
+    /// it; `None` otherwise (or when the emulator fails: the model is then
+    /// rebuilt by the next pass).
+    fn look_here(&mut self) -> Option<(Vec<String>, (usize, usize))> {
+        if self.screen.job_running {
+            return None;
+        }
+        let behind = lag(self.publisher.ring(), self.screen.model.as_ref()?.seq())?;
+        if behind > LOOK_HERE {
+            return None;
+        }
+        let job = Job::prepare(
+            self.screen.model.take(),
+            self.publisher.ring(),
+            &self.marks,
+            self.initial_size,
+            String::new(),
+            vec![ScreenWant::Look],
+            Reach::Bounded,
+        );
+        let done =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job.run_here())).ok()?;
+        self.screen.model = Some(done.model);
+        match done.results.into_iter().next().flatten()?.out {
+            ScreenOut::Look(rows, cursor) => Some((rows, cursor)),
+            _ => None,
+        }
     }
 
     /// Shows the tracker's view; a change of state is announced. Once the

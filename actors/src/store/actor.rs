@@ -246,6 +246,10 @@ impl Handler<Removed> for StoreActor {
                 tracing::error!(session = %msg.session, "output log: purge failed: {e}");
             }
         }
+        // Durable now: these change the store outside the queue, so a flush
+        // asked for before them (whose stamp covers the next ones) would
+        // not make them durable, and a stop right after would undo them.
+        let done = done.and_then(|()| self.flush());
         if let Err(e) = done {
             tracing::error!(session = %msg.session, "store: remove failed: {e}");
         }

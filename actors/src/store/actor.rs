@@ -290,6 +290,12 @@ impl Handler<Budget> for StoreActor {
 
     fn handle(&mut self, msg: Budget, _: &mut SyncContext<Self>) -> Self::Result {
         self.drain();
+        // Every few seconds, writes or not: sled's threads started since
+        // (it starts them as it goes) are lowered, the size is measured.
+        if self.sized_at.elapsed() >= SIZE_EVERY {
+            self.sized_at = Instant::now();
+            self.measure();
+        }
         let ended = self
             .store
             .records()

@@ -544,6 +544,17 @@ async fn the_installed_codex_notify_reports_a_turn_from_inside_a_session() {
         })
         .await;
     wait_output(&node, &info.id, "notify-exit-0").await;
+    // The POST landed (stored as a `hook` event), then the state it set.
+    within(PATIENCE, "the notify's hook event stored", async {
+        while !stored_events(&node, &info.id, 0)
+            .await
+            .iter()
+            .any(|e| e["kind"] == "hook")
+        {
+            poll_pause().await;
+        }
+    })
+    .await;
     let waiting = node
         .wait_info(&info.id, "the turn's end reported", |s| {
             s.waiting_for.as_deref() == Some("All tests pass")

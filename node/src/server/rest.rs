@@ -486,6 +486,30 @@ struct HookQuery {
 /// Hook payloads are kept up to this size; a larger one is stored cut,
 /// with `truncated: true`.
 const MAX_HOOK_PAYLOAD: usize = 16 * 1024;
+/// How long a hook with its session's key waits for the session to be
+/// listed (its program may post before the registry has listed it).
+const HOOK_START_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The session `id` is listed; with its key (`keyed`: the id is one this
+/// node made), a session still being registered is waited for, at most
+/// `HOOK_START_WAIT`: a program that posts its first hook at once (a
+/// start hook) must not lose it to the registry being slower than it.
+async fn registered(state: &AppState, id: &str, keyed: bool) -> Result<()> {
+    let deadline = std::time::Instant::now() + HOOK_START_WAIT;
+    loop {
+        match state.node.session(id) {
+            Ok(_) => return Ok(()),
+            Err(e)
+                if keyed
+                    && e.code == ErrorCode::NotFound
+                    && std::time::Instant::now() < deadline =>
+            {
+                actix_rt::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
 
 /// Agent CLI lifecycle hooks set the session's phase. The program inside
 /// the session authenticates with the key in its `TERMESH_HOOK_URL`.
@@ -506,7 +530,7 @@ async fn hook(
             if !key_ok {
                 require(&req, &state.node.tokens, Role::Operator)?;
             }
-            state.node.session(&path)?;
+            registered(&state, &path, key_ok).await?;
             let body: serde_json::Value = required_json(payload).await?;
             let name = termesh_actors::session::agent::hooks::name(&body)
                 .ok_or_else(|| {

@@ -131,7 +131,11 @@ fn classify_cost() {
     let agents = Agents::default();
     let claude = agents.of(&["claude".into()]);
     let rows: Vec<String> = (0..50)
-        .map(|i| format!("{i:>4} | fn handler_{i}(req: Request) -> Response {{ todo!() }} // é漢"))
+        .map(|i| {
+            format!(
+                "{i:>4} | fn handler_{i}(req: Request) -> Response {{ Response::ok(req) }} // é漢"
+            )
+        })
         .collect();
     let n = 20_000;
     let start = Instant::now();

@@ -368,19 +368,25 @@ async fn new_session(args: NewArgs) -> anyhow::Result<i32> {
         println!("{}", info.id);
         return Ok(0);
     }
-    let opts = AttachOptions {
+    let opts = attach_options(info, 0x1d);
+    attach(&target, opts).await.map(|end| end.exit_code())
+}
+
+/// Attaching to `info` with `prefix` and the defaults (`new --attach`,
+/// `next`; `attach` sets its flags over them).
+fn attach_options(info: termesh_transport::SessionInfo, prefix: u8) -> AttachOptions {
+    AttachOptions {
         label: describe(&info),
         title: info.name.clone().unwrap_or_else(|| info.id.clone()),
         session: info.id,
-        prefix: 0x1d,
+        prefix,
         scrollback: 1000,
         read_only: false,
         raw: !std::io::stdout().is_terminal(),
         take: false,
         predict: false,
         mouse: false,
-    };
-    attach(&target, opts).await.map(|end| end.exit_code())
+    }
 }
 
 /// `termesh attach`.
@@ -389,16 +395,13 @@ async fn attach_session(args: AttachArgs) -> anyhow::Result<i32> {
     let target = target(args.client)?;
     let info = commands::pick(&target, args.session.as_deref()).await?;
     let opts = AttachOptions {
-        label: describe(&info),
-        title: info.name.clone().unwrap_or_else(|| info.id.clone()),
-        session: info.id,
-        prefix,
         scrollback: args.scrollback,
         read_only: args.read_only,
         raw: args.raw || !std::io::stdout().is_terminal(),
         take: args.detach_others,
         predict: args.predict,
         mouse: args.mouse,
+        ..attach_options(info, prefix)
     };
     attach(&target, opts).await.map(|end| end.exit_code())
 }
@@ -414,18 +417,7 @@ async fn next(client: ClientArgs, detach_key: &str) -> anyhow::Result<i32> {
     if let Some(question) = &info.waiting_for {
         eprintln!("{} asks: {question}", describe(&info));
     }
-    let opts = AttachOptions {
-        label: describe(&info),
-        title: info.name.clone().unwrap_or_else(|| info.id.clone()),
-        session: info.id,
-        prefix,
-        scrollback: 1000,
-        read_only: false,
-        raw: !std::io::stdout().is_terminal(),
-        take: false,
-        predict: false,
-        mouse: false,
-    };
+    let opts = attach_options(info, prefix);
     attach(&target, opts).await.map(|end| end.exit_code())
 }
 

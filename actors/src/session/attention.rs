@@ -60,9 +60,13 @@ impl SessionActor {
     }
 
     /// Output came.
+    /// Output came: on the output path, so nothing is locked or copied
+    /// unless the state changes (idle to working).
     pub(super) fn attend_output(&mut self, ctx: &mut Context<Self>) {
         let change = self.attention.tracker.output(Instant::now(), now_ms());
-        self.publish_state(change);
+        if change.is_some() {
+            self.publish_state(change);
+        }
         self.attend(ctx);
     }
 

@@ -534,3 +534,21 @@ pub fn session_pids(session: &str) -> Vec<i32> {
     }
     pids
 }
+
+/// The session's stored events after event `after` (REST, viewer).
+pub async fn stored_events(node: &TestNode, session: &str, after: u64) -> Vec<serde_json::Value> {
+    let (url, path) = (
+        node.url(),
+        format!("/sessions/{session}/events?after={after}"),
+    );
+    tokio::task::spawn_blocking(move || {
+        ureq::get(&format!("{url}/api/v1{path}"))
+            .set("authorization", &format!("Bearer {VIEWER}"))
+            .call()
+            .unwrap()
+            .into_json::<Vec<serde_json::Value>>()
+            .unwrap()
+    })
+    .await
+    .unwrap()
+}

@@ -67,6 +67,13 @@ fn an_interrupted_read_is_not_end_of_output() {
         },
     )
     .unwrap();
+    // No store: seqs without a limit.
+    pty.take_seqs(termesh_actors::session::pty::Sequencer::new(
+        "eintr".into(),
+        None,
+        0,
+        u64::MAX,
+    ));
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -77,7 +84,7 @@ fn an_interrupted_read_is_not_end_of_output() {
             tokio::time::timeout(Duration::from_secs(60), async {
                 while !seen.contains(needle) {
                     match pty.events.recv().await {
-                        Some(PtyEvent::Output(data)) => {
+                        Some(PtyEvent::Output { data, .. }) => {
                             seen.push_str(&String::from_utf8_lossy(&data))
                         }
                         Some(PtyEvent::Eof) => panic!("the reader ended: {seen:?}"),

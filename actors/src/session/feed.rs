@@ -13,6 +13,13 @@ use super::core::{Next, Timer};
 use super::pty::PtyEvent;
 use super::{now_ms, SessionActor, IDLE_CATCHUP};
 
+/// Fault injection for the test of what a kill finds logged: while set,
+/// sessions apply nothing they read (it waits in the channel and the
+/// intake, as behind a busy session thread). Built only with the
+/// `fault-injection` feature (the node's tests turn it on).
+#[cfg(feature = "fault-injection")]
+pub static HOLD_INTAKE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// How soon a failed reservation is tried again (output waits meanwhile:
 /// a seq is never sent that a restart could give again).
 const RESERVE_RETRY: Duration = Duration::from_secs(1);
@@ -53,6 +60,11 @@ impl SessionActor {
     /// Applies read events until the intake stops (seqs to reserve, or a
     /// snapshot pins a full ring); reads more once all are applied.
     pub(super) fn take_in(&mut self, ctx: &mut Context<Self>) {
+        #[cfg(feature = "fault-injection")]
+        if HOLD_INTAKE.load(Ordering::SeqCst) {
+            ctx.run_later(Duration::from_millis(20), |act, ctx| act.take_in(ctx));
+            return;
+        }
         loop {
             let last_seq = self.publisher.last_seq();
             let publisher = &self.publisher;
@@ -80,8 +92,17 @@ impl SessionActor {
             act.core.intake.reserved(upto, done.is_ok());
             if let Err(e) = done {
                 tracing::error!(session = %act.id, "store: seqs cannot be reserved, output waits: {e}");
-                ctx.run_later(RESERVE_RETRY, |act, ctx| act.take_in(ctx));
+                ctx.run_later(RESERVE_RETRY, |act, ctx| {
+                    // The reader waits for seqs too: ask again.
+                    if let Some(upto) = act.core.intake.reserve(act.publisher.last_seq()) {
+                        act.reserve(upto, ctx);
+                    }
+                    act.take_in(ctx);
+                });
             } else {
+                if let Some(seqs) = &act.seqs {
+                    seqs.raise(upto);
+                }
                 act.take_in(ctx);
             }
         }));
@@ -89,7 +110,7 @@ impl SessionActor {
 
     fn on_event(&mut self, event: PtyEvent, ctx: &mut Context<Self>) {
         let steps = match event {
-            PtyEvent::Output(data) => return self.on_output(data, ctx),
+            PtyEvent::Output { seq, data } => return self.on_output(seq, data, ctx),
             PtyEvent::Eof => self.core.eof(),
             PtyEvent::Exited(info) => self.core.exited(info),
             PtyEvent::Lost => self.core.keeper_lost(),
@@ -97,13 +118,20 @@ impl SessionActor {
         self.carry_out(steps, ctx);
     }
 
-    fn on_output(&mut self, data: Bytes, ctx: &mut Context<Self>) {
-        self.modes.feed(&data);
-        // In the output log before anyone is sent its seq: a node killed
-        // now continues right after it.
-        if let Some(store) = &self.settings.store {
-            store.output(&self.id, self.publisher.last_seq() + 1, &data);
+    /// Output `seq`, in the output log already (its reader put it there
+    /// before queuing it: a node killed now continues right after it).
+    fn on_output(&mut self, seq: u64, data: Bytes, ctx: &mut Context<Self>) {
+        let expected = self.publisher.last_seq() + 1;
+        if seq < expected {
+            tracing::error!(session = %self.id, seq, expected, "output with a seq already sent is dropped");
+            return;
         }
+        if seq > expected {
+            // An earlier run logged frames it never queued here: clients
+            // resync across them.
+            self.publisher.skip_to(seq - 1);
+        }
+        self.modes.feed(&data);
         let frame = self.publisher.push(data);
         if let Some(upto) = self.core.intake.sent(frame.seq) {
             self.reserve(upto, ctx);

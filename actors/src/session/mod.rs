@@ -36,6 +36,8 @@ use tokio::sync::oneshot;
 
 use self::core::SessionCore;
 pub use self::core::SEQ_BLOCK;
+#[cfg(feature = "fault-injection")]
+pub use feed::HOLD_INTAKE;
 pub use messages::*;
 pub use relaunch::Relaunch;
 #[cfg(feature = "fault-injection")]
@@ -105,6 +107,8 @@ pub struct SessionActor {
     terminal: Option<pty::Terminal>,
     /// The PTY's events; held by the pending read while one runs.
     events: Option<tokio::sync::mpsc::Receiver<pty::PtyEvent>>,
+    /// The current run's seqs, given (and logged) by its reader.
+    seqs: Option<Arc<pty::Sequencer>>,
     publisher: Publisher,
     modes: ModeTracker,
     size: (u16, u16),
@@ -163,6 +167,20 @@ impl SessionActor {
     }
 
     fn take_pty(&mut self, pty: Pty) {
+        // A new run's seqs follow the last run's last (it may have logged
+        // frames this session never applied: `on_output` skips them).
+        let mut last = self.publisher.last_seq();
+        if let Some(old) = self.seqs.take() {
+            last = last.max(old.close());
+        }
+        let seqs = pty::Sequencer::new(
+            self.id.clone(),
+            self.settings.store.clone(),
+            last,
+            self.core.intake.seq_limit(),
+        );
+        pty.take_seqs(seqs.clone());
+        self.seqs = Some(seqs);
         self.pid = pty.pid;
         self.reap_guard = Some(pty.reap_guard);
         self.terminal = Some(pty.terminal);
@@ -226,6 +244,7 @@ impl SessionActor {
             reap_guard: None,
             terminal: None,
             events: None,
+            seqs: None,
             modes: ModeTracker::default(),
             size,
             initial_size: size,

@@ -27,6 +27,9 @@ pub use reaper::exit_info;
 
 mod io;
 mod reaper;
+mod seqs;
+
+pub use seqs::Sequencer;
 
 /// Frames queued between the reader and the session actor.
 const OUTPUT_QUEUE: usize = 32;
@@ -128,7 +131,11 @@ impl ExitInfo {
 /// Events from the reader and the waiter, in one stream.
 #[derive(Debug)]
 pub enum PtyEvent {
-    Output(Bytes),
+    /// A frame with its seq, already in the output log.
+    Output {
+        seq: u64,
+        data: Bytes,
+    },
     Eof,
     Exited(ExitInfo),
     /// The keeper that held the program is gone, and the program with it.
@@ -243,6 +250,16 @@ pub struct Pty {
     pub reap_guard: ReapGuard,
     /// The keeper holds it: it runs on when the node stops.
     pub kept: bool,
+    /// Where the session hands the reader its seqs (`take_seqs`).
+    seqs: tokio::sync::watch::Sender<Option<Arc<Sequencer>>>,
+}
+
+impl Pty {
+    /// The reader gives its frames seqs from `seqs` (it reads nothing into
+    /// a frame before).
+    pub fn take_seqs(&self, seqs: Arc<Sequencer>) {
+        let _ = self.seqs.send(Some(seqs));
+    }
 }
 
 impl std::fmt::Debug for Pty {
@@ -378,7 +395,9 @@ fn start_io(
     };
     let (guard_tx, guard_rx) = tokio::sync::watch::channel(Let::Held);
     let queue = (input_rx, input.queued.clone());
-    io::start(io, &terminal, pid, child, event_tx, queue, guard_rx).map_err(|e| pty_error(&e))?;
+    let (seqs, seqs_rx) = tokio::sync::watch::channel(None);
+    let out = (event_tx, seqs_rx);
+    io::start(io, &terminal, pid, child, out, queue, guard_rx).map_err(|e| pty_error(&e))?;
     Ok(Pty {
         pid,
         terminal,
@@ -386,6 +405,7 @@ fn start_io(
         events,
         reap_guard: ReapGuard(guard_tx),
         kept,
+        seqs,
     })
 }
 

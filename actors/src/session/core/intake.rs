@@ -3,14 +3,12 @@
 //! has reserved (a seq is never sent that a restart could give again), or
 //! output that would evict frames a pending snapshot pins. While events
 //! are held nothing more is read, so the program's writes block: nothing
-//! is dropped. Outputs read while the session was busy become one frame,
-//! up to a read's size.
+//! is dropped. Frames come with their seqs, already in the output log
+//! (`pty::Sequencer`): a frame held here survives a kill of the node.
 
 use std::collections::VecDeque;
 
-use bytes::{Bytes, BytesMut};
-
-use crate::session::pty::{PtyEvent, READ_CHUNK};
+use crate::session::pty::PtyEvent;
 
 /// Seqs reserved at a time in the store's high-water mark: a crash skips
 /// at most this many seqs, and the next block is asked for half a block
@@ -71,16 +69,11 @@ impl Intake {
     /// The next thing to do, given the last seq sent and whether an output
     /// of that many bytes would evict pinned frames.
     pub fn next(&mut self, last_seq: u64, would_pause: impl Fn(usize) -> bool) -> Next {
-        let Some(mut event) = self.held.pop_front() else {
+        let Some(event) = self.held.pop_front() else {
             self.stop = Stop::Open;
             return Next::Read;
         };
-        if let PtyEvent::Output(data) = &event {
-            if matches!(self.held.front(), Some(PtyEvent::Output(_))) {
-                event = PtyEvent::Output(self.merge(data.clone()));
-            }
-        }
-        if let PtyEvent::Output(data) = &event {
+        if let PtyEvent::Output { data, .. } = &event {
             let len = data.len();
             if last_seq >= self.seq_limit {
                 self.held.push_front(event);
@@ -132,7 +125,7 @@ impl Intake {
         std::mem::replace(&mut self.stop, Stop::Open) == Stop::Snapshot
     }
 
-    #[cfg(test)]
+    /// Seqs through this one may be sent.
     pub fn seq_limit(&self) -> u64 {
         self.seq_limit
     }
@@ -147,17 +140,5 @@ impl Intake {
     pub fn restart(&mut self) {
         self.held.clear();
         self.stop = Stop::Open;
-    }
-
-    fn merge(&mut self, first: Bytes) -> Bytes {
-        let mut merged = BytesMut::from(&first[..]);
-        while let Some(PtyEvent::Output(next)) = self.held.front() {
-            if merged.len() + next.len() > READ_CHUNK {
-                break;
-            }
-            merged.extend_from_slice(next);
-            self.held.pop_front();
-        }
-        merged.freeze()
     }
 }

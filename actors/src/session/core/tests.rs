@@ -242,7 +242,7 @@ proptest! {
 
     /// Every byte read is applied once, in order, with the other events in
     /// their places; no output is applied past the reserved seqs or while
-    /// a snapshot pins the ring; merged frames stay within a read's size.
+    /// a snapshot pins the ring.
     #[test]
     fn intake_applies_everything_in_order_within_its_limits(
         inputs in proptest::collection::vec(input(), 1..40),
@@ -254,6 +254,7 @@ proptest! {
         let mut read_bytes = Vec::new();
         let mut applied = Vec::new();
         let mut next_byte = 0u8;
+        let mut next_seq = 0u64;
         for i in inputs {
             match i {
                 In::Read(sizes) => {
@@ -268,7 +269,8 @@ proptest! {
                             .map(|_| { next_byte = next_byte.wrapping_add(1); next_byte })
                             .collect();
                         read_bytes.extend(data.iter().map(|b| Some(*b)));
-                        batch.push(PtyEvent::Output(Bytes::from(data)));
+                        next_seq += 1;
+                        batch.push(PtyEvent::Output { seq: next_seq, data: Bytes::from(data) });
                     }
                     intake.read(batch);
                 }
@@ -285,7 +287,8 @@ proptest! {
             }
             loop {
                 match intake.next(last_seq, |_| pinned) {
-                    Next::Apply(PtyEvent::Output(data)) => {
+                    Next::Apply(PtyEvent::Output { seq, data }) => {
+                        prop_assert_eq!(seq, last_seq + 1, "applied in seq order");
                         prop_assert!(last_seq < intake.seq_limit(), "past the reserved seqs");
                         prop_assert!(!pinned, "applied while pinned");
                         prop_assert!(data.len() <= READ_CHUNK);
@@ -316,7 +319,8 @@ proptest! {
                 intake.reserved(upto, true);
             }
             match intake.next(last_seq, |_| pinned) {
-                Next::Apply(PtyEvent::Output(data)) => {
+                Next::Apply(PtyEvent::Output { seq, data }) => {
+                    prop_assert_eq!(seq, last_seq + 1);
                     last_seq += 1;
                     applied.extend(data.iter().map(|b| Some(*b)));
                     if let Some(upto) = intake.sent(last_seq) {

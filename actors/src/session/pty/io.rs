@@ -12,7 +12,9 @@
 //!   reader waits, the kernel buffer fills and the program's writes block.
 //!   After a read, whatever is already waiting joins the same frame, up to
 //!   `READ_CHUNK`, so a flood becomes a few large frames while interactive
-//!   output goes out at once.
+//!   output goes out at once. Each frame gets its seq and is in the output
+//!   log before it is queued (`seqs`): a node killed with frames queued
+//!   loses none.
 //! - The writer drains the input channel that connections hold senders
 //!   of, so keystrokes never wait behind output work; a program that does
 //!   not read its input makes only its own writer wait.
@@ -37,6 +39,7 @@ use nix::unistd::Pid;
 use tokio::io::unix::AsyncFd;
 use tokio::sync::{mpsc, oneshot, watch};
 
+use super::seqs::Sequencer;
 use super::{reaper, ExitInfo, Let, PtyEvent, Terminal, ToTerminal};
 use crate::keeper::Kept;
 
@@ -123,7 +126,10 @@ pub fn start(
     terminal: &Terminal,
     pid: i32,
     child: Child,
-    events: mpsc::Sender<PtyEvent>,
+    (events, seqs): (
+        mpsc::Sender<PtyEvent>,
+        watch::Receiver<Option<Arc<Sequencer>>>,
+    ),
     input: (mpsc::Receiver<ToTerminal>, Arc<AtomicUsize>),
     release: watch::Receiver<Let>,
 ) -> std::io::Result<()> {
@@ -135,7 +141,7 @@ pub fn start(
     let master: Master = Arc::new(crate::os::register_owned(terminal.descriptor())?);
     rt.spawn(held(
         io,
-        read_task(master.clone(), events.clone(), release.clone()),
+        read_task(master.clone(), events.clone(), release.clone(), seqs),
     ));
     rt.spawn(held(io, write_task(master, input, release.clone())));
     match child {
@@ -168,9 +174,15 @@ fn write(fd: &FileDescriptor, buf: &[u8]) -> std::io::Result<usize> {
 /// Ends at EOF, or once the session lets go (`ReapGuard`): a background
 /// job that keeps the terminal open after the session finished does not
 /// keep its master open with it.
-async fn read_task(master: Master, tx: mpsc::Sender<PtyEvent>, mut release: watch::Receiver<Let>) {
+async fn read_task(
+    master: Master,
+    tx: mpsc::Sender<PtyEvent>,
+    mut release: watch::Receiver<Let>,
+    mut seqs: watch::Receiver<Option<Arc<Sequencer>>>,
+) {
     let mut buf = BytesMut::new();
     let mut want = MIN_CHUNK;
+    let mut given: Option<Arc<Sequencer>> = None;
     loop {
         buf.clear();
         buf.resize(want, 0);
@@ -204,8 +216,19 @@ async fn read_task(master: Master, tx: mpsc::Sender<PtyEvent>, mut release: watc
                 Ok(n) => filled += n,
             }
         }
-        let frame = buf.split_to(filled).freeze();
-        if tx.send(PtyEvent::Output(frame)).await.is_err() {
+        let data = buf.split_to(filled).freeze();
+        if given.is_none() {
+            // The session hands over its seqs as it takes the PTY.
+            given = match seqs.wait_for(Option::is_some).await {
+                Ok(set) => set.clone(),
+                Err(_) => return,
+            };
+        }
+        let Some(seq) = given.as_ref().expect("waited for some").log(&data).await else {
+            // A later run took over.
+            return;
+        };
+        if tx.send(PtyEvent::Output { seq, data }).await.is_err() {
             return;
         }
     }

@@ -1,0 +1,137 @@
+//! Seqs given where output is read: the PTY reader gives each frame its
+//! seq and writes it to the output log before the frame is queued for the
+//! session, so a node killed with frames queued (in the channel, or held
+//! by the session's intake) loses none of them: the restart continues
+//! right after them, and they reach every client from the log. What a
+//! kill can still lose is the one read between the `read` and the log's
+//! `pwrite` on the same thread (microseconds).
+//!
+//! The session owns the limit: a seq past the ones the store has reserved
+//! waits for the next reservation (a restart after a machine crash
+//! continues above the reserved ones, so no seq is ever given twice).
+
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::Notify;
+
+use crate::store::StoreHandle;
+
+/// One run's seqs of one session, shared by its reader and the session.
+#[derive(Debug)]
+pub struct Sequencer {
+    id: Arc<str>,
+    store: Option<StoreHandle>,
+    state: Mutex<State>,
+    raised: Notify,
+}
+
+#[derive(Debug)]
+struct State {
+    /// The seq the next frame gets.
+    next: u64,
+    /// Seqs through this one may be given.
+    limit: u64,
+    /// A later run took over (or the session let the program go): this
+    /// run gives no more seqs.
+    open: bool,
+}
+
+impl Sequencer {
+    /// Seqs from `last + 1`, up to `limit` until it is raised.
+    pub fn new(id: Arc<str>, store: Option<StoreHandle>, last: u64, limit: u64) -> Arc<Self> {
+        Arc::new(Sequencer {
+            id,
+            store,
+            state: Mutex::new(State {
+                next: last + 1,
+                limit,
+                open: true,
+            }),
+            raised: Notify::new(),
+        })
+    }
+
+    /// Gives `data` the next seq and logs it, waiting while that seq is
+    /// past the reserved ones; `None` once this run is closed.
+    pub async fn log(&self, data: &[u8]) -> Option<u64> {
+        loop {
+            let raised = self.raised.notified();
+            tokio::pin!(raised);
+            raised.as_mut().enable();
+            {
+                let mut state = self.lock();
+                if !state.open {
+                    return None;
+                }
+                if state.next <= state.limit {
+                    let seq = state.next;
+                    if let Some(store) = &self.store {
+                        store.output(&self.id, seq, data);
+                    }
+                    state.next += 1;
+                    return Some(seq);
+                }
+            }
+            raised.await;
+        }
+    }
+
+    /// Seqs through `limit` are reserved now.
+    pub fn raise(&self, limit: u64) {
+        let mut state = self.lock();
+        state.limit = state.limit.max(limit);
+        drop(state);
+        self.raised.notify_waiters();
+    }
+
+    /// This run gives no more seqs; answers the last one it gave.
+    pub fn close(&self) -> u64 {
+        let mut state = self.lock();
+        state.open = false;
+        let last = state.next - 1;
+        drop(state);
+        self.raised.notify_waiters();
+        last
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn seqs_follow_on_and_wait_for_the_limit() {
+        let s = Sequencer::new("s".into(), None, 10, 12);
+        assert_eq!(s.log(b"a").await, Some(11));
+        assert_eq!(s.log(b"b").await, Some(12));
+        let waiting = {
+            let s = s.clone();
+            tokio::spawn(async move { s.log(b"c").await })
+        };
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!waiting.is_finished(), "seq 13 is not reserved yet");
+        s.raise(20);
+        let got = tokio::time::timeout(Duration::from_secs(10), waiting).await;
+        assert_eq!(got.unwrap().unwrap(), Some(13));
+    }
+
+    #[tokio::test]
+    async fn a_closed_run_gives_no_more_seqs_and_wakes_its_waiter() {
+        let s = Sequencer::new("s".into(), None, 0, 1);
+        assert_eq!(s.log(b"a").await, Some(1));
+        let waiting = {
+            let s = s.clone();
+            tokio::spawn(async move { s.log(b"b").await })
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(s.close(), 1);
+        let got = tokio::time::timeout(Duration::from_secs(10), waiting).await;
+        assert_eq!(got.unwrap().unwrap(), None);
+        assert_eq!(s.log(b"c").await, None);
+    }
+}

@@ -129,6 +129,16 @@ pub fn render_states(node: &str, counts: &[(termesh_transport::AgentState, u64)]
     out
 }
 
+/// `termesh_waits_held`: `wait`s and `send`s held for a session's state
+/// on this node now (at most `bells::MAX_WAITERS`).
+pub fn render_waits(node: &str, held: usize) -> String {
+    format!(
+        "# HELP termesh_waits_held Waits (and sends held for another node's session) open on this node.\n\
+         # TYPE termesh_waits_held gauge\n\
+         termesh_waits_held{{node=\"{node}\"}} {held}\n"
+    )
+}
+
 /// A row of the exposition: name, type, help, and its value read off the
 /// metrics.
 type Row = (

@@ -173,7 +173,7 @@ pub(crate) enum Command {
         client: ClientArgs,
         /// Session: id, id prefix or name
         session: String,
-        /// The text (at most 64 KiB)
+        /// The text (at most 64 KiB); `-` reads it from standard input
         text: String,
         /// Type the text without pressing Enter
         #[arg(long)]
@@ -181,6 +181,35 @@ pub(crate) enum Command {
         /// `now`, or `waiting`: once the session waits for its person
         #[arg(long, value_enum, default_value = "now")]
         when: When,
+    },
+    /// Wait until a session is in one of the given states (exit code 0),
+    /// or time out (exit code 124).
+    Wait {
+        #[command(flatten)]
+        client: ClientArgs,
+        /// Session: id, id prefix or name
+        session: String,
+        /// States to wait for, comma-separated: working, waiting, idle,
+        /// exited (an ended session always counts as exited)
+        #[arg(long, default_value = "waiting,exited", value_delimiter = ',')]
+        until: Vec<String>,
+        /// How long to wait at most (at most 1h)
+        #[arg(long, default_value = "30s", value_parser = termesh_config::parse_duration)]
+        timeout: std::time::Duration,
+    },
+    /// Print what a session printed as plain text (escapes removed,
+    /// redraws collapsed); the seq it ends at goes to stderr.
+    Read {
+        #[command(flatten)]
+        client: ClientArgs,
+        /// Session: id, id prefix or name
+        session: String,
+        /// Only what came after this seq (a seq an earlier read printed)
+        #[arg(long, default_value_t = 0)]
+        since: u64,
+        /// Print `{"seq": N, "text": "..."}` instead
+        #[arg(long)]
+        json: bool,
     },
     /// Rename a session (names are unique on a node).
     Rename {

@@ -137,6 +137,20 @@ async fn run_client(command: Command) -> anyhow::Result<i32> {
         } => agents::send(&target(client)?, &session, &text, no_submit, when.into())
             .await
             .map(|_| 0),
+        Command::Wait {
+            client,
+            session,
+            until,
+            timeout,
+        } => agents::wait(&target(client)?, &session, until, timeout).await,
+        Command::Read {
+            client,
+            session,
+            since,
+            json,
+        } => agents::read(&target(client)?, &session, since, json)
+            .await
+            .map(|_| 0),
         Command::Rename {
             client,
             session,

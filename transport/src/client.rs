@@ -29,6 +29,8 @@ pub enum ErrorCode {
     TooLarge,
     Unavailable,
     Internal,
+    /// A `wait` reached its `timeout_ms` (PROTOCOL.md section 15).
+    Timeout,
 }
 
 impl ErrorCode {
@@ -44,6 +46,7 @@ impl ErrorCode {
             ErrorCode::TooLarge => "too_large",
             ErrorCode::Unavailable => "unavailable",
             ErrorCode::Internal => "internal",
+            ErrorCode::Timeout => "timeout",
         }
     }
 }
@@ -214,6 +217,26 @@ pub enum ClientMsg {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         when: Option<SendWhen>,
     },
+    /// Answered `state` once the session is in one of `until` (states,
+    /// and/or `exited`; an ended session answers `exited`), or `timeout`
+    /// past `timeout_ms` (PROTOCOL.md section 15).
+    Wait {
+        id: u64,
+        session: String,
+        until: Vec<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        timeout_ms: Option<u64>,
+    },
+    /// What the session printed after `since_seq`, as plain text; reply
+    /// `text`.
+    Read {
+        id: u64,
+        session: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        since_seq: Option<u64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        max_bytes: Option<u64>,
+    },
     /// Reply `pong` echoing `nonce`.
     Ping {
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -295,6 +318,8 @@ client_kinds! {
     Revive => "revive",
     ReadOutput => "read_output",
     Send => "send",
+    Wait => "wait",
+    Read => "read",
     Ping => "ping",
 }
 
@@ -308,6 +333,10 @@ pub enum SendWhen {
     /// Once the session is `waiting` (at once if it is).
     Waiting,
 }
+
+/// A `wait`'s `timeout_ms` by default, and at most.
+pub const WAIT_DEFAULT_MS: u64 = 30_000;
+pub const WAIT_MAX_MS: u64 = 3_600_000;
 
 /// Most output bytes one `stored_output` reply carries.
 pub const MAX_READ_OUTPUT: u64 = 1 << 20;
@@ -353,6 +382,7 @@ impl ServerMsg {
                 frames.iter().map(|f| f.data.len() + PER_ITEM).sum()
             }
             ServerMsg::Sessions { sessions, .. } => sessions.len() * 256,
+            ServerMsg::Text { text, .. } => text.len(),
             _ => 0,
         }
     }
@@ -368,7 +398,8 @@ impl ServerMsg {
             ServerMsg::Snapshot { id, session, .. } => (*id, Some(session.clone())),
             ServerMsg::History { id, session, .. }
             | ServerMsg::Events { id, session, .. }
-            | ServerMsg::StoredOutput { id, session, .. } => (Some(*id), Some(session.clone())),
+            | ServerMsg::StoredOutput { id, session, .. }
+            | ServerMsg::Text { id, session, .. } => (Some(*id), Some(session.clone())),
             ServerMsg::Sessions { id, .. } => (Some(*id), None),
             _ => (None, None),
         };
@@ -531,6 +562,22 @@ pub enum ServerMsg {
     Pong {
         #[serde(default)]
         nonce: Option<rmpv::Value>,
+    },
+    /// The answer to `wait`: the state reached (or `exited`) and the
+    /// session's seq then.
+    State {
+        id: u64,
+        session: String,
+        state: String,
+        seq: u64,
+    },
+    /// The answer to `read`: plain text, ending at `seq` (the next
+    /// `since_seq`).
+    Text {
+        id: u64,
+        session: String,
+        seq: u64,
+        text: String,
     },
 }
 

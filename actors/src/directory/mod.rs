@@ -4,6 +4,7 @@
 //! agent hook secret, and the watch queues that tell clients and peers of
 //! changes.
 
+pub mod bells;
 pub mod create;
 pub mod hook;
 pub mod registry;

@@ -44,9 +44,15 @@ impl std::fmt::Debug for SessionHandle {
 pub struct Directory(
     Arc<RwLock<HashMap<Arc<str>, SessionHandle>>>,
     Arc<std::sync::atomic::AtomicBool>,
+    crate::directory::bells::Bells,
 );
 
 impl Directory {
+    /// Who waits for which session's changes (rung by the registry).
+    pub fn bells(&self) -> &crate::directory::bells::Bells {
+        &self.2
+    }
+
     /// The node is shutting down: its sessions are gone from here, not
     /// removed.
     pub fn closing(&self) -> bool {
@@ -197,6 +203,7 @@ impl Registry {
     }
 
     fn tell(&self, event: WatchEvent, local: bool) {
+        self.dir.bells().ring(event.session());
         for watcher in self.watchers.values().filter(|w| local || !w.local_only) {
             let nudge = watcher
                 .queue

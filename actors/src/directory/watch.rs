@@ -22,7 +22,7 @@ pub enum WatchEvent {
 }
 
 impl WatchEvent {
-    fn session(&self) -> &str {
+    pub fn session(&self) -> &str {
         match self {
             WatchEvent::Changed(info) => &info.id,
             WatchEvent::Removed(id) => id,

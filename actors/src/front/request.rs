@@ -9,7 +9,8 @@
 use bytes::Bytes;
 use termesh_config::Role;
 use termesh_transport::{
-    ClientMsg, RequestKind, ServerMsg, MAX_EVENTS, MAX_READ_OUTPUT, MAX_REPLY, MAX_SCROLLBACK,
+    ClientMsg, RequestKind, SendWhen, ServerMsg, MAX_EVENTS, MAX_READ_OUTPUT, MAX_REPLY,
+    MAX_SCROLLBACK, WAIT_MAX_MS,
 };
 
 use crate::cluster::forward::Route;
@@ -83,7 +84,10 @@ pub fn spec_of(kind: RequestKind) -> Spec {
         RequestKind::Screen
         | RequestKind::History
         | RequestKind::Events
-        | RequestKind::ReadOutput => (Role::Viewer, Owner, Screen),
+        | RequestKind::ReadOutput
+        | RequestKind::Read => (Role::Viewer, Owner, Screen),
+        // Answered where asked, from what this node knows of the session.
+        RequestKind::Wait => (Role::Viewer, Here, Deferred),
         RequestKind::Create => (Role::Operator, Named, Deferred),
         RequestKind::Input
         | RequestKind::Resize
@@ -141,6 +145,8 @@ pub fn ids(msg: &ClientMsg) -> (Option<u64>, Option<String>) {
         | ClientMsg::Events { id, session, .. }
         | ClientMsg::ReadOutput { id, session, .. }
         | ClientMsg::Send { id, session, .. }
+        | ClientMsg::Wait { id, session, .. }
+        | ClientMsg::Read { id, session, .. }
         | ClientMsg::Revive { id, session } => (Some(*id), Some(session.clone())),
         ClientMsg::Unsubscribe { session }
         | ClientMsg::Ack { session, .. }
@@ -163,7 +169,7 @@ pub fn expected_reply(msg: &ClientMsg) -> usize {
         }
         ClientMsg::History { limit: Some(l), .. } => raw_limit(*l),
         ClientMsg::History { .. } => MAX_PAGE_BYTES,
-        ClientMsg::ReadOutput { max_bytes, .. } => {
+        ClientMsg::ReadOutput { max_bytes, .. } | ClientMsg::Read { max_bytes, .. } => {
             max_bytes.unwrap_or(MAX_READ_OUTPUT).min(MAX_READ_OUTPUT) as usize
         }
         // An event is a few hundred bytes at most.
@@ -209,7 +215,35 @@ impl NodeCtx {
     pub fn submit(&self, msg: ClientMsg) -> Reply {
         match self.route(&msg) {
             Err(e) => Box::pin(std::future::ready(Err(e))),
-            Ok(Route::Owner(owner)) => Box::pin(self.forward(&owner, msg)),
+            Ok(Route::Owner(owner)) => match msg {
+                // Held here (a forward is bounded in time), then written.
+                ClientMsg::Send {
+                    id,
+                    session,
+                    text,
+                    submit,
+                    when: Some(SendWhen::Waiting),
+                } => {
+                    let node = self.clone();
+                    Box::pin(async move {
+                        let until = crate::front::wait::Until::parse(&["waiting".into()])?;
+                        let limit = std::time::Duration::from_millis(WAIT_MAX_MS);
+                        let (state, _) = node.wait(&session, &until, limit).await?;
+                        if state == "exited" {
+                            return Err(ApiError::exited(&session));
+                        }
+                        let msg = ClientMsg::Send {
+                            id,
+                            session,
+                            text,
+                            submit,
+                            when: Some(SendWhen::Now),
+                        };
+                        node.forward(&owner, msg).await
+                    })
+                }
+                msg => Box::pin(self.forward(&owner, msg)),
+            },
             Ok(Route::Here) => match answer_now(self, msg) {
                 Now::Answer(answer) => Box::pin(std::future::ready(Ok(answer))),
                 Now::Later(msg) => {
@@ -375,6 +409,41 @@ pub async fn answer_later(node: NodeCtx, msg: ClientMsg) -> ServerMsg {
         ClientMsg::Revive { id, session } => {
             node.revive(&session).await.map(|_| ServerMsg::Ok { id })
         }
+        ClientMsg::Wait {
+            id,
+            session,
+            until,
+            timeout_ms,
+        } => match (
+            crate::front::wait::Until::parse(&until),
+            crate::front::wait::wait_limit(timeout_ms),
+        ) {
+            (Ok(until), Ok(limit)) => {
+                node.wait(&session, &until, limit)
+                    .await
+                    .map(|(state, seq)| ServerMsg::State {
+                        id,
+                        session,
+                        state,
+                        seq,
+                    })
+            }
+            (Err(e), _) | (_, Err(e)) => Err(e),
+        },
+        ClientMsg::Read {
+            id,
+            session,
+            since_seq,
+            max_bytes,
+        } => node
+            .read_text(&session, since_seq.unwrap_or(0), max_bytes)
+            .await
+            .map(|(seq, text)| ServerMsg::Text {
+                id,
+                session,
+                seq,
+                text,
+            }),
         // Every Screen and Deferred kind has its arm above (checked at the top).
         _ => unreachable!("sorted above"),
     };

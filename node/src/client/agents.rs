@@ -6,7 +6,9 @@ use std::collections::HashMap;
 use std::io::Write;
 
 use anyhow::Context;
-use termesh_transport::{AgentState, ClientMsg, SendWhen, ServerMsg, SessionInfo, SessionStatus};
+use termesh_transport::{
+    AgentState, ClientMsg, ErrorCode, SendWhen, ServerMsg, SessionInfo, SessionStatus,
+};
 
 use super::commands::{list, lookup};
 use super::resolve::describe;
@@ -21,6 +23,13 @@ pub async fn send(
     no_submit: bool,
     when: SendWhen,
 ) -> anyhow::Result<()> {
+    let stdin;
+    let text = if text == "-" {
+        stdin = std::io::read_to_string(std::io::stdin()).context("cannot read standard input")?;
+        stdin.as_str()
+    } else {
+        text
+    };
     let mut client = Client::connect(target).await?;
     let s = lookup(&mut client, wanted).await?;
     if when == SendWhen::Waiting {
@@ -37,6 +46,101 @@ pub async fn send(
         .await
         .with_context(|| format!("cannot send to {}", describe(&s)))?;
     client.close().await;
+    Ok(())
+}
+
+/// Exit code of `termesh wait` when the time ran out (as `timeout(1)`).
+pub const WAIT_TIMED_OUT: i32 = 124;
+
+/// `termesh wait`: 0 once the session is in one of `until` (printing the
+/// state and seq), `WAIT_TIMED_OUT` past `limit`. A connection that drops
+/// (the node restarts) is made again, for the time that is left.
+pub async fn wait(
+    target: &Target,
+    wanted: &str,
+    until: Vec<String>,
+    limit: std::time::Duration,
+) -> anyhow::Result<i32> {
+    let deadline = std::time::Instant::now() + limit;
+    let mut client = Client::connect(target).await?;
+    let s = lookup(&mut client, wanted).await?;
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let asked = client
+            .request(|id| ClientMsg::Wait {
+                id,
+                session: s.id.clone(),
+                until: until.clone(),
+                timeout_ms: Some(left.as_millis() as u64),
+            })
+            .await;
+        match asked {
+            Ok(ServerMsg::State { state, seq, .. }) => {
+                println!("{state} {seq}");
+                client.close().await;
+                return Ok(0);
+            }
+            Ok(other) => anyhow::bail!("unexpected answer {other:?}"),
+            Err(e) if super::error_code(&e) == Some(ErrorCode::Timeout) => {
+                eprintln!(
+                    "{} is not {} after {}s",
+                    describe(&s),
+                    until.join(" or "),
+                    limit.as_secs()
+                );
+                return Ok(WAIT_TIMED_OUT);
+            }
+            Err(e) if super::error_code(&e).is_some() => {
+                return Err(e).with_context(|| format!("cannot wait for {}", describe(&s)));
+            }
+            // The link dropped: again, while time is left.
+            Err(e) => {
+                if std::time::Instant::now() >= deadline {
+                    return Err(e).context("the node went away and did not come back in time");
+                }
+                client = reconnect(target, deadline).await?;
+            }
+        }
+    }
+}
+
+/// A new connection, tried every 200 ms until `deadline`.
+async fn reconnect(target: &Target, deadline: std::time::Instant) -> anyhow::Result<Client> {
+    loop {
+        match Client::connect(target).await {
+            Ok(c) => return Ok(c),
+            Err(e) if std::time::Instant::now() >= deadline => return Err(e),
+            Err(_) => tokio::time::sleep(std::time::Duration::from_millis(200)).await,
+        }
+    }
+}
+
+/// `termesh read`: the text on stdout, the seq it ends at on stderr (or
+/// both as JSON).
+pub async fn read(target: &Target, wanted: &str, since: u64, json: bool) -> anyhow::Result<()> {
+    let mut client = Client::connect(target).await?;
+    let s = lookup(&mut client, wanted).await?;
+    let reply = client
+        .request(|id| ClientMsg::Read {
+            id,
+            session: s.id.clone(),
+            since_seq: Some(since),
+            max_bytes: None,
+        })
+        .await
+        .with_context(|| format!("cannot read {}", describe(&s)))?;
+    client.close().await;
+    let ServerMsg::Text { seq, text, .. } = reply else {
+        anyhow::bail!("unexpected answer {reply:?}");
+    };
+    let mut out = std::io::stdout().lock();
+    if json {
+        writeln!(out, "{}", serde_json::json!({ "seq": seq, "text": text }))?;
+    } else {
+        out.write_all(text.as_bytes())?;
+        out.flush()?;
+        eprintln!("seq {seq}");
+    }
     Ok(())
 }
 

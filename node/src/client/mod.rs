@@ -171,6 +171,13 @@ impl std::fmt::Display for RequestError {
 
 impl std::error::Error for RequestError {}
 
+/// The node's error code, when `e` is its `error` reply.
+pub fn error_code(e: &anyhow::Error) -> Option<termesh_transport::ErrorCode> {
+    e.chain()
+        .find_map(|c| c.downcast_ref::<RequestError>())
+        .map(|r| r.code)
+}
+
 /// An error as a person should read it: its causes joined, the node's
 /// error codes left out.
 pub fn human(e: &anyhow::Error) -> String {
@@ -403,7 +410,9 @@ pub fn reply_id(msg: &ServerMsg) -> Option<u64> {
         | ServerMsg::Subscribed { id, .. }
         | ServerMsg::History { id, .. }
         | ServerMsg::Events { id, .. }
-        | ServerMsg::StoredOutput { id, .. } => Some(*id),
+        | ServerMsg::StoredOutput { id, .. }
+        | ServerMsg::State { id, .. }
+        | ServerMsg::Text { id, .. } => Some(*id),
         ServerMsg::Error { id, .. } | ServerMsg::Snapshot { id, .. } => *id,
         _ => None,
     }

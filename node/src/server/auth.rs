@@ -94,6 +94,7 @@ pub fn status(code: ErrorCode) -> StatusCode {
         ErrorCode::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
         ErrorCode::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
         ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        ErrorCode::Timeout => StatusCode::REQUEST_TIMEOUT,
     }
 }
 

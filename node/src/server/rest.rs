@@ -92,6 +92,10 @@ async fn metrics(state: web::Data<AppState>) -> HttpResponse {
                     &state.node.node,
                     &state.node.dir.states(),
                 )
+                + &termesh_actors::metrics::render_waits(
+                    &state.node.node,
+                    state.node.dir.bells().held(),
+                )
                 + &super::nodes::metrics(&state),
         )
 }

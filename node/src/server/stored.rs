@@ -36,7 +36,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
         .route("/sessions/{id}/export", web::get().to(export));
 }
 
-fn mismatch(what: &str) -> ApiError {
+pub(super) fn mismatch(what: &str) -> ApiError {
     ApiError::new(
         ErrorCode::Internal,
         format!("the owner answered `{what}` with another message"),

@@ -12,7 +12,7 @@ use common::*;
 use serde_json::{json, Value};
 use termesh_node::client::Client;
 use termesh_transport::{
-    AgentState, ClientMsg, CreateRequest, EventKind, SendWhen, ServerMsg, SessionInfo, MAX_INPUT,
+    AgentState, ClientMsg, CreateRequest, EventKind, SendWhen, ServerMsg, SessionInfo, MAX_SEND,
 };
 
 async fn type_text(node: &TestNode, session: &str, text: &str) {
@@ -424,7 +424,7 @@ async fn send_waits_for_the_question_and_types_as_a_paste_when_asked() {
     // ESC [ 2 0 0 ~ h i ESC [ 2 0 1 ~ \r, as od prints them.
     wait_output(&node, &session, "033 [ 2 0 0 ~ h i 033 [ 2 0 1 ~ \\r").await;
     // Bounds and errors.
-    let big = "x".repeat(MAX_INPUT);
+    let big = "x".repeat(MAX_SEND + 1);
     let err = c
         .request(|id| ClientMsg::Send {
             id,

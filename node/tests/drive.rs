@@ -215,3 +215,57 @@ async fn read_returns_exactly_the_new_text_as_plain_text() {
     assert_eq!(json["seq"], end);
     c.close().await;
 }
+
+/// A 100 KB paste of lines with UTF-8 arrives whole, in order, its Enter
+/// last, and `ok` comes once it is written; over REST too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_paste_with_newlines_and_utf8_arrives_whole() {
+    use sha2::{Digest, Sha256};
+    let node = TestNode::start();
+    let text: String = (0..2_000)
+        .map(|i| format!("line {i:05}: é → 日本語 ✓ {}\n", "x".repeat(20)))
+        .collect();
+    assert!(text.len() > 100_000, "{}", text.len());
+    // What the program reads: the text, then Enter (no paste marks: it
+    // did not ask for them), digested once it has all of it.
+    let want = format!("{:x}", Sha256::digest(format!("{text}\r").as_bytes()));
+    let n = text.len() + 1;
+    for via_rest in [false, true] {
+        let script =
+            format!("stty raw -echo; echo ready; head -c {n} | sha256sum; exec sleep 1000");
+        let session = node.create(&["sh", "-c", &script]).await.id;
+        wait_output(&node, &session, "ready").await;
+        if via_rest {
+            let (url, body) = (
+                format!("{}/api/v1/sessions/{session}/send", node.url()),
+                serde_json::json!({ "text": text }).to_string(),
+            );
+            let status = tokio::task::spawn_blocking(move || {
+                ureq::post(&url)
+                    .set("authorization", &format!("Bearer {OPERATOR}"))
+                    .set("content-type", "application/json")
+                    .send_string(&body)
+                    .map(|r| r.status())
+                    .unwrap_or_else(|e| panic!("{e}"))
+            })
+            .await
+            .unwrap();
+            assert_eq!(status, 204);
+        } else {
+            let mut c = node.client(OPERATOR).await;
+            let reply = c
+                .request(|id| ClientMsg::Send {
+                    id,
+                    session: session.clone(),
+                    text: text.clone(),
+                    submit: None,
+                    when: None,
+                })
+                .await
+                .unwrap();
+            assert!(matches!(reply, ServerMsg::Ok { .. }), "{reply:?}");
+            c.close().await;
+        }
+        wait_output(&node, &session, &want).await;
+    }
+}

@@ -334,6 +334,10 @@ pub enum SendWhen {
     Waiting,
 }
 
+/// Most bytes of text one `send` types (a long paste; under the frame
+/// bound of a client message and of a forwarded request).
+pub const MAX_SEND: usize = 512 * 1024;
+
 /// A `wait`'s `timeout_ms` by default, and at most.
 pub const WAIT_DEFAULT_MS: u64 = 30_000;
 pub const WAIT_MAX_MS: u64 = 3_600_000;

@@ -1,10 +1,13 @@
 //! `send` (PROTOCOL.md section 15): text typed into a session as its
 //! program expects typed text (inside bracketed paste marks when it turned
 //! them on), then Enter; with `when: waiting`, held by the session until it
-//! waits for its person.
+//! waits for its person. The text and its Enter are one message to the
+//! program's writer, written whole before any later input, and `ok` comes
+//! once its last byte is written.
 
 use bytes::Bytes;
-use termesh_transport::{ErrorCode, SendWhen, MAX_INPUT};
+use termesh_transport::{ErrorCode, SendWhen, MAX_SEND};
+use tokio::sync::mpsc::error::TrySendError;
 use tokio::sync::oneshot;
 
 use super::ops::NodeCtx;
@@ -22,12 +25,11 @@ impl NodeCtx {
         submit: bool,
         when: SendWhen,
     ) -> Result<(), ApiError> {
-        let room = MAX_INPUT - PASTE_START.len() - PASTE_END.len() - 1;
-        if text.len() > room {
+        if text.len() > MAX_SEND {
             return Err(ApiError::new(
                 ErrorCode::TooLarge,
                 format!(
-                    "send text of {} bytes is over the {room}-byte limit",
+                    "send text of {} bytes is over the {MAX_SEND}-byte limit",
                     text.len()
                 ),
             ));
@@ -42,7 +44,20 @@ impl NodeCtx {
             .shared
             .bracketed_paste
             .load(std::sync::atomic::Ordering::Relaxed);
-        self.input(id, typed(&text, paste, submit))
+        let written = handle
+            .input
+            .try_send_typed(typed(&text, paste, submit))
+            .map_err(|e| match e {
+                TrySendError::Closed(_) => ApiError::exited(id),
+                TrySendError::Full(_) => ApiError::new(
+                    ErrorCode::Unavailable,
+                    format!(
+                        "input queue of session `{id}` is full: its program is not reading input"
+                    ),
+                ),
+            })?;
+        // The writer ends (without writing it all) only when the program is gone.
+        written.await.map_err(|_| ApiError::exited(id))
     }
 }
 

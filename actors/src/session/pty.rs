@@ -46,7 +46,15 @@ const INPUT_QUEUE: usize = 16_384;
 #[derive(Debug)]
 pub enum ToTerminal {
     Keys(Bytes),
-    Size { cols: u16, rows: u16 },
+    /// Keys whose writer says when the last byte is written (`send`).
+    Typed {
+        data: Bytes,
+        done: tokio::sync::oneshot::Sender<()>,
+    },
+    Size {
+        cols: u16,
+        rows: u16,
+    },
 }
 
 /// The sending side of a program's input queue, bounded in bytes.
@@ -69,15 +77,29 @@ impl InputTx {
     /// Queues `data` without waiting; `Full` past `INPUT_QUEUE_BYTES` (one
     /// message always fits an empty queue).
     pub fn try_send(&self, data: Bytes) -> Result<(), mpsc::error::TrySendError<()>> {
+        self.push(data.len(), ToTerminal::Keys(data))
+    }
+
+    /// Queues `data` as `try_send` does; the receiver resolves once all of
+    /// it is written to the terminal (an error: the program is gone).
+    pub fn try_send_typed(
+        &self,
+        data: Bytes,
+    ) -> Result<tokio::sync::oneshot::Receiver<()>, mpsc::error::TrySendError<()>> {
+        let (done, written) = tokio::sync::oneshot::channel();
+        self.push(data.len(), ToTerminal::Typed { data, done })?;
+        Ok(written)
+    }
+
+    fn push(&self, n: usize, msg: ToTerminal) -> Result<(), mpsc::error::TrySendError<()>> {
         use mpsc::error::TrySendError;
         use std::sync::atomic::Ordering;
-        let n = data.len();
         let queued = self.queued.load(Ordering::Acquire);
         if queued > 0 && queued + n > INPUT_QUEUE_BYTES {
             return Err(TrySendError::Full(()));
         }
         self.queued.fetch_add(n, Ordering::AcqRel);
-        self.tx.try_send(ToTerminal::Keys(data)).map_err(|e| {
+        self.tx.try_send(msg).map_err(|e| {
             self.queued.fetch_sub(n, Ordering::AcqRel);
             match e {
                 TrySendError::Full(_) => TrySendError::Full(()),

@@ -7,12 +7,12 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use serde::Deserialize;
 use serde_json::json;
 use termesh_actors::error::ApiError;
-use termesh_transport::{ClientMsg, SendWhen, ServerMsg};
+use termesh_transport::{ClientMsg, SendWhen, ServerMsg, MAX_SEND};
 
 use termesh_actors::front::request::spec;
 
 use super::auth::{query, require, respond};
-use super::body::required_json;
+use super::body::read_json_within;
 use super::AppState;
 
 pub fn routes(cfg: &mut web::ServiceConfig) {
@@ -127,7 +127,10 @@ async fn send(
 ) -> HttpResponse {
     respond(
         async {
-            let body: SendBody = required_json(payload).await?;
+            // The text may be a long paste, each byte escaped.
+            let body: SendBody = read_json_within(payload, 8 * MAX_SEND)
+                .await?
+                .ok_or_else(|| ApiError::bad_request("this request needs a JSON body"))?;
             let msg = ClientMsg::Send {
                 id: 1,
                 session: path.to_string(),

@@ -46,7 +46,15 @@ pub(super) async fn read_body(mut payload: web::Payload, limit: usize) -> Result
 pub(super) async fn read_json<T: serde::de::DeserializeOwned>(
     payload: web::Payload,
 ) -> Result<Option<T>> {
-    let body = read_body(payload, MAX_JSON).await?;
+    read_json_within(payload, MAX_JSON).await
+}
+
+/// A JSON body of at most `limit` bytes; an empty body is `None`.
+pub(super) async fn read_json_within<T: serde::de::DeserializeOwned>(
+    payload: web::Payload,
+    limit: usize,
+) -> Result<Option<T>> {
+    let body = read_body(payload, limit).await?;
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(None);
     }

@@ -273,8 +273,10 @@ async fn write_task(
                 let _ = rustix::termios::tcsetwinsize(master.get_ref().as_fd(), size);
                 continue;
             }
-            Some(ToTerminal::Keys(data)) => data,
+            Some(ToTerminal::Keys(data)) => (data, None),
+            Some(ToTerminal::Typed { data, done }) => (data, Some(done)),
         };
+        let (data, done) = data;
         queued.fetch_sub(data.len(), Ordering::AcqRel);
         let mut rest = &data[..];
         while !rest.is_empty() {
@@ -288,6 +290,9 @@ async fn write_task(
                 Ok(Err(_)) => return,
                 Err(_would_block) => {}
             }
+        }
+        if let Some(done) = done {
+            let _ = done.send(());
         }
     }
 }

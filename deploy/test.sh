@@ -6,8 +6,10 @@
 # stops, as a dead network mount), asciinema (plays exported casts) and
 # curl (the shipped agent hook command posts with it), iproute2 (network
 # namespaces as separate hosts), setpriv (runs a node as another user),
-# and Chromium with chromedriver (the console is tested in a real browser
-# over WebDriver).
+# Chromium with chromedriver (the console is tested in a real browser
+# over WebDriver), and Python's `mcp` package in a venv beside the build
+# (`<target>/py-mcp`: a real MCP client drives `termesh mcp`; with
+# websockets and msgpack for the Python example of docs/agents.md).
 # The suite runs as root, as CI does: it mounts FUSE and steers pid
 # allocation (/proc/sys/kernel/ns_last_pid).
 # Extra arguments go to `cargo test`.
@@ -27,12 +29,24 @@ need ip iproute2
 need setpriv util-linux
 need chromium chromium
 need chromedriver chromium-driver
+need python3 python3
+python3 -c 'import ensurepip, venv' 2>/dev/null || missing+=(python3-venv)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "installing ${missing[*]}"
   sudo=""
   [ "$(id -u)" -eq 0 ] || sudo="sudo"
   $sudo apt-get update -qq
   $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+# The MCP client and what the guide's Python example uses, pinned, once
+# per target dir.
+venv="${CARGO_TARGET_DIR:-target}/py-mcp"
+if ! "$venv/bin/python" -c 'import mcp, websockets, msgpack' 2>/dev/null; then
+  echo "installing Python's mcp package in $venv"
+  rm -rf "$venv"
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install --quiet --disable-pip-version-check 'mcp==2.3.0' 'websockets==17.4' 'msgpack==1.2.4'
 fi
 
 exec cargo test --workspace "$@"

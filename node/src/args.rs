@@ -211,6 +211,13 @@ pub(crate) enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Serve the Model Context Protocol on stdin/stdout for an agent
+    /// (e.g. `claude mcp add termesh -- termesh mcp`): tools to list,
+    /// create, send to, wait for, read, screen and kill sessions.
+    Mcp {
+        #[command(flatten)]
+        client: ClientArgs,
+    },
     /// Rename a session (names are unique on a node).
     Rename {
         #[command(flatten)]

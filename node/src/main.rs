@@ -137,6 +137,9 @@ async fn run_client(command: Command) -> anyhow::Result<i32> {
         } => agents::send(&target(client)?, &session, &text, no_submit, when.into())
             .await
             .map(|_| 0),
+        Command::Mcp { client } => termesh_node::client::mcp::serve(target(client)?)
+            .await
+            .map(|_| 0),
         Command::Wait {
             client,
             session,

@@ -26,7 +26,9 @@ pub async fn send(
     let stdin;
     let text = if text == "-" {
         stdin = std::io::read_to_string(std::io::stdin()).context("cannot read standard input")?;
-        stdin.as_str()
+        // `echo y |` means "y", then Enter (which `send` adds).
+        let text = stdin.strip_suffix('\n').unwrap_or(&stdin);
+        text.strip_suffix('\r').unwrap_or(text)
     } else {
         text
     };

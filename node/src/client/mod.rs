@@ -7,6 +7,7 @@ pub mod commands;
 pub mod discover;
 pub mod last;
 pub mod ls;
+pub mod mcp;
 pub mod resolve;
 pub mod stored;
 

@@ -211,6 +211,33 @@ pub(crate) enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Search every session's stored output in the cluster (plain text,
+    /// as `read` prints it) for a regex; hits print as ID@NODE:SEQ:LINE.
+    /// Exit code 0 with hits, 1 without.
+    Grep {
+        #[command(flatten)]
+        client: ClientArgs,
+        /// The regex (Rust syntax; `(?i)` for any case)
+        pattern: String,
+        /// Only this session (id, id prefix or name); again for more
+        #[arg(long = "session")]
+        sessions: Vec<String>,
+        /// Only output of the last DURATION (e.g. 2h)
+        #[arg(long, value_parser = termesh_config::parse_duration)]
+        since: Option<std::time::Duration>,
+        /// Only sessions in this state now: waiting, working, idle
+        #[arg(long)]
+        state: Option<String>,
+        /// Lines of context before and after each hit (at most 10)
+        #[arg(short = 'C', long, default_value_t = 0)]
+        context: u32,
+        /// Stop after this many hits (at most 10000)
+        #[arg(long, default_value_t = 1000)]
+        max: u32,
+        /// One JSON object a hit: session, node, seq, line, before, after
+        #[arg(long)]
+        json: bool,
+    },
     /// Serve the Model Context Protocol on stdin/stdout for an agent
     /// (e.g. `claude mcp add termesh -- termesh mcp`): tools to list,
     /// create, send to, wait for, read, screen and kill sessions.

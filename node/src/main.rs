@@ -137,6 +137,27 @@ async fn run_client(command: Command) -> anyhow::Result<i32> {
         } => agents::send(&target(client)?, &session, &text, no_submit, when.into())
             .await
             .map(|_| 0),
+        Command::Grep {
+            client,
+            pattern,
+            sessions,
+            since,
+            state,
+            context,
+            max,
+            json,
+        } => {
+            let args = termesh_node::client::grep::GrepArgs {
+                pattern,
+                sessions,
+                since,
+                state,
+                context,
+                max,
+                json,
+            };
+            termesh_node::client::grep::grep(&target(client)?, args).await
+        }
         Command::Mcp { client } => termesh_node::client::mcp::serve(target(client)?)
             .await
             .map(|_| 0),

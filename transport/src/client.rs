@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::drive::GrepHit;
 use crate::session::{AgentState, SessionInfo};
 
 /// Protocol version sent in `welcome.proto`.
@@ -237,6 +238,31 @@ pub enum ClientMsg {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         max_bytes: Option<u64>,
     },
+    /// Search the plain text of stored output (docs/protocol.md section
+    /// 16): of every node's sessions, or of `node`'s only. Answered by a
+    /// `grep_hits` per node as each finishes, then `grep_done`; a request
+    /// naming a node gets its `grep_hits` alone.
+    Grep {
+        id: u64,
+        pattern: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        sessions: Option<Vec<String>>,
+        /// Only output stored at or after this unix ms.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        since_ms: Option<u64>,
+        /// Only sessions in this state now.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        state: Option<String>,
+        /// Lines of context before and after a hit.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        context: Option<u32>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        max_hits: Option<u32>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        timeout_ms: Option<u64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        node: Option<String>,
+    },
     /// Reply `pong` echoing `nonce`.
     Ping {
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -320,6 +346,7 @@ client_kinds! {
     Send => "send",
     Wait => "wait",
     Read => "read",
+    Grep => "grep",
     Ping => "ping",
 }
 
@@ -333,14 +360,6 @@ pub enum SendWhen {
     /// Once the session is `waiting` (at once if it is).
     Waiting,
 }
-
-/// Most bytes of text one `send` types (a long paste; under the frame
-/// bound of a client message and of a forwarded request).
-pub const MAX_SEND: usize = 512 * 1024;
-
-/// A `wait`'s `timeout_ms` by default, and at most.
-pub const WAIT_DEFAULT_MS: u64 = 30_000;
-pub const WAIT_MAX_MS: u64 = 3_600_000;
 
 /// Most output bytes one `stored_output` reply carries.
 pub const MAX_READ_OUTPUT: u64 = 1 << 20;
@@ -356,68 +375,6 @@ pub struct StoredFrame {
 
 /// Most events one `events` reply carries.
 pub const MAX_EVENTS: u64 = 1_000;
-
-/// The largest reply (snapshot, history, events, stored output) any node
-/// gives, in payload bytes (`ServerMsg::payload_len`), whichever node the
-/// client is connected to: a raw `history{limit}` is cut to it (the newest
-/// bytes), anything else over it is answered `too_large` (PROTOCOL.md
-/// section 13). The peer link's frame bound is above it.
-pub const MAX_REPLY: usize = 8 << 20;
-
-impl ServerMsg {
-    /// The bytes a reply carries beyond its fixed fields: what
-    /// [`MAX_REPLY`] bounds (an estimate within a few bytes per item).
-    pub fn payload_len(&self) -> usize {
-        const PER_ITEM: usize = 16;
-        match self {
-            ServerMsg::Snapshot { data, .. } | ServerMsg::Output { data, .. } => data.len(),
-            ServerMsg::History { lines, data, .. } => {
-                lines
-                    .iter()
-                    .flatten()
-                    .map(|l| l.len() + PER_ITEM)
-                    .sum::<usize>()
-                    + data.as_ref().map_or(0, Vec::len)
-            }
-            ServerMsg::Events { events, .. } => {
-                events.iter().map(|e| e.to_string().len() + PER_ITEM).sum()
-            }
-            ServerMsg::StoredOutput { frames, .. } => {
-                frames.iter().map(|f| f.data.len() + PER_ITEM).sum()
-            }
-            ServerMsg::Sessions { sessions, .. } => sessions.len() * 256,
-            ServerMsg::Text { text, .. } => text.len(),
-            _ => 0,
-        }
-    }
-
-    /// This reply, or `too_large` in its place when it is over
-    /// [`MAX_REPLY`]: the one bound every path applies.
-    pub fn bounded(self) -> ServerMsg {
-        let len = self.payload_len();
-        if len <= MAX_REPLY {
-            return self;
-        }
-        let (id, session) = match &self {
-            ServerMsg::Snapshot { id, session, .. } => (*id, Some(session.clone())),
-            ServerMsg::History { id, session, .. }
-            | ServerMsg::Events { id, session, .. }
-            | ServerMsg::StoredOutput { id, session, .. }
-            | ServerMsg::Text { id, session, .. } => (Some(*id), Some(session.clone())),
-            ServerMsg::Sessions { id, .. } => (Some(*id), None),
-            _ => (None, None),
-        };
-        ServerMsg::Error {
-            id,
-            session,
-            code: ErrorCode::TooLarge,
-            message: format!(
-                "the reply would be {len} bytes, over the {MAX_REPLY}-byte bound: \
-                 ask for less (a smaller scrollback or limit)"
-            ),
-        }
-    }
-}
 
 /// Session events sent to subscribers (`event` notification).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -574,6 +531,24 @@ pub enum ServerMsg {
         session: String,
         state: String,
         seq: u64,
+    },
+    /// Hits of one node's sessions (`done` once that node has finished).
+    GrepHits {
+        id: u64,
+        node: String,
+        hits: Vec<GrepHit>,
+        /// Output bytes searched.
+        scanned_bytes: u64,
+        /// Stopped at `max_hits` or the time limit.
+        truncated: bool,
+    },
+    /// Every node has answered (or failed: `errors`).
+    GrepDone {
+        id: u64,
+        hits: u64,
+        scanned_bytes: u64,
+        truncated: bool,
+        errors: Vec<String>,
     },
     /// The answer to `read`: plain text, ending at `seq` (the next
     /// `since_seq`).

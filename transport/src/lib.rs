@@ -6,12 +6,16 @@
 
 pub mod client;
 pub mod codec;
+pub mod drive;
 pub mod fuzz;
 pub mod https;
 pub mod keeper;
 pub mod peer;
+pub mod reply;
 pub mod session;
 
 pub use client::*;
 pub use codec::{decode_client, encode_output, encode_server, DecodeError, MAX_INBOUND_FRAME};
+pub use drive::*;
+pub use reply::MAX_REPLY;
 pub use session::*;

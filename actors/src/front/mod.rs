@@ -5,6 +5,7 @@
 pub mod connection;
 pub mod fragments;
 pub mod frames;
+pub mod grep;
 pub mod history;
 pub mod ops;
 pub mod page;

@@ -14,48 +14,112 @@ const MAX_LINE: usize = 64 * 1024;
 
 /// The text of `bytes`.
 pub fn text(bytes: &[u8]) -> String {
-    let mut lines = Lines::default();
-    let mut parser = vte::Parser::new();
-    parser.advance(&mut lines, bytes);
-    lines.finish()
+    let mut plain = Plain::default();
+    plain.feed(bytes);
+    let mut out = String::new();
+    for line in plain.take_lines() {
+        out.push_str(&line);
+        out.push('\n');
+    }
+    out.push_str(&plain.partial());
+    out
 }
 
+/// Plain text fed in pieces (a frame at a time: a sequence or a character
+/// may be split between them); complete lines are taken as they end.
+#[derive(Default)]
+pub struct Plain {
+    parser: vte::Parser,
+    lines: Lines,
+}
+
+impl Plain {
+    pub fn feed(&mut self, bytes: &[u8]) {
+        self.parser.advance(&mut self.lines, bytes);
+    }
+
+    /// The lines ended since the last call, trailing blanks trimmed.
+    pub fn take_lines(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.lines.done)
+    }
+
+    /// The line not ended yet.
+    pub fn partial(&self) -> String {
+        self.lines.line.trim_end_matches(' ').to_string()
+    }
+}
+
+/// The line being drawn: appended to as a `String` while the cursor is at
+/// its end (nearly always), edited as characters when a redraw moves it
+/// back.
 #[derive(Default)]
 struct Lines {
-    out: String,
-    line: Vec<char>,
+    done: Vec<String>,
+    line: String,
+    /// Characters in `line`.
+    len: usize,
+    /// The cursor, in characters.
     col: usize,
 }
 
 impl Lines {
     fn end_line(&mut self) {
-        let line: String = self.line.drain(..).collect();
-        self.out.push_str(line.trim_end_matches(' '));
-        self.out.push('\n');
+        let line = std::mem::take(&mut self.line);
+        let trimmed = line.trim_end_matches(' ');
+        self.done.push(if trimmed.len() == line.len() {
+            line
+        } else {
+            trimmed.to_string()
+        });
+        self.len = 0;
         self.col = 0;
     }
 
     fn put(&mut self, c: char) {
+        if self.col == self.len && self.col < MAX_LINE {
+            self.line.push(c);
+            self.len += 1;
+            self.col += 1;
+            return;
+        }
         if self.col >= MAX_LINE {
             return;
         }
-        while self.line.len() < self.col {
-            self.line.push(' ');
-        }
-        if self.col < self.line.len() {
-            self.line[self.col] = c;
-        } else {
-            self.line.push(c);
-        }
+        self.edit(|chars, col| {
+            while chars.len() < col {
+                chars.push(' ');
+            }
+            if col < chars.len() {
+                chars[col] = c;
+            } else {
+                chars.push(c);
+            }
+        });
         self.col += 1;
     }
 
-    fn finish(mut self) -> String {
-        if !self.line.is_empty() {
-            let line: String = self.line.drain(..).collect();
-            self.out.push_str(line.trim_end_matches(' '));
+    /// `f` on the line as characters, with the cursor.
+    fn edit(&mut self, f: impl FnOnce(&mut Vec<char>, usize)) {
+        let mut chars: Vec<char> = self.line.chars().collect();
+        f(&mut chars, self.col);
+        self.len = chars.len();
+        self.line = chars.into_iter().collect();
+    }
+
+    /// Erase in line (`CSI K`): to the end, to the cursor, or all.
+    fn erase(&mut self, how: usize) {
+        match how {
+            0 => self.edit(|chars, col| chars.truncate(col)),
+            1 => self.edit(|chars, col| {
+                for c in chars.iter_mut().take(col + 1) {
+                    *c = ' ';
+                }
+            }),
+            _ => {
+                self.line.clear();
+                self.len = 0;
+            }
         }
-        self.out
     }
 }
 
@@ -85,15 +149,7 @@ impl vte::Perform for Lines {
             'C' => self.col = (self.col + n).min(MAX_LINE),
             'D' => self.col = self.col.saturating_sub(n),
             'G' => self.col = (n - 1).min(MAX_LINE),
-            'K' => match first {
-                0 => self.line.truncate(self.col),
-                1 => {
-                    for c in self.line.iter_mut().take(self.col + 1) {
-                        *c = ' ';
-                    }
-                }
-                _ => self.line.clear(),
-            },
+            'K' => self.erase(first),
             _ => {}
         }
     }

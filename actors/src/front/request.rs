@@ -88,6 +88,8 @@ pub fn spec_of(kind: RequestKind) -> Spec {
         | RequestKind::Read => (Role::Viewer, Owner, Screen),
         // Answered where asked, from what this node knows of the session.
         RequestKind::Wait => (Role::Viewer, Here, Deferred),
+        // On the node it names; without one, the connection asks them all.
+        RequestKind::Grep => (Role::Viewer, Named, Screen),
         RequestKind::Create => (Role::Operator, Named, Deferred),
         RequestKind::Input
         | RequestKind::Resize
@@ -132,6 +134,7 @@ pub fn ids(msg: &ClientMsg) -> (Option<u64>, Option<String>) {
     match msg {
         ClientMsg::Auth { id, .. }
         | ClientMsg::List { id, .. }
+        | ClientMsg::Grep { id, .. }
         | ClientMsg::Watch { id }
         | ClientMsg::Create { id, .. } => (Some(*id), None),
         ClientMsg::Subscribe { id, session, .. }
@@ -169,6 +172,10 @@ pub fn expected_reply(msg: &ClientMsg) -> usize {
         }
         ClientMsg::History { limit: Some(l), .. } => raw_limit(*l),
         ClientMsg::History { .. } => MAX_PAGE_BYTES,
+        // About 200 bytes a hit with its context, up to the reply bound.
+        ClientMsg::Grep { max_hits, .. } => {
+            (max_hits.unwrap_or(termesh_transport::GREP_DEFAULT_HITS) as usize * 200).min(MAX_REPLY)
+        }
         ClientMsg::ReadOutput { max_bytes, .. } | ClientMsg::Read { max_bytes, .. } => {
             max_bytes.unwrap_or(MAX_READ_OUTPUT).min(MAX_READ_OUTPUT) as usize
         }
@@ -197,6 +204,7 @@ impl NodeCtx {
             (Routing::Named, ClientMsg::Create { req, .. }) => {
                 self.route_create(req.node.as_deref())
             }
+            (Routing::Named, ClientMsg::Grep { node, .. }) => self.route_create(node.as_deref()),
             (Routing::Owner, _) => match ids(msg).1 {
                 Some(session) => self.route_session(&session),
                 None => Ok(Route::Here),
@@ -429,6 +437,10 @@ pub async fn answer_later(node: NodeCtx, msg: ClientMsg) -> ServerMsg {
                     })
             }
             (Err(e), _) | (_, Err(e)) => Err(e),
+        },
+        ClientMsg::Grep { .. } => match crate::front::grep::GrepSpec::parse(&msg) {
+            Ok(spec) => node.grep_here(id, spec).await,
+            Err(e) => Err(e),
         },
         ClientMsg::Read {
             id,

@@ -267,6 +267,34 @@ impl StoreHandle {
         Ok(frames.into_iter().map(Entry::from).collect())
     }
 
+    /// Every stored frame of `session` after `after`, oldest first, read
+    /// a page at a time on the calling thread (a blocking one), until `f`
+    /// answers `false`.
+    pub fn walk(
+        &self,
+        session: &str,
+        after: u64,
+        mut f: impl FnMut(&super::log::Frame) -> bool,
+    ) -> Result<(), String> {
+        const PAGE: usize = 1 << 20;
+        let mut after = after;
+        loop {
+            let frames = self
+                .log
+                .after(session, after, PAGE)
+                .map_err(|e| e.to_string())?;
+            let Some(last) = frames.last() else {
+                return Ok(());
+            };
+            after = last.seq;
+            for frame in &frames {
+                if !f(frame) {
+                    return Ok(());
+                }
+            }
+        }
+    }
+
     /// The newest stored output of `session` before seq `before`, up to
     /// `max_bytes` (at least one frame), and whether older output remains.
     pub async fn output_before(

@@ -5,6 +5,7 @@ pub mod agents;
 pub mod attach;
 pub mod commands;
 pub mod discover;
+pub mod grep;
 pub mod last;
 pub mod ls;
 pub mod mcp;
@@ -381,6 +382,21 @@ impl Client {
         }
     }
 
+    /// The next message answering request `id` (a request answered by
+    /// several, as `grep`); others stay queued.
+    pub async fn next_for(&mut self, id: u64) -> anyhow::Result<ServerMsg> {
+        if let Some(at) = self.queued.iter().position(|m| reply_id(m) == Some(id)) {
+            return Ok(self.queued.remove(at).expect("found"));
+        }
+        loop {
+            let msg = self.recv_wire().await?;
+            if reply_id(&msg) == Some(id) {
+                return Ok(msg);
+            }
+            self.queued.push_back(msg);
+        }
+    }
+
     /// Completes the close handshake: waits (bounded) for the server's close
     /// frame so the socket is not reset while the server still reads what we
     /// sent (a reset makes the kernel discard unread data, such as a last
@@ -413,7 +429,9 @@ pub fn reply_id(msg: &ServerMsg) -> Option<u64> {
         | ServerMsg::Events { id, .. }
         | ServerMsg::StoredOutput { id, .. }
         | ServerMsg::State { id, .. }
-        | ServerMsg::Text { id, .. } => Some(*id),
+        | ServerMsg::Text { id, .. }
+        | ServerMsg::GrepHits { id, .. }
+        | ServerMsg::GrepDone { id, .. } => Some(*id),
         ServerMsg::Error { id, .. } | ServerMsg::Snapshot { id, .. } => *id,
         _ => None,
     }

@@ -147,6 +147,19 @@ async fn mouse_reports_reach_the_program_at_the_session_s_cells() {
         (s.cols, s.rows) == (80, 24)
     })
     .await;
+    // The attach shows the program's redraw at 80x24 (until then its
+    // screen may still show the 120x60 window it started with, which the
+    // wait below would take for the later one).
+    within(PATIENCE, "the redraw at 80x24", async {
+        loop {
+            let screen = drawn(&pty.out.lock().unwrap());
+            if row_text(&screen[0]) == "row 0" && row_text(&screen[23]) == "row 23" {
+                return;
+            }
+            poll_pause().await;
+        }
+    })
+    .await;
     // Another viewer takes 120x60 back: the 80x24 terminal shows 23 rows
     // above the notice, ending at the cursor's (the last) row: 37 to 59.
     let mut op = node.client(OPERATOR).await;

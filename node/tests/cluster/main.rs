@@ -11,6 +11,7 @@
 mod common;
 
 mod agents;
+mod grep;
 mod requests;
 
 use common::cluster::Cluster;

@@ -8,6 +8,7 @@
 //! receiving, and TCP_USER_TIMEOUT (set on the listener) reaps a dead peer.
 
 mod deliver;
+mod grep;
 mod requests;
 mod slots;
 

@@ -90,6 +90,9 @@ impl ConnectionActor {
     /// sent at once, in order; a later one when it comes (holding its slot
     /// until the socket takes it).
     fn route(&mut self, msg: ClientMsg, ctx: &mut Ctx) -> Result<(), ApiError> {
+        if let ClientMsg::Grep { node: None, .. } = &msg {
+            return self.grep_everywhere(msg, ctx);
+        }
         let class = spec(&msg).class;
         if class == Class::Connection {
             return self.connection_request(msg, ctx);

@@ -485,6 +485,10 @@ pub(crate) struct AttachArgs {
     /// wants Shift, as with tmux's mouse on)
     #[arg(long)]
     pub(crate) mouse: bool,
+    /// Open in the scroll mode with the output at SEQ (a `termesh grep`
+    /// hit's) at the bottom; `q` goes on live
+    #[arg(long, value_name = "SEQ")]
+    pub(crate) at: Option<u64>,
     /// Pass the session's bytes through to this terminal instead of
     /// drawing it (for `attach | tee`, or a terminal's own scrollback);
     /// the default when output is not a terminal

@@ -424,6 +424,7 @@ fn attach_options(info: termesh_transport::SessionInfo, prefix: u8) -> AttachOpt
         take: false,
         predict: false,
         mouse: false,
+        at: None,
     }
 }
 
@@ -439,6 +440,7 @@ async fn attach_session(args: AttachArgs) -> anyhow::Result<i32> {
         take: args.detach_others,
         predict: args.predict,
         mouse: args.mouse,
+        at: args.at,
         ..attach_options(info, prefix)
     };
     attach(&target, opts).await.map(|end| end.exit_code())

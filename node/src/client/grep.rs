@@ -1,7 +1,8 @@
 //! `termesh grep`: a regex over every session's stored output in the
 //! cluster (the `grep` request), hits printed as each node answers, as
 //! `ID@NODE:SEQ:LINE` (context lines with `-`, groups apart with `--`, as
-//! grep does); `termesh attach ID` then shows the session. Exit code 0 with
+//! grep does); `termesh attach ID --at SEQ` opens the session's scroll
+//! mode at a hit. Exit code 0 with
 //! hits, 1 without, as grep.
 
 use std::io::Write;

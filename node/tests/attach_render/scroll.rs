@@ -41,6 +41,58 @@ async fn the_scroll_mode_finds_a_line_printed_5000_lines_before() {
     assert_eq!(pane.exit_code().await, 0);
 }
 
+/// `termesh grep` names a line's seq; `attach --at SEQ` opens the scroll
+/// mode there, the line on screen; `q` goes on live.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attach_at_a_grep_hit_shows_its_line_in_the_scroll_mode() {
+    let node = TestNode::start();
+    let session = shell_session(&node, 120, 30).await;
+    let mut op = node.client(OPERATOR).await;
+    op.send(&ClientMsg::Input {
+        session: session.clone(),
+        data: b"seq 1 3000 | sed 's/^/a-/'; echo NEEDLE-HIT; seq 1 3000 | sed 's/^/b-/'\r".to_vec(),
+    })
+    .await
+    .unwrap();
+    wait_output(&node, &session, "b-3000").await;
+    let grep = std::process::Command::new(BIN)
+        .args([
+            "grep",
+            "^NEEDLE-HIT$",
+            "--url",
+            &node.url(),
+            "--token",
+            OPERATOR,
+        ])
+        .output()
+        .unwrap();
+    let hit = String::from_utf8_lossy(&grep.stdout).to_string();
+    let seq = hit
+        .split(':')
+        .nth(1)
+        .unwrap_or_else(|| panic!("{hit:?}"))
+        .to_string();
+    let pane = Tmux::start(
+        80,
+        24,
+        &format!("{BIN} attach {session} --at {seq}"),
+        &[("TERMESH_URL", &node.url()), ("TERMESH_TOKEN", OPERATOR)],
+    );
+    let text = pane
+        .wait_until("the hit in the scroll mode", |t| {
+            t.contains("[scroll]") && t.lines().any(|l| l.trim_end() == "NEEDLE-HIT")
+        })
+        .await;
+    assert!(!text.contains("b-3000"), "the view is at the hit: {text}");
+    pane.keys(&["q"]);
+    pane.wait_until("the live screen", |t| {
+        t.contains("b-3000") && !t.contains("[scroll]")
+    })
+    .await;
+    pane.keys(&["C-]", "d"]);
+    assert_eq!(pane.exit_code().await, 0);
+}
+
 /// Past the ring (256 KiB here), the first page of history and a raw
 /// search page (1 MiB): the search reads raw pages of the stored output
 /// back to the hit, renders it, and fills the pages between as a search

@@ -52,6 +52,9 @@ pub struct AttachOptions {
     pub predict: bool,
     /// The wheel scrolls while the program has not asked for the mouse.
     pub mouse: bool,
+    /// Open in the scroll mode with output seq `at` at the bottom (a
+    /// `grep` hit's).
+    pub at: Option<u64>,
 }
 
 /// Why the attach ended.

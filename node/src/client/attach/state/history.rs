@@ -72,11 +72,17 @@ impl State {
 
     /// Asks for the newest page of history, which opens the scroll mode.
     pub(super) fn ask_newest(&mut self) {
+        self.ask_page(None);
+    }
+
+    /// Asks for the page of history before seq `before` (the newest for
+    /// `None`), which opens the scroll mode.
+    pub(super) fn ask_page(&mut self, before: Option<u64>) {
         self.send(ClientMsg::History {
             id: HISTORY_ID,
             session: self.opts.session.clone(),
             limit: None,
-            before_seq: None,
+            before_seq: before,
             rows: Some(HISTORY_ROWS),
         });
     }

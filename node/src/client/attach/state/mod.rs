@@ -107,6 +107,8 @@ pub struct State {
     /// The scroll mode was asked for and its history is awaited: keys
     /// typed meanwhile are the scroll mode's, kept here (bounded).
     scroll_wanted: Option<Vec<u8>>,
+    /// `--at`: the scroll mode opens there after the first snapshot.
+    scroll_at: Option<u64>,
     /// The last round-trip probe: when it went, and its nonce while it
     /// is unanswered.
     rtt_probe: Option<(Option<u64>, Instant)>,
@@ -115,6 +117,7 @@ pub struct State {
 impl State {
     /// `term`: the outer terminal's size, `None` when stdout is none.
     pub fn new(opts: AttachOptions, term: Option<(u16, u16)>) -> State {
+        let scroll_at = opts.at;
         let shown = term.unwrap_or(DEFAULT_TERM);
         let view: Box<dyn Display> = if opts.raw {
             Box::new(Raw::new(shown))
@@ -158,6 +161,7 @@ impl State {
             resync: None,
             next_screen_id: SCREEN_IDS,
             scroll_wanted: None,
+            scroll_at,
             term,
             outbox: Vec::new(),
         };
@@ -308,6 +312,11 @@ impl State {
                 self.view.snapshot(cols, rows, &data, reset);
                 self.last_seq = Some(seq);
                 self.schedule_redraw();
+                if let Some(at) = self.scroll_at.take() {
+                    self.scroll_wanted = Some(Vec::new());
+                    self.notify(format!("loading the history at seq {at}"));
+                    self.ask_page(Some(at.saturating_add(1)));
+                }
                 if self.lost {
                     return Ok(self.end_lost());
                 }

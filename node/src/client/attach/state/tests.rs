@@ -20,6 +20,7 @@ fn opts(read_only: bool) -> AttachOptions {
         take: false,
         predict: false,
         mouse: false,
+        at: None,
     }
 }
 
@@ -300,4 +301,36 @@ fn a_silent_link_is_probed_then_given_up() {
     ));
     assert!(!st.stale(Duration::from_secs(5)));
     assert!(st.stale(Duration::from_secs(6)));
+}
+
+#[test]
+fn at_opens_the_scroll_mode_on_the_page_ending_at_that_seq() {
+    let mut st = State::new(
+        AttachOptions {
+            at: Some(41),
+            ..opts(false)
+        },
+        Some((80, 24)),
+    );
+    st.on_message(subscribed()).unwrap();
+    st.take_outbox();
+    st.on_message(snapshot(None, 100, 80, 24, "hello")).unwrap();
+    let asked: Vec<ClientMsg> = st.take_outbox();
+    assert!(
+        asked.iter().any(|m| matches!(
+            m,
+            ClientMsg::History {
+                before_seq: Some(42),
+                rows: Some(_),
+                ..
+            }
+        )),
+        "{asked:?}"
+    );
+    // Once: a resync's snapshot does not open it again.
+    st.on_message(snapshot(None, 120, 80, 24, "hello")).unwrap();
+    assert!(!st
+        .take_outbox()
+        .iter()
+        .any(|m| matches!(m, ClientMsg::History { .. })));
 }

@@ -240,7 +240,8 @@ pub(crate) enum Command {
     },
     /// Serve the Model Context Protocol on stdin/stdout for an agent
     /// (e.g. `claude mcp add termesh -- termesh mcp`): tools to list,
-    /// create, send to, wait for, read, screen and kill sessions.
+    /// create, send to, wait for, read, search (grep), screen and kill
+    /// sessions.
     Mcp {
         #[command(flatten)]
         client: ClientArgs,

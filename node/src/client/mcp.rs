@@ -77,6 +77,20 @@ pub struct ReadArgs {
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct GrepArgs {
+    /// A regex (Rust syntax; `(?i)` for any case) over each line of plain text.
+    pub pattern: String,
+    /// Only these sessions (ids, id prefixes or names).
+    pub sessions: Option<Vec<String>>,
+    /// Only sessions in this state now: waiting, working or idle.
+    pub state: Option<String>,
+    /// Lines of context before and after each hit (at most 10).
+    pub context: Option<u32>,
+    /// At most this many hits (default 100, at most 10000).
+    pub max_hits: Option<u32>,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 pub struct SessionArgs {
     /// Session: id, id prefix or name.
     pub session: String,
@@ -257,6 +271,55 @@ impl Mcp {
                 Ok(json!({ "seq": seq, "text": text }).to_string())
             }
             other => Err(unexpected(&other)),
+        }
+    }
+
+    #[tool(
+        description = "Search what every session in the cluster printed (all of its stored output, as plain text) for a regex. Answers {hits: [{session, node, seq, line, before, after}], truncated, errors}; read with since_seq = seq - 1 shows the output from a hit on."
+    )]
+    async fn grep(&self, Parameters(args): Parameters<GrepArgs>) -> Answer {
+        let mut client = self.connect().await?;
+        let sessions = match args.sessions {
+            None => None,
+            Some(wanted) => {
+                let mut ids = Vec::new();
+                for w in wanted {
+                    ids.push(lookup(&mut client, &w).await.map_err(failed)?.id);
+                }
+                Some(ids)
+            }
+        };
+        let id = client.next_id();
+        let msg = ClientMsg::Grep {
+            id,
+            pattern: args.pattern,
+            sessions,
+            since_ms: None,
+            state: args.state,
+            context: args.context,
+            max_hits: Some(args.max_hits.unwrap_or(100)),
+            timeout_ms: None,
+            node: None,
+        };
+        client.send(&msg).await.map_err(failed)?;
+        let mut hits = Vec::new();
+        loop {
+            match client.next_for(id).await.map_err(failed)? {
+                ServerMsg::GrepHits { hits: more, .. } => hits.extend(more),
+                ServerMsg::GrepDone {
+                    truncated, errors, ..
+                } => {
+                    client.close().await;
+                    return Ok(
+                        json!({ "hits": hits, "truncated": truncated, "errors": errors })
+                            .to_string(),
+                    );
+                }
+                ServerMsg::Error { code, message, .. } => {
+                    return Err(format!("{}: {message}", code.as_str()))
+                }
+                _ => {}
+            }
         }
     }
 

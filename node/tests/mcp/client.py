@@ -13,7 +13,7 @@ import sys
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-TOOLS = ["create_session", "kill_session", "list_sessions", "read", "screen", "send", "wait"]
+TOOLS = ["create_session", "grep", "kill_session", "list_sessions", "read", "screen", "send", "wait"]
 AGENT = (
     "echo 'planning the release'; sleep 0.5; "
     "printf 'Deploy to production? [y/N] '; read a; echo \"deployed: $a\"; sleep 0.3"
@@ -69,6 +69,12 @@ async def main():
             assert ended["state"] == "exited", ended
             after = json.loads(ok(await s.call_tool("read", {"session": sid, "since_seq": question["seq"]})))
             assert after["text"] == "y\ndeployed: y\n", after
+
+            found = json.loads(ok(await s.call_tool("grep", {"pattern": "^deployed: ", "context": 1})))
+            assert [(h["session"], h["line"], h["before"]) for h in found["hits"]] == [
+                (sid, "deployed: y", ["Deploy to production? [y/N] y"])
+            ], found
+            assert failed(await s.call_tool("grep", {"pattern": "("})).startswith("bad_request"), "a bad regex"
 
             # Errors are tool errors, the termesh code first.
             late = failed(await s.call_tool("send", {"session": sid, "text": "late"}))

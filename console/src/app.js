@@ -20,6 +20,7 @@ const state = {
   ws: null,
   nextId: 1,
   waiting: new Map(), // request id -> resolve
+  streams: new Map(), // request id -> handler of each answer (grep)
   sessions: new Map(), // id -> SessionInfo
   terms: new Map(), // session id -> Term
   role: "viewer",
@@ -152,6 +153,11 @@ function onMessage(m) {
     if (m.code === "not_found" && state.role !== "admin") state.role = "operator";
     document.body.classList.toggle("viewer", m.code === "forbidden");
     $("who").textContent = m.code === "forbidden" ? "viewer" : state.role;
+    return;
+  }
+  if (m.id !== undefined && m.id !== null && state.streams.has(m.id)) {
+    state.streams.get(m.id)(m);
+    if (m.t !== "grep_hits") state.streams.delete(m.id);
     return;
   }
   if (m.id !== undefined && m.id !== null && state.waiting.has(m.id) && m.t !== "snapshot") {
@@ -430,6 +436,51 @@ $("create").addEventListener("submit", async (ev) => {
   const reply = await request(req);
   if (reply.t === "error") alert(reply.message);
   else ev.target.reset();
+});
+
+// ---- search ---------------------------------------------------------------
+
+// `grep` over every session's stored output in the cluster: each node's
+// hits are listed as they come; a hit opens its session.
+$("search").addEventListener("submit", (ev) => {
+  ev.preventDefault();
+  const pattern = new FormData(ev.target).get("pattern").trim();
+  const list = $("hits");
+  const status = $("search-status");
+  list.replaceChildren();
+  list.hidden = !pattern;
+  if (!pattern) return;
+  const id = state.nextId++;
+  let shown = 0;
+  status.textContent = "searching…";
+  state.streams.set(id, (m) => {
+    if (m.t === "grep_hits") {
+      for (const h of m.hits) {
+        const li = document.createElement("li");
+        li.dataset.session = h.session;
+        li.dataset.seq = h.seq;
+        const s = state.sessions.get(h.session);
+        const a = document.createElement("a");
+        a.href = `#/session/${h.session}`;
+        a.textContent = `${(s && s.name) || h.session}@${h.node}`;
+        const line = document.createElement("code");
+        line.textContent = h.line;
+        li.append(a, " ", line);
+        list.append(li);
+        shown++;
+      }
+    } else if (m.t === "grep_done") {
+      const more = m.truncated ? " (stopped early: narrow the search)" : "";
+      const failed = m.errors.length ? `; ${m.errors.join("; ")}` : "";
+      status.textContent = `${shown} hit${shown === 1 ? "" : "s"} in ${(m.scanned_bytes / 1e6).toFixed(1)} MB${more}${failed}`;
+    } else {
+      status.textContent = m.message || m.t;
+    }
+  });
+  if (!send({ t: "grep", id, pattern, max_hits: 200 })) {
+    state.streams.delete(id);
+    status.textContent = "not connected";
+  }
 });
 
 // ---- terminals ----------------------------------------------------------

@@ -9,6 +9,7 @@ mod common;
 
 mod attention;
 mod manage;
+mod search;
 
 use common::browser::{docs_path, Browser, ONE_AT_A_TIME};
 use common::proxy::Proxy;

@@ -7,6 +7,8 @@
 //! part without I/O.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use termesh_transport::{
@@ -132,9 +134,14 @@ impl<'a> Scan<'a> {
     pub fn feed(&mut self, seq: u64, data: &[u8]) -> bool {
         self.scanned += data.len() as u64;
         self.plain.feed(data);
-        for line in self.plain.take_lines() {
-            self.line(seq, line);
+        let lines = self.plain.take_lines();
+        let mut spent = Vec::with_capacity(lines.len());
+        for line in lines {
+            if let Some(old) = self.line(seq, line) {
+                spent.push(old);
+            }
         }
+        self.plain.recycle(spent);
         !self.full()
     }
 
@@ -150,7 +157,8 @@ impl<'a> Scan<'a> {
         self.hits.len() >= self.spec.max_hits && self.open.is_empty()
     }
 
-    fn line(&mut self, seq: u64, line: String) {
+    /// One line; gives back a line buffer done with.
+    fn line(&mut self, seq: u64, line: String) -> Option<String> {
         self.open.retain_mut(|(hit, left)| {
             self.hits[*hit].after.push(line.clone());
             *left -= 1;
@@ -169,77 +177,112 @@ impl<'a> Scan<'a> {
                 self.open.push((self.hits.len() - 1, self.spec.context));
             }
         }
-        if self.spec.context > 0 {
-            if self.before.len() == self.spec.context {
-                self.before.pop_front();
-            }
-            self.before.push_back(line);
+        if self.spec.context == 0 {
+            return Some(line);
         }
+        self.before.push_back(line);
+        (self.before.len() > self.spec.context)
+            .then(|| self.before.pop_front())
+            .flatten()
     }
 }
 
+/// Scans `sessions` one after another until the time or the node's hits
+/// (`found`, shared by the lanes) run out: the hits, bytes scanned, and
+/// whether it stopped early.
+fn scan_lane(
+    store: &crate::store::StoreHandle,
+    spec: &GrepSpec,
+    node: &str,
+    sessions: &[String],
+    deadline: Instant,
+    found: &AtomicUsize,
+) -> (Vec<GrepHit>, u64, bool) {
+    let (mut hits, mut scanned) = (Vec::new(), 0);
+    for session in sessions {
+        if found.load(Ordering::Relaxed) >= spec.max_hits || Instant::now() >= deadline {
+            return (hits, scanned, true);
+        }
+        let mut scan = Scan::new(spec, session, node);
+        let mut last = 0;
+        let walked = store.walk(session, 0, |frame| {
+            last = frame.seq;
+            if frame.at_ms < spec.since_ms {
+                return Instant::now() < deadline;
+            }
+            scan.feed(frame.seq, &frame.data) && Instant::now() < deadline
+        });
+        if let Err(e) = walked {
+            tracing::warn!(session, "grep: its output cannot be read: {e}");
+        }
+        scan.finish(last);
+        scanned += scan.scanned;
+        found.fetch_add(scan.hits.len(), Ordering::Relaxed);
+        hits.append(&mut scan.hits);
+    }
+    let stopped = Instant::now() >= deadline;
+    (hits, scanned, stopped)
+}
+
 impl NodeCtx {
-    /// This node's part of a `grep`: its sessions' stored output, one
-    /// session after another on a blocking thread.
+    /// This node's part of a `grep`: its sessions' stored output, on as
+    /// many blocking threads as the machine has cores, sessions dealt out
+    /// in turn.
     pub async fn grep_here(&self, id: u64, spec: GrepSpec) -> Result<ServerMsg, ApiError> {
         let store = self.store()?.clone();
-        let mut sessions: Vec<(String, Option<AgentState>)> = self
+        let mut sessions: Vec<String> = self
             .dir
             .list()
             .into_iter()
             .filter(|s| spec.sessions.as_ref().is_none_or(|w| w.contains(&s.id)))
             .filter(|s| spec.state.is_none() || s.state == spec.state)
-            .map(|s| (s.id, s.state))
+            .map(|s| s.id)
             .collect();
         sessions.sort();
-        let node = self.node.clone();
-        let work = move || {
-            let deadline = Instant::now() + spec.limit;
-            let (mut hits, mut scanned, mut truncated) = (Vec::new(), 0, false);
-            for (session, _) in &sessions {
-                let mut scan = Scan::new(&spec, session, &node);
-                let mut last = 0;
-                let walked = store.walk(session, 0, |frame| {
-                    last = frame.seq;
-                    if frame.at_ms < spec.since_ms {
-                        return Instant::now() < deadline;
-                    }
-                    scan.feed(frame.seq, &frame.data) && Instant::now() < deadline
-                });
-                if let Err(e) = walked {
-                    tracing::warn!(session, "grep: its output cannot be read: {e}");
-                }
-                scan.finish(last);
-                scanned += scan.scanned;
-                hits.append(&mut scan.hits);
-                if hits.len() >= spec.max_hits || Instant::now() >= deadline {
-                    truncated = true;
-                    break;
-                }
-            }
-            hits.truncate(spec.max_hits);
-            // Within a reply's bound, with room for the fields around.
-            let mut bytes = 0;
-            let fit = hits
-                .iter()
-                .take_while(|h| {
-                    bytes += h.len();
-                    bytes <= termesh_transport::MAX_REPLY - (64 << 10)
-                })
-                .count();
-            truncated |= fit < hits.len();
-            hits.truncate(fit);
-            ServerMsg::GrepHits {
-                id,
-                node,
-                hits,
-                scanned_bytes: scanned,
-                truncated,
-            }
-        };
-        tokio::task::spawn_blocking(work)
-            .await
-            .map_err(|e| ApiError::new(ErrorCode::Internal, format!("grep: {e}")))
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let lanes = cores.min(sessions.len()).max(1);
+        let deadline = Instant::now() + spec.limit;
+        let found = Arc::new(AtomicUsize::new(0));
+        let spec = Arc::new(spec);
+        let mut running = Vec::new();
+        for lane in 0..lanes {
+            let mine: Vec<String> = sessions.iter().skip(lane).step_by(lanes).cloned().collect();
+            let (store, spec, found, node) =
+                (store.clone(), spec.clone(), found.clone(), self.node.clone());
+            running.push(tokio::task::spawn_blocking(move || {
+                scan_lane(&store, &spec, &node, &mine, deadline, &found)
+            }));
+        }
+        let (mut hits, mut scanned, mut truncated) = (Vec::new(), 0, false);
+        for lane in running {
+            let (more, bytes, stopped) = lane
+                .await
+                .map_err(|e| ApiError::new(ErrorCode::Internal, format!("grep: {e}")))?;
+            hits.extend(more);
+            scanned += bytes;
+            truncated |= stopped;
+        }
+        hits.sort_by(|a, b| (&a.session, a.seq).cmp(&(&b.session, b.seq)));
+        truncated |= hits.len() > spec.max_hits;
+        hits.truncate(spec.max_hits);
+        // Within a reply's bound, with room for the fields around.
+        let mut bytes = 0;
+        let fit = hits
+            .iter()
+            .take_while(|h| {
+                bytes += h.len();
+                bytes <= termesh_transport::MAX_REPLY - (64 << 10)
+            })
+            .count();
+        truncated |= fit < hits.len();
+        hits.truncate(fit);
+        Ok(ServerMsg::GrepHits {
+            id,
+            node: self.node.clone(),
+            hits,
+            scanned_bytes: scanned,
+            truncated,
+        })
     }
 }
 

@@ -43,6 +43,13 @@ impl Plain {
         std::mem::take(&mut self.lines.done)
     }
 
+    /// Lines done with, their allocations used again for the next lines
+    /// (a search reads gigabytes a line at a time).
+    pub fn recycle(&mut self, lines: impl IntoIterator<Item = String>) {
+        let pool = &mut self.lines.pool;
+        pool.extend(lines.into_iter().take(POOL.saturating_sub(pool.len())));
+    }
+
     /// The line not ended yet.
     pub fn partial(&self) -> String {
         self.lines.line.trim_end_matches(' ').to_string()
@@ -52,9 +59,13 @@ impl Plain {
 /// The line being drawn: appended to as a `String` while the cursor is at
 /// its end (nearly always), edited as characters when a redraw moves it
 /// back.
+/// Line buffers kept for reuse, at most.
+const POOL: usize = 64;
+
 #[derive(Default)]
 struct Lines {
     done: Vec<String>,
+    pool: Vec<String>,
     line: String,
     /// Characters in `line`.
     len: usize,
@@ -64,13 +75,12 @@ struct Lines {
 
 impl Lines {
     fn end_line(&mut self) {
-        let line = std::mem::take(&mut self.line);
-        let trimmed = line.trim_end_matches(' ');
-        self.done.push(if trimmed.len() == line.len() {
-            line
-        } else {
-            trimmed.to_string()
-        });
+        let mut next = self.pool.pop().unwrap_or_default();
+        next.clear();
+        let mut line = std::mem::replace(&mut self.line, next);
+        let trimmed = line.trim_end_matches(' ').len();
+        line.truncate(trimmed);
+        self.done.push(line);
         self.len = 0;
         self.col = 0;
     }

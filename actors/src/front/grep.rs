@@ -247,8 +247,12 @@ impl NodeCtx {
         let mut running = Vec::new();
         for lane in 0..lanes {
             let mine: Vec<String> = sessions.iter().skip(lane).step_by(lanes).cloned().collect();
-            let (store, spec, found, node) =
-                (store.clone(), spec.clone(), found.clone(), self.node.clone());
+            let (store, spec, found, node) = (
+                store.clone(),
+                spec.clone(),
+                found.clone(),
+                self.node.clone(),
+            );
             running.push(tokio::task::spawn_blocking(move || {
                 scan_lane(&store, &spec, &node, &mine, deadline, &found)
             }));

@@ -3,6 +3,7 @@
 //! frame decoding and reassembly, and `NodeCtx`, the node as the front ends see it.
 
 pub mod connection;
+pub mod escapes;
 pub mod fragments;
 pub mod frames;
 pub mod grep;

@@ -4,7 +4,7 @@
 //! joined with `\n`. A line model, not a screen: cursor moves within a
 //! line (`\r`, backspace, `CSI C/D/G`, erase `CSI K`) are followed, moves
 //! between lines are not (a full-screen program's text comes out in the
-//! order it was drawn).
+//! order it was drawn). The parsing is `escapes`.
 
 /// Tab stops every this many columns.
 const TAB: usize = 8;
@@ -29,13 +29,13 @@ pub fn text(bytes: &[u8]) -> String {
 /// may be split between them); complete lines are taken as they end.
 #[derive(Default)]
 pub struct Plain {
-    parser: vte::Parser,
+    parser: super::escapes::Parser,
     lines: Lines,
 }
 
 impl Plain {
     pub fn feed(&mut self, bytes: &[u8]) {
-        self.parser.advance(&mut self.lines, bytes);
+        self.parser.feed(&mut self.lines, bytes);
     }
 
     /// The lines ended since the last call, trailing blanks trimmed.
@@ -133,33 +133,41 @@ impl Lines {
     }
 }
 
-impl vte::Perform for Lines {
-    fn print(&mut self, c: char) {
+impl super::escapes::Out for Lines {
+    fn ascii(&mut self, run: &str) {
+        if self.col == self.len && self.col + run.len() <= MAX_LINE {
+            self.line.push_str(run);
+            self.len += run.len();
+            self.col += run.len();
+        } else {
+            for c in run.chars() {
+                self.put(c);
+            }
+        }
+    }
+
+    fn char(&mut self, c: char) {
         self.put(c);
     }
 
-    fn execute(&mut self, byte: u8) {
+    fn control(&mut self, byte: u8) {
         match byte {
             b'\n' | 0x0b | 0x0c => self.end_line(),
             b'\r' => self.col = 0,
             0x08 => self.col = self.col.saturating_sub(1),
-            b'\t' => self.col = (self.col / TAB + 1) * TAB,
+            b'\t' => self.col = ((self.col / TAB + 1) * TAB).min(MAX_LINE),
             _ => {}
         }
     }
 
-    fn csi_dispatch(&mut self, params: &vte::Params, _: &[u8], _: bool, action: char) {
-        let first = params
-            .iter()
-            .next()
-            .and_then(|p| p.first().copied())
-            .unwrap_or(0) as usize;
+    fn csi(&mut self, action: u8, first: u32) {
+        let first = first as usize;
         let n = first.max(1);
         match action {
-            'C' => self.col = (self.col + n).min(MAX_LINE),
-            'D' => self.col = self.col.saturating_sub(n),
-            'G' => self.col = (n - 1).min(MAX_LINE),
-            'K' => self.erase(first),
+            b'C' => self.col = (self.col + n).min(MAX_LINE),
+            b'D' => self.col = self.col.saturating_sub(n),
+            b'G' => self.col = (n - 1).min(MAX_LINE),
+            b'K' => self.erase(first),
             _ => {}
         }
     }

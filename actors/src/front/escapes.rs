@@ -32,6 +32,28 @@ enum State {
     StrEsc,
 }
 
+/// How many bytes at the start of `bytes` are printable ASCII (`0x20` to
+/// `0x7e`), eight at a time.
+fn ascii_run(bytes: &[u8]) -> usize {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let mut at = 0;
+    for word in bytes.chunks_exact(8) {
+        let w = u64::from_le_bytes(word.try_into().expect("eight bytes"));
+        // A byte below 0x20, at or above 0x80, or 0x7f sets its high bit.
+        let below = w.wrapping_sub(ONES * 0x20) & !w;
+        let del = (w ^ (ONES * 0x7f)).wrapping_sub(ONES) & !(w ^ (ONES * 0x7f));
+        if (below | w | del) & HIGH != 0 {
+            break;
+        }
+        at += 8;
+    }
+    at + bytes[at..]
+        .iter()
+        .position(|&b| !(0x20..0x7f).contains(&b))
+        .unwrap_or(bytes.len() - at)
+}
+
 /// Parser state carried from one piece of output to the next.
 #[derive(Debug, Default)]
 pub struct Parser {
@@ -62,10 +84,7 @@ impl Parser {
         if !self.partial.is_empty() {
             return self.utf8(out, bytes);
         }
-        let run = bytes
-            .iter()
-            .position(|&b| !(0x20..0x7f).contains(&b))
-            .unwrap_or(bytes.len());
+        let run = ascii_run(bytes);
         if run > 0 {
             // Printable ASCII: valid UTF-8.
             out.ascii(std::str::from_utf8(&bytes[..run]).unwrap_or_default());
@@ -235,6 +254,19 @@ mod tests {
             };
             assert_eq!(joined, want, "split at {at}");
         }
+    }
+
+    #[test]
+    fn ascii_runs_end_at_the_first_other_byte() {
+        for len in 0..40 {
+            for other in [0x00u8, 0x0a, 0x1b, 0x1f, 0x7f, 0x80, 0xc3, 0xff] {
+                let mut bytes = vec![b'a'; len];
+                bytes.extend([other, b'b', b'c']);
+                assert_eq!(ascii_run(&bytes), len, "{len} then {other:#x}");
+            }
+            assert_eq!(ascii_run(&vec![b' '; len]), len);
+        }
+        assert_eq!(ascii_run(b"~~~~~~~~~~\x7f"), 10);
     }
 
     #[test]

@@ -57,7 +57,12 @@ async fn a_phone_sees_who_waits_answers_inline_and_opens_the_link() {
         .click()
         .await
         .unwrap();
-    wait_output(&node, &asks, "answered y").await;
+    // Whatever was answered, then what: a failure says which.
+    let text = wait_output(&node, &asks, "answered").await;
+    assert!(
+        text.contains("answered y"),
+        "the answer typed was not `y`: {text:?}"
+    );
     b.wait_js(
         "the question gone once answered",
         &format!(

@@ -28,13 +28,9 @@ pub struct GrepHit {
 
 impl GrepHit {
     /// Its size in a reply, about.
-    pub fn len(&self) -> usize {
+    pub fn reply_bytes(&self) -> usize {
         let lines = self.before.iter().chain(&self.after).map(|l| l.len() + 8);
         48 + self.session.len() + self.node.len() + self.line.len() + lines.sum::<usize>()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        false
     }
 }
 

@@ -35,7 +35,7 @@ impl ServerMsg {
             }
             ServerMsg::Sessions { sessions, .. } => sessions.len() * 256,
             ServerMsg::Text { text, .. } => text.len(),
-            ServerMsg::GrepHits { hits, .. } => hits.iter().map(GrepHit::len).sum(),
+            ServerMsg::GrepHits { hits, .. } => hits.iter().map(GrepHit::reply_bytes).sum(),
             _ => 0,
         }
     }

@@ -274,7 +274,7 @@ impl NodeCtx {
         let fit = hits
             .iter()
             .take_while(|h| {
-                bytes += h.len();
+                bytes += h.reply_bytes();
                 bytes <= termesh_transport::MAX_REPLY - (64 << 10)
             })
             .count();

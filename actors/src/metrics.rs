@@ -13,6 +13,9 @@ pub struct Metrics {
     pub ended_warm: AtomicI64,
     pub bytes_out: AtomicU64,
     pub frames_out: AtomicU64,
+    /// Bulk output connections hold until their flight has room
+    /// (`front::connection::lanes`).
+    pub held_bytes: AtomicI64,
     pub resyncs: AtomicU64,
     pub snapshots: AtomicU64,
     /// Changes of sessions' states (working, waiting, idle).
@@ -215,6 +218,12 @@ const ROWS: &[Row] = &[
         "counter",
         "Output bytes sent to subscribers.",
         |m| c(&m.bytes_out),
+    ),
+    (
+        "termesh_output_held_bytes",
+        "gauge",
+        "Bulk output connections hold back so interactive output goes first (bounded by the subscription windows).",
+        |m| g(&m.held_bytes),
     ),
     (
         "termesh_frames_out_total",

@@ -18,31 +18,14 @@
 mod common;
 
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::cluster::Cluster;
 use common::{ms, percentile, rss_kib};
 use termesh_node::client::{Client, Target};
-use termesh_transport::{ClientMsg, CreateRequest, ServerMsg};
+use termesh_transport::{ClientMsg, ServerMsg};
 
-const BIN: &str = env!("CARGO_BIN_EXE_termesh");
 const REQUESTS: usize = 2000;
-
-/// The nodes, and the data dirs whose PTY keepers go with them.
-struct Procs(Vec<Child>, Vec<std::path::PathBuf>);
-
-impl Drop for Procs {
-    fn drop(&mut self) {
-        for child in &mut self.0 {
-            let pid = nix::unistd::Pid::from_raw(child.id() as i32);
-            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-            let _ = child.wait();
-        }
-        for data in &self.1 {
-            common::stop_keeper(data);
-        }
-    }
-}
 
 async fn rename_round_trips(target: &Target, session: &str) -> Vec<Duration> {
     let mut c = Client::connect(target).await.unwrap();
@@ -215,8 +198,8 @@ fn line(what: &str, times: &[Duration]) {
 /// one round is the tenth-slowest key of half a second, which a single
 /// hiccup of the host moves; the rounds' keys pooled give the figure,
 /// the rounds' own p99s its spread.
-async fn echo_rounds(target: &impl Fn(usize) -> Target, procs: &Procs, rounds: usize) {
-    let pids: Vec<u32> = procs.0.iter().map(|p| p.id()).collect();
+async fn echo_rounds(target: &impl Fn(usize) -> Target, cluster: &Cluster, rounds: usize) {
+    let pids = cluster.pids();
     let (mut local, mut mirror) = (Vec::new(), Vec::new());
     let (mut local99, mut mirror99) = (Vec::new(), Vec::new());
     println!("  idle: nodes quiet before each round, {rounds} alternating rounds of 1,000 keys");
@@ -251,60 +234,15 @@ async fn echo_rounds(target: &impl Fn(usize) -> Target, procs: &Procs, rounds: u
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("cluster");
     // Extra config for every node (`\n` for newlines), e.g. to compare
     // `[store]\nenabled = false`.
     let extra = std::env::var("TERMESH_BENCH_CONFIG")
         .unwrap_or_default()
         .replace("\\n", "\n");
-    let (https, token) = common::cluster_init(&out, &["a", "b", "c"], &extra);
-    let mut procs = Procs(Vec::new(), Vec::new());
-    for name in ["a", "b", "c"] {
-        procs.1.push(out.join(name).join("data"));
-        procs.0.push(
-            Command::new(BIN)
-                .args(["node", "--config"])
-                .arg(out.join(name).join("termesh.toml"))
-                .env("TERMESH_LOG", "warn")
-                .stdout(Stdio::null())
-                .spawn()
-                .unwrap(),
-        );
-    }
-    let target = |i: usize| Target {
-        url: format!("http://{}", https[i]),
-        token: Some(token.clone()),
-        token_source: "the benchmark".into(),
-        ca: None,
-        looked: Vec::new(),
-    };
-    // Wait for the nodes and the links.
+    let (cluster, session) = Cluster::start(&["a", "b", "c"], &extra).await;
+    let (https, token) = (cluster.https.clone(), cluster.token.clone());
+    let target = |i: usize| cluster.target(i);
     let deadline = Instant::now() + Duration::from_secs(60);
-    let session = loop {
-        assert!(Instant::now() < deadline, "the cluster did not come up");
-        if let Ok(mut c) = Client::connect(&target(0)).await {
-            let req = CreateRequest {
-                command: Some(vec!["sleep".into(), "100000".into()]),
-                ..Default::default()
-            };
-            if let Ok(ServerMsg::Created { session, .. }) =
-                c.request(|id| ClientMsg::Create { id, req }).await
-            {
-                break session.id;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-    loop {
-        assert!(Instant::now() < deadline, "b never learned of a's session");
-        let mut c = Client::connect(&target(1)).await.unwrap();
-        if let Ok(ServerMsg::Sessions { sessions, .. }) = c.request(ClientMsg::list).await {
-            if sessions.iter().any(|s| s.id == session) {
-                break;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 
     let echo_only = std::env::var("TERMESH_BENCH_ECHO_ROUNDS")
         .ok()
@@ -315,7 +253,7 @@ async fn main() {
     // a few lines (b keeps one mirror each), at two sizes: 200, then 800
     // more.
     let mut c = Client::connect(&target(1)).await.unwrap();
-    let b_pid = procs.0[1].id();
+    let b_pid = cluster.procs[1].id();
     let mut idle = Vec::new();
     for more in [200usize, 800].into_iter().filter(|_| echo_only.is_none()) {
         let mut batch = Vec::new();
@@ -417,7 +355,7 @@ async fn main() {
             ms(after99)
         );
     }
-    echo_rounds(&target, &procs, rounds).await;
+    echo_rounds(&target, &cluster, rounds).await;
     if echo_only.is_some() {
         return;
     }
@@ -473,7 +411,7 @@ async fn main() {
     let single = common::Node::start("");
     tokio::time::sleep(Duration::from_secs(1)).await;
     let alone = single.rss_kib();
-    let clustered = rss_kib(procs.0[2].id());
+    let clustered = rss_kib(cluster.procs[2].id());
     println!(
         "  RSS: node c (2 idle peer links, no sessions) {clustered} KiB, a node alone {alone} KiB: \
          about {} KiB per idle link",

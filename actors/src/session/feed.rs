@@ -132,6 +132,10 @@ impl SessionActor {
             self.publisher.skip_to(seq - 1);
         }
         self.modes.feed(&data);
+        if let Some(terminal) = &self.terminal {
+            self.flow
+                .output(data.len(), &self.typed, self.pid, terminal);
+        }
         let frame = self.publisher.push(data);
         if let Some(upto) = self.core.intake.sent(frame.seq) {
             self.reserve(upto, ctx);

@@ -7,6 +7,7 @@
 
 pub mod agent;
 mod attention;
+pub mod bulk;
 mod cold;
 pub use cold::COOL_AFTER;
 mod core;
@@ -121,6 +122,10 @@ pub struct SessionActor {
     screen: ScreenCache,
     /// When output last arrived.
     last_output: std::time::Instant,
+    /// When input last reached the program, and its output rate: bulk or
+    /// interactive (`bulk`).
+    typed: bulk::Typed,
+    flow: bulk::Flow,
     /// Restored without its ring (it had ended): `warm` reads it from the
     /// store before anything reads the ring.
     cold: bool,
@@ -182,6 +187,8 @@ impl SessionActor {
         pty.take_seqs(seqs.clone());
         self.seqs = Some(seqs);
         self.pid = pty.pid;
+        self.typed = pty.input.typed();
+        self.flow = Default::default();
         self.reap_guard = Some(pty.reap_guard);
         self.terminal = Some(pty.terminal);
         self.events = Some(pty.events);
@@ -252,6 +259,8 @@ impl SessionActor {
             next_mark: 1,
             screen: ScreenCache::default(),
             last_output: std::time::Instant::now(),
+            typed: Default::default(),
+            flow: Default::default(),
             cold: false,
             warm_counted: false,
             released: None,

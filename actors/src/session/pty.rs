@@ -62,6 +62,8 @@ pub enum ToTerminal {
 pub struct InputTx {
     tx: mpsc::Sender<ToTerminal>,
     queued: Arc<std::sync::atomic::AtomicUsize>,
+    /// When keys were last queued (the session reads it: `bulk`).
+    typed: super::bulk::Typed,
 }
 
 impl InputTx {
@@ -71,7 +73,13 @@ impl InputTx {
         InputTx {
             tx,
             queued: Arc::default(),
+            typed: Default::default(),
         }
+    }
+
+    /// When keys were last queued here.
+    pub fn typed(&self) -> super::bulk::Typed {
+        self.typed.clone()
     }
 
     /// Queues `data` without waiting; `Full` past `INPUT_QUEUE_BYTES` (one
@@ -99,6 +107,7 @@ impl InputTx {
             return Err(TrySendError::Full(()));
         }
         self.queued.fetch_add(n, Ordering::AcqRel);
+        self.typed.now();
         self.tx.try_send(msg).map_err(|e| {
             self.queued.fetch_sub(n, Ordering::AcqRel);
             match e {
@@ -414,6 +423,7 @@ fn start_io(
     let input = InputTx {
         tx,
         queued: Arc::default(),
+        typed: Default::default(),
     };
     let (guard_tx, guard_rx) = tokio::sync::watch::channel(Let::Held);
     let queue = (input_rx, input.queued.clone());
@@ -514,6 +524,7 @@ mod tests {
         let input = InputTx {
             tx,
             queued: Arc::default(),
+            typed: Default::default(),
         };
         // Thousands of keystrokes nobody has written yet all wait.
         for i in 0..5_000 {

@@ -1,7 +1,7 @@
 //! What the benchmark programs share: the real `termesh` binary as its own
 //! process, the client calls they all make, and programs in a PTY seen as
-//! a terminal shows them (`pty`), and a slow link to put between them
-//! (`relay`).
+//! a terminal shows them (`pty`), a slow link to put between them
+//! (`relay`), and a cluster of real nodes (`cluster`).
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -14,6 +14,7 @@ use portable_pty::{native_pty_system, CommandBuilder, PtySize};
 use termesh_node::client::{Client, Target};
 use termesh_transport::{ClientMsg, CreateRequest, ServerMsg};
 
+pub mod cluster;
 pub mod pty;
 pub mod relay;
 

@@ -2,7 +2,7 @@
 
 use actix::prelude::*;
 use actix_web_actors::ws::{CloseCode, CloseReason, WebsocketContext};
-use termesh_transport::{encode_output, ServerMsg};
+use termesh_transport::{encode_output, encode_server, ServerMsg};
 
 use super::ConnectionActor;
 use crate::directory::watch::{WatchEvent, WatchReady};
@@ -53,7 +53,8 @@ impl Handler<Deliver> for ConnectionActor {
                 return
             }
             Delivery::Output(frame) => {
-                ctx.binary(encode_output(&msg.session, frame.seq, &frame.data));
+                let bytes = encode_output(&msg.session, frame.seq, &frame.data);
+                self.send_session(ctx, &msg.session, bytes.into(), true);
                 return;
             }
             Delivery::Snapshot {
@@ -107,7 +108,8 @@ impl Handler<Deliver> for ConnectionActor {
                 }
             }
         };
-        self.send(ctx, &out);
+        // Behind what is held of the same session.
+        self.send_session(ctx, &msg.session, encode_server(&out).into(), false);
     }
 }
 

@@ -9,6 +9,7 @@
 
 mod deliver;
 mod grep;
+mod lanes;
 mod requests;
 mod slots;
 
@@ -127,6 +128,13 @@ pub struct ConnectionActor {
     token: HeldToken,
     /// The client's decoded frames, until `started` adds them.
     incoming: Option<Incoming>,
+    /// Session traffic on its way out: interactive first, bulk within
+    /// the flight limit.
+    lanes: lanes::Lanes,
+    /// A check on unanswered marks is scheduled.
+    checking: bool,
+    /// The lanes' held bytes as the node's gauge has them.
+    held_reported: usize,
 }
 
 impl ConnectionActor {
@@ -153,6 +161,9 @@ impl ConnectionActor {
             partial: Reassembler::new(MAX_INBOUND_FRAME),
             slots: slots::ReplySlots::default(),
             incoming: None,
+            lanes: lanes::Lanes::default(),
+            checking: false,
+            held_reported: 0,
         }
     }
 
@@ -172,6 +183,76 @@ impl ConnectionActor {
 
     fn send(&self, ctx: &mut ws::WebsocketContext<Self>, msg: &ServerMsg) {
         ctx.binary(encode_server(msg));
+    }
+
+    /// A frame of `session`'s traffic (`output`: an output frame), through
+    /// the lanes: now, or once the flight has room.
+    fn send_session(
+        &mut self,
+        ctx: &mut ws::WebsocketContext<Self>,
+        session: &Arc<str>,
+        frame: bytes::Bytes,
+        output: bool,
+    ) {
+        let now = std::time::Instant::now();
+        match self.lanes.offer(session, frame, output, now) {
+            lanes::Offer::Now(frame) => {
+                ctx.binary(frame);
+                self.mark(ctx, now);
+            }
+            lanes::Offer::Held => {
+                self.report_held();
+                self.check_later(ctx);
+            }
+        }
+    }
+
+    /// The node's gauge of held output follows this connection's.
+    fn report_held(&mut self) {
+        let now = self.lanes.held_bytes();
+        let delta = now as i64 - self.held_reported as i64;
+        if delta != 0 {
+            Metrics::gauge(&self.node.metrics.held_bytes, delta);
+            self.held_reported = now;
+        }
+    }
+
+    /// Sends what the lanes let go now.
+    fn pump(&mut self, ctx: &mut ws::WebsocketContext<Self>) {
+        let now = std::time::Instant::now();
+        while let Some(frame) = self.lanes.next(now) {
+            ctx.binary(frame);
+            self.mark(ctx, now);
+        }
+        self.report_held();
+    }
+
+    fn mark(&mut self, ctx: &mut ws::WebsocketContext<Self>, now: std::time::Instant) {
+        if let Some(payload) = self.lanes.mark(now) {
+            ctx.ping(&payload);
+        }
+    }
+
+    /// While frames are held, looks now and then for a client that
+    /// answers no marks (its frames then go within its windows alone).
+    fn check_later(&mut self, ctx: &mut ws::WebsocketContext<Self>) {
+        if self.checking {
+            return;
+        }
+        self.checking = true;
+        ctx.run_later(std::time::Duration::from_secs(1), |act, ctx| {
+            act.checking = false;
+            if act.lanes.check(std::time::Instant::now()) {
+                tracing::info!(
+                    conn = act.id,
+                    "client answers no pings: output limited by its windows alone"
+                );
+                act.pump(ctx);
+            }
+            if act.lanes.holding() {
+                act.check_later(ctx);
+            }
+        });
     }
 
     fn send_error(
@@ -306,6 +387,7 @@ impl Actor for ConnectionActor {
             Metrics::gauge(&self.node.metrics.stale_now, -1);
         }
         self.connections.remove(self.id);
+        Metrics::gauge(&self.node.metrics.held_bytes, -(self.held_reported as i64));
         for (_, sub) in self.subs.drain() {
             sub.feed.unsubscribe.do_send(Unsubscribe { sub: sub.id });
         }
@@ -334,7 +416,12 @@ impl StreamHandler<Result<ws::Message, ws::ProtocolError>> for ConnectionActor {
                 "text frames are not part of the protocol; send binary MessagePack",
             ),
             ws::Message::Ping(p) => ctx.pong(&p),
-            ws::Message::Pong(_) | ws::Message::Nop => {}
+            ws::Message::Pong(p) => {
+                if self.lanes.pong(&p, std::time::Instant::now()) {
+                    self.pump(ctx);
+                }
+            }
+            ws::Message::Nop => {}
             ws::Message::Close(reason) => {
                 ctx.close(reason);
                 ctx.stop();

@@ -93,6 +93,9 @@ impl ConnectionActor {
         if let ClientMsg::Grep { node: None, .. } = &msg {
             return self.grep_everywhere(msg, ctx);
         }
+        if let ClientMsg::Input { session, .. } = &msg {
+            self.lanes.typed(session, std::time::Instant::now());
+        }
         let class = spec(&msg).class;
         if class == Class::Connection {
             return self.connection_request(msg, ctx);
@@ -213,6 +216,8 @@ impl ConnectionActor {
                     .remove(session.as_str())
                     .ok_or_else(|| not_subscribed(&session))?;
                 sub.feed.unsubscribe.do_send(Unsubscribe { sub: sub.id });
+                self.lanes.forget(&session);
+                self.report_held();
             }
             // An ack that raced an unsubscribe is ignored (section 8).
             ClientMsg::Ack { session, seq } => {

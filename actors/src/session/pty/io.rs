@@ -14,7 +14,8 @@
 //!   `READ_CHUNK`, so a flood becomes a few large frames while interactive
 //!   output goes out at once. Each frame gets its seq and is in the output
 //!   log before it is queued (`seqs`): a node killed with frames queued
-//!   loses none.
+//!   loses none. After a large frame the reader yields, so a flood's
+//!   reads take turns with the keystrokes of sessions on the same thread.
 //! - The writer drains the input channel that connections hold senders
 //!   of, so keystrokes never wait behind output work; a program that does
 //!   not read its input makes only its own writer wait.
@@ -230,6 +231,12 @@ async fn read_task(
         };
         if tx.send(PtyEvent::Output { seq, data }).await.is_err() {
             return;
+        }
+        if filled >= READ_CHUNK / 2 {
+            // A flood's reads take turns with the other sessions' tasks on
+            // this thread (a keystroke waits at most one read and log of
+            // it, not a run of them until tokio's budget is spent).
+            tokio::task::yield_now().await;
         }
     }
     let _ = tx.send(PtyEvent::Eof).await;

@@ -1,0 +1,171 @@
+//! Interactive or bulk: the rule that decides whose output and whose
+//! program go first, and the CPU weight of a program that floods.
+//!
+//! A session is **interactive** while input reached it within
+//! `INTERACTIVE_FOR` (a person types, reads what came, types again); its
+//! output goes ahead of bulk output on each connection that typed into it
+//! (`front::connection::lanes`). A program that prints more than
+//! `BULK_RATE` over a second while nobody types into it is **bulk**: its
+//! terminal's foreground process group gets nice `BULK_NICE`, so on a
+//! saturated machine the program you type into (and the node serving you)
+//! runs first, while on an idle machine the flood is as fast as before (a
+//! nice value only matters when the CPU is contended). Input gives the
+//! group nice 0 back where the node may lower a nice value (root, or
+//! `CAP_SYS_NICE`, or an `RLIMIT_NICE` that allows it); elsewhere a
+//! reniced group stays so until it exits (a shell's next command starts
+//! at the shell's own nice value, since the group reniced is the job that
+//! flooded).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use nix::unistd::Pid;
+
+use super::pty::Terminal;
+
+/// How long after its last input a session stays interactive.
+pub const INTERACTIVE_FOR: Duration = Duration::from_secs(10);
+/// Output over one second past which a program nobody types into is bulk.
+pub const BULK_RATE: u64 = 1 << 20;
+/// The nice value of a bulk program's foreground group.
+pub const BULK_NICE: i32 = 10;
+
+/// Milliseconds on a monotonic clock (since this process first asked),
+/// from 1: 0 means never.
+fn mono_ms() -> u64 {
+    static START: OnceLock<Instant> = OnceLock::new();
+    let start = *START.get_or_init(Instant::now);
+    start.elapsed().as_millis() as u64 + 1
+}
+
+/// When input last reached a session's program, shared by its input
+/// queue (which writes it) and the session (which reads it).
+#[derive(Debug, Clone, Default)]
+pub struct Typed(Arc<AtomicU64>);
+
+impl Typed {
+    pub fn now(&self) {
+        self.0.store(mono_ms(), Ordering::Relaxed);
+    }
+
+    /// Input came within `INTERACTIVE_FOR`.
+    pub fn recent(&self) -> bool {
+        self.recent_at(mono_ms())
+    }
+
+    fn recent_at(&self, now_ms: u64) -> bool {
+        let at = self.0.load(Ordering::Relaxed);
+        at != 0 && now_ms.saturating_sub(at) < INTERACTIVE_FOR.as_millis() as u64
+    }
+}
+
+/// One session's output rate, and the group it reniced.
+#[derive(Debug)]
+pub struct Flow {
+    since: Instant,
+    bytes: u64,
+    /// The group given `BULK_NICE`, while it is.
+    niced: Option<i32>,
+    /// Giving a group its nice value back was refused (no privilege):
+    /// not tried again.
+    cannot_restore: bool,
+}
+
+impl Default for Flow {
+    fn default() -> Self {
+        Flow {
+            since: Instant::now(),
+            bytes: 0,
+            niced: None,
+            cannot_restore: false,
+        }
+    }
+}
+
+impl Flow {
+    /// `n` bytes of output from the program (`pid` leads its session,
+    /// `terminal` is its PTY): once a second, decides bulk or not.
+    pub fn output(&mut self, n: usize, typed: &Typed, pid: i32, terminal: &Terminal) {
+        self.bytes += n as u64;
+        let typed_now = typed.recent();
+        if typed_now && self.niced.is_some() {
+            self.restore();
+        }
+        let elapsed = self.since.elapsed();
+        if elapsed < Duration::from_secs(1) {
+            return;
+        }
+        let rate = self.bytes as f64 / elapsed.as_secs_f64();
+        self.since = Instant::now();
+        self.bytes = 0;
+        if typed_now || self.niced.is_some() || rate < BULK_RATE as f64 {
+            return;
+        }
+        if let Some(group) = flooding_group(pid, terminal) {
+            if renice(group, BULK_NICE).is_ok() {
+                tracing::debug!(
+                    pid,
+                    group,
+                    rate,
+                    "a flooding program gets a lower CPU weight"
+                );
+                self.niced = Some(group);
+            }
+        }
+    }
+
+    /// The group reniced, if any (tests and the docs' claim).
+    pub fn niced(&self) -> Option<i32> {
+        self.niced
+    }
+
+    fn restore(&mut self) {
+        let Some(group) = self.niced else {
+            return;
+        };
+        if self.cannot_restore {
+            return;
+        }
+        match renice(group, 0) {
+            Ok(()) => self.niced = None,
+            Err(e) => {
+                tracing::debug!(group, "cannot give a reniced group nice 0 back: {e}");
+                self.cannot_restore = true;
+            }
+        }
+    }
+}
+
+/// The terminal's foreground group when it belongs to the program's
+/// session (a shell's running job), else the program's own group.
+fn flooding_group(pid: i32, terminal: &Terminal) -> Option<i32> {
+    let ours =
+        |g: i32| nix::unistd::getsid(Some(Pid::from_raw(g))).is_ok_and(|s| s.as_raw() == pid);
+    match terminal.foreground_group() {
+        Some(fg) if ours(fg) => Some(fg),
+        _ => ours(pid).then_some(pid),
+    }
+}
+
+fn renice(group: i32, nice: i32) -> std::io::Result<()> {
+    let group = rustix::process::Pid::from_raw(group).ok_or(std::io::ErrorKind::InvalidInput)?;
+    Ok(rustix::process::setpriority_pgrp(Some(group), nice)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn typed_is_recent_until_the_interactive_time_passes() {
+        let t = Typed::default();
+        assert!(!t.recent(), "never typed");
+        t.now();
+        assert!(t.recent());
+        let typed_at = t.0.load(Ordering::Relaxed);
+        let window = INTERACTIVE_FOR.as_millis() as u64;
+        assert!(t.recent_at(typed_at + window - 1));
+        assert!(!t.recent_at(typed_at + window), "typed long ago");
+    }
+}

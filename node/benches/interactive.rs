@@ -1,0 +1,400 @@
+//! Typing beside floods (issue 32): a key every 40 ms (human pacing, so
+//! every thread on the path has gone idle between keys) into `cat`, time
+//! from sending the key to receiving its echo, in alternating rounds of
+//! these phases:
+//!
+//! - the machine's limit: `cat` in a bare PTY, alone and beside the same
+//!   `yes` flood in another bare PTY read by a plain reader;
+//! - one node: typing alone; beside another session flooding that nobody
+//!   watches; with the flood subscribed on the same connection (acked as a
+//!   client does, like a console showing both);
+//! - through a mirror (session on a, client on b), alone and with another
+//!   session of a flooding to the same client over the same link.
+//!
+//! Each phase prints its pooled p50/p99 and each round's p99 as the
+//! spread. Then what must not regress, in the same run: back-to-back echo
+//! (every thread awake), and a file's throughput through one node and
+//! through a mirror beside the raw PTY.
+//!
+//!     cargo bench -p termesh-node --bench interactive
+//!
+//! `TERMESH_BENCH_ROUNDS` (3) and `TERMESH_BENCH_KEYS` (300 per phase and
+//! round) change the size; `TERMESH_BENCH_PHASES` picks phases by name
+//! (comma-separated, e.g. `alone,subscribed`); `TERMESH_BENCH_MIB` (32)
+//! the throughput payload, 0 to leave throughput out.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::time::{Duration, Instant};
+
+use common::cluster::Cluster;
+use common::{ms, percentile, WINDOW};
+use portable_pty::{native_pty_system, CommandBuilder, PtySize};
+use termesh_node::client::{Client, Target};
+use termesh_transport::{ClientMsg, ServerMsg};
+
+/// Between two keys.
+const PACE: Duration = Duration::from_millis(40);
+/// Keys typed before the timed ones (the session's first output, warm-up).
+const WARMUP: usize = 10;
+/// The neighbour: as much output as a program can make.
+const FLOOD: &str = "yes 'flood flood flood flood flood flood flood flood flood flood'";
+
+fn env_or(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Phase {
+    Limit,
+    LimitFlood,
+    Alone,
+    Unwatched,
+    Subscribed,
+    MirrorAlone,
+    MirrorFlood,
+}
+
+impl Phase {
+    const ALL: [Phase; 7] = [
+        Phase::Limit,
+        Phase::LimitFlood,
+        Phase::Alone,
+        Phase::Unwatched,
+        Phase::Subscribed,
+        Phase::MirrorAlone,
+        Phase::MirrorFlood,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Phase::Limit => "limit",
+            Phase::LimitFlood => "limit-flood",
+            Phase::Alone => "alone",
+            Phase::Unwatched => "unwatched",
+            Phase::Subscribed => "subscribed",
+            Phase::MirrorAlone => "mirror",
+            Phase::MirrorFlood => "mirror-flood",
+        }
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Phase::Limit => "limit: `cat` in a bare PTY",
+            Phase::LimitFlood => "limit: bare PTY beside `yes` read",
+            Phase::Alone => "one node, typing alone",
+            Phase::Unwatched => "one node, neighbour floods unwatched",
+            Phase::Subscribed => "one node, flood on the same connection",
+            Phase::MirrorAlone => "mirror (a -> b), typing alone",
+            Phase::MirrorFlood => "mirror, flood on the same link and conn",
+        }
+    }
+
+    fn target(self) -> &'static str {
+        match self {
+            Phase::Alone | Phase::Unwatched => "target p99 < 2 ms",
+            Phase::Subscribed => "target p99 < 3 ms",
+            Phase::MirrorFlood => "target p99 < 4 ms",
+            _ => "",
+        }
+    }
+}
+
+/// A program in a bare PTY, its reader and writer.
+struct BarePty {
+    child: Box<dyn portable_pty::Child + Send + Sync>,
+    reader: Box<dyn Read + Send>,
+    writer: Box<dyn Write + Send>,
+}
+
+impl BarePty {
+    fn spawn(script: &str) -> BarePty {
+        let pair = native_pty_system()
+            .openpty(PtySize {
+                rows: 24,
+                cols: 80,
+                pixel_width: 0,
+                pixel_height: 0,
+            })
+            .unwrap();
+        let mut cmd = CommandBuilder::new("sh");
+        cmd.args(["-c", script]);
+        let child = pair.slave.spawn_command(cmd).unwrap();
+        drop(pair.slave);
+        BarePty {
+            child,
+            reader: pair.master.try_clone_reader().unwrap(),
+            writer: pair.master.take_writer().unwrap(),
+        }
+    }
+}
+
+impl Drop for BarePty {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Paced keys into `cat` in a bare PTY, beside a `yes` in another bare PTY
+/// drained by a thread of its own when `flood`.
+fn bare(keys: usize, flood: bool) -> Vec<Duration> {
+    let neighbour = flood.then(|| {
+        let mut pty = BarePty::spawn(&format!("exec {FLOOD}"));
+        let mut reader = std::mem::replace(&mut pty.reader, Box::new(std::io::empty()));
+        let drain = std::thread::spawn(move || {
+            let mut buf = vec![0u8; 64 * 1024];
+            while matches!(reader.read(&mut buf), Ok(n) if n > 0) {}
+        });
+        (pty, drain)
+    });
+    let mut pty = BarePty::spawn("stty raw -echo; echo ready; exec cat");
+    let mut buf = [0u8; 4096];
+    let mut seen = String::new();
+    while !seen.contains("ready") {
+        let n = pty.reader.read(&mut buf).unwrap();
+        seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
+    let mut times = Vec::with_capacity(keys);
+    let mut next = Instant::now();
+    for i in 0..keys + WARMUP {
+        std::thread::sleep(next.saturating_duration_since(Instant::now()));
+        next = Instant::now() + PACE;
+        let key = format!("<{i}>");
+        let sent = Instant::now();
+        pty.writer.write_all(key.as_bytes()).unwrap();
+        let mut seen = String::new();
+        while !seen.contains(&key) {
+            let n = pty.reader.read(&mut buf).unwrap();
+            seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+        if i >= WARMUP {
+            times.push(sent.elapsed());
+        }
+    }
+    if let Some((pty, drain)) = neighbour {
+        drop(pty);
+        let _ = drain.join();
+    }
+    times
+}
+
+/// The flood's messages that reach the client: acked as a client does,
+/// every quarter window.
+struct Flood {
+    session: Option<String>,
+    unacked: u64,
+    bytes: u64,
+}
+
+impl Flood {
+    async fn take(&mut self, c: &mut Client, msg: ServerMsg) {
+        if let ServerMsg::Output { session, seq, data } = msg {
+            if Some(&session) != self.session.as_ref() {
+                return;
+            }
+            self.unacked += data.len() as u64;
+            self.bytes += data.len() as u64;
+            if self.unacked >= WINDOW / 4 {
+                self.unacked = 0;
+                c.send(&ClientMsg::Ack { session, seq }).await.unwrap();
+            }
+        }
+    }
+}
+
+/// Paced keys into `cat` on node `on`, from a client of `target`; a `yes`
+/// neighbour on the same node, not watched or subscribed on the same
+/// connection, as `flood` says.
+async fn paced(target: &Target, on: &str, keys: usize, flood: Option<bool>) -> Vec<Duration> {
+    let mut c = Client::connect(target).await.unwrap();
+    let session = common::create_on(&mut c, Some(on), "stty raw -echo; exec cat").await;
+    common::subscribe(&mut c, &session, Some(0)).await;
+    let mut neighbour = Flood {
+        session: None,
+        unacked: 0,
+        bytes: 0,
+    };
+    let flood_id = match flood {
+        Some(watched) => {
+            let id = common::create_on(&mut c, Some(on), &format!("exec {FLOOD}")).await;
+            if watched {
+                common::subscribe(&mut c, &id, None).await;
+                neighbour.session = Some(id.clone());
+            }
+            Some(id)
+        }
+        None => None,
+    };
+    let mut times = Vec::with_capacity(keys);
+    let mut next = Instant::now() + PACE;
+    for i in 0..keys + WARMUP {
+        // Until the key is due, the client reads what comes (the flood).
+        loop {
+            let left = next.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            if let Ok(msg) = tokio::time::timeout(left, c.recv()).await {
+                neighbour.take(&mut c, msg.unwrap()).await;
+            }
+        }
+        next = Instant::now() + PACE;
+        let key = format!("<{i}>");
+        let sent = Instant::now();
+        c.send(&ClientMsg::Input {
+            session: session.clone(),
+            data: key.clone().into_bytes(),
+        })
+        .await
+        .unwrap();
+        let mut seen = String::new();
+        loop {
+            match c.recv().await.unwrap() {
+                ServerMsg::Output {
+                    session: s, data, ..
+                } if s == session => {
+                    seen.push_str(&String::from_utf8_lossy(&data));
+                    if seen.contains(&key) {
+                        break;
+                    }
+                }
+                other => neighbour.take(&mut c, other).await,
+            }
+        }
+        if i >= WARMUP {
+            times.push(sent.elapsed());
+        }
+        c.send(&ClientMsg::Ack {
+            session: session.clone(),
+            seq: u64::MAX,
+        })
+        .await
+        .unwrap();
+    }
+    if neighbour.session.is_some() && neighbour.bytes < 1 << 20 {
+        println!(
+            "    (the subscribed flood delivered only {} bytes)",
+            neighbour.bytes
+        );
+    }
+    if let Some(id) = flood_id {
+        common::remove(&mut c, id).await;
+    }
+    common::remove(&mut c, session).await;
+    times
+}
+
+fn print_phase(phase: Phase, pooled: &mut [Duration], p99s: &mut [Duration]) {
+    pooled.sort();
+    p99s.sort();
+    println!(
+        "  {:<40} p50 {:6.2} ms   p99 {:6.2} ms   (rounds' p99 {:.2}-{:.2})   {}",
+        phase.label(),
+        ms(percentile(pooled, 0.5)),
+        ms(percentile(pooled, 0.99)),
+        ms(p99s[0]),
+        ms(p99s[p99s.len() - 1]),
+        phase.target()
+    );
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let rounds = env_or("TERMESH_BENCH_ROUNDS", 3);
+    let keys = env_or("TERMESH_BENCH_KEYS", 300);
+    let mib = env_or("TERMESH_BENCH_MIB", 32);
+    let picked = std::env::var("TERMESH_BENCH_PHASES").ok();
+    let phases: Vec<Phase> = Phase::ALL
+        .into_iter()
+        .filter(|p| {
+            picked
+                .as_deref()
+                .is_none_or(|list| list.split(',').any(|n| n.trim() == p.name()))
+        })
+        .collect();
+    let (cluster, _) = Cluster::start(&["a", "b"], "").await;
+    let (a, b) = (cluster.target(0), cluster.target(1));
+    let pids = cluster.pids();
+    let mut pooled = vec![Vec::new(); phases.len()];
+    let mut p99s = vec![Vec::new(); phases.len()];
+    for round in 0..rounds {
+        let mut order: Vec<usize> = (0..phases.len()).collect();
+        if round % 2 == 1 {
+            order.reverse();
+        }
+        for i in order {
+            common::settle(&pids).await;
+            let mut times = match phases[i] {
+                Phase::Limit => bare(keys, false),
+                Phase::LimitFlood => bare(keys, true),
+                Phase::Alone => paced(&a, "a", keys, None).await,
+                Phase::Unwatched => paced(&a, "a", keys, Some(false)).await,
+                Phase::Subscribed => paced(&a, "a", keys, Some(true)).await,
+                Phase::MirrorAlone => paced(&b, "a", keys, None).await,
+                Phase::MirrorFlood => paced(&b, "a", keys, Some(true)).await,
+            };
+            times.sort();
+            p99s[i].push(percentile(&times, 0.99));
+            pooled[i].extend(times);
+        }
+    }
+    println!(
+        "\nkeystroke echo at human pacing (a key every {} ms into `cat`), {rounds} alternating rounds of {keys} keys; pooled keys, each round's p99 as the spread",
+        PACE.as_millis()
+    );
+    for (i, phase) in phases.iter().enumerate() {
+        print_phase(*phase, &mut pooled[i], &mut p99s[i]);
+    }
+
+    println!("\nwhat must not regress (same run)");
+    common::settle(&pids).await;
+    let mut back = common::echo_times(&a, Some("a"), 1000, false).await;
+    back.sort();
+    println!(
+        "  back-to-back echo, one node              {}",
+        common::p50_p99(&back)
+    );
+    if mib == 0 {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("payload.txt");
+    common::payload(&file, mib);
+    let (mut raw, mut single, mut mirror) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..3 {
+        common::settle(&pids).await;
+        let (bytes, time) = common::raw_pty(&file);
+        raw.push(bytes as f64 / time.as_secs_f64() / 1e6);
+        for (to, rates) in [(&a, &mut single), (&b, &mut mirror)] {
+            common::settle(&pids).await;
+            match common::through_termesh(to, Some("a"), &file, bytes).await {
+                Some(t) => rates.push(bytes as f64 / t.as_secs_f64() / 1e6),
+                None => println!("    a round resynced (fell a ring behind): not timed"),
+            }
+        }
+    }
+    let raw = median(&mut raw);
+    for (what, rates, target) in [
+        ("one node", &mut single, 1.0),
+        ("through a mirror", &mut mirror, 0.95),
+    ] {
+        if rates.is_empty() {
+            continue;
+        }
+        let rate = median(rates);
+        println!(
+            "  {mib} MiB of cat, {what:<18} {rate:7.1} MB/s, raw PTY {raw:7.1}: {:.2}x (target >= {target:.2}x)",
+            rate / raw
+        );
+    }
+}

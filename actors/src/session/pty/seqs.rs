@@ -25,6 +25,12 @@ pub struct Sequencer {
     raised: Notify,
 }
 
+enum Given {
+    Seq(u64),
+    Closed,
+    Wait,
+}
+
 #[derive(Debug)]
 struct State {
     /// The seq the next frame gets.
@@ -54,26 +60,40 @@ impl Sequencer {
     /// Gives `data` the next seq and logs it, waiting while that seq is
     /// past the reserved ones; `None` once this run is closed.
     pub async fn log(&self, data: &[u8]) -> Option<u64> {
+        // The usual case: the seq is reserved, no waiter is needed.
+        match self.try_log(data) {
+            Given::Seq(seq) => return Some(seq),
+            Given::Closed => return None,
+            Given::Wait => {}
+        }
         loop {
             let raised = self.raised.notified();
             tokio::pin!(raised);
             raised.as_mut().enable();
-            {
-                let mut state = self.lock();
-                if !state.open {
-                    return None;
-                }
-                if state.next <= state.limit {
-                    let seq = state.next;
-                    if let Some(store) = &self.store {
-                        store.output(&self.id, seq, data);
-                    }
-                    state.next += 1;
-                    return Some(seq);
-                }
+            // Checked again once the waiter is enabled: a raise between
+            // the check above and now is not missed.
+            match self.try_log(data) {
+                Given::Seq(seq) => return Some(seq),
+                Given::Closed => return None,
+                Given::Wait => raised.await,
             }
-            raised.await;
         }
+    }
+
+    fn try_log(&self, data: &[u8]) -> Given {
+        let mut state = self.lock();
+        if !state.open {
+            return Given::Closed;
+        }
+        if state.next > state.limit {
+            return Given::Wait;
+        }
+        let seq = state.next;
+        if let Some(store) = &self.store {
+            store.output(&self.id, seq, data);
+        }
+        state.next += 1;
+        Given::Seq(seq)
     }
 
     /// Seqs through `limit` are reserved now.

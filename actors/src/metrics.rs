@@ -16,6 +16,10 @@ pub struct Metrics {
     /// Bulk output connections hold until their flight has room
     /// (`front::connection::lanes`).
     pub held_bytes: AtomicI64,
+    /// Marks (pings behind output) clients answered, and connections
+    /// whose client answered none (served within their windows alone).
+    pub marks_answered: AtomicU64,
+    pub pongless: AtomicU64,
     pub resyncs: AtomicU64,
     pub snapshots: AtomicU64,
     /// Changes of sessions' states (working, waiting, idle).
@@ -224,6 +228,18 @@ const ROWS: &[Row] = &[
         "gauge",
         "Bulk output connections hold back so interactive output goes first (bounded by the subscription windows).",
         |m| g(&m.held_bytes),
+    ),
+    (
+        "termesh_output_marks_answered_total",
+        "counter",
+        "Pings sent behind output that clients answered (each tells how much they have read).",
+        |m| c(&m.marks_answered),
+    ),
+    (
+        "termesh_pongless_connections_total",
+        "counter",
+        "Connections whose client answered no ping: their output is bounded by their windows alone.",
+        |m| c(&m.pongless),
     ),
     (
         "termesh_frames_out_total",

@@ -8,6 +8,7 @@
 mod common;
 
 mod attention;
+mod interactive;
 mod manage;
 mod search;
 

@@ -243,6 +243,7 @@ impl ConnectionActor {
         ctx.run_later(std::time::Duration::from_secs(1), |act, ctx| {
             act.checking = false;
             if act.lanes.check(std::time::Instant::now()) {
+                Metrics::add(&act.node.metrics.pongless, 1);
                 tracing::info!(
                     conn = act.id,
                     "client answers no pings: output limited by its windows alone"
@@ -418,6 +419,7 @@ impl StreamHandler<Result<ws::Message, ws::ProtocolError>> for ConnectionActor {
             ws::Message::Ping(p) => ctx.pong(&p),
             ws::Message::Pong(p) => {
                 if self.lanes.pong(&p, std::time::Instant::now()) {
+                    Metrics::add(&self.node.metrics.marks_answered, 1);
                     self.pump(ctx);
                 }
             }

@@ -97,6 +97,7 @@ pub fn peer_seeds() -> Vec<Vec<u8>> {
             node: "a".into(),
             proto: crate::peer::PEER_PROTO,
             boot: "b".into(),
+            upto: Some(3),
         },
         PeerMsg::Ping {
             nonce: 1,

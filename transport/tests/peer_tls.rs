@@ -27,6 +27,7 @@ fn hello(node: &str) -> PeerMsg {
         node: node.into(),
         proto: PEER_PROTO,
         boot: "boot".into(),
+        upto: None,
     }
 }
 

@@ -85,7 +85,7 @@ pub fn metrics(state: &AppState) -> String {
         return out;
     }
     type Get = fn(&termesh_actors::cluster::peer::LinkStats) -> f64;
-    let series: [(&str, &str, &str, Get); 9] = [
+    let series: [(&str, &str, &str, Get); 10] = [
         (
             "termesh_peer_up",
             "gauge",
@@ -133,6 +133,12 @@ pub fn metrics(state: &AppState) -> String {
             "counter",
             "UDP bytes sent to the peer.",
             |s| s.totals().bytes_out as f64,
+        ),
+        (
+            "termesh_peer_fast_frames_total",
+            "counter",
+            "Output frames of typed-into sessions sent to the peer on the link's fast data stream.",
+            |s| s.fast_frames.load(Relaxed) as f64,
         ),
         (
             "termesh_peer_lost_packets_total",

@@ -66,6 +66,7 @@ impl Rogue {
             node: "a".into(),
             proto: PEER_PROTO,
             boot: "rogue".into(),
+            upto: None,
         };
         frame::write(&mut control, &hello).await.unwrap();
         let theirs: Option<PeerMsg> = frame::read(&mut recv).await.unwrap();

@@ -12,6 +12,7 @@ mod common;
 
 mod agents;
 mod grep;
+mod lanes;
 mod requests;
 
 use common::cluster::Cluster;

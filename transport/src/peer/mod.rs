@@ -22,6 +22,10 @@ pub(crate) const REPLY_STREAMS: usize = 8;
 /// The peer protocol's version, sent in `hello`. A node refuses a peer
 /// that speaks another one (the log names both).
 pub const PEER_PROTO: u32 = 2;
+/// The newest revision of `PEER_PROTO` this node knows, sent as `hello`'s
+/// `upto` (a node without it is at revision 2); a link uses what both
+/// know. 3: interactive sessions' output on a data stream of its own.
+pub const PEER_PROTO_UPTO: u32 = 3;
 
 /// The budget of forwards a request may take; each forward takes one
 /// (`ClusterCtx::forward`). A node answers every forwarded request itself
@@ -43,6 +47,9 @@ pub enum PeerMsg {
         node: String,
         proto: u32,
         boot: String,
+        /// The newest revision the sender knows (`PEER_PROTO_UPTO`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        upto: Option<u32>,
     },
     /// Every session the sender owns, replacing what the receiver held for
     /// it: sent after `hello`, on every link up.
@@ -170,12 +177,36 @@ mod tests {
             node: "a".into(),
             proto: 1,
             boot: "b".into(),
+            upto: None,
         };
         // fixmap(5): "t":"hello", "cluster":"c", "node":"a", "proto":1, "boot":"b"
         assert_eq!(
             hex(&rmp_serde::to_vec_named(&hello).unwrap()),
             "85a174a568656c6c6fa7636c7573746572a163a46e6f6465a161a570726f746f01a4626f6f74a162"
         );
+        // A node of revision 2 reads a newer hello (its `upto` is a field
+        // it skips), and a newer node reads an old one as `upto: None`.
+        let newer = PeerMsg::Hello {
+            cluster: "c".into(),
+            node: "a".into(),
+            proto: PEER_PROTO,
+            boot: "b".into(),
+            upto: Some(PEER_PROTO_UPTO),
+        };
+        let bytes = rmp_serde::to_vec_named(&newer).unwrap();
+        assert_eq!(rmp_serde::from_slice::<PeerMsg>(&bytes).unwrap(), newer);
+        #[derive(Deserialize)]
+        #[serde(tag = "t", rename_all = "snake_case")]
+        enum Revision2 {
+            Hello { proto: u32 },
+        }
+        let Revision2::Hello { proto } = rmp_serde::from_slice(&bytes).unwrap();
+        assert_eq!(proto, PEER_PROTO);
+        let old = rmp_serde::to_vec_named(&hello).unwrap();
+        assert!(matches!(
+            rmp_serde::from_slice::<PeerMsg>(&old).unwrap(),
+            PeerMsg::Hello { upto: None, .. }
+        ));
         let ping = PeerMsg::Ping {
             nonce: 300,
             stall_ms: None,

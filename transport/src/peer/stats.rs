@@ -31,6 +31,8 @@ pub struct LinkStats {
     pub timeouts: AtomicU64,
     pub trips: AtomicU64,
     pub holds: AtomicU64,
+    /// Output frames sent on the fast data stream (typed-into sessions').
+    pub fast_frames: AtomicU64,
     /// UDP bytes of the link's connections that ended (in, out), and the
     /// connections still open, read live by [`LinkStats::bytes`].
     bytes: std::sync::Mutex<LinkBytes>,

@@ -20,11 +20,17 @@ use crate::session::{Ack, Deliver, Delivery, Subscribe, Unsubscribe};
 const WINDOW_BOUNDS: (u64, u64) = (64 << 10, 16 << 20);
 
 impl PeerActor {
-    pub(super) fn send_data(&mut self, msg: DataMsg) {
+    /// `msg` on the data stream, or the fast one (`lane`).
+    pub(super) fn send_data(&mut self, msg: DataMsg, fast: bool) {
         // As `send`: the link's `Down` follows a failure here.
-        if let Some(data) = &self.data {
-            let _ = data.send(msg);
-        }
+        let stream = match (&self.fast, fast) {
+            (Some(fast), true) => fast,
+            _ => match &self.data {
+                Some(data) => data,
+                None => return,
+            },
+        };
+        let _ = stream.send(msg);
     }
 
     /// The peer's mirror of `session` subscribes (again).
@@ -35,12 +41,16 @@ impl PeerActor {
         window: u64,
         ctx: &mut Context<Self>,
     ) {
-        self.mirror_unsubscribe(&session);
+        let kept = self.upstream.remove(&session);
+        if let Some(up) = &kept {
+            up.handle.addr.do_send(Unsubscribe { sub: up.sub });
+        }
         let Some(handle) = self.dir.get(&session) else {
             // A node shutting down no longer holds its sessions: for the
             // mirror that is its owner going away, not a removal.
             let removed = !self.dir.closing();
-            self.send_data(DataMsg::Closed { session, removed });
+            let fast = kept.is_some_and(|mut up| up.fast(None));
+            self.send_data(DataMsg::Closed { session, removed }, fast);
             return;
         };
         let sub = NEXT_SUB_ID.fetch_add(1, Ordering::Relaxed);
@@ -53,12 +63,21 @@ impl PeerActor {
             scrollback: 0,
             kind: Kind::Mirror,
         });
-        self.upstream.insert(session, (sub, handle));
+        // The same mirror again: its seqs go on, on the stream it used.
+        let up = match kept {
+            Some(mut up) => {
+                up.resubscribed(sub);
+                up
+            }
+            None => super::lane::Upstream::new(sub, handle),
+        };
+        self.upstream.insert(session, up);
     }
 
     pub(super) fn mirror_ack(&mut self, session: &str, seq: u64) {
-        if let Some((sub, handle)) = self.upstream.get(session) {
-            handle.addr.do_send(Ack { sub: *sub, seq });
+        if let Some(up) = self.upstream.get_mut(session) {
+            up.acked(seq);
+            up.handle.addr.do_send(Ack { sub: up.sub, seq });
         }
     }
 
@@ -80,8 +99,8 @@ impl PeerActor {
     }
 
     pub(super) fn mirror_unsubscribe(&mut self, session: &str) {
-        if let Some((sub, handle)) = self.upstream.remove(session) {
-            handle.addr.do_send(Unsubscribe { sub });
+        if let Some(up) = self.upstream.remove(session) {
+            up.handle.addr.do_send(Unsubscribe { sub: up.sub });
         }
     }
 
@@ -111,13 +130,19 @@ impl Handler<Deliver> for PeerActor {
 
     /// Output of a session of this node for the peer's mirror.
     fn handle(&mut self, msg: Deliver, _: &mut Context<Self>) {
-        let Some((sub, _)) = self.upstream.get(&*msg.session) else {
+        let Some(up) = self.upstream.get_mut(&*msg.session) else {
             return;
         };
-        if *sub != msg.sub {
+        if up.sub != msg.sub {
             // Left over from a subscription that was replaced.
             return;
         }
+        let fast = match &msg.item {
+            // A mirror's subscription gets neither.
+            Delivery::Snapshot { .. } | Delivery::Failed { .. } => return,
+            Delivery::Output(frame) => up.fast(Some(frame.seq)),
+            _ => up.fast(None),
+        };
         let session = msg.session.to_string();
         let data = match msg.item {
             Delivery::Subscribed {
@@ -144,10 +169,12 @@ impl Handler<Deliver> for PeerActor {
                 self.upstream.remove(&session);
                 DataMsg::Closed { session, removed }
             }
-            // A mirror's subscription gets neither.
             Delivery::Snapshot { .. } | Delivery::Failed { .. } => return,
         };
-        self.send_data(data);
+        if fast && matches!(data, DataMsg::Output { .. }) && self.fast.is_some() {
+            self.stats.fast_frames.fetch_add(1, Ordering::Relaxed);
+        }
+        self.send_data(data, fast);
     }
 }
 

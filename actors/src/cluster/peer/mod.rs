@@ -6,6 +6,7 @@
 //! I/O runs on the mesh thread (`link`).
 
 pub mod breaker;
+mod lane;
 mod mirrors;
 mod requests;
 pub mod view;
@@ -44,18 +45,14 @@ pub struct PeerActor {
     /// This node's name: only its own sessions are told to the peer.
     me: String,
     out: Option<mpsc::UnboundedSender<PeerMsg>>,
-    /// This side's data stream, while the link is up.
+    /// This side's data stream, while the link is up, and its fast data
+    /// stream (a peer of protocol revision 3 or later: `lane`).
     data: Option<mpsc::UnboundedSender<DataMsg>>,
+    fast: Option<mpsc::UnboundedSender<DataMsg>>,
     /// Large replies, each on a stream of its own, while the link is up.
     replies: Option<mpsc::UnboundedSender<PeerMsg>>,
     /// This node's sessions the peer mirrors: the subscription of each.
-    upstream: HashMap<
-        String,
-        (
-            crate::session::SubId,
-            crate::directory::registry::SessionHandle,
-        ),
-    >,
+    upstream: HashMap<String, lane::Upstream>,
     /// This node's mirrors of the peer's sessions.
     mirrors: mirrors::MirrorSinks,
     down_since: Option<Instant>,
@@ -104,6 +101,7 @@ impl PeerActor {
             me,
             out: None,
             data: None,
+            fast: None,
             replies: None,
             upstream: HashMap::new(),
             mirrors: HashMap::new(),
@@ -151,7 +149,10 @@ impl PeerActor {
     fn on_up(
         &mut self,
         out: mpsc::UnboundedSender<PeerMsg>,
-        data: mpsc::UnboundedSender<DataMsg>,
+        (data, fast): (
+            mpsc::UnboundedSender<DataMsg>,
+            Option<mpsc::UnboundedSender<DataMsg>>,
+        ),
         replies: mpsc::UnboundedSender<PeerMsg>,
         boot: String,
     ) {
@@ -164,6 +165,7 @@ impl PeerActor {
         );
         self.out = Some(out);
         self.data = Some(data);
+        self.fast = fast;
         self.replies = Some(replies);
         self.boot = Some(boot);
         self.down_since = None;
@@ -185,6 +187,7 @@ impl PeerActor {
 
     fn on_down(&mut self, reason: String) {
         self.data = None;
+        self.fast = None;
         self.replies = None;
         if self.out.take().is_some() {
             tracing::warn!(peer = %self.name, %reason, "peer link down");
@@ -390,10 +393,11 @@ impl Handler<FromLink> for PeerActor {
             LinkEvent::Up {
                 out,
                 data,
+                fast,
                 replies,
                 boot,
             } => {
-                self.on_up(out, data, replies, boot);
+                self.on_up(out, (data, fast), replies, boot);
                 // An RTT at once, not one ping interval later.
                 self.last_tick = ago(PING_EVERY);
                 self.ping(ctx);

@@ -28,6 +28,9 @@ pub enum LinkEvent {
     Up {
         out: mpsc::UnboundedSender<PeerMsg>,
         data: mpsc::UnboundedSender<DataMsg>,
+        /// Interactive sessions' output, ahead of `data`'s (a peer of
+        /// protocol 2 has none).
+        fast: Option<mpsc::UnboundedSender<DataMsg>>,
         /// Large replies, each on a stream of its own.
         replies: mpsc::UnboundedSender<PeerMsg>,
         boot: String,
@@ -84,9 +87,11 @@ const MAX_RETRY: Duration = Duration::from_secs(5);
 /// A link that stayed up this long resets the backoff.
 const HEALTHY: Duration = Duration::from_secs(10);
 /// The first byte of every unidirectional stream says what it carries:
-/// the sender's data stream (one per link), or one reply.
+/// the sender's data stream (one per link), one reply, or the sender's
+/// fast data stream (interactive sessions' output; one per link).
 const DATA_STREAM: u8 = 0;
 const REPLY_STREAM: u8 = 1;
+const FAST_DATA_STREAM: u8 = 2;
 use super::REPLY_STREAMS;
 /// A refused incoming connection is logged at most this often per remote
 /// address (a misconfigured peer dials again every few seconds).

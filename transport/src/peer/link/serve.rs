@@ -5,11 +5,11 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::mpsc;
 
 use super::{
-    check_pin, LinkEvent, LinkSink, MeshConfig, PeerSpec, DATA_STREAM, HELLO_TIMEOUT, REPLY_STREAM,
-    REPLY_STREAMS,
+    check_pin, LinkEvent, LinkSink, MeshConfig, PeerSpec, DATA_STREAM, FAST_DATA_STREAM,
+    HELLO_TIMEOUT, REPLY_STREAM, REPLY_STREAMS,
 };
 use crate::peer::stats::LinkStats;
-use crate::peer::{frame, DataMsg, PeerMsg, PEER_PROTO};
+use crate::peer::{frame, DataMsg, PeerMsg, PEER_PROTO, PEER_PROTO_UPTO};
 
 /// Runs one connection: the control stream, hellos checked, then frames
 /// both ways until the connection ends. Returns why it ended.
@@ -27,14 +27,17 @@ pub(super) async fn serve(
             return Err(why);
         }
     }
-    let (mut send, mut recv, boot) = handshake(config, peer, &conn, dialer).await?;
+    let (mut send, mut recv, boot, proto) = handshake(config, peer, &conn, dialer).await?;
     let (out, mut outgoing) = mpsc::unbounded_channel::<PeerMsg>();
     let (data, mut data_outgoing) = mpsc::unbounded_channel::<DataMsg>();
+    let (fast, mut fast_outgoing) = mpsc::unbounded_channel::<DataMsg>();
+    let has_fast = proto >= 3;
     let (replies, mut replies_outgoing) = mpsc::unbounded_channel::<PeerMsg>();
     let _counted = Counted::new(&peer.stats, &conn);
     peer.sink.send(LinkEvent::Up {
         out,
         data,
+        fast: has_fast.then_some(fast),
         replies,
         boot,
     });
@@ -55,13 +58,21 @@ pub(super) async fn serve(
             }
         }
     };
-    let data_writer = write_data(&conn, &mut data_outgoing);
+    let data_writer = write_data(&conn, &mut data_outgoing, DATA_STREAM);
+    let fast_writer = async {
+        if has_fast {
+            write_data(&conn, &mut fast_outgoing, FAST_DATA_STREAM).await
+        } else {
+            std::future::pending().await
+        }
+    };
     let reply_writer = write_replies(&conn, &mut replies_outgoing);
     let uni_reader = read_streams(&conn, &peer.sink);
     let reason = tokio::select! {
         r = writer => r.err().unwrap_or_else(|| "the link was dropped here".into()),
         r = reader => r,
         r = data_writer => r.err().unwrap_or_else(|| "the link was dropped here".into()),
+        r = fast_writer => r.err().unwrap_or_else(|| "the link was dropped here".into()),
         r = reply_writer => r.err().unwrap_or_else(|| "the link was dropped here".into()),
         r = uni_reader => r,
         e = conn.closed() => format!("connection lost: {e}"),
@@ -72,17 +83,22 @@ pub(super) async fn serve(
 
 /// Output rides a stream of its own each way, below the control
 /// stream's priority: QUIC's per-stream flow control means a flood never
-/// holds up a control frame.
+/// holds up a control frame. Interactive sessions' output rides a second
+/// one (`FAST_DATA_STREAM`) at the control stream's priority, so it never
+/// waits behind another session's bulk output queued on the first; the
+/// sender moves a session between them only once its mirror has acked
+/// all it sent (`PeerActor`), so each session's order holds.
 async fn write_data(
     conn: &quinn::Connection,
     outgoing: &mut mpsc::UnboundedReceiver<DataMsg>,
+    kind: u8,
 ) -> Result<(), String> {
     let mut send = conn
         .open_uni()
         .await
         .map_err(|e| format!("data stream: {e}"))?;
-    let _ = send.set_priority(0);
-    send.write_all(&[DATA_STREAM])
+    let _ = send.set_priority(if kind == FAST_DATA_STREAM { 1 } else { 0 });
+    send.write_all(&[kind])
         .await
         .map_err(|e| format!("data stream: {e}"))?;
     while let Some(msg) = outgoing.recv().await {
@@ -155,7 +171,7 @@ async fn read_uni(mut recv: quinn::RecvStream, sink: &LinkSink) -> Result<(), St
         .await
         .map_err(|e| format!("incoming stream: {e}"))?;
     match kind[0] {
-        DATA_STREAM => loop {
+        DATA_STREAM | FAST_DATA_STREAM => loop {
             match frame::read::<_, DataMsg>(&mut recv).await {
                 Ok(Some(msg)) => sink.send(LinkEvent::Data(msg)),
                 Ok(None) => return Err("the peer closed its data stream".into()),
@@ -204,7 +220,7 @@ async fn handshake(
     peer: &PeerSpec,
     conn: &quinn::Connection,
     dialer: bool,
-) -> Result<(quinn::SendStream, quinn::RecvStream, String), String> {
+) -> Result<(quinn::SendStream, quinn::RecvStream, String, u32), String> {
     let opened = async {
         if dialer {
             conn.open_bi().await
@@ -217,6 +233,7 @@ async fn handshake(
         node: config.me.clone(),
         proto: PEER_PROTO,
         boot: config.boot.clone(),
+        upto: Some(PEER_PROTO_UPTO),
     };
     let handshake = async {
         let (mut send, mut recv) = opened.await.map_err(|e| format!("control stream: {e}"))?;
@@ -239,6 +256,7 @@ async fn handshake(
             node,
             proto,
             boot,
+            upto,
         }) => {
             let refuse = if cluster != config.cluster {
                 Some(format!(
@@ -261,7 +279,7 @@ async fn handshake(
                 conn.close(2u32.into(), reason.as_bytes());
                 return Err(format!("refused: {reason}"));
             }
-            Ok((send, recv, boot))
+            Ok((send, recv, boot, upto.unwrap_or(proto).min(PEER_PROTO_UPTO)))
         }
         other => Err(format!("expected hello, got {other:?}")),
     }

@@ -255,16 +255,17 @@ pub fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
-/// Incoming unidirectional streams a peer may have open at once: its data
-/// stream and the replies it writes at once (`REPLY_STREAMS`), and
-/// one to spare for a reply whose end is still on its way.
-pub const MAX_PEER_UNI_STREAMS: usize = super::REPLY_STREAMS + 2;
+/// Incoming unidirectional streams a peer may have open at once: its two
+/// data streams (bulk and fast) and the replies it writes at once
+/// (`REPLY_STREAMS`), and one to spare for a reply whose end is still on
+/// its way.
+pub const MAX_PEER_UNI_STREAMS: usize = super::REPLY_STREAMS + 3;
 
 /// QUIC keeps the link alive itself (its pings cost the application
 /// nothing). Its idle timeout is only a backstop: the peer breaker, which
 /// discounts this node's own stalls, decides first that a peer is gone.
 /// A peer may open the streams the mesh uses and no more: one control
-/// stream, its data stream and its reply streams (so what one peer's
+/// stream, its data streams and its reply streams (so what one peer's
 /// unfinished frames can hold is bounded: `MAX_PEER_UNI_STREAMS` frames).
 fn transport() -> Arc<quinn::TransportConfig> {
     let mut t = quinn::TransportConfig::default();

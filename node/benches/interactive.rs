@@ -21,7 +21,9 @@
 //! `TERMESH_BENCH_ROUNDS` (3) and `TERMESH_BENCH_KEYS` (300 per phase and
 //! round) change the size; `TERMESH_BENCH_PHASES` picks phases by name
 //! (comma-separated, e.g. `alone,subscribed`); `TERMESH_BENCH_MIB` (32)
-//! the throughput payload, 0 to leave throughput out.
+//! the throughput payload, 0 to leave throughput out;
+//! `TERMESH_BENCH_CONFIG` is added to both nodes' configs (`\n` for
+//! newlines).
 
 mod common;
 
@@ -289,6 +291,32 @@ async fn paced(target: &Target, on: &str, keys: usize, flood: Option<bool>) -> V
     times
 }
 
+/// What the nodes did during a phase, from their metrics: resyncs, output
+/// held by connections (at the end), frames on the link's fast stream.
+struct Counts([f64; 3]);
+
+impl Counts {
+    const SERIES: [&str; 3] = [
+        "termesh_resyncs_total",
+        "termesh_peer_fast_frames_total",
+        "termesh_output_marks_answered_total",
+    ];
+
+    fn now(cluster: &Cluster) -> Counts {
+        Counts(Self::SERIES.map(|s| cluster.metric(0, s) + cluster.metric(1, s)))
+    }
+
+    fn since(&self, cluster: &Cluster) -> String {
+        let now = Self::now(cluster).0;
+        format!(
+            "resyncs {}, link fast frames {}, marks answered {}",
+            now[0] - self.0[0],
+            now[1] - self.0[1],
+            now[2] - self.0[2]
+        )
+    }
+}
+
 fn print_phase(phase: Phase, pooled: &mut [Duration], p99s: &mut [Duration]) {
     pooled.sort();
     p99s.sort();
@@ -322,7 +350,12 @@ async fn main() {
                 .is_none_or(|list| list.split(',').any(|n| n.trim() == p.name()))
         })
         .collect();
-    let (cluster, _) = Cluster::start(&["a", "b"], "").await;
+    // Extra config for both nodes (`\n` for newlines), e.g. to compare
+    // `[store]\nenabled = false`.
+    let extra = std::env::var("TERMESH_BENCH_CONFIG")
+        .unwrap_or_default()
+        .replace("\\n", "\n");
+    let (cluster, _) = Cluster::start(&["a", "b"], &extra).await;
     let (a, b) = (cluster.target(0), cluster.target(1));
     let pids = cluster.pids();
     let mut pooled = vec![Vec::new(); phases.len()];
@@ -334,6 +367,7 @@ async fn main() {
         }
         for i in order {
             common::settle(&pids).await;
+            let counts = Counts::now(&cluster);
             let mut times = match phases[i] {
                 Phase::Limit => bare(keys, false),
                 Phase::LimitFlood => bare(keys, true),
@@ -344,6 +378,14 @@ async fn main() {
                 Phase::MirrorFlood => paced(&b, "a", keys, Some(true)).await,
             };
             times.sort();
+            let during = counts.since(&cluster);
+            if !matches!(phases[i], Phase::Limit | Phase::LimitFlood) {
+                println!(
+                    "  round {round} {:<13} p99 {:6.2} ms; {during}",
+                    phases[i].name(),
+                    ms(percentile(&times, 0.99))
+                );
+            }
             p99s[i].push(percentile(&times, 0.99));
             pooled[i].extend(times);
         }

@@ -7,6 +7,7 @@
 
 pub mod agent;
 mod attention;
+mod background;
 pub mod bulk;
 mod cold;
 pub use cold::COOL_AFTER;

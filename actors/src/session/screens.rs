@@ -7,6 +7,7 @@
 //! stall.
 
 use actix::prelude::*;
+use futures_util::FutureExt;
 use termesh_transport::ErrorCode;
 
 use super::core::Timer;
@@ -119,7 +120,14 @@ impl SessionActor {
             Metrics::add(&self.metrics.snapshots, 1);
             Metrics::add(&self.metrics.screen_request_bytes, job.fed);
         }
-        let work = actix_rt::task::spawn_blocking(move || match ticket {
+        // Nobody waits for a warming step or a look at the agent's state:
+        // the background thread, below the keystrokes' priority.
+        let background = ticket.is_some()
+            || pass
+                .waiting
+                .iter()
+                .all(|w| matches!(w.want(), ScreenWant::Look));
+        let run = move || match ticket {
             Some(mut ticket) => {
                 ticket.start();
                 let done = job.run();
@@ -127,7 +135,12 @@ impl SessionActor {
                 done
             }
             None => job.run(),
-        });
+        };
+        let work: futures_util::future::BoxFuture<'static, Result<_, String>> = if background {
+            Box::pin(super::background::run(run).map(|r| r.map_err(|e| e.to_string())))
+        } else {
+            Box::pin(actix_rt::task::spawn_blocking(run).map(|r| r.map_err(|e| e.to_string())))
+        };
         // Not `ctx.wait`: the actor keeps serving output and acks while the
         // screen is computed.
         let fut = work.into_actor(self).map(move |done, act, ctx| {

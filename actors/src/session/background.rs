@@ -1,0 +1,85 @@
+//! The node's background screen thread: screen passes nobody waits for
+//! (warming a watched session's model, reading an agent's state) run on
+//! one thread of their own at nice +10 (`os::lower_priority`), so on a
+//! saturated machine they never take a core from a keystroke's path: a
+//! flood's screen work once took half a core at normal priority beside
+//! the echo of the session being typed into (docs/benchmarks.md, issue
+//! 32). Passes someone waits for (a snapshot, `screen`, `history`) stay on
+//! the blocking pool at normal priority.
+//!
+//! Each session runs at most one pass at a time, so the queue holds at
+//! most one job per session.
+
+use std::sync::mpsc;
+use std::sync::{Mutex, OnceLock};
+
+use tokio::sync::oneshot;
+
+type Work = Box<dyn FnOnce() + Send>;
+
+/// How much lower than the node the thread runs.
+const NICE_STEPS: i32 = 10;
+
+/// Runs `work` on the background screen thread; its result comes on the
+/// receiver (closed if the thread could not be started: the pass fails
+/// and is tried again, as any failed pass).
+pub fn run<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> oneshot::Receiver<T> {
+    let (done, result) = oneshot::channel();
+    let job: Work = Box::new(move || {
+        let _ = done.send(work());
+    });
+    if let Some(queue) = queue() {
+        let _ = queue.lock().map(|q| q.send(job));
+    }
+    result
+}
+
+fn queue() -> Option<&'static Mutex<mpsc::Sender<Work>>> {
+    static QUEUE: OnceLock<Option<Mutex<mpsc::Sender<Work>>>> = OnceLock::new();
+    QUEUE
+        .get_or_init(|| {
+            let (tx, rx) = mpsc::channel::<Work>();
+            let started = std::thread::Builder::new()
+                .name("screen-bg".into())
+                .spawn(move || {
+                    crate::os::lower_priority(&[], NICE_STEPS);
+                    for job in rx {
+                        // A pass that panics fails alone (its receiver
+                        // closes); the thread goes on.
+                        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
+                    }
+                });
+            match started {
+                Ok(_) => Some(Mutex::new(tx)),
+                Err(e) => {
+                    tracing::error!("cannot start the background screen thread: {e}");
+                    None
+                }
+            }
+        })
+        .as_ref()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn work_runs_on_a_lower_priority_thread_and_survives_a_panic() {
+        let failed = run(|| panic!("a pass that fails"));
+        assert!(
+            failed.await.is_err(),
+            "a panicking pass closes its receiver"
+        );
+        let (name, nice) = run(|| {
+            let name = std::thread::current().name().map(str::to_string);
+            let tid = rustix::thread::gettid().as_raw_nonzero().get();
+            (name, crate::os::nice_of(tid))
+        })
+        .await
+        .unwrap();
+        assert_eq!(name.as_deref(), Some("screen-bg"));
+        let own = crate::os::nice_of(std::process::id() as i32).unwrap();
+        assert_eq!(nice, Some((own + NICE_STEPS).min(19)));
+    }
+}

@@ -287,7 +287,7 @@ impl Registry {
         &mut self,
         id: Arc<str>,
         spec: CreateSpec,
-        pty: pty::Pty,
+        mut pty: pty::Pty,
         ctx: &mut Context<Self>,
     ) -> SessionInfo {
         let now = crate::session::now_ms();
@@ -306,6 +306,7 @@ impl Registry {
             viewers: 0.into(),
             at_prompt: false.into(),
             bracketed_paste: false.into(),
+            typed: Default::default(),
             exited: false.into(),
             meta: std::sync::Mutex::new(Meta {
                 name: spec.name.clone(),
@@ -331,6 +332,7 @@ impl Registry {
                 "rows": info.rows,
             }),
         );
+        pty.input.share_typed(&shared.typed);
         let input = pty.input.clone();
         let arbiter = &self.arbiters[self.next_arbiter % self.arbiters.len()];
         self.next_arbiter += 1;

@@ -131,7 +131,7 @@ impl Registry {
         let info = &stored.info;
         let id: Arc<str> = info.id.as_str().into();
         let was_running = info.status == SessionStatus::Running;
-        let pty = self.take_up(&id, held, was_running);
+        let mut pty = self.take_up(&id, held, was_running);
         if self.dir.get(&id).is_some() {
             return None;
         }
@@ -161,6 +161,7 @@ impl Registry {
             viewers: 0.into(),
             at_prompt: false.into(),
             bracketed_paste: false.into(),
+            typed: Default::default(),
             exited: pty.is_none().into(),
             meta: std::sync::Mutex::new(Meta {
                 name: info.name.clone(),
@@ -176,6 +177,9 @@ impl Registry {
             }),
         });
         // Input goes to the program's writer; nowhere when it is gone.
+        if let Some(p) = pty.as_mut() {
+            p.input.share_typed(&shared.typed);
+        }
         let input = pty
             .as_ref()
             .map_or_else(crate::session::pty::InputTx::closed, |p: &Pty| {

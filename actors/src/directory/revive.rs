@@ -66,6 +66,8 @@ impl Handler<Revive> for Registry {
             .map_err(|e| {
                 ApiError::new(ErrorCode::Internal, format!("session start failed: {e}"))
             })??;
+            let mut pty = pty;
+            pty.input.share_typed(&handle.shared.typed);
             let input = pty.input.clone();
             handle
                 .addr

@@ -1,11 +1,13 @@
 //! The node's background screen thread: screen passes nobody waits for
-//! (warming a watched session's model, reading an agent's state) run on
+//! (warming a watched session's model, catching up an idle one) run on
 //! one thread of their own at nice +10 (`os::lower_priority`), so on a
 //! saturated machine they never take a core from a keystroke's path: a
 //! flood's screen work once took half a core at normal priority beside
 //! the echo of the session being typed into (docs/benchmarks.md, issue
-//! 32). Passes someone waits for (a snapshot, `screen`, `history`) stay on
-//! the blocking pool at normal priority.
+//! 32). Passes someone waits for (a snapshot, `screen`, `history`, a look
+//! at an agent's state) stay on the blocking pool at normal priority; one
+//! that finds a background pass of its session running waits for that
+//! pass (a warming step: at most `WARM_STEP` of output).
 //!
 //! Each session runs at most one pass at a time, so the queue holds at
 //! most one job per session.

@@ -28,6 +28,10 @@ use super::pty::Terminal;
 pub const INTERACTIVE_FOR: Duration = Duration::from_secs(10);
 /// Output over one second past which a program nobody types into is bulk.
 pub const BULK_RATE: u64 = 1 << 20;
+/// Output of a typed-into session since its last input past which it goes
+/// as bulk again (until the next input): a build started by a keystroke
+/// is bulk after its first screens.
+pub const INTERACTIVE_BURST: u64 = 256 << 10;
 /// The nice value of a bulk program's foreground group.
 pub const BULK_NICE: i32 = 10;
 
@@ -47,6 +51,12 @@ pub struct Typed(Arc<AtomicU64>);
 impl Typed {
     pub fn now(&self) {
         self.0.store(mono_ms(), Ordering::Relaxed);
+    }
+
+    /// When input last came (a number that changes at each input; 0:
+    /// never).
+    pub fn at(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
     }
 
     /// Input came within `INTERACTIVE_FOR`.
@@ -89,8 +99,8 @@ impl Flow {
     pub fn output(&mut self, n: usize, typed: &Typed, pid: i32, terminal: &Terminal) {
         self.bytes += n as u64;
         let typed_now = typed.recent();
-        if typed_now && self.niced.is_some() {
-            self.restore();
+        if typed_now {
+            self.restore(pid);
         }
         let elapsed = self.since.elapsed();
         if elapsed < Duration::from_secs(1) {
@@ -99,7 +109,12 @@ impl Flow {
         let rate = self.bytes as f64 / elapsed.as_secs_f64();
         self.since = Instant::now();
         self.bytes = 0;
-        if typed_now || self.niced.is_some() || rate < BULK_RATE as f64 {
+        // The job reniced has ended: a later one may be.
+        if self.niced.is_some_and(|group| !in_session(group, pid)) {
+            self.niced = None;
+            self.cannot_restore = false;
+        }
+        if !is_bulk(rate, typed_now, self.niced.is_some()) {
             return;
         }
         if let Some(group) = flooding_group(pid, terminal) {
@@ -120,11 +135,17 @@ impl Flow {
         self.niced
     }
 
-    fn restore(&mut self) {
+    /// Gives the reniced group nice 0 back, if it is still the program's
+    /// (a group id the job left behind may be another's now).
+    fn restore(&mut self, pid: i32) {
         let Some(group) = self.niced else {
             return;
         };
         if self.cannot_restore {
+            return;
+        }
+        if !in_session(group, pid) {
+            self.niced = None;
             return;
         }
         match renice(group, 0) {
@@ -135,6 +156,17 @@ impl Flow {
             }
         }
     }
+}
+
+/// A second's output `rate` makes the program bulk: nobody typed into it
+/// lately and no job of it is reniced already.
+fn is_bulk(rate: f64, typed: bool, niced: bool) -> bool {
+    !typed && !niced && rate >= BULK_RATE as f64
+}
+
+/// Group `group`'s leader is in the session `pid` leads.
+fn in_session(group: i32, pid: i32) -> bool {
+    nix::unistd::getsid(Some(Pid::from_raw(group))).is_ok_and(|s| s.as_raw() == pid)
 }
 
 /// The terminal's foreground group when it belongs to the program's
@@ -167,5 +199,25 @@ mod tests {
         let window = INTERACTIVE_FOR.as_millis() as u64;
         assert!(t.recent_at(typed_at + window - 1));
         assert!(!t.recent_at(typed_at + window), "typed long ago");
+    }
+
+    #[test]
+    fn bulk_is_a_fast_printer_nobody_typed_into_not_yet_reniced() {
+        let fast = BULK_RATE as f64 * 2.0;
+        assert!(is_bulk(fast, false, false));
+        assert!(!is_bulk(fast, true, false), "typed into");
+        assert!(
+            !is_bulk(fast, false, true),
+            "a job of it is reniced already"
+        );
+        assert!(!is_bulk(BULK_RATE as f64 / 2.0, false, false), "a trickle");
+    }
+
+    #[test]
+    fn a_group_is_in_the_session_its_leader_is_in() {
+        let sid = nix::unistd::getsid(None).unwrap().as_raw();
+        let pgrp = nix::unistd::getpgrp().as_raw();
+        assert!(in_session(pgrp, sid));
+        assert!(!in_session(pgrp, sid + 1), "another session");
     }
 }

@@ -123,9 +123,8 @@ pub struct SessionActor {
     screen: ScreenCache,
     /// When output last arrived.
     last_output: std::time::Instant,
-    /// When input last reached the program, and its output rate: bulk or
-    /// interactive (`bulk`).
-    typed: bulk::Typed,
+    /// The program's output rate: bulk or interactive (`bulk`; input
+    /// marks `shared.typed`).
     flow: bulk::Flow,
     /// Restored without its ring (it had ended): `warm` reads it from the
     /// store before anything reads the ring.
@@ -188,7 +187,6 @@ impl SessionActor {
         pty.take_seqs(seqs.clone());
         self.seqs = Some(seqs);
         self.pid = pty.pid;
-        self.typed = pty.input.typed();
         self.flow = Default::default();
         self.reap_guard = Some(pty.reap_guard);
         self.terminal = Some(pty.terminal);
@@ -260,7 +258,6 @@ impl SessionActor {
             next_mark: 1,
             screen: ScreenCache::default(),
             last_output: std::time::Instant::now(),
-            typed: Default::default(),
             flow: Default::default(),
             cold: false,
             warm_counted: false,

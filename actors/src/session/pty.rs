@@ -77,9 +77,10 @@ impl InputTx {
         }
     }
 
-    /// When keys were last queued here.
-    pub fn typed(&self) -> super::bulk::Typed {
-        self.typed.clone()
+    /// Keys queued here mark `typed` (the session's, so it outlives this
+    /// run of the program).
+    pub fn share_typed(&mut self, typed: &super::bulk::Typed) {
+        self.typed = typed.clone();
     }
 
     /// Queues `data` without waiting; `Full` past `INPUT_QUEUE_BYTES` (one

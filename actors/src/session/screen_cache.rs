@@ -34,10 +34,6 @@ pub struct Waiting {
 }
 
 impl Waiting {
-    pub fn want(&self) -> &ScreenWant {
-        &self.want
-    }
-
     /// It is a snapshot for the subscriber `sub` (any generation).
     fn is_for(&self, sub: SubId) -> bool {
         matches!(self.to, ScreenTo::Sub { sub: s, .. } if s == sub)

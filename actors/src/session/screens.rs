@@ -120,13 +120,10 @@ impl SessionActor {
             Metrics::add(&self.metrics.snapshots, 1);
             Metrics::add(&self.metrics.screen_request_bytes, job.fed);
         }
-        // Nobody waits for a warming step or a look at the agent's state:
-        // the background thread, below the keystrokes' priority.
-        let background = ticket.is_some()
-            || pass
-                .waiting
-                .iter()
-                .all(|w| matches!(w.want(), ScreenWant::Look));
+        // Nobody waits for a warming step or a catch-up: the background
+        // thread, below the keystrokes' priority. (A look at the agent's
+        // state is waited for: `wait` answers from it.)
+        let background = ticket.is_some() || pass.waiting.is_empty();
         let run = move || match ticket {
             Some(mut ticket) => {
                 ticket.start();

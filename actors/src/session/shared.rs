@@ -23,6 +23,9 @@ pub struct SessionShared {
     pub at_prompt: AtomicBool,
     /// The program turned bracketed paste on (`send` wraps text in it).
     pub bracketed_paste: AtomicBool,
+    /// When input last reached the program, whichever run of it (every
+    /// input queue of the session shares it: `InputTx::share_typed`).
+    pub typed: super::bulk::Typed,
     /// Set once, when the program has ended; input is refused after.
     pub exited: AtomicBool,
     pub meta: Mutex<Meta>,

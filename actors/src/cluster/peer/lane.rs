@@ -1,13 +1,14 @@
 //! Which of a link's two data streams carries a session's output to the
-//! peer's mirror: the fast one while someone types into the session
-//! (`session::bulk`), the bulk one otherwise, so an echo never waits
-//! behind another session's flood queued on the link. The streams are
+//! peer's mirror: the fast one while someone types into the session, until
+//! it has printed `INTERACTIVE_BURST` since (`session::bulk`), the bulk
+//! one otherwise, so an echo never waits behind another session's flood
+//! queued on the link. The streams are
 //! read side by side at the peer, so a session changes streams only when
 //! nothing it sent is still on its way: its mirror has acked its last
 //! seq, and nothing without a seq (an event, a resync) followed it.
 
 use crate::directory::registry::SessionHandle;
-use crate::session::bulk::Typed;
+use crate::session::bulk::{Typed, INTERACTIVE_BURST};
 use crate::session::SubId;
 
 /// One of this node's sessions the peer mirrors.
@@ -15,6 +16,9 @@ pub struct Upstream {
     pub sub: SubId,
     pub handle: SessionHandle,
     typed: Typed,
+    /// The input `since` counts from, and the output bytes sent since.
+    typed_at: u64,
+    since: u64,
     lane: Lane,
 }
 
@@ -49,8 +53,10 @@ impl Upstream {
     pub fn new(sub: SubId, handle: SessionHandle) -> Upstream {
         Upstream {
             sub,
-            typed: handle.input.typed(),
+            typed: handle.shared.typed.clone(),
             handle,
+            typed_at: 0,
+            since: 0,
             lane: Lane::default(),
         }
     }
@@ -60,16 +66,29 @@ impl Upstream {
         self.lane.acked = self.lane.acked.max(seq);
     }
 
-    /// Whether the next message (`seq`: an output frame's) takes the fast
-    /// stream.
-    pub fn fast(&mut self, seq: Option<u64>) -> bool {
-        self.lane.pick(self.typed.recent(), seq)
+    /// Whether the next message (`seq` and `len`: an output frame's) takes
+    /// the fast stream.
+    pub fn fast(&mut self, seq: Option<u64>, len: usize) -> bool {
+        let at = self.typed.at();
+        if at != self.typed_at {
+            self.typed_at = at;
+            self.since = 0;
+        }
+        let interactive = self.typed.recent() && self.since < INTERACTIVE_BURST;
+        self.since += len as u64;
+        self.lane.pick(interactive, seq)
     }
 
-    /// A new subscription of the same mirror: seqs go on, and the stream
-    /// stays until what was sent is acked.
-    pub fn resubscribed(&mut self, sub: SubId) {
+    /// A new subscription of the same mirror (`handle`: the session's
+    /// now, which a revive renews), replaying after `from_seq`: the stream
+    /// stays until the mirror acks what the new subscription sends (an
+    /// ack from before it says nothing about the replayed frames).
+    pub fn resubscribed(&mut self, sub: SubId, handle: SessionHandle, from_seq: Option<u64>) {
         self.sub = sub;
+        self.typed = handle.shared.typed.clone();
+        self.handle = handle;
+        self.lane.acked = from_seq.unwrap_or(0).min(self.lane.acked);
+        self.lane.unsettled = true;
     }
 }
 

@@ -49,7 +49,7 @@ impl PeerActor {
             // A node shutting down no longer holds its sessions: for the
             // mirror that is its owner going away, not a removal.
             let removed = !self.dir.closing();
-            let fast = kept.is_some_and(|mut up| up.fast(None));
+            let fast = kept.is_some_and(|mut up| up.fast(None, 0));
             self.send_data(DataMsg::Closed { session, removed }, fast);
             return;
         };
@@ -66,7 +66,7 @@ impl PeerActor {
         // The same mirror again: its seqs go on, on the stream it used.
         let up = match kept {
             Some(mut up) => {
-                up.resubscribed(sub);
+                up.resubscribed(sub, handle, from_seq);
                 up
             }
             None => super::lane::Upstream::new(sub, handle),
@@ -140,8 +140,8 @@ impl Handler<Deliver> for PeerActor {
         let fast = match &msg.item {
             // A mirror's subscription gets neither.
             Delivery::Snapshot { .. } | Delivery::Failed { .. } => return,
-            Delivery::Output(frame) => up.fast(Some(frame.seq)),
-            _ => up.fast(None),
+            Delivery::Output(frame) => up.fast(Some(frame.seq), frame.data.len()),
+            _ => up.fast(None, 0),
         };
         let session = msg.session.to_string();
         let data = match msg.item {

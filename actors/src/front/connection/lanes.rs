@@ -2,8 +2,10 @@
 //! of it may be on its way to the client at once.
 //!
 //! Interactive first: a session this connection typed into within
-//! `INTERACTIVE_FOR` is interactive here; its frames go to the socket at
-//! once, ahead of whatever bulk output (every other session's) is held.
+//! `INTERACTIVE_FOR` is interactive here, until it has printed
+//! `INTERACTIVE_BURST` since that input (a build started by a keystroke
+//! is bulk after its first screens); its frames go to the socket at once,
+//! ahead of whatever bulk output (every other session's) is held.
 //! Bulk frames go out only while the bytes on their way (given to the
 //! socket, not yet read by the client) are under the connection's flight
 //! limit; past it they wait here, per session in order, taken in turn
@@ -19,8 +21,11 @@
 //! it rises, so a client that drains at R bytes/s gets about R times a few
 //! milliseconds in flight, enough for its full speed and no more. The
 //! subscription windows (PROTOCOL.md section 8) still bound it all: what
-//! is held here was sent within them. A client that never answers a mark
-//! leaves the limit off (its windows alone bound it).
+//! is held here was sent within them (a re-subscribe drops what was held
+//! of the subscription it replaces). A client that has answered no mark
+//! `NO_PONGS_AFTER` after the first leaves the limit off (its windows
+//! alone bound it). While frames are held a mark is always on its way, so
+//! an answer always comes to let them go.
 //!
 //! Everything of one session keeps its order: a control message or an
 //! interactive frame of a session with frames held waits behind them.
@@ -31,7 +36,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use crate::session::bulk::INTERACTIVE_FOR;
+use crate::session::bulk::{INTERACTIVE_BURST, INTERACTIVE_FOR};
+
 /// The flight limit's bounds and start.
 const MIN_FLIGHT: u64 = 64 << 10;
 const MAX_FLIGHT: u64 = 8 << 20;
@@ -42,9 +48,10 @@ const QUEUE_TARGET: Duration = Duration::from_millis(1);
 /// Marks waiting for their pong, at most (a client that stops reading
 /// holds them; past this no more are sent until one is answered).
 const MAX_MARKS: usize = 64;
-/// A connection whose first marks are unanswered this long answers none
-/// (a client that ignores pings): the limit is left off.
-const NO_PONGS_AFTER: Duration = Duration::from_secs(5);
+/// A connection whose first mark is unanswered this long (two keepalive
+/// intervals) answers none (a client that ignores pings): the limit is
+/// left off. One that has answered a mark keeps it.
+const NO_PONGS_AFTER: Duration = Duration::from_secs(30);
 /// Input sessions remembered before the stale ones are forgotten.
 const TYPED_KEPT: usize = 64;
 /// A mark's ping payload starts with this (the node's keepalive pings are
@@ -53,8 +60,9 @@ const MARK_TAG: &[u8; 2] = b"tm";
 
 #[derive(Default)]
 pub struct Lanes {
-    /// Sessions this connection sent input to, and when last.
-    typed: HashMap<Arc<str>, Instant>,
+    /// Sessions this connection sent input to: when last, and the output
+    /// offered since.
+    typed: HashMap<Arc<str>, Typed>,
     /// Held frames, per session in order.
     held: HashMap<Arc<str>, VecDeque<Bytes>>,
     /// Sessions with frames held, in turn.
@@ -64,41 +72,62 @@ pub struct Lanes {
     flight: Flight,
 }
 
+struct Typed {
+    at: Instant,
+    since: u64,
+}
+
 /// What to do with a frame offered.
 pub enum Offer {
     /// Send it now.
     Now(Bytes),
+    /// Held here until the flight has room (or the session is typed into).
     Held,
 }
 
 impl Lanes {
-    /// This connection sent input to `session` (now).
+    /// This connection sent input to `session` (now). At most
+    /// `TYPED_KEPT` sessions are remembered: past it the oldest is
+    /// forgotten (a client typing into many names costs no more).
     pub fn typed(&mut self, session: &str, now: Instant) {
-        if let Some(at) = self.typed.get_mut(session) {
-            *at = now;
+        if let Some(t) = self.typed.get_mut(session) {
+            *t = Typed { at: now, since: 0 };
             return;
         }
         if self.typed.len() >= TYPED_KEPT {
-            self.typed.retain(|_, at| now - *at < INTERACTIVE_FOR);
+            let oldest = self
+                .typed
+                .iter()
+                .min_by_key(|(_, t)| t.at)
+                .map(|(s, _)| s.clone());
+            if let Some(oldest) = oldest {
+                self.typed.remove(&oldest);
+            }
         }
-        self.typed.insert(session.into(), now);
+        self.typed
+            .insert(session.into(), Typed { at: now, since: 0 });
     }
 
     fn interactive(&self, session: &str, now: Instant) -> bool {
         self.typed
             .get(session)
-            .is_some_and(|at| now - *at < INTERACTIVE_FOR)
+            .is_some_and(|t| now - t.at < INTERACTIVE_FOR && t.since < INTERACTIVE_BURST)
     }
 
     /// A frame of `session`: `output` frames of a session that is not
     /// interactive are bulk.
     pub fn offer(&mut self, session: &Arc<str>, frame: Bytes, output: bool, now: Instant) -> Offer {
+        let bulk = output && !self.interactive(session, now);
+        if output {
+            if let Some(t) = self.typed.get_mut(session) {
+                t.since += frame.len() as u64;
+            }
+        }
         if let Some(queue) = self.held.get_mut(session) {
             self.held_bytes += frame.len();
             queue.push_back(frame);
             return Offer::Held;
         }
-        let bulk = output && !self.interactive(session, now);
         if bulk && !self.flight.room() {
             self.held_bytes += frame.len();
             self.held.insert(session.clone(), VecDeque::from([frame]));
@@ -130,9 +159,12 @@ impl Lanes {
         Some(frame)
     }
 
-    /// The payload of a mark to ping now, if one is due.
+    /// The payload of a mark to ping now, if one is due: after each
+    /// quarter of the flight, and whenever frames are held with no mark on
+    /// its way (its answer lets them go).
     pub fn mark(&mut self, now: Instant) -> Option<[u8; 10]> {
-        self.flight.mark(now)
+        let stuck = self.holding() && self.flight.marks.is_empty();
+        self.flight.mark(now, stuck)
     }
 
     /// A pong's payload: `true` when it answered a mark (and the flight
@@ -217,9 +249,10 @@ impl Flight {
         self.sent += n as u64;
     }
 
-    fn mark(&mut self, now: Instant) -> Option<[u8; 10]> {
+    fn mark(&mut self, now: Instant, stuck: bool) -> Option<[u8; 10]> {
         let every = (self.limit / 4).max(16 << 10);
-        if !self.on || self.sent - self.marked < every || self.marks.len() >= MAX_MARKS {
+        let due = self.sent - self.marked >= every && self.marks.len() < MAX_MARKS;
+        if !self.on || !(due || stuck && self.sent > self.read) {
             return None;
         }
         self.marked = self.sent;
@@ -244,18 +277,20 @@ impl Flight {
         else {
             return false;
         };
-        // Answers come in order; an unknown id (from before the limit
-        // was left off) is ignored.
-        while let Some(mark) = self.marks.pop_front() {
-            if mark.id != id {
-                continue;
-            }
-            self.answered = true;
-            self.read = self.read.max(mark.upto);
-            self.adapt(now - mark.at, now);
-            return true;
+        // Answers come in order: marks before this one were read too. An
+        // id not on its way (a stray pong) changes nothing.
+        if !self.marks.iter().any(|m| m.id == id) {
+            return false;
         }
-        false
+        while let Some(mark) = self.marks.pop_front() {
+            if mark.id == id {
+                self.answered = true;
+                self.read = self.read.max(mark.upto);
+                self.adapt(now - mark.at, now);
+                break;
+            }
+        }
+        true
     }
 
     /// One mark's delay: the queue in front of it.
@@ -387,13 +422,76 @@ mod tests {
     }
 
     #[test]
+    fn a_stray_pong_drains_no_mark() {
+        let t = Instant::now();
+        let mut lanes = Lanes::default();
+        lanes.flight.sent(START_FLIGHT as usize / 4);
+        let m = lanes.mark(t).unwrap();
+        assert!(!lanes.pong(b"tm\xff\xff\xff\xff\xff\xff\xff\x7f", t));
+        assert!(!lanes.pong(b"tm", t), "too short");
+        assert!(lanes.pong(&m, t), "the mark is still on its way");
+    }
+
+    #[test]
+    fn held_frames_always_have_a_mark_on_its_way() {
+        let t = Instant::now();
+        let mut lanes = Lanes::default();
+        let flood: Arc<str> = "flood".into();
+        // Over the limit, no mark on its way, too few unmarked bytes for a
+        // quarter's mark (however it came to be).
+        lanes.flight.sent(START_FLIGHT as usize);
+        lanes.flight.marked = lanes.flight.sent;
+        assert!(matches!(
+            lanes.offer(&flood, frame(10), true, t),
+            Offer::Held
+        ));
+        let m = lanes.mark(t).expect("a mark for the held frames");
+        assert!(lanes.pong(&m, t));
+        assert_eq!(lanes.next(t).map(|f| f.len()), Some(10));
+    }
+
+    #[test]
+    fn a_typed_session_that_floods_is_bulk_after_its_burst() {
+        let t = Instant::now();
+        let mut lanes = Lanes::default();
+        let (make, fill): (Arc<str>, Arc<str>) = ("make".into(), "fill".into());
+        while let Offer::Now(_) = lanes.offer(&fill, frame(64 << 10), true, t) {}
+        lanes.typed(&make, t);
+        let mut now = 0;
+        while let Offer::Now(b) = lanes.offer(&make, frame(32 << 10), true, t) {
+            now += b.len() as u64;
+        }
+        assert_eq!(
+            now, INTERACTIVE_BURST,
+            "its first screens go first, then it waits"
+        );
+        lanes.typed(&make, t);
+        assert!(
+            lanes.interactive(&make, t),
+            "the next input makes it interactive again"
+        );
+    }
+
+    #[test]
+    fn typing_into_many_sessions_keeps_the_newest() {
+        let t = Instant::now();
+        let mut lanes = Lanes::default();
+        for i in 0..1000u64 {
+            lanes.typed(&format!("s{i}"), t + Duration::from_millis(i));
+        }
+        assert_eq!(lanes.typed.len(), TYPED_KEPT);
+        assert!(lanes.typed.contains_key("s999"));
+        assert!(!lanes.typed.contains_key("s0"));
+    }
+
+    #[test]
     fn the_limit_follows_the_delay_of_the_queue() {
         let t = Instant::now();
         let mut f = Flight::default();
         let mut at = t;
         let mut round = |f: &mut Flight, delay: Duration| {
             f.sent(f.limit as usize);
-            let m = f.mark(at).unwrap();
+            let m = f.mark(at, false).unwrap();
             at += delay;
             assert!(f.pong(&m, at));
         };
@@ -415,7 +513,7 @@ mod tests {
         while let Offer::Now(_) = lanes.offer(&s, frame(32 << 10), true, t) {
             lanes.mark(t);
         }
-        assert!(!lanes.check(t + Duration::from_secs(1)));
+        assert!(!lanes.check(t + NO_PONGS_AFTER - Duration::from_secs(1)));
         assert!(lanes.check(t + NO_PONGS_AFTER + Duration::from_secs(1)));
         assert!(
             lanes.next(t).is_some(),

@@ -202,6 +202,7 @@ impl ConnectionActor {
             }
             lanes::Offer::Held => {
                 self.report_held();
+                self.mark(ctx, now);
                 self.check_later(ctx);
             }
         }
@@ -218,12 +219,14 @@ impl ConnectionActor {
     }
 
     /// Sends what the lanes let go now.
-    fn pump(&mut self, ctx: &mut ws::WebsocketContext<Self>) {
+    pub(super) fn pump(&mut self, ctx: &mut ws::WebsocketContext<Self>) {
         let now = std::time::Instant::now();
         while let Some(frame) = self.lanes.next(now) {
             ctx.binary(frame);
             self.mark(ctx, now);
         }
+        // Frames still held: a mark on its way lets them go.
+        self.mark(ctx, now);
         self.report_held();
     }
 

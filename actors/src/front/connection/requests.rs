@@ -94,7 +94,9 @@ impl ConnectionActor {
             return self.grep_everywhere(msg, ctx);
         }
         if let ClientMsg::Input { session, .. } = &msg {
+            // Its held output (the echo's way) goes first from now on.
             self.lanes.typed(session, std::time::Instant::now());
+            self.pump(ctx);
         }
         let class = spec(&msg).class;
         if class == Class::Connection {
@@ -190,6 +192,11 @@ impl ConnectionActor {
                 // A replacement discards what the old subscription still had
                 // in flight: nothing of it may follow the new `subscribed`.
                 let awaiting = existing.is_none() || from_seq.is_some();
+                if existing.is_some() && awaiting {
+                    // Its window is new: what was held of the old one goes.
+                    self.lanes.forget(&key);
+                    self.report_held();
+                }
                 let prior_awaiting = self.subs.get(&key).is_some_and(|s| s.awaiting);
                 self.subs.insert(
                     key,

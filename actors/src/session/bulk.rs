@@ -180,9 +180,23 @@ fn flooding_group(pid: i32, terminal: &Terminal) -> Option<i32> {
     }
 }
 
+/// Gives process group `group` nice `nice`, and its session's autogroup
+/// too where the kernel schedules by autogroup (`kernel.sched_autogroup_
+/// enabled`, tasks outside any CPU cgroup: there a nice value weighs only
+/// against the same session's processes, and every session, the node's
+/// included, gets an equal share of the CPU).
 fn renice(group: i32, nice: i32) -> std::io::Result<()> {
-    let group = rustix::process::Pid::from_raw(group).ok_or(std::io::ErrorKind::InvalidInput)?;
-    Ok(rustix::process::setpriority_pgrp(Some(group), nice)?)
+    let leader = rustix::process::Pid::from_raw(group).ok_or(std::io::ErrorKind::InvalidInput)?;
+    rustix::process::setpriority_pgrp(Some(leader), nice)?;
+    // Absent without autogroup support; refused like a nice value.
+    if let Ok(mut autogroup) = std::fs::OpenOptions::new()
+        .write(true)
+        .open(format!("/proc/{group}/autogroup"))
+    {
+        use std::io::Write;
+        let _ = autogroup.write_all(nice.to_string().as_bytes());
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -62,20 +62,8 @@ impl Cluster {
     /// The sum of node `i`'s `/metrics` series `name` (any labels; 0 when
     /// absent).
     pub fn metric(&self, i: usize, name: &str) -> f64 {
-        let url = format!("http://{}/metrics", self.https[i]);
-        let body = ureq::get(&url)
-            .set("Authorization", &format!("Bearer {}", self.token))
-            .call()
-            .ok()
-            .and_then(|r| r.into_string().ok())
-            .unwrap_or_default();
-        body.lines()
-            .filter(|l| {
-                l.strip_prefix(name)
-                    .is_some_and(|r| r.starts_with([' ', '{']))
-            })
-            .filter_map(|l| l.rsplit(' ').next()?.trim().parse::<f64>().ok())
-            .sum()
+        let url = format!("http://{}", self.https[i]);
+        super::samples(&url, &self.token, name).iter().sum()
     }
 
     pub fn pids(&self) -> Vec<u32> {

@@ -100,24 +100,30 @@ impl Node {
     /// The value of the `/metrics` series `name` (any labels; 0 when
     /// absent).
     pub fn metric(&self, name: &str) -> f64 {
-        let url = format!("{}/metrics", self.target.url);
-        let body = ureq::get(&url)
-            .set(
-                "Authorization",
-                &format!("Bearer {}", self.target.token.as_deref().unwrap_or("")),
-            )
-            .call()
-            .ok()
-            .and_then(|r| r.into_string().ok())
-            .unwrap_or_default();
-        body.lines()
-            .filter(|l| {
-                l.strip_prefix(name)
-                    .is_some_and(|r| r.starts_with([' ', '{']))
-            })
-            .find_map(|l| l.rsplit(' ').next()?.trim().parse().ok())
+        let token = self.target.token.as_deref().unwrap_or("");
+        samples(&self.target.url, token, name)
+            .first()
+            .copied()
             .unwrap_or(0.0)
     }
+}
+
+/// Every sample of the `/metrics` series `name` (any labels) of the node
+/// at `url` (empty when it does not answer).
+pub fn samples(url: &str, token: &str, name: &str) -> Vec<f64> {
+    let body = ureq::get(&format!("{url}/metrics"))
+        .set("Authorization", &format!("Bearer {token}"))
+        .call()
+        .ok()
+        .and_then(|r| r.into_string().ok())
+        .unwrap_or_default();
+    body.lines()
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|r| r.starts_with([' ', '{']))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.trim().parse().ok())
+        .collect()
 }
 
 impl Drop for Node {

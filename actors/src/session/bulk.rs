@@ -22,8 +22,6 @@ use std::time::{Duration, Instant};
 
 use nix::unistd::Pid;
 
-use super::pty::Terminal;
-
 /// How long after its last input a session stays interactive.
 pub const INTERACTIVE_FOR: Duration = Duration::from_secs(10);
 /// Output over one second past which a program nobody types into is bulk.
@@ -94,9 +92,16 @@ impl Default for Flow {
 }
 
 impl Flow {
-    /// `n` bytes of output from the program (`pid` leads its session,
-    /// `terminal` is its PTY): once a second, decides bulk or not.
-    pub fn output(&mut self, n: usize, typed: &Typed, pid: i32, terminal: &Terminal) {
+    /// `n` bytes of output from the program (`pid` leads its session;
+    /// `foreground` asks its terminal's foreground group, only when it is
+    /// needed): once a second, decides bulk or not.
+    pub fn output(
+        &mut self,
+        n: usize,
+        typed: &Typed,
+        pid: i32,
+        foreground: impl FnOnce() -> Option<i32>,
+    ) {
         self.bytes += n as u64;
         let typed_now = typed.recent();
         if typed_now {
@@ -117,7 +122,7 @@ impl Flow {
         if !is_bulk(rate, typed_now, self.niced.is_some()) {
             return;
         }
-        if let Some(group) = flooding_group(pid, terminal) {
+        if let Some(group) = flooding_group(pid, foreground()) {
             if renice(group, BULK_NICE).is_ok() {
                 tracing::debug!(
                     pid,
@@ -171,12 +176,10 @@ fn in_session(group: i32, pid: i32) -> bool {
 
 /// The terminal's foreground group when it belongs to the program's
 /// session (a shell's running job), else the program's own group.
-fn flooding_group(pid: i32, terminal: &Terminal) -> Option<i32> {
-    let ours =
-        |g: i32| nix::unistd::getsid(Some(Pid::from_raw(g))).is_ok_and(|s| s.as_raw() == pid);
-    match terminal.foreground_group() {
-        Some(fg) if ours(fg) => Some(fg),
-        _ => ours(pid).then_some(pid),
+fn flooding_group(pid: i32, foreground: Option<i32>) -> Option<i32> {
+    match foreground {
+        Some(fg) if in_session(fg, pid) => Some(fg),
+        _ => in_session(pid, pid).then_some(pid),
     }
 }
 

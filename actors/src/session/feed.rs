@@ -134,7 +134,9 @@ impl SessionActor {
         self.modes.feed(&data);
         if let Some(terminal) = &self.terminal {
             self.flow
-                .output(data.len(), &self.shared.typed, self.pid, terminal);
+                .output(data.len(), &self.shared.typed, self.pid, || {
+                    terminal.foreground_group()
+                });
         }
         let frame = self.publisher.push(data);
         if let Some(upto) = self.core.intake.sent(frame.seq) {

@@ -116,8 +116,20 @@ impl Handler<Deliver> for ConnectionActor {
 impl Handler<WatchReady> for ConnectionActor {
     type Result = ();
 
-    /// Sends everything the registry coalesced since the last drain.
+    /// Sends everything the registry coalesced since the last drain, once
+    /// the flight has room (until then the registry goes on coalescing).
     fn handle(&mut self, _: WatchReady, ctx: &mut WebsocketContext<Self>) {
+        if self.lanes.watch_now() {
+            self.drain_watch(ctx);
+        } else {
+            self.mark(ctx, std::time::Instant::now());
+            self.check_later(ctx);
+        }
+    }
+}
+
+impl ConnectionActor {
+    pub(super) fn drain_watch(&mut self, ctx: &mut WebsocketContext<Self>) {
         let Some(queue) = &self.watch else {
             return;
         };
@@ -127,8 +139,11 @@ impl Handler<WatchReady> for ConnectionActor {
                 WatchEvent::Changed(session) => ServerMsg::SessionChanged { session },
                 WatchEvent::Removed(session) => ServerMsg::SessionRemoved { session },
             };
-            self.send(ctx, &out);
+            let bytes = encode_server(&out);
+            self.lanes.sent(bytes.len());
+            ctx.binary(bytes);
         }
+        self.mark(ctx, std::time::Instant::now());
     }
 }
 

@@ -69,6 +69,10 @@ pub struct Lanes {
     turn: VecDeque<Arc<str>>,
     /// Bytes of the frames held.
     held_bytes: usize,
+    /// The registry's watch notifications wait in its coalescing queue
+    /// until the flight has room (a client that reads nothing costs one
+    /// entry per session there, not a socket full of them).
+    watch_waiting: bool,
     flight: Flight,
 }
 
@@ -181,9 +185,31 @@ impl Lanes {
         }
     }
 
-    /// Frames held (for the timer that checks on a silent client).
+    /// Frames or watch notifications held (for the timer that checks on
+    /// a silent client).
     pub fn holding(&self) -> bool {
-        !self.turn.is_empty()
+        !self.turn.is_empty() || self.watch_waiting
+    }
+
+    /// Whether the watch notifications may be sent now (else they wait,
+    /// and `watch_due` says when).
+    pub fn watch_now(&mut self) -> bool {
+        self.watch_waiting = !self.flight.room();
+        !self.watch_waiting
+    }
+
+    /// Watch notifications waited and the flight has room now.
+    pub fn watch_due(&mut self) -> bool {
+        let due = self.watch_waiting && self.flight.room();
+        if due {
+            self.watch_waiting = false;
+        }
+        due
+    }
+
+    /// Other bytes sent on the connection (watch notifications).
+    pub fn sent(&mut self, n: usize) {
+        self.flight.sent(n);
     }
 
     /// Bytes of the frames held.

@@ -225,12 +225,15 @@ impl ConnectionActor {
             ctx.binary(frame);
             self.mark(ctx, now);
         }
+        if self.lanes.watch_due() {
+            self.drain_watch(ctx);
+        }
         // Frames still held: a mark on its way lets them go.
         self.mark(ctx, now);
         self.report_held();
     }
 
-    fn mark(&mut self, ctx: &mut ws::WebsocketContext<Self>, now: std::time::Instant) {
+    pub(super) fn mark(&mut self, ctx: &mut ws::WebsocketContext<Self>, now: std::time::Instant) {
         if let Some(payload) = self.lanes.mark(now) {
             ctx.ping(&payload);
         }
@@ -238,7 +241,7 @@ impl ConnectionActor {
 
     /// While frames are held, looks now and then for a client that
     /// answers no marks (its frames then go within its windows alone).
-    fn check_later(&mut self, ctx: &mut ws::WebsocketContext<Self>) {
+    pub(super) fn check_later(&mut self, ctx: &mut ws::WebsocketContext<Self>) {
         if self.checking {
             return;
         }

@@ -135,11 +135,6 @@ impl Flow {
         }
     }
 
-    /// The group reniced, if any (tests and the docs' claim).
-    pub fn niced(&self) -> Option<i32> {
-        self.niced
-    }
-
     /// Gives the reniced group nice 0 back, if it is still the program's
     /// (a group id the job left behind may be another's now).
     fn restore(&mut self, pid: i32) {

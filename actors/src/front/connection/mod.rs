@@ -3,9 +3,11 @@
 //! sessions deliver. It keeps no session state beyond its subscriptions.
 //!
 //! Slow consumers: output reaches this actor only within the subscription's
-//! credit window, so its mailbox and the socket's write buffer together hold
-//! at most the sum of its windows; a client that stops reading stops
-//! receiving, and TCP_USER_TIMEOUT (set on the listener) reaps a dead peer.
+//! credit window, so its mailbox, the bulk output its lanes hold (`lanes`:
+//! typed-into sessions first, the rest within a flight learned from ping
+//! marks) and the socket's write buffer together hold at most the sum of
+//! its windows; a client that stops reading stops receiving, and
+//! TCP_USER_TIMEOUT (set on the listener) reaps a dead peer.
 
 mod deliver;
 mod grep;

@@ -20,6 +20,9 @@ pub struct Metrics {
     /// whose client answered none (served within their windows alone).
     pub marks_answered: AtomicU64,
     pub pongless: AtomicU64,
+    /// Sessions whose output is read on the bulk PTY thread now (their
+    /// programs flood and nobody types into them: `session::bulk`).
+    pub bulk_readers: std::sync::Arc<AtomicI64>,
     pub resyncs: AtomicU64,
     pub snapshots: AtomicU64,
     /// Changes of sessions' states (working, waiting, idle).
@@ -228,6 +231,12 @@ const ROWS: &[Row] = &[
         "gauge",
         "Bulk output connections hold back so interactive output goes first (bounded by the subscription windows).",
         |m| g(&m.held_bytes),
+    ),
+    (
+        "termesh_bulk_sessions",
+        "gauge",
+        "Sessions whose output is read on the bulk PTY thread: their programs flood and nobody types into them.",
+        |m| g(&m.bulk_readers),
     ),
     (
         "termesh_output_marks_answered_total",

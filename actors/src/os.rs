@@ -266,15 +266,39 @@ pub fn own_nice() -> i32 {
     }
 }
 
-/// Registers `fd` with the current tokio runtime for readiness. Must be
+/// Registers `fd` with the current tokio runtime for `interest`. Must be
 /// called inside a runtime.
 pub fn register_owned(
     fd: std::sync::Arc<filedescriptor::FileDescriptor>,
+    interest: tokio::io::Interest,
 ) -> std::io::Result<tokio::io::unix::AsyncFd<std::sync::Arc<filedescriptor::FileDescriptor>>> {
     // SAFETY: the `AsyncFd` owns a counted reference to the descriptor, so
     // it stays open for the `AsyncFd`'s whole life, and a `FileDescriptor`
     // always answers the same descriptor (it is never replaced in place).
-    unsafe { tokio::io::unix::AsyncFd::register(fd) }.map_err(std::io::Error::from)
+    unsafe { tokio::io::unix::AsyncFd::register_with_interest(fd, interest) }
+        .map_err(std::io::Error::from)
+}
+
+/// Puts the calling thread in the idle scheduling class (SCHED_IDLE):
+/// any woken thread of normal priority takes its CPU at once, where a nice
+/// value only lowers its share and lets it run out its time slice first
+/// (up to a scheduler tick, 4 ms, on the kernels measured); on an idle
+/// machine it runs as fast as ever. For threads that stay background for
+/// their whole life (an unprivileged thread cannot leave the class). Falls
+/// back to `lower_priority(&[], by)`.
+pub fn idle_thread(by: i32) {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: a valid sched_param for the calling thread (0).
+    let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
+    if rc != 0 {
+        lower_priority(&[], by);
+    }
+}
+
+/// The calling thread is in the idle scheduling class (`idle_thread`).
+pub fn in_idle_class() -> bool {
+    // SAFETY: asks the calling thread's policy; no memory is passed.
+    unsafe { libc::sched_getscheduler(0) == libc::SCHED_IDLE }
 }
 
 /// Puts the calling thread and this process's threads whose names start

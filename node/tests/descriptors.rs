@@ -1,6 +1,6 @@
 //! A session holds one descriptor in the node, its PTY master (the exit
-//! is learned from SIGCHLD, not a pidfd; reads and writes share the one
-//! registration): the descriptor limit, the first thing that stops a node
+//! is learned from SIGCHLD, not a pidfd; writes go straight to it while
+//! the terminal takes them): the descriptor limit, the first thing that stops a node
 //! from growing, allows as many sessions as descriptors. Removing the
 //! sessions gives their descriptors back, and so does a session that
 //! ended while a background job of its program still held the terminal.

@@ -1,7 +1,9 @@
-//! Interactive first on a connection (issue 32): the echo of a key typed
-//! into one session overtakes the bulk output of another session that the
-//! same connection has queued, and that bulk output still arrives whole
-//! and in order.
+//! Interactive first (issue 32): the echo of a key typed into one session
+//! overtakes the bulk output of another session that the same connection
+//! has queued, and that bulk output still arrives whole and in order; a
+//! flood nobody types into runs at a lower CPU weight (its processes in
+//! the bulk cgroup where the machine has one) and is read on the node's
+//! bulk thread, and typing brings both back, losing nothing.
 
 mod common;
 
@@ -13,8 +15,13 @@ use termesh_transport::{ClientMsg, ServerMsg};
 /// lanes.
 const FLOOD_WINDOW: u64 = 8 << 20;
 
+/// One flood at a time in this file: the bulk readers' gauge and the bulk
+/// thread are looked at while a flood runs.
+static FLOODS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_typed_sessions_echo_overtakes_queued_bulk_output() {
+    let _one = FLOODS.lock().await;
     let node = TestNode::start();
     let flood = node
         .create(&["yes", "bulk output of a neighbour, line after line"])
@@ -93,6 +100,7 @@ fn nices(session: &str) -> Vec<i32> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flood_nobody_types_into_runs_at_a_lower_cpu_weight_until_typed_into() {
+    let _one = FLOODS.lock().await;
     let node = TestNode::start();
     let flood = node
         .create(&["sh", "-c", "yes 'a flood nobody types into'; echo done"])
@@ -117,6 +125,27 @@ async fn a_flood_nobody_types_into_runs_at_a_lower_cpu_weight_until_typed_into()
         "a program printing a line now and then keeps its weight: {:?}",
         nices(&quiet)
     );
+    let cgroups = cpu_cgroup_v1_here();
+    if cgroups {
+        within(
+            PATIENCE,
+            "the flood's processes in the bulk cgroup",
+            async {
+                while !in_bulk_cgroup(&flood) {
+                    poll_pause().await;
+                }
+            },
+        )
+        .await;
+        assert!(
+            session_pids(&quiet)
+                .iter()
+                .all(|p| !cpu_cgroup_of(*p).ends_with("/termesh-bulk")),
+            "a quiet program stays where it was"
+        );
+    } else {
+        eprintln!("no cgroup v1 cpu controller for root here: the bulk cgroup is not checked");
+    }
 
     // Typed into, it is interactive: the node gives it nice 0 back where
     // it may lower a nice value (root here; docs/operations.md says what
@@ -141,4 +170,128 @@ async fn a_flood_nobody_types_into_runs_at_a_lower_cpu_weight_until_typed_into()
         },
     )
     .await;
+    if cgroups {
+        within(
+            PATIENCE,
+            "the typed-into flood out of the bulk cgroup",
+            async {
+                while session_pids(&flood)
+                    .iter()
+                    .any(|p| cpu_cgroup_of(*p).ends_with("/termesh-bulk"))
+                {
+                    poll_pause().await;
+                }
+            },
+        )
+        .await;
+    }
+}
+
+/// Root on a machine whose `cpu` controller is on cgroup v1 (as this
+/// project's machines are): the node may make the bulk cgroup.
+fn cpu_cgroup_v1_here() -> bool {
+    nix::unistd::geteuid().is_root()
+        && std::path::Path::new("/sys/fs/cgroup/cpu/cpu.shares").exists()
+        && !cpu_cgroup_of(std::process::id() as i32).is_empty()
+}
+
+/// The `cpu` cgroup v1 path of `pid` (empty if none).
+fn cpu_cgroup_of(pid: i32) -> String {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
+    text.lines()
+        .find_map(|line| {
+            let mut parts = line.splitn(3, ':');
+            let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+            controllers
+                .split(',')
+                .any(|c| c == "cpu")
+                .then(|| path.to_string())
+        })
+        .unwrap_or_default()
+}
+
+/// Every process of `session` is in the bulk cgroup (and it has some).
+fn in_bulk_cgroup(session: &str) -> bool {
+    let pids = session_pids(session);
+    !pids.is_empty()
+        && pids
+            .iter()
+            .all(|p| cpu_cgroup_of(*p).ends_with("/termesh-bulk"))
+}
+
+/// Numbered lines, paced to about 10 MB/s, until `stop` exists; then
+/// `end N`.
+const NUMBERED_FLOOD: &str = r#"
+import os, sys, time
+out, i = sys.stdout.buffer, 0
+while not os.path.exists(sys.argv[1]):
+    out.write(b"".join(b"%d\n" % (i + k) for k in range(1, 8001)))
+    out.flush()
+    i += 8000
+    time.sleep(0.005)
+out.write(b"end %d\n" % i)
+out.flush()
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_floods_reads_go_to_the_bulk_thread_and_home_when_typed_into_losing_nothing() {
+    let _one = FLOODS.lock().await;
+    let node = TestNode::start();
+    let stop = node.data_dir.path().join("stop");
+    let script = format!(
+        "stty -echo; exec python3 -c '{NUMBERED_FLOOD}' {}",
+        stop.display()
+    );
+    let flood = node.create(&["sh", "-c", &script]).await.id;
+    let mut c = node.client(OPERATOR).await;
+    subscribe(&mut c, &flood, Some(0), 1 << 20).await.unwrap();
+    let reading = {
+        let flood = flood.clone();
+        tokio::spawn(async move {
+            let mut s = Stream::new(1 << 20);
+            pump_to_exit(&mut c, &flood, &mut s, "the numbered flood's end").await;
+            s
+        })
+    };
+    let bulk_readers = || async { metric(&node.url(), "termesh_bulk_sessions").await };
+    within(PATIENCE, "the flood read on the bulk thread", async {
+        while bulk_readers().await < 1.0 {
+            poll_pause().await;
+        }
+    })
+    .await;
+    let mut typist = node.client(OPERATOR).await;
+    typist
+        .send(&ClientMsg::Input {
+            session: flood.clone(),
+            data: b"x".to_vec(),
+        })
+        .await
+        .unwrap();
+    within(PATIENCE, "the typed-into flood read at home again", async {
+        while bulk_readers().await > 0.0 {
+            poll_pause().await;
+        }
+    })
+    .await;
+    std::fs::write(&stop, b"").unwrap();
+    let s = within(PATIENCE, "the flood's reader", reading)
+        .await
+        .unwrap();
+    assert!(s.errors.is_empty(), "{:?}", s.errors);
+
+    // Every line once and in order across both moves.
+    let text = String::from_utf8(s.data).unwrap();
+    let mut want = 1u64;
+    let mut end = None;
+    for line in text.split("\r\n").filter(|l| !l.is_empty()) {
+        if let Some(n) = line.strip_prefix("end ") {
+            end = Some(n.parse::<u64>().unwrap());
+            break;
+        }
+        assert_eq!(line, want.to_string(), "line {want}");
+        want += 1;
+    }
+    assert_eq!(end, Some(want - 1), "the flood's last line");
+    assert!(want > 100_000, "a flood of {want} lines");
 }

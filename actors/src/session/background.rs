@@ -1,7 +1,8 @@
 //! The node's background screen thread: screen passes nobody waits for
 //! (warming a watched session's model, catching up an idle one) run on
-//! one thread of their own at nice +10 (`os::lower_priority`), so on a
-//! saturated machine they never take a core from a keystroke's path: a
+//! one thread of their own in the idle scheduling class
+//! (`os::idle_thread`; nice +10 where that is refused), so on a saturated
+//! machine they never take a core from a keystroke's path: a
 //! flood's screen work once took half a core at normal priority beside
 //! the echo of the session being typed into (docs/benchmarks.md, issue
 //! 32). Passes someone waits for (a snapshot, `screen`, `history`, a look
@@ -19,7 +20,8 @@ use tokio::sync::oneshot;
 
 type Work = Box<dyn FnOnce() + Send>;
 
-/// How much lower than the node the thread runs.
+/// How much lower than the node the thread runs where the idle class is
+/// refused.
 const NICE_STEPS: i32 = 10;
 
 /// Runs `work` on the background screen thread; its result comes on the
@@ -44,7 +46,7 @@ fn queue() -> Option<&'static Mutex<mpsc::Sender<Work>>> {
             let started = std::thread::Builder::new()
                 .name("screen-bg".into())
                 .spawn(move || {
-                    crate::os::lower_priority(&[], NICE_STEPS);
+                    crate::os::idle_thread(NICE_STEPS);
                     for job in rx {
                         // A pass that panics fails alone (its receiver
                         // closes); the thread goes on.
@@ -67,21 +69,19 @@ mod tests {
     use super::*;
 
     #[tokio::test]
-    async fn work_runs_on_a_lower_priority_thread_and_survives_a_panic() {
+    async fn work_runs_on_an_idle_class_thread_and_survives_a_panic() {
         let failed = run(|| panic!("a pass that fails"));
         assert!(
             failed.await.is_err(),
             "a panicking pass closes its receiver"
         );
-        let (name, nice) = run(|| {
+        let (name, idle) = run(|| {
             let name = std::thread::current().name().map(str::to_string);
-            let tid = rustix::thread::gettid().as_raw_nonzero().get();
-            (name, crate::os::nice_of(tid))
+            (name, crate::os::in_idle_class())
         })
         .await
         .unwrap();
         assert_eq!(name.as_deref(), Some("screen-bg"));
-        let own = crate::os::nice_of(std::process::id() as i32).unwrap();
-        assert_eq!(nice, Some((own + NICE_STEPS).min(19)));
+        assert!(idle, "the idle scheduling class");
     }
 }

@@ -73,8 +73,13 @@ impl Typed {
 pub struct Flow {
     since: Instant,
     bytes: u64,
+    /// Over `BULK_RATE` in the last full second, and not typed into since.
+    bulk: bool,
     /// The group given `BULK_NICE`, while it is.
     niced: Option<i32>,
+    /// The cgroup its processes were in, while they are in the bulk
+    /// cgroup (`cpu_group`).
+    moved: Option<std::path::PathBuf>,
     /// Giving a group its nice value back was refused (no privilege):
     /// not tried again.
     cannot_restore: bool,
@@ -85,7 +90,9 @@ impl Default for Flow {
         Flow {
             since: Instant::now(),
             bytes: 0,
+            bulk: false,
             niced: None,
+            moved: None,
             cannot_restore: false,
         }
     }
@@ -105,6 +112,7 @@ impl Flow {
         self.bytes += n as u64;
         let typed_now = typed.recent();
         if typed_now {
+            self.bulk = false;
             self.restore(pid);
         }
         let elapsed = self.since.elapsed();
@@ -114,12 +122,14 @@ impl Flow {
         let rate = self.bytes as f64 / elapsed.as_secs_f64();
         self.since = Instant::now();
         self.bytes = 0;
+        self.bulk = is_bulk(rate, typed_now);
         // The job reniced has ended: a later one may be.
         if self.niced.is_some_and(|group| !in_session(group, pid)) {
             self.niced = None;
+            self.moved = None;
             self.cannot_restore = false;
         }
-        if !is_bulk(rate, typed_now, self.niced.is_some()) {
+        if !self.bulk || self.niced.is_some() {
             return;
         }
         if let Some(group) = flooding_group(pid, foreground()) {
@@ -131,8 +141,21 @@ impl Flow {
                     "a flooding program gets a lower CPU weight"
                 );
                 self.niced = Some(group);
+                if let Some(bulk) = super::cpu_group::bulk_group() {
+                    match bulk.enter(group) {
+                        Ok(from) => self.moved = Some(from),
+                        Err(e) => tracing::debug!(group, "cannot move a flooding group: {e}"),
+                    }
+                }
             }
         }
+    }
+
+    /// The program flooded over the last full second and nobody typed
+    /// into it since: its output is read on the bulk thread
+    /// (`pty::io::Lane`).
+    pub fn is_bulk(&self) -> bool {
+        self.bulk
     }
 
     /// Gives the reniced group nice 0 back, if it is still the program's
@@ -141,11 +164,17 @@ impl Flow {
         let Some(group) = self.niced else {
             return;
         };
-        if self.cannot_restore {
-            return;
-        }
         if !in_session(group, pid) {
             self.niced = None;
+            self.moved = None;
+            return;
+        }
+        if let (Some(from), Some(bulk)) = (self.moved.take(), super::cpu_group::bulk_group()) {
+            if let Err(e) = bulk.leave(group, &from) {
+                tracing::debug!(group, "cannot move a group back to its cgroup: {e}");
+            }
+        }
+        if self.cannot_restore {
             return;
         }
         match renice(group, 0) {
@@ -159,9 +188,9 @@ impl Flow {
 }
 
 /// A second's output `rate` makes the program bulk: nobody typed into it
-/// lately and no job of it is reniced already.
-fn is_bulk(rate: f64, typed: bool, niced: bool) -> bool {
-    !typed && !niced && rate >= BULK_RATE as f64
+/// lately.
+fn is_bulk(rate: f64, typed: bool) -> bool {
+    !typed && rate >= BULK_RATE as f64
 }
 
 /// Group `group`'s leader is in the session `pid` leads.
@@ -214,15 +243,11 @@ mod tests {
     }
 
     #[test]
-    fn bulk_is_a_fast_printer_nobody_typed_into_not_yet_reniced() {
+    fn bulk_is_a_fast_printer_nobody_typed_into() {
         let fast = BULK_RATE as f64 * 2.0;
-        assert!(is_bulk(fast, false, false));
-        assert!(!is_bulk(fast, true, false), "typed into");
-        assert!(
-            !is_bulk(fast, false, true),
-            "a job of it is reniced already"
-        );
-        assert!(!is_bulk(BULK_RATE as f64 / 2.0, false, false), "a trickle");
+        assert!(is_bulk(fast, false));
+        assert!(!is_bulk(fast, true), "typed into");
+        assert!(!is_bulk(BULK_RATE as f64 / 2.0, false), "a trickle");
     }
 
     #[test]

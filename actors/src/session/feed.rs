@@ -137,6 +137,7 @@ impl SessionActor {
                 .output(data.len(), &self.shared.typed, self.pid, || {
                     terminal.foreground_group()
                 });
+            terminal.lane().set_bulk(self.flow.is_bulk());
         }
         let frame = self.publisher.push(data);
         if let Some(upto) = self.core.intake.sent(frame.seq) {

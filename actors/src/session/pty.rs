@@ -233,13 +233,19 @@ impl ReapGuard {
 
 /// A PTY's master: the one descriptor a session holds, shared by its I/O
 /// tasks (non-blocking reads and writes) and the session (size, the
-/// foreground group). Closed when the last holder lets go.
+/// foreground group), with the lane its reads take (`io::Lane`). Closed
+/// when the last holder lets go.
 #[derive(Debug, Clone)]
-pub struct Terminal(Arc<FileDescriptor>);
+pub struct Terminal(Arc<FileDescriptor>, io::Lane);
 
 impl Terminal {
     fn descriptor(&self) -> Arc<FileDescriptor> {
         self.0.clone()
+    }
+
+    /// Which thread the program's output is read on.
+    pub fn lane(&self) -> &io::Lane {
+        &self.1
     }
 
     /// Sets the terminal's size (the kernel sends SIGWINCH on a change).
@@ -418,7 +424,7 @@ fn start_io(
     let kept = matches!(child, io::Child::Kept(_));
     let pty_error = |e: &dyn std::fmt::Display| SpawnError::Pty(e.to_string());
     master.set_non_blocking(true).map_err(|e| pty_error(&e))?;
-    let terminal = Terminal(Arc::new(master));
+    let terminal = Terminal(Arc::new(master), io::Lane::default());
     let (event_tx, events) = mpsc::channel(OUTPUT_QUEUE);
     let (tx, input_rx) = mpsc::channel(INPUT_QUEUE);
     let input = InputTx {

@@ -79,18 +79,16 @@ impl Node {
         .start();
         let notify = termesh_actors::notify::Notifier::start(&config.notify, &metrics)
             .context("the [[notify]] threads")?;
-        let registry = Registry::new(
-            registry_config(
-                config,
-                &url,
-                store.clone(),
-                (hook_secret.clone(), notify),
-                keeper,
-            ),
-            dir.clone(),
-            metrics.clone(),
-        )
-        .start();
+        let mut registry_config = registry_config(
+            config,
+            &url,
+            store.clone(),
+            (hook_secret.clone(), notify),
+            keeper,
+        );
+        registry_config.settings.pty_io =
+            termesh_actors::session::pty::PtyIo::counting(metrics.bulk_readers.clone());
+        let registry = Registry::new(registry_config, dir.clone(), metrics.clone()).start();
         restore(&registry, restored, kept).await;
         let mut tasks = store_tasks(config, store.as_ref());
         let node = NodeCtx {

@@ -16,9 +16,16 @@
 //!   log before it is queued (`seqs`): a node killed with frames queued
 //!   loses none. After a large frame the reader yields, so a flood's
 //!   reads take turns with the keystrokes of sessions on the same thread.
+//!   The reader alone holds the master's registration (for readability);
+//!   while its session is bulk (`Lane`) it runs on the bulk thread
+//!   (`pty-io-bulk`, idle scheduling class), taking the registration
+//!   there between two frames, and comes home the same way.
 //! - The writer drains the input channel that connections hold senders
 //!   of, so keystrokes never wait behind output work; a program that does
-//!   not read its input makes only its own writer wait.
+//!   not read its input makes only its own writer wait (on a copy of the
+//!   master registered for writability while the terminal is full: the
+//!   one moment a session holds a second descriptor). A key written
+//!   brings the reader home.
 //! - The waiter learns of the exit without reaping, so the program's pid,
 //!   and with it its process group id, stays reserved by the zombie; it
 //!   reaps only when the session drops its `ReapGuard`, after which the
@@ -30,7 +37,7 @@
 
 use std::io::ErrorKind;
 use std::os::fd::AsFd;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::BytesMut;
@@ -38,6 +45,7 @@ use filedescriptor::FileDescriptor;
 use nix::sys::wait::waitpid;
 use nix::unistd::Pid;
 use tokio::io::unix::AsyncFd;
+use tokio::io::Interest;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::seqs::Sequencer;
@@ -59,6 +67,10 @@ const MIN_CHUNK: usize = 4 * 1024;
 /// store's background thread for a scheduler tick (echo p99 through a
 /// mirror: 1-2.5 ms samples, seen with `perf sched`).
 const PTY_IO_THREADS: usize = 2;
+/// How far below the process the bulk readers' thread runs: a flood's
+/// reads (and the kernel's copying done in their name) weigh a tenth of a
+/// keystroke's path on a busy core, and as much as ever on an idle one.
+const BULK_NICE_STEPS: i32 = 10;
 
 /// A node's PTY I/O threads (`PTY_IO_THREADS`), started with its first
 /// session. Every task on them holds a clone, so the threads end once the
@@ -72,45 +84,108 @@ struct Threads {
     /// Each thread's runtime, and the sender whose drop ends it.
     running: Mutex<Vec<(tokio::runtime::Handle, oneshot::Sender<()>)>>,
     next: AtomicUsize,
+    /// The thread bulk sessions' readers run on (`BULK_NICE_STEPS` below
+    /// the process), started with the first.
+    bulk: Mutex<Option<(tokio::runtime::Handle, oneshot::Sender<()>)>>,
+    /// The readers on it now (`termesh_bulk_sessions`).
+    on_bulk: Arc<AtomicI64>,
 }
 
 impl PtyIo {
+    /// Threads whose count of readers on the bulk thread is `on_bulk`
+    /// (the node's metric).
+    pub fn counting(on_bulk: Arc<AtomicI64>) -> PtyIo {
+        PtyIo(Arc::new(Threads {
+            on_bulk,
+            ..Default::default()
+        }))
+    }
+
     /// The runtime a new session's tasks run on (in turn). A failure to
     /// start the threads is returned (the create fails) and tried again by
     /// the next.
     fn runtime(&self) -> std::io::Result<tokio::runtime::Handle> {
         let mut all = self.0.running.lock().unwrap_or_else(|p| p.into_inner());
         while all.len() < PTY_IO_THREADS {
-            all.push(io_thread()?);
+            all.push(io_thread("pty-io", 0)?);
         }
         let turn = self.0.next.fetch_add(1, Ordering::Relaxed) % all.len();
         Ok(all[turn].0.clone())
     }
 
-    /// The `pty-io` threads running now (for tests and the docs' claim).
+    /// The runtime of the bulk readers' thread.
+    fn bulk_runtime(&self) -> std::io::Result<tokio::runtime::Handle> {
+        let mut bulk = self.0.bulk.lock().unwrap_or_else(|p| p.into_inner());
+        if bulk.is_none() {
+            *bulk = Some(io_thread("pty-io-bulk", BULK_NICE_STEPS)?);
+        }
+        Ok(bulk.as_ref().expect("started above").0.clone())
+    }
+
+    /// The `pty-io` threads running now, the bulk one included (for tests
+    /// and the docs' claim).
     pub fn threads(&self) -> usize {
         self.0.running.lock().map_or(0, |all| all.len())
+            + self
+                .0
+                .bulk
+                .lock()
+                .map_or(0, |bulk| usize::from(bulk.is_some()))
     }
 }
 
-/// A `pty-io` thread running a current-thread runtime until its sender is
-/// dropped (with the last `PtyIo`).
-fn io_thread() -> std::io::Result<(tokio::runtime::Handle, oneshot::Sender<()>)> {
+/// A thread named `name`, `nice_steps` below the process, running a
+/// current-thread runtime until its sender is dropped (with the last
+/// `PtyIo`).
+fn io_thread(
+    name: &str,
+    nice_steps: i32,
+) -> std::io::Result<(tokio::runtime::Handle, oneshot::Sender<()>)> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_io()
         .build()?;
     let handle = rt.handle().clone();
     let (stop, stopped) = oneshot::channel::<()>();
     std::thread::Builder::new()
-        .name("pty-io".into())
+        .name(name.into())
         .spawn(move || {
+            if nice_steps > 0 {
+                crate::os::idle_thread(nice_steps);
+            }
             let _ = rt.block_on(stopped);
         })?;
     Ok((handle, stop))
 }
 
-/// The master as the reader and writer share it.
-type Master = Arc<AsyncFd<Arc<FileDescriptor>>>;
+/// The master, registered for one kind of readiness with the runtime of
+/// the task that waits on it.
+type Registered = AsyncFd<Arc<FileDescriptor>>;
+
+/// Which of the node's I/O threads a session's reads run on: bulk while
+/// its program floods and nobody types into it (`bulk::Flow` says so),
+/// back at once when a key is written. Shared by the session's terminal,
+/// its writer and its reader.
+#[derive(Debug, Clone)]
+pub struct Lane(Arc<watch::Sender<bool>>);
+
+impl Default for Lane {
+    fn default() -> Self {
+        Lane(Arc::new(watch::channel(false).0))
+    }
+}
+
+impl Lane {
+    /// Moves the reads to the bulk thread (`true`) or home.
+    pub fn set_bulk(&self, bulk: bool) {
+        self.0
+            .send_if_modified(|now| std::mem::replace(now, bulk) != bulk);
+    }
+
+    /// The reads are on the bulk thread, or on their way there.
+    pub fn is_bulk(&self) -> bool {
+        *self.0.borrow()
+    }
+}
 
 /// Whose child the program is.
 pub enum Child {
@@ -139,12 +214,21 @@ pub fn start(
     }
     let rt = io.runtime()?;
     let _in_runtime = rt.enter();
-    let master: Master = Arc::new(crate::os::register_owned(terminal.descriptor())?);
-    rt.spawn(held(
-        io,
-        read_task(master.clone(), events.clone(), release.clone(), seqs),
-    ));
-    rt.spawn(held(io, write_task(master, input, release.clone())));
+    let master = crate::os::register_owned(terminal.descriptor(), Interest::READABLE)?;
+    let reader = Reader {
+        io: io.clone(),
+        home: rt.clone(),
+        on_bulk: false,
+        lane: terminal.lane().0.subscribe(),
+        tx: events.clone(),
+        release: release.clone(),
+        seqs,
+        given: None,
+        want: MIN_CHUNK,
+    };
+    rt.spawn(held(io, read_task(reader, master)));
+    let writer = (terminal.descriptor(), terminal.lane().clone());
+    rt.spawn(held(io, write_task(writer, input, release.clone())));
     match child {
         Child::Own => rt.spawn(held(io, wait_task(pid, events, release))),
         Child::Kept(kept) => rt.spawn(held(io, wait_kept(kept, events, release))),
@@ -172,36 +256,90 @@ fn write(fd: &FileDescriptor, buf: &[u8]) -> std::io::Result<usize> {
     Ok(rustix::io::write(fd, buf)?)
 }
 
+/// What a session's reader carries from one thread to another.
+struct Reader {
+    io: PtyIo,
+    /// The runtime the session's writer and waiter run on.
+    home: tokio::runtime::Handle,
+    /// Reading on the bulk thread.
+    on_bulk: bool,
+    lane: watch::Receiver<bool>,
+    tx: mpsc::Sender<PtyEvent>,
+    release: watch::Receiver<Let>,
+    seqs: watch::Receiver<Option<Arc<Sequencer>>>,
+    given: Option<Arc<Sequencer>>,
+    /// The next read's size.
+    want: usize,
+}
+
+impl Reader {
+    /// The runtime of the thread `bulk` asks for.
+    fn runtime(&self, bulk: bool) -> std::io::Result<tokio::runtime::Handle> {
+        if bulk {
+            self.io.bulk_runtime()
+        } else {
+            Ok(self.home.clone())
+        }
+    }
+
+    /// Goes on reading on `rt`: the registration leaves this runtime's
+    /// reactor (no readiness wakes this thread for the flood any more) and
+    /// joins the other's.
+    fn move_to(mut self, rt: tokio::runtime::Handle, master: Registered, bulk: bool) {
+        let fd = master.into_inner();
+        self.on_bulk = bulk;
+        let io = self.io.clone();
+        rt.spawn(held(&io, async move {
+            match crate::os::register_owned(fd, Interest::READABLE) {
+                Ok(master) => read_task(self, master).await,
+                // Registration fails only without memory for it: the
+                // program's output has nowhere to go, as at EOF.
+                Err(e) => {
+                    tracing::error!("cannot register a PTY for reading: {e}");
+                    let _ = self.tx.send(PtyEvent::Eof).await;
+                }
+            }
+        }));
+    }
+}
+
 /// Ends at EOF, or once the session lets go (`ReapGuard`): a background
 /// job that keeps the terminal open after the session finished does not
-/// keep its master open with it.
-async fn read_task(
-    master: Master,
-    tx: mpsc::Sender<PtyEvent>,
-    mut release: watch::Receiver<Let>,
-    mut seqs: watch::Receiver<Option<Arc<Sequencer>>>,
-) {
+/// keep its master open with it. Moves to the thread its lane asks for
+/// between frames, or while it waits.
+async fn read_task(mut r: Reader, master: Registered) {
+    let _counted = r.on_bulk.then(|| Counted::new(&r.io.0.on_bulk));
     let mut buf = BytesMut::new();
-    let mut want = MIN_CHUNK;
-    let mut given: Option<Arc<Sequencer>> = None;
     loop {
+        let bulk = *r.lane.borrow_and_update();
+        if bulk != r.on_bulk {
+            match r.runtime(bulk) {
+                Ok(rt) => return r.move_to(rt, master, bulk),
+                Err(e) => {
+                    // The reads stay here and stop following the lane.
+                    tracing::warn!("the bulk PTY reader thread did not start: {e}");
+                    r.lane = watch::channel(r.on_bulk).1;
+                }
+            }
+        }
         buf.clear();
-        buf.resize(want, 0);
+        buf.resize(r.want, 0);
         let got = tokio::select! {
             got = read_ready(&master, &mut buf) => got,
-            _ = released(&mut release) => return,
+            _ = released(&mut r.release) => return,
+            _ = lane_changed(&mut r.lane) => continue,
         };
         let mut filled = match got {
             // Linux reports EIO once the last slave fd closes: that is EOF.
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
-        want = if filled == want {
-            (want * 2).min(READ_CHUNK)
-        } else if filled < want / 4 {
-            (want / 2).max(MIN_CHUNK)
+        r.want = if filled == r.want {
+            (r.want * 2).min(READ_CHUNK)
+        } else if filled < r.want / 4 {
+            (r.want / 2).max(MIN_CHUNK)
         } else {
-            want
+            r.want
         };
         // What is already waiting joins the frame; the buffer grows only
         // while it is full and more comes (a keystroke's echo never makes
@@ -218,18 +356,18 @@ async fn read_task(
             }
         }
         let data = buf.split_to(filled).freeze();
-        if given.is_none() {
+        if r.given.is_none() {
             // The session hands over its seqs as it takes the PTY.
-            given = match seqs.wait_for(Option::is_some).await {
+            r.given = match r.seqs.wait_for(Option::is_some).await {
                 Ok(set) => set.clone(),
                 Err(_) => return,
             };
         }
-        let Some(seq) = given.as_ref().expect("waited for some").log(&data).await else {
+        let Some(seq) = r.given.as_ref().expect("waited for some").log(&data).await else {
             // A later run took over.
             return;
         };
-        if tx.send(PtyEvent::Output { seq, data }).await.is_err() {
+        if r.tx.send(PtyEvent::Output { seq, data }).await.is_err() {
             return;
         }
         if filled >= READ_CHUNK / 2 {
@@ -239,11 +377,34 @@ async fn read_task(
             tokio::task::yield_now().await;
         }
     }
-    let _ = tx.send(PtyEvent::Eof).await;
+    let _ = r.tx.send(PtyEvent::Eof).await;
+}
+
+/// One more while it lives.
+struct Counted(Arc<AtomicI64>);
+
+impl Counted {
+    fn new(count: &Arc<AtomicI64>) -> Counted {
+        count.fetch_add(1, Ordering::Relaxed);
+        Counted(count.clone())
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Once the lane changes (never, once nobody can change it).
+async fn lane_changed(lane: &mut watch::Receiver<bool>) {
+    if lane.changed().await.is_err() {
+        std::future::pending::<()>().await;
+    }
 }
 
 /// One read once the PTY is readable.
-async fn read_ready(master: &Master, buf: &mut [u8]) -> std::io::Result<usize> {
+async fn read_ready(master: &Registered, buf: &mut [u8]) -> std::io::Result<usize> {
     loop {
         let mut ready = master.readable().await?;
         match ready.try_io(|fd| read(fd.get_ref(), buf)) {
@@ -255,10 +416,11 @@ async fn read_ready(master: &Master, buf: &mut [u8]) -> std::io::Result<usize> {
     }
 }
 
-/// Writes keys and sets sizes in the order they were queued. Ends when
-/// every sender of input is gone, or the session lets go.
+/// Writes keys and sets sizes in the order they were queued; a key
+/// written brings the reads home from the bulk thread. Ends when every
+/// sender of input is gone, or the session lets go.
 async fn write_task(
-    master: Master,
+    (master, lane): (Arc<FileDescriptor>, Lane),
     (mut rx, queued): (mpsc::Receiver<ToTerminal>, Arc<AtomicUsize>),
     mut release: watch::Receiver<Let>,
 ) {
@@ -276,8 +438,8 @@ async fn write_task(
                     ws_xpixel: 0,
                     ws_ypixel: 0,
                 };
-                // The kernel sends the program SIGWINCH on a change.
-                let _ = rustix::termios::tcsetwinsize(master.get_ref().as_fd(), size);
+                // The kernel sends SIGWINCH on a change.
+                let _ = rustix::termios::tcsetwinsize(master.as_fd(), size);
                 continue;
             }
             Some(ToTerminal::Keys(data)) => (data, None),
@@ -285,23 +447,46 @@ async fn write_task(
         };
         let (data, done) = data;
         queued.fetch_sub(data.len(), Ordering::AcqRel);
-        let mut rest = &data[..];
-        while !rest.is_empty() {
-            let Ok(mut ready) = master.writable().await else {
-                return;
-            };
-            match ready.try_io(|fd| write(fd.get_ref(), rest)) {
-                Ok(Ok(n)) => rest = &rest[n..],
-                Ok(Err(e)) if e.kind() == ErrorKind::Interrupted => {}
-                // The terminal is gone: input has nowhere to go.
-                Ok(Err(_)) => return,
-                Err(_would_block) => {}
-            }
+        lane.set_bulk(false);
+        if write_all(&master, &data).await.is_err() {
+            // The terminal is gone: input has nowhere to go.
+            return;
         }
         if let Some(done) = done {
             let _ = done.send(());
         }
     }
+}
+
+/// Writes all of `data`: at once while the terminal takes it; when it is
+/// full (a program that does not read its input), through a copy of the
+/// master registered for writability while it lasts (the reader holds
+/// the master's registration, and may be on another thread).
+async fn write_all(master: &Arc<FileDescriptor>, data: &[u8]) -> std::io::Result<()> {
+    let mut rest = data;
+    let mut waiting: Option<Registered> = None;
+    while !rest.is_empty() {
+        let Some(registered) = &waiting else {
+            match write(master, rest) {
+                Ok(n) => rest = &rest[n..],
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    let copy = Arc::new(master.try_clone().map_err(std::io::Error::other)?);
+                    waiting = Some(crate::os::register_owned(copy, Interest::WRITABLE)?);
+                }
+                Err(e) => return Err(e),
+            }
+            continue;
+        };
+        let mut ready = registered.writable().await?;
+        match ready.try_io(|fd| write(fd.get_ref(), rest)) {
+            Ok(Ok(n)) => rest = &rest[n..],
+            Ok(Err(e)) if e.kind() == ErrorKind::Interrupted => {}
+            Ok(Err(e)) => return Err(e),
+            Err(_would_block) => {}
+        }
+    }
+    Ok(())
 }
 
 /// Once the session has let go of its `ReapGuard`: how.

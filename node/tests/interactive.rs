@@ -295,3 +295,69 @@ async fn a_floods_reads_go_to_the_bulk_thread_and_home_when_typed_into_losing_no
     assert_eq!(end, Some(want - 1), "the flood's last line");
     assert!(want > 100_000, "a flood of {want} lines");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn typing_into_a_demoted_job_that_prints_nothing_more_gives_its_weight_back() {
+    let _one = FLOODS.lock().await;
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("not root: a nice value cannot be given back here");
+        return;
+    }
+    let node = TestNode::start();
+    // A flood of a few seconds, then the same group silent (no echo).
+    let job = node
+        .create(&[
+            "sh",
+            "-c",
+            "stty -echo; yes flood | head -c 300000000; exec sleep 600",
+        ])
+        .await
+        .id;
+    within(PATIENCE, "the flooding job demoted", async {
+        loop {
+            let n = nices(&job);
+            if !n.is_empty() && n.iter().all(|v| *v == 10) {
+                return;
+            }
+            poll_pause().await;
+        }
+    })
+    .await;
+    within(PATIENCE, "the flood over, the job silent", async {
+        while session_pids(&job).iter().any(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/comm")).unwrap_or_default() != "sleep\n"
+        }) {
+            poll_pause().await;
+        }
+    })
+    .await;
+    let cgroups = cpu_cgroup_v1_here();
+    if cgroups {
+        assert!(
+            in_bulk_cgroup(&job),
+            "the silent job is still in the bulk cgroup"
+        );
+    }
+    let mut c = node.client(OPERATOR).await;
+    c.send(&ClientMsg::Input {
+        session: job.clone(),
+        data: b"x".to_vec(),
+    })
+    .await
+    .unwrap();
+    within(
+        PATIENCE,
+        "the typed-into job's weight back without output",
+        async {
+            while nices(&job).iter().any(|v| *v != 0)
+                || (cgroups
+                    && session_pids(&job)
+                        .iter()
+                        .any(|p| cpu_cgroup_of(*p).ends_with("/termesh-bulk")))
+            {
+                poll_pause().await;
+            }
+        },
+    )
+    .await;
+}

@@ -77,12 +77,14 @@ pub struct Flow {
     bulk: bool,
     /// The group given `BULK_NICE`, while it is.
     niced: Option<i32>,
-    /// The cgroup its processes were in, while they are in the bulk
-    /// cgroup (`cpu_group`).
-    moved: Option<std::path::PathBuf>,
+    /// The group in the bulk cgroup (`cpu_group`) and the cgroup it came
+    /// from, while it is there.
+    moved: Option<(i32, std::path::PathBuf)>,
     /// Giving a group its nice value back was refused (no privilege):
     /// not tried again.
     cannot_restore: bool,
+    /// The session looks for input on a timer (`watch_typing`).
+    watching: bool,
 }
 
 impl Default for Flow {
@@ -94,6 +96,7 @@ impl Default for Flow {
             niced: None,
             moved: None,
             cannot_restore: false,
+            watching: false,
         }
     }
 }
@@ -112,8 +115,7 @@ impl Flow {
         self.bytes += n as u64;
         let typed_now = typed.recent();
         if typed_now {
-            self.bulk = false;
-            self.restore(pid);
+            self.typed(pid);
         }
         let elapsed = self.since.elapsed();
         if elapsed < Duration::from_secs(1) {
@@ -123,29 +125,42 @@ impl Flow {
         self.since = Instant::now();
         self.bytes = 0;
         self.bulk = is_bulk(rate, typed_now);
-        // The job reniced has ended: a later one may be.
+        // The job demoted has ended: a later one may be.
         if self.niced.is_some_and(|group| !in_session(group, pid)) {
             self.niced = None;
-            self.moved = None;
             self.cannot_restore = false;
         }
-        if !self.bulk || self.niced.is_some() {
+        if self
+            .moved
+            .as_ref()
+            .is_some_and(|(group, _)| !in_session(*group, pid))
+        {
+            self.moved = None;
+        }
+        if !self.bulk {
             return;
         }
-        if let Some(group) = flooding_group(pid, foreground()) {
-            if renice(group, BULK_NICE).is_ok() {
-                tracing::debug!(
-                    pid,
-                    group,
-                    rate,
-                    "a flooding program gets a lower CPU weight"
-                );
-                self.niced = Some(group);
-                if let Some(bulk) = super::cpu_group::bulk_group() {
-                    match bulk.enter(group) {
-                        Ok(from) => self.moved = Some(from),
-                        Err(e) => tracing::debug!(group, "cannot move a flooding group: {e}"),
-                    }
+        let Some(group) = self
+            .niced
+            .or(self.moved.as_ref().map(|(group, _)| *group))
+            .or_else(|| flooding_group(pid, foreground()))
+        else {
+            return;
+        };
+        if self.niced.is_none() && renice(group, BULK_NICE).is_ok() {
+            tracing::debug!(
+                pid,
+                group,
+                rate,
+                "a flooding program gets a lower CPU weight"
+            );
+            self.niced = Some(group);
+        }
+        if self.moved.is_none() {
+            if let Some(bulk) = super::cpu_group::bulk_group() {
+                match bulk.enter(group) {
+                    Ok(from) => self.moved = Some((group, from)),
+                    Err(e) => tracing::debug!(group, "a flooding group stays in its cgroup: {e}"),
                 }
             }
         }
@@ -158,21 +173,44 @@ impl Flow {
         self.bulk
     }
 
-    /// Gives the reniced group nice 0 back, if it is still the program's
-    /// (a group id the job left behind may be another's now).
-    fn restore(&mut self, pid: i32) {
+    /// Its job has a lower CPU weight now (reniced or in the bulk
+    /// cgroup): the session looks for input (`typed`) without waiting for
+    /// output, which a job starved by busy cores may not make.
+    pub fn demoted(&self) -> bool {
+        self.moved.is_some() || (self.niced.is_some() && !self.cannot_restore)
+    }
+
+    /// A look for input should be set up: the job is demoted and none
+    /// is set up (`looked` when it has run).
+    pub fn watch_typing(&mut self) -> bool {
+        let start = self.demoted() && !self.watching;
+        self.watching |= start;
+        start
+    }
+
+    /// The look for input set up by `watch_typing` ran.
+    pub fn looked(&mut self) {
+        self.watching = false;
+    }
+
+    /// Input reached the program: it is interactive; its job leaves the
+    /// bulk cgroup and gets nice 0 back, if it is still the program's (a
+    /// group id the job left behind may be another's now).
+    pub fn typed(&mut self, pid: i32) {
+        self.bulk = false;
+        if let Some((group, from)) = self.moved.take() {
+            if let (true, Some(bulk)) = (in_session(group, pid), super::cpu_group::bulk_group()) {
+                if let Err(e) = bulk.leave(group, &from) {
+                    tracing::debug!(group, "cannot move a group back to its cgroup: {e}");
+                }
+            }
+        }
         let Some(group) = self.niced else {
             return;
         };
         if !in_session(group, pid) {
             self.niced = None;
-            self.moved = None;
             return;
-        }
-        if let (Some(from), Some(bulk)) = (self.moved.take(), super::cpu_group::bulk_group()) {
-            if let Err(e) = bulk.leave(group, &from) {
-                tracing::debug!(group, "cannot move a group back to its cgroup: {e}");
-            }
         }
         if self.cannot_restore {
             return;

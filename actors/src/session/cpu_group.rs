@@ -12,11 +12,15 @@
 //!   cgroup (v1 lets a cgroup with processes have children);
 //! - cgroup v2: beside the node's cgroup when that is named `node` and its
 //!   parent offers `cpu` (systemd's `Delegate=cpu` with
-//!   `DelegateSubgroup=node`, as the units in deploy/ set): the node
-//!   enables `cpu` for the parent's children and makes `termesh-bulk`
-//!   there. Elsewhere v2 leaves the node's cgroups alone.
+//!   `DelegateSubgroup=node`; docs/operations.md): the node enables `cpu`
+//!   for the parent's children and makes `termesh-bulk` there. Elsewhere
+//!   v2 leaves the node's cgroups alone.
 //!
-//! Neither (no controller, no permission): the node renices only.
+//! Only programs in the node's own cgroup move: the bulk cgroup weighs
+//! as the node's cgroup does above it, so a program from elsewhere (a
+//! keeper's unit) would outweigh the programs it left there. Neither
+//! (no controller, no permission, programs elsewhere): the node renices
+//! only.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -29,6 +33,10 @@ const NAME: &str = "termesh-bulk";
 #[derive(Debug)]
 pub struct BulkGroup {
     dir: PathBuf,
+    /// The node's own cgroup: only programs there move (elsewhere, e.g.
+    /// in a keeper's unit, the bulk cgroup would weigh as the node does
+    /// above it, more than the programs left behind).
+    own: PathBuf,
     hierarchy: Hierarchy,
 }
 
@@ -45,8 +53,8 @@ struct Hierarchy {
 impl Hierarchy {
     /// The directory of cgroup `path` (as /proc/<pid>/cgroup names it).
     fn dir(&self, path: &str) -> Option<PathBuf> {
-        let rel = path.strip_prefix(self.root.trim_end_matches('/'))?;
-        Some(self.mount.join(rel.trim_start_matches('/')))
+        let rel = Path::new(path).strip_prefix(&self.root).ok()?;
+        Some(self.mount.join(rel))
     }
 
     /// The cgroup path of `pid` in this hierarchy.
@@ -79,6 +87,9 @@ impl BulkGroup {
         let own = std::fs::read_to_string("/proc/self/cgroup").map_err(|e| e.to_string())?;
         let mounts = std::fs::read_to_string("/proc/self/mountinfo").map_err(|e| e.to_string())?;
         let (hierarchy, base) = place(&own, &mounts)?;
+        let own = cgroup_path(&own, hierarchy.v2)
+            .and_then(|path| hierarchy.dir(&path))
+            .ok_or("the node's cgroup is outside its mount")?;
         if hierarchy.v2 {
             // The parent's children get the controller (it has no
             // processes of its own: they are in `node`).
@@ -101,19 +112,43 @@ impl BulkGroup {
             write(&dir.join(least.0), least.1)
                 .map_err(|e| format!("cannot set {} of {}: {e}", least.0, dir.display()))?;
         }
-        Ok(BulkGroup { dir, hierarchy })
+        Ok(BulkGroup {
+            dir,
+            own,
+            hierarchy,
+        })
     }
 
-    /// Moves the processes of group `group` here; answers the cgroup they
-    /// were in (its leader's), for `leave`.
+    /// Moves the processes of group `group` here when its leader is in
+    /// the node's own cgroup (or here already: left by an earlier run of
+    /// the node); answers where `leave` takes them back.
     pub fn enter(&self, group: i32) -> std::io::Result<PathBuf> {
         let from = self
             .hierarchy
             .path_of(group)
             .and_then(|path| self.hierarchy.dir(&path))
             .ok_or(std::io::ErrorKind::NotFound)?;
+        if from != self.own && from != self.dir {
+            return Err(std::io::Error::other(format!(
+                "in {}, not the node's cgroup",
+                from.display()
+            )));
+        }
         move_group(group, &self.dir)?;
-        Ok(from)
+        Ok(self.own.clone())
+    }
+
+    /// Moves the calling thread here, where a cgroup takes single threads
+    /// (v1; v2 only moves whole processes outside threaded subtrees): the
+    /// node's own bulk threads then weigh no more than the floods they
+    /// serve. `false` where it stays.
+    pub fn enter_thread(&self) -> bool {
+        !self.hierarchy.v2
+            && write(
+                &self.dir.join("tasks"),
+                &rustix::thread::gettid().as_raw_nonzero().to_string(),
+            )
+            .is_ok()
     }
 
     /// Moves the processes of group `group` back to `to`.

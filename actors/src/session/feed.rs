@@ -23,6 +23,9 @@ pub static HOLD_INTAKE: std::sync::atomic::AtomicBool = std::sync::atomic::Atomi
 /// How soon a failed reservation is tried again (output waits meanwhile:
 /// a seq is never sent that a restart could give again).
 const RESERVE_RETRY: Duration = Duration::from_secs(1);
+/// How often a session whose flooding job is demoted (`bulk::Flow`) looks
+/// whether someone typed into it.
+const TYPING_CHECK: Duration = Duration::from_millis(100);
 
 impl SessionActor {
     /// Takes the next batch of PTY events.
@@ -120,6 +123,27 @@ impl SessionActor {
 
     /// Output `seq`, in the output log already (its reader put it there
     /// before queuing it: a node killed now continues right after it).
+    /// While the program's job is demoted, looks for input every
+    /// `TYPING_CHECK`: a job starved by busy cores may print nothing, and
+    /// output is where `Flow` otherwise sees that someone typed.
+    fn watch_typing(&mut self, ctx: &mut Context<Self>) {
+        if !self.flow.watch_typing() {
+            return;
+        }
+        ctx.run_later(TYPING_CHECK, |act, ctx| {
+            act.flow.looked();
+            if act.shared.typed.recent() {
+                act.flow.typed(act.pid);
+                if let Some(terminal) = &act.terminal {
+                    terminal.lane().set_bulk(false);
+                }
+            }
+            if act.terminal.is_some() {
+                act.watch_typing(ctx);
+            }
+        });
+    }
+
     fn on_output(&mut self, seq: u64, data: Bytes, ctx: &mut Context<Self>) {
         let expected = self.publisher.last_seq() + 1;
         if seq < expected {
@@ -138,6 +162,7 @@ impl SessionActor {
                     terminal.foreground_group()
                 });
             terminal.lane().set_bulk(self.flow.is_bulk());
+            self.watch_typing(ctx);
         }
         let frame = self.publisher.push(data);
         if let Some(upto) = self.core.intake.sent(frame.seq) {

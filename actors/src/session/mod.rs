@@ -10,7 +10,7 @@ mod attention;
 mod background;
 pub mod bulk;
 mod cold;
-mod cpu_group;
+pub(crate) mod cpu_group;
 pub use cold::COOL_AFTER;
 mod core;
 mod feed;

@@ -34,6 +34,11 @@ pub struct Waiting {
 }
 
 impl Waiting {
+    /// It is the node's own look at the session's state (no client waits).
+    pub fn is_look(&self) -> bool {
+        self.want == ScreenWant::Look
+    }
+
     /// It is a snapshot for the subscriber `sub` (any generation).
     fn is_for(&self, sub: SubId) -> bool {
         matches!(self.to, ScreenTo::Sub { sub: s, .. } if s == sub)

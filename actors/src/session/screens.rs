@@ -121,17 +121,23 @@ impl SessionActor {
             Metrics::add(&self.metrics.screen_request_bytes, job.fed);
         }
         // Nobody waits for a warming step or a catch-up: the background
-        // thread, below the keystrokes' priority. (A look at the agent's
-        // state is waited for: `wait` answers from it.)
-        let background = ticket.is_some() || pass.waiting.is_empty();
+        // thread, below the keystrokes' priority. A look at the agent's
+        // state is waited for (`wait` answers from it), except for a
+        // flood nobody types into (`bulk`): it is working, and its look
+        // ran a core for milliseconds beside the echo of the session typed
+        // into.
+        let background = ticket.is_some()
+            || pass.waiting.is_empty()
+            || (self.flow.is_bulk() && pass.waiting.iter().all(|w| w.is_look()));
+        // The ticket comes back to be charged here, not on the idle thread.
         let run = move || match ticket {
             Some(mut ticket) => {
                 ticket.start();
                 let done = job.run();
-                ticket.finish();
-                done
+                ticket.stop();
+                (done, Some(ticket))
             }
-            None => job.run(),
+            None => (job.run(), None),
         };
         let work: futures_util::future::BoxFuture<'static, Result<_, String>> = if background {
             Box::pin(super::background::run(run).map(|r| r.map_err(|e| e.to_string())))
@@ -143,7 +149,8 @@ impl SessionActor {
         let fut = work.into_actor(self).map(move |done, act, ctx| {
             act.screen.job_running = false;
             match done {
-                Ok(done) => {
+                Ok((done, ticket)) => {
+                    drop(ticket);
                     let resize_id = done.model.resize_id();
                     act.screen.model = Some(done.model);
                     for (to, result) in act.screen.pass_done(pass, &done.results, resize_id) {

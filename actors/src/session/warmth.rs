@@ -73,20 +73,22 @@ impl Warmth {
         lock(&self.0).begin(Instant::now()).map(|()| Ticket {
             budget: self.0.clone(),
             cpu_at: None,
-            ended: false,
+            used: Duration::ZERO,
         })
     }
 }
 
-/// A background pass under way. `start` and `finish` on the thread that
-/// does the work charge the CPU it used there; a ticket dropped otherwise
-/// (the pass panicked) gives the budget back charged with nothing more.
+/// A background pass under way. `start` and `stop` on the thread that
+/// does the work measure the CPU it used there (no lock: that thread is in
+/// the idle class, and a lock it held while preempted would stall every
+/// session that asks the budget); dropping the ticket charges it, on the
+/// session's thread (a ticket of a pass that panicked charges what was
+/// measured, nothing).
 #[derive(Debug)]
 pub struct Ticket {
     budget: Arc<Mutex<Budget>>,
     cpu_at: Option<Duration>,
-    /// `finish` charged it.
-    ended: bool,
+    used: Duration,
 }
 
 impl Ticket {
@@ -95,22 +97,18 @@ impl Ticket {
         self.cpu_at = thread_cpu();
     }
 
-    /// The work is done: charges this thread's CPU since `start`.
-    pub fn finish(mut self) {
-        let used = match (self.cpu_at.take(), thread_cpu()) {
+    /// The work is done: measures this thread's CPU since `start`.
+    pub fn stop(&mut self) {
+        self.used = match (self.cpu_at.take(), thread_cpu()) {
             (Some(a), Some(b)) => b.saturating_sub(a),
             _ => Duration::ZERO,
         };
-        lock(&self.budget).end(Instant::now(), used);
-        self.ended = true;
     }
 }
 
 impl Drop for Ticket {
     fn drop(&mut self) {
-        if !self.ended {
-            lock(&self.budget).end(Instant::now(), Duration::ZERO);
-        }
+        lock(&self.budget).end(Instant::now(), self.used);
     }
 }
 
@@ -156,7 +154,8 @@ mod tests {
         while Instant::now() < until {
             spins = std::hint::black_box(spins + 1);
         }
-        ticket.finish();
+        ticket.stop();
+        drop(ticket);
         // The spin's CPU was charged: the next pass has to wait.
         let wait = own.begin().unwrap_err();
         assert!(wait > Duration::ZERO);

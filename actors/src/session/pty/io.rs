@@ -18,7 +18,7 @@
 //!   reads take turns with the keystrokes of sessions on the same thread.
 //!   The reader alone holds the master's registration (for readability);
 //!   while its session is bulk (`Lane`) it runs on the bulk thread
-//!   (`pty-io-bulk`, idle scheduling class), taking the registration
+//!   (`pty-io-bulk`, nice +10), taking the registration
 //!   there between two frames, and comes home the same way.
 //! - The writer drains the input channel that connections hold senders
 //!   of, so keystrokes never wait behind output work; a program that does
@@ -54,6 +54,9 @@ use crate::keeper::Kept;
 
 /// Largest read from the PTY, and so the largest frame.
 pub const READ_CHUNK: usize = 64 * 1024;
+/// Between two tries at a full terminal when no descriptor is left to
+/// wait on it with.
+const FULL_RETRY: std::time::Duration = std::time::Duration::from_millis(5);
 /// First read size: an idle session touches no more memory than this.
 const MIN_CHUNK: usize = 4 * 1024;
 /// Threads that run the sessions' PTY tasks, each a runtime of its own
@@ -70,6 +73,9 @@ const PTY_IO_THREADS: usize = 2;
 /// How far below the process the bulk readers' thread runs: a flood's
 /// reads (and the kernel's copying done in their name) weigh a tenth of a
 /// keystroke's path on a busy core, and as much as ever on an idle one.
+/// A nice value, not the idle class: the reader holds its session's seqs
+/// and log locks while it writes a frame, and an idle-class thread
+/// preempted there could hold them for as long as the cores stay busy.
 const BULK_NICE_STEPS: i32 = 10;
 
 /// A node's PTY I/O threads (`PTY_IO_THREADS`), started with its first
@@ -143,6 +149,7 @@ fn io_thread(
 ) -> std::io::Result<(tokio::runtime::Handle, oneshot::Sender<()>)> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_io()
+        .enable_time()
         .build()?;
     let handle = rt.handle().clone();
     let (stop, stopped) = oneshot::channel::<()>();
@@ -150,7 +157,7 @@ fn io_thread(
         .name(name.into())
         .spawn(move || {
             if nice_steps > 0 {
-                crate::os::idle_thread(nice_steps);
+                crate::os::lower_priority(&[], nice_steps);
             }
             let _ = rt.block_on(stopped);
         })?;
@@ -179,11 +186,6 @@ impl Lane {
     pub fn set_bulk(&self, bulk: bool) {
         self.0
             .send_if_modified(|now| std::mem::replace(now, bulk) != bulk);
-    }
-
-    /// The reads are on the bulk thread, or on their way there.
-    pub fn is_bulk(&self) -> bool {
-        *self.0.borrow()
     }
 }
 
@@ -470,10 +472,15 @@ async fn write_all(master: &Arc<FileDescriptor>, data: &[u8]) -> std::io::Result
             match write(master, rest) {
                 Ok(n) => rest = &rest[n..],
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                    let copy = Arc::new(master.try_clone().map_err(std::io::Error::other)?);
-                    waiting = Some(crate::os::register_owned(copy, Interest::WRITABLE)?);
-                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => match writability(master) {
+                    Ok(registered) => waiting = Some(registered),
+                    // No descriptor to spare (the node at its limit): the
+                    // terminal is tried again a little later.
+                    Err(e) => {
+                        tracing::debug!("writing to a full terminal without a wait for it: {e}");
+                        tokio::time::sleep(FULL_RETRY).await;
+                    }
+                },
                 Err(e) => return Err(e),
             }
             continue;
@@ -487,6 +494,12 @@ async fn write_all(master: &Arc<FileDescriptor>, data: &[u8]) -> std::io::Result
         }
     }
     Ok(())
+}
+
+/// A copy of `master` registered for writability.
+fn writability(master: &FileDescriptor) -> std::io::Result<Registered> {
+    let copy = Arc::new(master.try_clone().map_err(std::io::Error::other)?);
+    crate::os::register_owned(copy, Interest::WRITABLE)
 }
 
 /// Once the session has let go of its `ReapGuard`: how.

@@ -287,7 +287,6 @@ pub fn register_owned(
 /// their whole life (an unprivileged thread cannot leave the class). Falls
 /// back to `lower_priority(&[], by)`.
 pub fn idle_thread(by: i32) {
-    crate::session::cpu_group::bulk_group().map(|group| group.enter_thread());
     let param = libc::sched_param { sched_priority: 0 };
     // SAFETY: a valid sched_param for the calling thread (0).
     let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };

@@ -46,6 +46,9 @@ fn queue() -> Option<&'static Mutex<mpsc::Sender<Work>>> {
             let started = std::thread::Builder::new()
                 .name("screen-bg".into())
                 .spawn(move || {
+                    if let Some(group) = super::cpu_group::bulk_group() {
+                        group.enter_thread();
+                    }
                     crate::os::idle_thread(NICE_STEPS);
                     for job in rx {
                         // A pass that panics fails alone (its receiver

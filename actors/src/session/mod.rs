@@ -10,7 +10,7 @@ mod attention;
 mod background;
 pub mod bulk;
 mod cold;
-pub(crate) mod cpu_group;
+mod cpu_group;
 pub use cold::COOL_AFTER;
 mod core;
 mod feed;

@@ -98,6 +98,20 @@ fn nices(session: &str) -> Vec<i32> {
         .collect()
 }
 
+/// Until every process of `session` has nice 10.
+async fn wait_reniced(session: &str) {
+    within(PATIENCE, "the flooding job reniced", async {
+        loop {
+            let n = nices(session);
+            if !n.is_empty() && n.iter().all(|v| *v == 10) {
+                return;
+            }
+            poll_pause().await;
+        }
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flood_nobody_types_into_runs_at_a_lower_cpu_weight_until_typed_into() {
     let _one = FLOODS.lock().await;
@@ -110,16 +124,7 @@ async fn a_flood_nobody_types_into_runs_at_a_lower_cpu_weight_until_typed_into()
         .create(&["sh", "-c", "while :; do echo tick; sleep 0.05; done"])
         .await
         .id;
-    within(PATIENCE, "the flood's group reniced", async {
-        loop {
-            let n = nices(&flood);
-            if !n.is_empty() && n.iter().all(|v| *v == 10) {
-                return;
-            }
-            poll_pause().await;
-        }
-    })
-    .await;
+    wait_reniced(&flood).await;
     assert!(
         nices(&quiet).iter().all(|v| *v == 0),
         "a program printing a line now and then keeps its weight: {:?}",
@@ -313,16 +318,7 @@ async fn typing_into_a_demoted_job_that_prints_nothing_more_gives_its_weight_bac
         ])
         .await
         .id;
-    within(PATIENCE, "the flooding job demoted", async {
-        loop {
-            let n = nices(&job);
-            if !n.is_empty() && n.iter().all(|v| *v == 10) {
-                return;
-            }
-            poll_pause().await;
-        }
-    })
-    .await;
+    wait_reniced(&job).await;
     within(PATIENCE, "the flood over, the job silent", async {
         while session_pids(&job).iter().any(|p| {
             std::fs::read_to_string(format!("/proc/{p}/comm")).unwrap_or_default() != "sleep\n"

@@ -79,16 +79,18 @@ impl Node {
         .start();
         let notify = termesh_actors::notify::Notifier::start(&config.notify, &metrics)
             .context("the [[notify]] threads")?;
-        let mut registry_config = registry_config(
-            config,
-            &url,
-            store.clone(),
-            (hook_secret.clone(), notify),
-            keeper,
-        );
-        registry_config.settings.pty_io =
-            termesh_actors::session::pty::PtyIo::counting(metrics.bulk_readers.clone());
-        let registry = Registry::new(registry_config, dir.clone(), metrics.clone()).start();
+        let registry = Registry::new(
+            registry_config(
+                config,
+                &url,
+                (store.clone(), &metrics),
+                (hook_secret.clone(), notify),
+                keeper,
+            ),
+            dir.clone(),
+            metrics.clone(),
+        )
+        .start();
         restore(&registry, restored, kept).await;
         let mut tasks = store_tasks(config, store.as_ref());
         let node = NodeCtx {
@@ -226,7 +228,7 @@ fn store_tasks(
 fn registry_config(
     config: &Config,
     url: &str,
-    store: Option<StoreHandle>,
+    (store, metrics): (Option<StoreHandle>, &Arc<Metrics>),
     (hook_secret, notify): (HookSecret, termesh_actors::notify::Notifier),
     keeper: Option<termesh_actors::keeper::Keeper>,
 ) -> RegistryConfig {
@@ -244,7 +246,7 @@ fn registry_config(
             model_idle: config.session.model_idle,
             store,
             warmth: Default::default(),
-            pty_io: Default::default(),
+            pty_io: termesh_actors::session::pty::PtyIo::counting(metrics.bulk_readers.clone()),
             agents: agents(config),
             notify,
             console_url: url.to_string(),

@@ -184,8 +184,11 @@ impl Default for Lane {
 impl Lane {
     /// Moves the reads to the bulk thread (`true`) or home.
     pub fn set_bulk(&self, bulk: bool) {
-        self.0
-            .send_if_modified(|now| std::mem::replace(now, bulk) != bulk);
+        // Asked on every frame: a read, and a write only on a change.
+        if *self.0.borrow() != bulk {
+            self.0
+                .send_if_modified(|now| std::mem::replace(now, bulk) != bulk);
+        }
     }
 }
 

@@ -6,15 +6,19 @@
 //! output goes ahead of bulk output on each connection that typed into it
 //! (`front::connection::lanes`). A program that prints more than
 //! `BULK_RATE` over a second while nobody types into it is **bulk**: its
-//! terminal's foreground process group gets nice `BULK_NICE`, so on a
-//! saturated machine the program you type into (and the node serving you)
-//! runs first, while on an idle machine the flood is as fast as before (a
-//! nice value only matters when the CPU is contended). Input gives the
-//! group nice 0 back where the node may lower a nice value (root, or
-//! `CAP_SYS_NICE`, or an `RLIMIT_NICE` that allows it); elsewhere a
-//! reniced group stays so until it exits (a shell's next command starts
-//! at the shell's own nice value, since the group reniced is the job that
-//! flooded).
+//! output is read on the node's bulk thread (`pty::io::Lane`), and its
+//! terminal's foreground process group is demoted: nice `BULK_NICE`, and
+//! the `termesh-bulk` CPU cgroup where the node may use one
+//! (`cpu_group`). So on a saturated machine the program you type into
+//! (and the node serving you) runs first, while on an idle machine the
+//! flood is as fast as before. Input undoes it: the reads come home at
+//! once, and within `feed::TYPING_CHECK` (the session looks for input
+//! while the job is demoted, since a starved job may print nothing) the
+//! group leaves the cgroup and gets nice 0 back where the node may lower
+//! a nice value (root, or `CAP_SYS_NICE`, or an `RLIMIT_NICE` that allows
+//! it); elsewhere a reniced group stays so until it exits (a shell's next
+//! command starts at the shell's own nice value, since the group reniced
+//! is the job that flooded).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};

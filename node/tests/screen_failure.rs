@@ -1,7 +1,8 @@
 //! A screen computation that fails (a panic in the emulator, injected here
 //! through the session's fault hook) is retried once; a second failure is
-//! told to whoever waited, never a silent stall. Its own test binary: the
-//! hook is process-wide.
+//! told to whoever waited, never a silent stall. A background pass that
+//! never runs (a starved idle-class thread, held here) holds up nobody.
+//! Its own test binary, one test at a time: the hooks are process-wide.
 
 mod common;
 
@@ -9,12 +10,16 @@ use std::sync::atomic::Ordering;
 
 use common::*;
 use futures_util::StreamExt;
-use termesh_actors::session::FAIL_SCREEN_JOBS;
+use termesh_actors::session::{FAIL_SCREEN_JOBS, HELD_BACKGROUND_JOBS, HOLD_BACKGROUND};
 use termesh_transport::{ClientMsg, ErrorCode, ServerMsg};
 use tokio_tungstenite::tungstenite::Message;
 
+/// The hooks are process-wide: one test at a time.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_screen_is_retried_once_then_reported() {
+    let _one = ONE_AT_A_TIME.lock().await;
     let node = TestNode::start();
     let session = node
         .create(&["sh", "-c", "echo hello-screen; exec sleep 1000"])
@@ -95,4 +100,123 @@ async fn a_failing_screen_is_retried_once_then_reported() {
     assert_eq!(FAIL_SCREEN_JOBS.load(Ordering::SeqCst), 0);
     subscribe(&mut c, &session, None, 1 << 20).await.unwrap();
     assert!(matches!(next(&mut c).await, ServerMsg::Snapshot { .. }));
+}
+
+/// Lets the background thread go when the test ends, however it ends.
+struct Hold;
+
+impl Hold {
+    fn start() -> Hold {
+        HOLD_BACKGROUND.store(true, Ordering::SeqCst);
+        Hold
+    }
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        HOLD_BACKGROUND.store(false, Ordering::SeqCst);
+    }
+}
+
+/// A snapshot or a screen someone waits for does not wait behind a
+/// background pass of its session that the background thread does not get
+/// to run (a machine kept busy runs nothing in the idle class; held here):
+/// it runs a pass of its own, and output after the snapshot flows. Before,
+/// a fresh subscriber waited for as long as the thread was starved, and so
+/// did every byte after its snapshot (an echo in the abuse suite waited
+/// 60 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_starved_background_pass_holds_up_no_snapshot() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let node = TestNode::start();
+    let script = "echo ready; read x; seq 1 40000; exec cat";
+    let session = node.create(&["sh", "-c", script]).await.id;
+    wait_output(&node, &session, "ready").await;
+    // Watched, so its model is kept warm by background passes.
+    let mut watcher = node.client(OPERATOR).await;
+    let mut watched = subscribe_fresh(&mut watcher, &session, 1 << 20).await;
+    let hold = Hold::start();
+    let held_before = HELD_BACKGROUND_JOBS.load(Ordering::SeqCst);
+    let input = |data: &str| ClientMsg::Input {
+        session: session.clone(),
+        data: data.as_bytes().to_vec(),
+    };
+    // 229 KB of output, more than a warming step's lag.
+    watcher.send(&input("go\r")).await.unwrap();
+    within(
+        PATIENCE,
+        "every line",
+        pump_until(&mut watcher, &session, &mut watched, true, |s| {
+            s.data.ends_with(b"40000\r\n")
+        }),
+    )
+    .await
+    .unwrap();
+    within(PATIENCE, "a warming pass on the held thread", async {
+        while HELD_BACKGROUND_JOBS.load(Ordering::SeqCst) == held_before {
+            poll_pause().await;
+        }
+    })
+    .await;
+
+    // A fresh subscriber gets its snapshot, and the output after it.
+    let mut viewer = node.client(VIEWER).await;
+    subscribe(&mut viewer, &session, None, 1 << 20)
+        .await
+        .unwrap();
+    let mut s = Stream::new(1 << 20);
+    within(
+        PATIENCE,
+        "the snapshot",
+        pump_until(&mut viewer, &session, &mut s, true, |s| {
+            !s.snapshots.is_empty()
+        }),
+    )
+    .await
+    .unwrap();
+    assert!(
+        String::from_utf8_lossy(&s.snapshots[0].1).contains("40000"),
+        "the snapshot shows the last line"
+    );
+    watcher.send(&input("typed-while-held\r")).await.unwrap();
+    within(
+        PATIENCE,
+        "the echo after the snapshot",
+        pump_until(&mut viewer, &session, &mut s, true, |s| {
+            String::from_utf8_lossy(&s.data).contains("typed-while-held")
+        }),
+    )
+    .await
+    .unwrap();
+    // So does a screen request.
+    let mut c = node.client(VIEWER).await;
+    let screen = |id| ClientMsg::Screen {
+        id,
+        session: session.clone(),
+        scrollback: None,
+    };
+    match c.request(screen).await.unwrap() {
+        ServerMsg::Snapshot { data, .. } => assert!(
+            String::from_utf8_lossy(&data).contains("typed-while-held"),
+            "the screen shows the echo"
+        ),
+        other => panic!("{other:?}"),
+    }
+
+    // Once the held pass ends, its older model does not replace the newer.
+    drop(hold);
+    watcher.send(&input("after-release\r")).await.unwrap();
+    within(PATIENCE, "the screen after the release", async {
+        loop {
+            if let ServerMsg::Snapshot { data, .. } = c.request(screen).await.unwrap() {
+                let text = String::from_utf8_lossy(&data).to_string();
+                if text.contains("after-release") {
+                    assert!(text.contains("typed-while-held"), "{text}");
+                    return;
+                }
+            }
+            poll_pause().await;
+        }
+    })
+    .await;
 }

@@ -164,7 +164,7 @@ impl SessionActor {
     /// it; `None` otherwise (or when the emulator fails: the model is then
     /// rebuilt by the next pass).
     fn look_here(&mut self) -> Option<(Vec<String>, (usize, usize))> {
-        if self.screen.job_running {
+        if self.screen.job_running() {
             return None;
         }
         let behind = lag(self.publisher.ring(), self.screen.model.as_ref()?.seq())?;

@@ -8,10 +8,11 @@
 //! 32). Passes someone waits for (a snapshot, `screen`, `history`, a look
 //! at an agent's state) stay on the blocking pool at normal priority; one
 //! that finds a background pass of its session running waits for that
-//! pass (a warming step: at most `WARM_STEP` of output).
+//! pass at most `screens::OVERTAKE_AFTER`, then runs its own: a machine
+//! kept busy may not run this thread for as long as it stays busy.
 //!
-//! Each session runs at most one pass at a time, so the queue holds at
-//! most one job per session.
+//! Each session runs at most one background pass at a time, so the queue
+//! holds at most one job per session.
 
 use std::sync::mpsc;
 use std::sync::{Mutex, OnceLock};
@@ -19,6 +20,29 @@ use std::sync::{Mutex, OnceLock};
 use tokio::sync::oneshot;
 
 type Work = Box<dyn FnOnce() + Send>;
+
+/// Fault injection for tests of a starved background thread (a machine
+/// kept busy runs nothing in the idle class): while set, every job waits
+/// before it starts, and `HELD_BACKGROUND_JOBS` counts the jobs that
+/// waited. Built only with the `fault-injection` feature (the node's tests
+/// turn it on).
+#[cfg(feature = "fault-injection")]
+pub static HOLD_BACKGROUND: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+#[cfg(feature = "fault-injection")]
+pub static HELD_BACKGROUND_JOBS: std::sync::atomic::AtomicU32 =
+    std::sync::atomic::AtomicU32::new(0);
+
+#[cfg(feature = "fault-injection")]
+fn held() {
+    use std::sync::atomic::Ordering;
+    if HOLD_BACKGROUND.load(Ordering::SeqCst) {
+        HELD_BACKGROUND_JOBS.fetch_add(1, Ordering::SeqCst);
+        while HOLD_BACKGROUND.load(Ordering::SeqCst) {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+}
 
 /// How much lower than the node the thread runs where the idle class is
 /// refused.
@@ -51,6 +75,8 @@ fn queue() -> Option<&'static Mutex<mpsc::Sender<Work>>> {
                     }
                     crate::os::idle_thread(NICE_STEPS);
                     for job in rx {
+                        #[cfg(feature = "fault-injection")]
+                        held();
                         // A pass that panics fails alone (its receiver
                         // closes); the thread goes on.
                         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));

@@ -294,9 +294,22 @@ mod tests {
 
     #[test]
     fn a_group_is_in_the_session_its_leader_is_in() {
+        // A group of its own whose leader lives while it is asked (the
+        // test's own group leader may have exited: a shell's `( ... ) &`).
+        use std::os::unix::process::CommandExt;
+        let mut leader = std::process::Command::new("sleep")
+            .arg("30")
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let group = leader.id() as i32;
         let sid = nix::unistd::getsid(None).unwrap().as_raw();
-        let pgrp = nix::unistd::getpgrp().as_raw();
-        assert!(in_session(pgrp, sid));
-        assert!(!in_session(pgrp, sid + 1), "another session");
+        let ours = in_session(group, sid);
+        let other = in_session(group, sid + 1);
+        let _ = leader.kill();
+        let _ = leader.wait();
+        assert!(ours, "the leader is in this process's session");
+        assert!(!other, "another session");
+        assert!(!in_session(group, sid), "a group whose leader is gone");
     }
 }

@@ -99,7 +99,7 @@ impl SessionActor {
         }
         let after = self.cool_after();
         let busy = !self.publisher.is_empty()
-            || self.screen.job_running
+            || self.screen.job_running()
             || self.screen.model_used.elapsed() < after
             || self.last_output.elapsed() < after;
         if busy {

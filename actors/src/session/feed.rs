@@ -181,7 +181,7 @@ impl SessionActor {
             .store(self.modes.mode(2004), Ordering::Relaxed);
         self.last_output = std::time::Instant::now();
         self.attend_output(ctx);
-        if self.screen.model.is_some() || self.screen.job_running {
+        if self.screen.model.is_some() || self.screen.job_running() {
             self.arm(Timer::Catchup, IDLE_CATCHUP, ctx);
         }
         self.keep_warm(ctx);

@@ -73,6 +73,7 @@ impl SessionActor {
         match timer {
             Timer::Catchup => self.idle_check(ctx),
             Timer::Warm => self.keep_warm(ctx),
+            Timer::Overtake => self.start_job(ctx, false),
             Timer::DropModel => self.look_at_model(ctx),
             Timer::Cool => self.cool(ctx),
             Timer::EofGrace { .. } | Timer::KillGrace { .. } => {}

@@ -40,6 +40,8 @@ use tokio::sync::oneshot;
 use self::core::SessionCore;
 pub use self::core::SEQ_BLOCK;
 #[cfg(feature = "fault-injection")]
+pub use background::{HELD_BACKGROUND_JOBS, HOLD_BACKGROUND};
+#[cfg(feature = "fault-injection")]
 pub use feed::HOLD_INTAKE;
 pub use messages::*;
 pub use relaunch::Relaunch;

@@ -77,7 +77,7 @@ impl SessionActor {
         if self.core.timers.is_armed(Timer::DropModel) || self.screen.model.is_none() {
             return;
         }
-        if self.core.finished() && !self.screen.job_running && self.current_snapshot().is_some() {
+        if self.core.finished() && !self.screen.job_running() && self.current_snapshot().is_some() {
             self.screen.model = None;
             Metrics::add(&self.metrics.screen_models_dropped, 1);
             trim_soon();
@@ -93,7 +93,7 @@ impl SessionActor {
             .last_output
             .elapsed()
             .min(self.screen.model_used.elapsed());
-        if self.screen.job_running || quiet < self.settings.model_idle {
+        if self.screen.job_running() || quiet < self.settings.model_idle {
             self.schedule_model_drop(ctx);
             return;
         }

@@ -4,8 +4,11 @@
 //! It decides what a pass computes (each distinct request once), what the
 //! last snapshot answers, and what becomes of a request whose pass failed
 //! (retried once, then failed) or whose history a bounded rebuild could
-//! not fill (asked again of a model that saw the whole ring). The actor
-//! runs the passes (`screens.rs`) and delivers the answers.
+//! not fill (asked again of a model that saw the whole ring). At most two
+//! passes run at once: one in the background (nobody waits for it) and
+//! one that someone waits for, which may overtake a background pass that
+//! has the model (`screens.rs`); the newer model is kept. The actor runs
+//! the passes (`screens.rs`) and delivers the answers.
 
 use std::time::Instant;
 
@@ -67,8 +70,10 @@ pub struct Pass {
 pub struct ScreenCache {
     /// The cached model; `None` while a pass has it, or once dropped.
     pub model: Option<Box<ScreenModel>>,
-    /// A pass runs (off the actor's thread).
-    pub job_running: bool,
+    /// A pass someone waits for runs (on the blocking pool).
+    pub waited_pass: bool,
+    /// A background pass runs (on the background thread): since when.
+    pub background_pass: Option<Instant>,
     /// When a screen request last used the model.
     pub model_used: Instant,
     last: Option<LastSnapshot>,
@@ -79,7 +84,8 @@ impl Default for ScreenCache {
     fn default() -> Self {
         ScreenCache {
             model: None,
-            job_running: false,
+            waited_pass: false,
+            background_pass: None,
             model_used: Instant::now(),
             last: None,
             waiting: Vec::new(),
@@ -90,6 +96,25 @@ impl Default for ScreenCache {
 impl ScreenCache {
     pub fn has_waiting(&self) -> bool {
         !self.waiting.is_empty()
+    }
+
+    /// A pass runs, of either kind.
+    pub fn job_running(&self) -> bool {
+        self.waited_pass || self.background_pass.is_some()
+    }
+
+    /// Every waiting request is the node's own look at the session's
+    /// state (none at all: `true`).
+    pub fn only_looks(&self) -> bool {
+        self.waiting.iter().all(Waiting::is_look)
+    }
+
+    /// A pass's model, kept unless the model kept now is newer (a waited
+    /// pass that overtook a background one may end first).
+    pub fn keep_model(&mut self, model: Box<ScreenModel>) {
+        if self.model.as_ref().is_none_or(|m| m.seq() <= model.seq()) {
+            self.model = Some(model);
+        }
     }
 
     /// A reply request for the next pass, unless `MAX_WAITING` replies
@@ -140,7 +165,11 @@ impl ScreenCache {
     /// Keeps `result` (for `want`, by a model that had applied the resizes
     /// through `resize_id`) when it is a snapshot.
     fn remember(&mut self, want: ScreenWant, result: &ScreenResult, resize_id: u64) {
-        if matches!(want, ScreenWant::Snapshot { .. }) {
+        let older = self
+            .last
+            .as_ref()
+            .is_some_and(|l| l.result.seq > result.seq);
+        if matches!(want, ScreenWant::Snapshot { .. }) && !older {
             self.last = Some(LastSnapshot {
                 want,
                 result: result.clone(),
@@ -277,6 +306,23 @@ mod tests {
     }
 
     const SNAP: ScreenWant = ScreenWant::Snapshot { scrollback: 0 };
+
+    /// Two passes may end in either order (a waited one overtakes a
+    /// background one): the newer model and snapshot stay.
+    #[test]
+    fn the_newer_model_and_snapshot_stay_whichever_pass_ends_last() {
+        let mut cache = ScreenCache::default();
+        cache.keep_model(Box::new(ScreenModel::new(80, 24, 20, 0)));
+        cache.keep_model(Box::new(ScreenModel::new(80, 24, 10, 0)));
+        assert_eq!(cache.model.as_ref().map(|m| m.seq()), Some(20));
+        cache.keep_model(Box::new(ScreenModel::new(80, 24, 30, 0)));
+        assert_eq!(cache.model.as_ref().map(|m| m.seq()), Some(30));
+        cache.remember(SNAP, &result(20), 0);
+        cache.remember(SNAP, &result(10), 0);
+        assert_eq!(cache.last().map(|l| l.result.seq), Some(20));
+        cache.remember(SNAP, &result(30), 0);
+        assert_eq!(cache.last().map(|l| l.result.seq), Some(30));
+    }
 
     #[test]
     fn a_pass_computes_each_distinct_request_once() {

@@ -14,6 +14,11 @@ use super::core::Timer;
 use super::screen_job::{lag, Job, Reach};
 use super::warmth::{self, WARM_LAG, WARM_STEP};
 use super::{ScreenResult, ScreenTo, ScreenWant, SessionActor, IDLE_CATCHUP, MODEL_TTL};
+
+/// How long a request someone waits for waits behind a background pass of
+/// its session (counted from that pass's start) before it runs a pass of
+/// its own: a warming step takes a few milliseconds on a core it gets.
+const OVERTAKE_AFTER: std::time::Duration = std::time::Duration::from_millis(50);
 use crate::error::ApiError;
 use crate::metrics::Metrics;
 
@@ -55,15 +60,39 @@ impl SessionActor {
     /// Runs the waiting screen requests in one pass off the actor thread,
     /// each distinct request computed once; `catch_up` runs a pass even
     /// with none waiting.
+    /// Requests someone waits for do not wait behind a background pass
+    /// (which holds the model) for more than `OVERTAKE_AFTER` from its
+    /// start: the background thread is in the idle class, and a machine
+    /// kept busy may not run it for as long as it stays busy; they then
+    /// run in a pass of their own from the ring or the last snapshot.
     pub(super) fn start_job(&mut self, ctx: &mut Context<Self>, catch_up: bool) {
-        if self.screen.job_running || (!self.screen.has_waiting() && !catch_up) {
+        if self.screen.waited_pass || (!self.screen.has_waiting() && !catch_up) {
             return;
+        }
+        if let Some(since) = self.screen.background_pass {
+            if !self.someone_waits() {
+                return;
+            }
+            let waited = since.elapsed();
+            if waited < OVERTAKE_AFTER {
+                self.arm(Timer::Overtake, OVERTAKE_AFTER - waited, ctx);
+                return;
+            }
         }
         self.answer_from_last();
         if !self.screen.has_waiting() && !catch_up {
             return;
         }
+        if self.screen.background_pass.is_some() && !self.someone_waits() {
+            return;
+        }
         self.run_pass(ctx, None);
+    }
+
+    /// The waiting requests make a pass someone waits for (not only looks
+    /// at a bulk session's state, which run in the background).
+    fn someone_waits(&self) -> bool {
+        self.screen.has_waiting() && !(self.flow.is_bulk() && self.screen.only_looks())
     }
 
     /// Keeps a watched session's model (one used lately, or one with
@@ -72,7 +101,7 @@ impl SessionActor {
     /// the node's warming budget.
     pub(super) fn keep_warm(&mut self, ctx: &mut Context<Self>) {
         if self.core.timers.is_armed(Timer::Warm)
-            || self.screen.job_running
+            || self.screen.job_running()
             || self.screen.has_waiting()
         {
             return;
@@ -113,7 +142,6 @@ impl SessionActor {
                 None => Reach::Bounded,
             },
         );
-        self.screen.job_running = true;
         if pass.waiting.is_empty() {
             Metrics::add(&self.metrics.screen_warm_bytes, job.fed);
         } else {
@@ -129,6 +157,11 @@ impl SessionActor {
         let background = ticket.is_some()
             || pass.waiting.is_empty()
             || (self.flow.is_bulk() && pass.waiting.iter().all(|w| w.is_look()));
+        if background {
+            self.screen.background_pass = Some(std::time::Instant::now());
+        } else {
+            self.screen.waited_pass = true;
+        }
         // The ticket comes back to be charged here, not on the idle thread.
         let run = move || match ticket {
             Some(mut ticket) => {
@@ -147,12 +180,16 @@ impl SessionActor {
         // Not `ctx.wait`: the actor keeps serving output and acks while the
         // screen is computed.
         let fut = work.into_actor(self).map(move |done, act, ctx| {
-            act.screen.job_running = false;
+            if background {
+                act.screen.background_pass = None;
+            } else {
+                act.screen.waited_pass = false;
+            }
             match done {
                 Ok((done, ticket)) => {
                     drop(ticket);
                     let resize_id = done.model.resize_id();
-                    act.screen.model = Some(done.model);
+                    act.screen.keep_model(done.model);
                     for (to, result) in act.screen.pass_done(pass, &done.results, resize_id) {
                         act.finish_screen(to, result);
                     }

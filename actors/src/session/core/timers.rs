@@ -14,6 +14,8 @@ pub enum Timer {
     Catchup,
     /// A background warming pass waits for the node's budget.
     Warm,
+    /// A request someone waits for may overtake a background pass.
+    Overtake,
     /// A look at dropping an idle screen model.
     DropModel,
     /// A look at letting an ended session go cold.

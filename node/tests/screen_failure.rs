@@ -195,7 +195,10 @@ async fn a_starved_background_pass_holds_up_no_snapshot() {
         session: session.clone(),
         scrollback: None,
     };
-    match c.request(screen).await.unwrap() {
+    match within(PATIENCE, "the screen", c.request(screen))
+        .await
+        .unwrap()
+    {
         ServerMsg::Snapshot { data, .. } => assert!(
             String::from_utf8_lossy(&data).contains("typed-while-held"),
             "the screen shows the echo"
@@ -203,7 +206,8 @@ async fn a_starved_background_pass_holds_up_no_snapshot() {
         other => panic!("{other:?}"),
     }
 
-    // Once the held pass ends, its older model does not replace the newer.
+    // Let go, the held pass ends (its model older than the one kept now),
+    // and requests go on being answered with everything.
     drop(hold);
     watcher.send(&input("after-release\r")).await.unwrap();
     within(PATIENCE, "the screen after the release", async {

@@ -161,12 +161,9 @@ impl SessionActor {
 
     /// The visible rows and the cursor from the cached model brought up to
     /// date here, when it is at most `LOOK_HERE` behind and no pass holds
-    /// it; `None` otherwise (or when the emulator fails: the model is then
-    /// rebuilt by the next pass).
+    /// it (a model kept is held by none); `None` otherwise (or when the
+    /// emulator fails: the model is then rebuilt by the next pass).
     fn look_here(&mut self) -> Option<(Vec<String>, (usize, usize))> {
-        if self.screen.job_running() {
-            return None;
-        }
         let behind = lag(self.publisher.ring(), self.screen.model.as_ref()?.seq())?;
         if behind > LOOK_HERE {
             return None;

@@ -10,7 +10,7 @@
 //! has the model (`screens.rs`); the newer model is kept. The actor runs
 //! the passes (`screens.rs`) and delivers the answers.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use termesh_transport::ErrorCode;
 
@@ -19,6 +19,24 @@ use super::{ScreenResult, ScreenTo, ScreenWant};
 use crate::error::ApiError;
 use crate::output::publisher::SnapshotWanted;
 use crate::output::vocab::SubId;
+
+/// How long a request someone waits for waits behind a background pass of
+/// its session (counted from that pass's start) before it runs a pass of
+/// its own: the background thread is in the idle class, and a machine kept
+/// busy may not run it for as long as it stays busy, while a warming step
+/// takes a few milliseconds on a core it gets.
+pub const OVERTAKE_AFTER: Duration = Duration::from_millis(50);
+
+/// Whether a pass may start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Start {
+    /// No: nothing to compute, or a pass of the kind it would be runs.
+    Nothing,
+    /// Not before this long: a background pass holds the model.
+    After(Duration),
+    /// Yes.
+    Now,
+}
 
 /// Most screen requests a session holds for its next pass; beyond, a reply
 /// request is refused as busy (a connection may have only a few in flight,
@@ -71,9 +89,9 @@ pub struct ScreenCache {
     /// The cached model; `None` while a pass has it, or once dropped.
     pub model: Option<Box<ScreenModel>>,
     /// A pass someone waits for runs (on the blocking pool).
-    pub waited_pass: bool,
+    waited_pass: bool,
     /// A background pass runs (on the background thread): since when.
-    pub background_pass: Option<Instant>,
+    background_pass: Option<Instant>,
     /// When a screen request last used the model.
     pub model_used: Instant,
     last: Option<LastSnapshot>,
@@ -103,16 +121,70 @@ impl ScreenCache {
         self.waited_pass || self.background_pass.is_some()
     }
 
+    /// Whether a pass may start `now` for what waits (`catch_up`: even
+    /// with nothing waiting) in a session that is `bulk` or not. At most
+    /// one pass of each kind runs; one someone waits for may overtake a
+    /// background pass `OVERTAKE_AFTER` after that pass started.
+    pub fn may_start(&self, now: Instant, bulk: bool, catch_up: bool) -> Start {
+        if self.waited_pass || (!self.has_waiting() && !catch_up) {
+            return Start::Nothing;
+        }
+        let Some(since) = self.background_pass else {
+            return Start::Now;
+        };
+        if !self.someone_waits(bulk) {
+            return Start::Nothing;
+        }
+        match OVERTAKE_AFTER.checked_sub(now.saturating_duration_since(since)) {
+            Some(left) if !left.is_zero() => Start::After(left),
+            _ => Start::Now,
+        }
+    }
+
+    /// The waiting requests make a pass someone waits for: not only looks
+    /// at a bulk session's state (those run in the background).
+    fn someone_waits(&self, bulk: bool) -> bool {
+        self.has_waiting() && !(bulk && self.only_looks())
+    }
+
+    /// Whether a pass of `pass`'s requests runs in the background: a
+    /// warming step (`ticket`), a catch-up nobody waits for, or looks at a
+    /// bulk session's state.
+    pub fn in_background(pass: &Pass, ticket: bool, bulk: bool) -> bool {
+        ticket || pass.waiting.is_empty() || (bulk && pass.waiting.iter().all(Waiting::is_look))
+    }
+
+    /// A pass of that kind started at `now`.
+    pub fn pass_started(&mut self, background: bool, now: Instant) {
+        if background {
+            debug_assert!(self.background_pass.is_none(), "one background pass");
+            self.background_pass = Some(now);
+        } else {
+            debug_assert!(!self.waited_pass, "one waited pass");
+            self.waited_pass = true;
+        }
+    }
+
+    /// A pass of that kind ended.
+    pub fn pass_ended(&mut self, background: bool) {
+        if background {
+            self.background_pass = None;
+        } else {
+            self.waited_pass = false;
+        }
+    }
+
     /// Every waiting request is the node's own look at the session's
     /// state (none at all: `true`).
-    pub fn only_looks(&self) -> bool {
+    fn only_looks(&self) -> bool {
         self.waiting.iter().all(Waiting::is_look)
     }
 
     /// A pass's model, kept unless the model kept now is newer (a waited
     /// pass that overtook a background one may end first).
     pub fn keep_model(&mut self, model: Box<ScreenModel>) {
-        if self.model.as_ref().is_none_or(|m| m.seq() <= model.seq()) {
+        let newer = |m: &ScreenModel| (m.seq(), m.resize_id()) <= (model.seq(), model.resize_id());
+        if self.model.as_deref().is_none_or(newer) {
             self.model = Some(model);
         }
     }
@@ -168,7 +240,7 @@ impl ScreenCache {
         let older = self
             .last
             .as_ref()
-            .is_some_and(|l| l.result.seq > result.seq);
+            .is_some_and(|l| (l.result.seq, l.resize_id) > (result.seq, resize_id));
         if matches!(want, ScreenWant::Snapshot { .. }) && !older {
             self.last = Some(LastSnapshot {
                 want,
@@ -308,7 +380,8 @@ mod tests {
     const SNAP: ScreenWant = ScreenWant::Snapshot { scrollback: 0 };
 
     /// Two passes may end in either order (a waited one overtakes a
-    /// background one): the newer model and snapshot stay.
+    /// background one): the newer model and snapshot stay (by seq, then
+    /// by the resizes applied).
     #[test]
     fn the_newer_model_and_snapshot_stay_whichever_pass_ends_last() {
         let mut cache = ScreenCache::default();
@@ -322,6 +395,68 @@ mod tests {
         assert_eq!(cache.last().map(|l| l.result.seq), Some(20));
         cache.remember(SNAP, &result(30), 0);
         assert_eq!(cache.last().map(|l| l.result.seq), Some(30));
+        cache.keep_model(Box::new(ScreenModel::new(80, 24, 30, 2)));
+        cache.keep_model(Box::new(ScreenModel::new(80, 24, 30, 1)));
+        assert_eq!(cache.model.as_ref().map(|m| m.resize_id()), Some(2));
+        cache.remember(SNAP, &result(30), 2);
+        cache.remember(SNAP, &result(30), 1);
+        assert_eq!(cache.last().map(|l| l.resize_id), Some(2));
+    }
+
+    #[test]
+    fn a_waited_request_overtakes_a_background_pass_after_a_while() {
+        let mut cache = ScreenCache::default();
+        let t0 = Instant::now();
+        assert_eq!(cache.may_start(t0, false, false), Start::Nothing);
+        assert_eq!(cache.may_start(t0, false, true), Start::Now, "a catch-up");
+        cache.pass_started(true, t0);
+        assert_eq!(
+            cache.may_start(t0, false, true),
+            Start::Nothing,
+            "one at a time"
+        );
+        cache.ask("s", SNAP, reply().0);
+        let soon = t0 + Duration::from_millis(10);
+        assert_eq!(
+            cache.may_start(soon, false, false),
+            Start::After(OVERTAKE_AFTER - Duration::from_millis(10))
+        );
+        assert_eq!(
+            cache.may_start(t0 + OVERTAKE_AFTER, false, false),
+            Start::Now
+        );
+        let pass = cache.take_pass();
+        assert!(!ScreenCache::in_background(&pass, false, true));
+        cache.pass_started(false, t0 + OVERTAKE_AFTER);
+        cache.ask("s", SNAP, reply().0);
+        let later = t0 + OVERTAKE_AFTER * 2;
+        assert_eq!(
+            cache.may_start(later, false, false),
+            Start::Nothing,
+            "one waited"
+        );
+        cache.pass_ended(false);
+        assert_eq!(cache.may_start(later, false, false), Start::Now);
+        cache.pass_ended(true);
+        assert!(!cache.job_running());
+    }
+
+    #[test]
+    fn looks_at_a_bulk_session_wait_for_its_background_pass() {
+        let mut cache = ScreenCache::default();
+        let t0 = Instant::now();
+        cache.pass_started(true, t0);
+        cache.ask("s", ScreenWant::Look, reply().0);
+        let late = t0 + OVERTAKE_AFTER * 10;
+        assert_eq!(cache.may_start(late, true, false), Start::Nothing, "bulk");
+        assert_eq!(
+            cache.may_start(late, false, false),
+            Start::Now,
+            "interactive"
+        );
+        let pass = cache.take_pass();
+        assert!(ScreenCache::in_background(&pass, false, true));
+        assert!(!ScreenCache::in_background(&pass, false, false));
     }
 
     #[test]

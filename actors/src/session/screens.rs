@@ -1,24 +1,23 @@
 //! The session's screen requests: snapshots for subscribers and replies to
 //! `screen`/`history`. Requests wait in a bounded list; one pass off the
-//! actor thread answers all of them, computing each distinct request once.
+//! actor thread answers all of them, computing each distinct request once
+//! (a background pass nobody waits for may run beside it).
 //! A pass that fails (a panic in the emulator) is retried once with a model
 //! rebuilt from the ring; a second failure is reported to whoever waited:
 //! an error reply, or the subscription ends with an error. Never a silent
 //! stall.
+
+use std::time::Instant;
 
 use actix::prelude::*;
 use futures_util::FutureExt;
 use termesh_transport::ErrorCode;
 
 use super::core::Timer;
+use super::screen_cache::{ScreenCache, Start};
 use super::screen_job::{lag, Job, Reach};
 use super::warmth::{self, WARM_LAG, WARM_STEP};
 use super::{ScreenResult, ScreenTo, ScreenWant, SessionActor, IDLE_CATCHUP, MODEL_TTL};
-
-/// How long a request someone waits for waits behind a background pass of
-/// its session (counted from that pass's start) before it runs a pass of
-/// its own: a warming step takes a few milliseconds on a core it gets.
-const OVERTAKE_AFTER: std::time::Duration = std::time::Duration::from_millis(50);
 use crate::error::ApiError;
 use crate::metrics::Metrics;
 
@@ -60,39 +59,27 @@ impl SessionActor {
     /// Runs the waiting screen requests in one pass off the actor thread,
     /// each distinct request computed once; `catch_up` runs a pass even
     /// with none waiting.
-    /// Requests someone waits for do not wait behind a background pass
-    /// (which holds the model) for more than `OVERTAKE_AFTER` from its
-    /// start: the background thread is in the idle class, and a machine
-    /// kept busy may not run it for as long as it stays busy; they then
-    /// run in a pass of their own from the ring or the last snapshot.
+    ///
+    /// Requests someone waits for wait behind a background pass of the
+    /// session (which holds the model) at most
+    /// `screen_cache::OVERTAKE_AFTER` from its start, then run in a pass
+    /// of their own from the last snapshot or the ring
+    /// (`ScreenCache::may_start`).
     pub(super) fn start_job(&mut self, ctx: &mut Context<Self>, catch_up: bool) {
-        if self.screen.waited_pass || (!self.screen.has_waiting() && !catch_up) {
-            return;
-        }
-        if let Some(since) = self.screen.background_pass {
-            if !self.someone_waits() {
-                return;
-            }
-            let waited = since.elapsed();
-            if waited < OVERTAKE_AFTER {
-                self.arm(Timer::Overtake, OVERTAKE_AFTER - waited, ctx);
-                return;
-            }
+        let bulk = self.flow.is_bulk();
+        match self.screen.may_start(Instant::now(), bulk, catch_up) {
+            Start::Nothing => return,
+            Start::After(wait) => return self.arm(Timer::Overtake, wait, ctx),
+            Start::Now => {}
         }
         self.answer_from_last();
-        if !self.screen.has_waiting() && !catch_up {
-            return;
+        if self.core.intake.unpause() {
+            // A pinned snapshot answered from the last one: intake goes on.
+            self.take_in(ctx);
         }
-        if self.screen.background_pass.is_some() && !self.someone_waits() {
-            return;
+        if self.screen.may_start(Instant::now(), bulk, catch_up) == Start::Now {
+            self.run_pass(ctx, None);
         }
-        self.run_pass(ctx, None);
-    }
-
-    /// The waiting requests make a pass someone waits for (not only looks
-    /// at a bulk session's state, which run in the background).
-    fn someone_waits(&self) -> bool {
-        self.screen.has_waiting() && !(self.flow.is_bulk() && self.screen.only_looks())
     }
 
     /// Keeps a watched session's model (one used lately, or one with
@@ -154,14 +141,8 @@ impl SessionActor {
         // flood nobody types into (`bulk`): it is working, and its look
         // ran a core for milliseconds beside the echo of the session typed
         // into.
-        let background = ticket.is_some()
-            || pass.waiting.is_empty()
-            || (self.flow.is_bulk() && pass.waiting.iter().all(|w| w.is_look()));
-        if background {
-            self.screen.background_pass = Some(std::time::Instant::now());
-        } else {
-            self.screen.waited_pass = true;
-        }
+        let background = ScreenCache::in_background(&pass, ticket.is_some(), self.flow.is_bulk());
+        self.screen.pass_started(background, Instant::now());
         // The ticket comes back to be charged here, not on the idle thread.
         let run = move || match ticket {
             Some(mut ticket) => {
@@ -180,11 +161,7 @@ impl SessionActor {
         // Not `ctx.wait`: the actor keeps serving output and acks while the
         // screen is computed.
         let fut = work.into_actor(self).map(move |done, act, ctx| {
-            if background {
-                act.screen.background_pass = None;
-            } else {
-                act.screen.waited_pass = false;
-            }
+            act.screen.pass_ended(background);
             match done {
                 Ok((done, ticket)) => {
                     drop(ticket);

@@ -13,7 +13,7 @@ pub const WARM_SHARE: f64 = 0.25;
 /// Output a model may lag behind before a background pass is worth it.
 pub const WARM_LAG: u64 = 64 << 10;
 /// The most output one background pass feeds (a snapshot asked for
-/// meanwhile waits at most for this much).
+/// meanwhile waits for it at most `screen_cache::OVERTAKE_AFTER`).
 pub const WARM_STEP: u64 = 256 << 10;
 
 /// When the next background pass may start.

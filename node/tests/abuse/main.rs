@@ -63,18 +63,42 @@ impl Drop for RssWatch {
     }
 }
 
-/// Another client's keystrokes echo in its own session, `rounds` times.
+/// Another client's keystrokes echo in its own session, `rounds` times;
+/// if one does not, the failure shows the node's threads and log.
 pub async fn echo_works(node: &BinaryNode, session: &str, rounds: usize) {
-    echo_at(&node.target(OPERATOR), session, rounds).await
+    if let Err(what) = echo_at(&node.target(OPERATOR), session, rounds).await {
+        let mut metrics: Vec<(String, f64)> = wire::metrics(&format!("http://{}", node.addr))
+            .await
+            .into_iter()
+            .filter(|(_, v)| *v != 0.0)
+            .collect();
+        metrics.sort_by(|a, b| a.0.cmp(&b.0));
+        panic!(
+            "{what}\nthe node's threads:\n{}\nits metrics: {metrics:?}\nthe node's log ends:\n{}",
+            threads(node.child.id()),
+            last_lines(&node.log(), 60)
+        );
+    }
 }
 
-/// Keystrokes through the node `target` names echo in `session`.
-pub async fn echo_at(target: &termesh_node::client::Target, session: &str, rounds: usize) {
+/// Keystrokes through the node `target` names echo in `session`, or where
+/// they stopped.
+pub async fn echo_at(
+    target: &termesh_node::client::Target,
+    session: &str,
+    rounds: usize,
+) -> Result<(), String> {
     let mut c = termesh_node::client::Client::connect(target)
         .await
         .expect("connects");
     let mut s = Stream::new(1 << 20);
-    subscribe(&mut c, session, None, 1 << 20).await.unwrap();
+    within(
+        PATIENCE,
+        "subscribed",
+        subscribe(&mut c, session, None, 1 << 20),
+    )
+    .await
+    .unwrap();
     for k in 0..rounds {
         let key = format!("echo-{k}-");
         c.send(&ClientMsg::Input {
@@ -83,17 +107,129 @@ pub async fn echo_at(target: &termesh_node::client::Target, session: &str, round
         })
         .await
         .unwrap();
-        within(
-            PATIENCE,
-            "a keystroke's echo",
-            pump_until(&mut c, session, &mut s, true, |s| {
-                String::from_utf8_lossy(&s.data).contains(&key)
-            }),
-        )
-        .await
-        .unwrap();
+        let echoed = pump_until(&mut c, session, &mut s, true, |s| {
+            String::from_utf8_lossy(&s.data).contains(&key)
+        });
+        if tokio::time::timeout(PATIENCE, echoed).await.is_err() {
+            let tail = String::from_utf8_lossy(&s.data[s.data.len().saturating_sub(200)..]);
+            return Err(format!(
+                "timed out after {PATIENCE:?} waiting for a keystroke's echo (key {k}): \
+                 {} snapshots, {} bytes after them ending {tail:?}, seq {}, errors {:?}",
+                s.snapshots.len(),
+                s.data.len(),
+                s.last_seq,
+                s.errors
+            ));
+        }
     }
     c.close().await;
+    Ok(())
+}
+
+/// Each thread of process `pid` (name, state, what it waits in), then
+/// each process below it (the keeper and the programs): the same, with
+/// its CPU cgroup and nice value.
+pub fn threads(pid: u32) -> String {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return "(gone)".into();
+    };
+    let mut out: Vec<String> = tasks
+        .flatten()
+        .map(|t| format!("  {}", task_line(&t.path())))
+        .collect();
+    let mut parents = vec![pid.to_string()];
+    while let Some(parent) = parents.pop() {
+        for p in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let dir = p.path();
+            let stat = std::fs::read_to_string(dir.join("stat")).unwrap_or_default();
+            let ppid = stat
+                .rsplit_once(") ")
+                .and_then(|(_, r)| r.split(' ').nth(1));
+            if ppid == Some(parent.as_str()) {
+                let cgroup = std::fs::read_to_string(dir.join("cgroup")).unwrap_or_default();
+                let cpu = cgroup.lines().find(|l| l.contains(":cpu:")).unwrap_or("");
+                let nice = stat
+                    .rsplit_once(") ")
+                    .and_then(|(_, r)| r.split(' ').nth(16));
+                out.push(format!(
+                    "  process {} {cpu} nice {}",
+                    task_line(&dir),
+                    nice.unwrap_or("?")
+                ));
+                parents.push(p.file_name().to_string_lossy().into_owned());
+            }
+        }
+    }
+    out.push(descriptors(pid));
+    out.join("\n")
+}
+
+/// The process's terminals and what each of its epoll sets watches.
+fn descriptors(pid: u32) -> String {
+    let mut out = Vec::new();
+    for fd in std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let target = std::fs::read_link(fd.path()).unwrap_or_default();
+        let target = target.to_string_lossy();
+        let name = fd.file_name().to_string_lossy().into_owned();
+        if target.contains("ptmx") {
+            let unread = name.parse().map_or(-1, |fd| unread_in(pid, fd));
+            out.push(format!("  fd {name} {target}: {unread} bytes unread"));
+        } else if target.contains("eventpoll") {
+            let info =
+                std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{name}")).unwrap_or_default();
+            let watched: Vec<&str> = info.lines().filter(|l| l.starts_with("tfd")).collect();
+            if watched.len() < 20 {
+                out.push(format!("  epoll fd {name}: {}", watched.join(" | ")));
+            }
+        }
+    }
+    out.join("\n")
+}
+
+/// Bytes waiting to be read on descriptor `fd` of process `pid` (a copy
+/// taken with `pidfd_getfd`; -1 if it cannot be).
+#[allow(unsafe_code)]
+fn unread_in(pid: u32, fd: i32) -> i64 {
+    // SAFETY: plain syscalls on descriptors this function owns and closes.
+    unsafe {
+        let pidfd = libc::syscall(libc::SYS_pidfd_open, pid, 0) as i32;
+        if pidfd < 0 {
+            return -1;
+        }
+        let copy = libc::syscall(libc::SYS_pidfd_getfd, pidfd, fd, 0) as i32;
+        libc::close(pidfd);
+        if copy < 0 {
+            return -1;
+        }
+        let mut n: libc::c_int = 0;
+        let rc = libc::ioctl(copy, libc::FIONREAD, &mut n);
+        libc::close(copy);
+        if rc < 0 {
+            -1
+        } else {
+            n as i64
+        }
+    }
+}
+
+/// A task's id, name, state and what it waits in.
+fn task_line(dir: &std::path::Path) -> String {
+    let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap_or_default();
+    let stat = read("stat");
+    // The fields after the name's closing parenthesis: state first.
+    let state = stat.rsplit_once(") ").map_or("?", |(_, r)| &r[..1]);
+    let id = dir.file_name().unwrap_or_default().to_string_lossy();
+    format!("{id} {} {state} {}", read("comm").trim(), read("wchan"))
+}
+
+/// The last `n` lines of `text`.
+pub fn last_lines(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
 /// The session's screen as text.

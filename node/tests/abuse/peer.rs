@@ -82,7 +82,9 @@ impl Rogue {
 
 /// b echoes keystrokes in its own session.
 async fn echo_on_b(cluster: &Cluster, session: &str, rounds: usize) {
-    crate::echo_at(&cluster.target(1), session, rounds).await
+    if let Err(what) = crate::echo_at(&cluster.target(1), session, rounds).await {
+        panic!("{what}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

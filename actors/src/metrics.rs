@@ -23,6 +23,10 @@ pub struct Metrics {
     /// Sessions whose output is read on the bulk PTY thread now (their
     /// programs flood and nobody types into them: `session::bulk`).
     pub bulk_readers: std::sync::Arc<AtomicI64>,
+    /// Keystrokes and pastes queued for programs, and written to their
+    /// terminals (the two differ by what is queued, or lost on the way).
+    pub input_bytes: AtomicU64,
+    pub input_written: std::sync::Arc<AtomicU64>,
     pub resyncs: AtomicU64,
     pub snapshots: AtomicU64,
     /// Changes of sessions' states (working, waiting, idle).
@@ -237,6 +241,18 @@ const ROWS: &[Row] = &[
         "gauge",
         "Sessions whose output is read on the bulk PTY thread: their programs flood and nobody types into them.",
         |m| g(&m.bulk_readers),
+    ),
+    (
+        "termesh_input_bytes_total",
+        "counter",
+        "Input bytes (keys, pastes, send) queued for programs.",
+        |m| c(&m.input_bytes),
+    ),
+    (
+        "termesh_input_written_bytes_total",
+        "counter",
+        "Input bytes written to programs' terminals.",
+        |m| c(&m.input_written),
     ),
     (
         "termesh_output_marks_answered_total",

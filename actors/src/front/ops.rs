@@ -182,13 +182,16 @@ impl NodeCtx {
         if data.is_empty() {
             return Ok(());
         }
+        let n = data.len() as u64;
         handle.input.try_send(data).map_err(|e| match e {
             TrySendError::Closed(_) => ApiError::exited(id),
             TrySendError::Full(_) => ApiError::new(
                 ErrorCode::Internal,
                 format!("input queue of session `{id}` is full: its program is not reading input"),
             ),
-        })
+        })?;
+        Metrics::add(&self.metrics.input_bytes, n);
+        Ok(())
     }
 
     pub fn resize(&self, id: &str, cols: u64, rows: u64) -> Result<(), ApiError> {

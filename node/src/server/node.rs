@@ -246,7 +246,10 @@ fn registry_config(
             model_idle: config.session.model_idle,
             store,
             warmth: Default::default(),
-            pty_io: termesh_actors::session::pty::PtyIo::counting(metrics.bulk_readers.clone()),
+            pty_io: termesh_actors::session::pty::PtyIo::counting(
+                metrics.bulk_readers.clone(),
+                metrics.input_written.clone(),
+            ),
             agents: agents(config),
             notify,
             console_url: url.to_string(),

@@ -151,16 +151,21 @@ pub fn threads(pid: u32) -> String {
                 let nice = stat
                     .rsplit_once(") ")
                     .and_then(|(_, r)| r.split(' ').nth(16));
+                let io = std::fs::read_to_string(dir.join("io")).unwrap_or_default();
+                let io: Vec<&str> = io.lines().take(2).collect();
+                let child: u32 = p.file_name().to_string_lossy().parse().unwrap_or(0);
                 out.push(format!(
-                    "  process {} {cpu} nice {}",
+                    "  process {} {cpu} nice {} io {io:?}; fd 0: {} bytes unread",
                     task_line(&dir),
-                    nice.unwrap_or("?")
+                    nice.unwrap_or("?"),
+                    unread_in(child, 0)
                 ));
                 parents.push(p.file_name().to_string_lossy().into_owned());
             }
         }
     }
     out.push(descriptors(pid));
+    out.push(kernel_tty_work());
     out.join("\n")
 }
 
@@ -188,6 +193,32 @@ fn descriptors(pid: u32) -> String {
         }
     }
     out.join("\n")
+}
+
+/// Kernel threads whose stack is in terminal code (the work that moves
+/// a terminal's bytes from one side to the other).
+fn kernel_tty_work() -> String {
+    let mut out = Vec::new();
+    for p in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let comm = std::fs::read_to_string(p.path().join("comm")).unwrap_or_default();
+        if !comm.starts_with("kworker") {
+            continue;
+        }
+        let stack = std::fs::read_to_string(p.path().join("stack")).unwrap_or_default();
+        if stack.contains("tty") || stack.contains("ldisc") {
+            out.push(format!(
+                "  {} {}: {}",
+                p.file_name().to_string_lossy(),
+                comm.trim(),
+                stack.replace('\n', " < ")
+            ));
+        }
+    }
+    format!(
+        "kernel threads in terminal code: {}\n{}",
+        out.len(),
+        out.join("\n")
+    )
 }
 
 /// Bytes waiting to be read on descriptor `fd` of process `pid` (a copy

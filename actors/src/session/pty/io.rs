@@ -37,7 +37,7 @@
 
 use std::io::ErrorKind;
 use std::os::fd::AsFd;
-use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::BytesMut;
@@ -95,14 +95,17 @@ struct Threads {
     bulk: Mutex<Option<(tokio::runtime::Handle, oneshot::Sender<()>)>>,
     /// The readers on it now (`termesh_bulk_sessions`).
     on_bulk: Arc<AtomicI64>,
+    /// Input bytes written to terminals (`termesh_input_written_bytes_total`).
+    written: Arc<AtomicU64>,
 }
 
 impl PtyIo {
-    /// Threads whose count of readers on the bulk thread is `on_bulk`
-    /// (the node's metric).
-    pub fn counting(on_bulk: Arc<AtomicI64>) -> PtyIo {
+    /// Threads that count their readers on the bulk thread in `on_bulk`
+    /// and the input written in `written` (the node's metrics).
+    pub fn counting(on_bulk: Arc<AtomicI64>, written: Arc<AtomicU64>) -> PtyIo {
         PtyIo(Arc::new(Threads {
             on_bulk,
+            written,
             ..Default::default()
         }))
     }
@@ -232,7 +235,11 @@ pub fn start(
         want: MIN_CHUNK,
     };
     rt.spawn(held(io, read_task(reader, master)));
-    let writer = (terminal.descriptor(), terminal.lane().clone());
+    let writer = (
+        terminal.descriptor(),
+        terminal.lane().clone(),
+        io.0.written.clone(),
+    );
     rt.spawn(held(io, write_task(writer, input, release.clone())));
     match child {
         Child::Own => rt.spawn(held(io, wait_task(pid, events, release))),
@@ -425,7 +432,7 @@ async fn read_ready(master: &Registered, buf: &mut [u8]) -> std::io::Result<usiz
 /// written brings the reads home from the bulk thread. Ends when every
 /// sender of input is gone, or the session lets go.
 async fn write_task(
-    (master, lane): (Arc<FileDescriptor>, Lane),
+    (master, lane, written): (Arc<FileDescriptor>, Lane, Arc<AtomicU64>),
     (mut rx, queued): (mpsc::Receiver<ToTerminal>, Arc<AtomicUsize>),
     mut release: watch::Receiver<Let>,
 ) {
@@ -453,10 +460,12 @@ async fn write_task(
         let (data, done) = data;
         queued.fetch_sub(data.len(), Ordering::AcqRel);
         lane.set_bulk(false);
-        if write_all(&master, &data).await.is_err() {
+        if let Err(e) = write_all(&master, &data).await {
             // The terminal is gone: input has nowhere to go.
+            tracing::debug!("the terminal takes no more input: {e}");
             return;
         }
+        written.fetch_add(data.len() as u64, Ordering::Relaxed);
         if let Some(done) = done {
             let _ = done.send(());
         }

@@ -16,6 +16,10 @@ use tokio::sync::Notify;
 
 use crate::store::StoreHandle;
 
+/// A wait for seqs past this is said in the log (the store is slow, or
+/// nobody reserves them).
+const SLOW_RESERVE: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// One run's seqs of one session, shared by its reader and the session.
 #[derive(Debug)]
 pub struct Sequencer {
@@ -75,7 +79,17 @@ impl Sequencer {
             match self.try_log(data) {
                 Given::Seq(seq) => return Some(seq),
                 Given::Closed => return None,
-                Given::Wait => raised.await,
+                Given::Wait => {
+                    if tokio::time::timeout(SLOW_RESERVE, raised).await.is_err() {
+                        let state = self.lock();
+                        tracing::warn!(
+                            session = %self.id,
+                            next = state.next,
+                            limit = state.limit,
+                            "output waits for its seqs to be reserved"
+                        );
+                    }
+                }
             }
         }
     }

@@ -99,6 +99,17 @@ pub async fn echo_at(
     )
     .await
     .unwrap();
+    // Typed only once the snapshot came: a snapshot computed after the key
+    // was echoed shows the echo, and only what comes after the snapshot is
+    // looked at (under load a key typed at once seemed lost that way: the
+    // program had answered, inside the snapshot).
+    within(
+        PATIENCE,
+        "the snapshot",
+        pump_until(&mut c, session, &mut s, true, |s| !s.snapshots.is_empty()),
+    )
+    .await
+    .unwrap();
     for k in 0..rounds {
         let key = format!("echo-{k}-");
         c.send(&ClientMsg::Input {

@@ -41,11 +41,12 @@ async fn a_node_serves_https_and_wss_to_clients_that_trust_its_ca() {
     std::fs::write(&cert, leaf.cert_pem).unwrap();
     std::fs::write(&key, leaf.key_pem).unwrap();
     let node = BinaryNode::start(&format!(
-        "[http]\ntls_cert = {:?}\ntls_key = {:?}\n",
+        "[http]\ntls_cert = {:?}\ntls_key = {:?}\nrequest_head_timeout = \"1s\"\n",
         cert.display().to_string(),
         key.display().to_string()
     ));
     assert!(node.url.starts_with("https://"), "{}", node.url);
+    head_never_sent_over_tls_is_closed(node.addr, &ca_pem).await;
     let ca_arg = ca_pem.display().to_string();
 
     // The CLI over https (REST) and wss (WebSocket), trusting the CA.
@@ -112,6 +113,44 @@ async fn a_node_serves_https_and_wss_to_clients_that_trust_its_ca() {
         .await
         .unwrap();
     assert!(!answered, "plain HTTP must not be served on the TLS port");
+}
+
+/// A client that finishes the TLS handshake and then sends no request
+/// head is closed once `http.request_head_timeout` (1 s here) has passed.
+async fn head_never_sent_over_tls_is_closed(addr: std::net::SocketAddr, ca: &std::path::Path) {
+    let config = termesh_transport::https::client(Some(ca)).unwrap();
+    let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+    let closed = tokio::task::spawn_blocking(move || {
+        use std::io::Read;
+        let tcp = std::net::TcpStream::connect(addr).unwrap();
+        // Bounded: the node should close long before.
+        tcp.set_read_timeout(Some(std::time::Duration::from_secs(30)))
+            .unwrap();
+        let conn = rustls::ClientConnection::new(config, name).unwrap();
+        let mut tls = rustls::StreamOwned::new(conn, tcp);
+        while tls.conn.is_handshaking() {
+            tls.conn.complete_io(&mut tls.sock).unwrap();
+        }
+        let opened = std::time::Instant::now();
+        let mut buf = [0u8; 256];
+        loop {
+            match tls.read(&mut buf) {
+                Ok(0) => return Some(opened.elapsed()),
+                Ok(_) => continue,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return None,
+                Err(e) if e.kind() == std::io::ErrorKind::TimedOut => return None,
+                // Closed without a close_notify: closed all the same.
+                Err(_) => return Some(opened.elapsed()),
+            }
+        }
+    })
+    .await
+    .unwrap();
+    let closed = closed.expect("a TLS connection without a request head outlived 30 s");
+    assert!(
+        closed < std::time::Duration::from_secs(10),
+        "closed only after {closed:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -359,3 +359,81 @@ async fn memory_pressure_is_not_the_clients_silence() {
     .await;
     assert_eq!(wire::metric(&url, "termesh_stale_connections").await, 1.0);
 }
+
+/// The node's side of its TCP connection to `client`, from
+/// `/proc/net/tcp`: its socket inode (0 while it waits to be accepted).
+fn node_side_inode(node: std::net::SocketAddr, client: std::net::SocketAddr) -> Option<u64> {
+    let hex = |a: std::net::SocketAddr| match a {
+        std::net::SocketAddr::V4(v4) => format!(
+            "{:08X}:{:04X}",
+            u32::from_ne_bytes(v4.ip().octets()),
+            v4.port()
+        ),
+        std::net::SocketAddr::V6(_) => unreachable!("the test node listens on IPv4"),
+    };
+    let (local, remote) = (hex(node), hex(client));
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
+    table.lines().skip(1).find_map(|line| {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        (f.get(1) == Some(&local.as_str()) && f.get(2) == Some(&remote.as_str()))
+            .then(|| f.get(9)?.parse().ok())
+            .flatten()
+    })
+}
+
+/// (e) A request head that arrived while the node itself was stopped is
+/// answered: the node was slow, not the client. The node has accepted the
+/// connection (its head timer runs), is stopped for three head timeouts,
+/// and the whole head comes at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_head_that_came_while_the_node_was_stopped_is_answered() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let node = common::binary::BinaryNode::start(
+        "[http]\nrequest_head_timeout = \"1s\"\n[watchdog]\ntick = \"50ms\"\n",
+    );
+    let mut tcp = tokio::net::TcpStream::connect(node.addr).await.unwrap();
+    let me = tcp.local_addr().unwrap();
+    within(PATIENCE, "the node accepting the connection", async {
+        while node_side_inode(node.addr, me).unwrap_or(0) == 0 {
+            poll_pause().await;
+        }
+    })
+    .await;
+    nix::sys::signal::kill(node.pid(), nix::sys::signal::Signal::SIGSTOP).unwrap();
+    tcp.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    // The stall is the event under test: three head timeouts.
+    std::thread::sleep(Duration::from_secs(3));
+    nix::sys::signal::kill(node.pid(), nix::sys::signal::Signal::SIGCONT).unwrap();
+    let mut answer = Vec::new();
+    within(PATIENCE, "the answer", tcp.read_to_end(&mut answer))
+        .await
+        .unwrap();
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(
+        answer.starts_with("HTTP/1.1 200"),
+        "a head sent in time was refused for the node's own stall: {answer:?}"
+    );
+}
+
+/// (f) A head that does not come is still refused in time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_head_that_never_ends_is_refused_in_time() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let node = common::binary::BinaryNode::start("[http]\nrequest_head_timeout = \"1s\"\n");
+    let mut tcp = tokio::net::TcpStream::connect(node.addr).await.unwrap();
+    let opened = Instant::now();
+    tcp.write_all(b"GET /healthz HTTP/1.1\r\n").await.unwrap();
+    let mut answer = Vec::new();
+    within(PATIENCE, "the refusal", tcp.read_to_end(&mut answer))
+        .await
+        .unwrap();
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer:?}");
+    assert!(
+        opened.elapsed() < Duration::from_secs(10),
+        "refused only after {:?}",
+        opened.elapsed()
+    );
+}

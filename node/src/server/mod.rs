@@ -7,6 +7,7 @@ mod auth;
 mod body;
 mod console;
 mod data_dir;
+mod head_watch;
 mod listener;
 mod membership;
 mod node;

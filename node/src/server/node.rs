@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
+use actix_web::dev::Service;
 use actix_web::{web, App, HttpServer};
 use anyhow::Context;
 use termesh_actors::directory::create::CreateDefaults;
@@ -25,7 +26,7 @@ use termesh_actors::store::StoreHandle;
 use termesh_config::{defaults, Config};
 
 use super::storage::{budget_loop, connect_keeper, max_output_bytes, open_store, vacuum_loop};
-use super::{console, membership, reload, rest, runtime_file, streams, url_file, ws};
+use super::{console, head_watch, membership, reload, rest, runtime_file, streams, url_file, ws};
 use super::{AppState, VERSION};
 
 /// HTTP worker threads (`http.max_connections` is shared out between
@@ -335,24 +336,30 @@ fn http_server(
     listener: std::net::TcpListener,
     tls: Option<rustls::ServerConfig>,
 ) -> anyhow::Result<actix_web::dev::Server> {
+    let head_timeout = config.http.request_head_timeout;
     let server = HttpServer::new(move || {
         App::new()
             .app_data(web::Data::new(state.clone()))
+            // The head came: the connection's head watch ends.
+            .wrap_fn(|req, srv| {
+                if let Some(watch) = req.conn_data::<head_watch::HeadWatch>() {
+                    watch.taken();
+                }
+                srv.call(req)
+            })
             .configure(ws::routes)
             .configure(rest::routes)
             .configure(console::routes)
     })
-    .on_connect(|conn, _| {
-        // Small frames (keystrokes, echoes, acks) must not wait for Nagle.
-        if let Some(tcp) = conn.downcast_ref::<actix_web::rt::net::TcpStream>() {
-            let _ = tcp.set_nodelay(true);
-        }
-    })
+    .on_connect(move |io, data| head_watch::on_connect(io, data, head_timeout))
     .workers(WORKERS)
     // Past it a worker stops accepting until a connection closes.
     .max_connections(config.http.max_connections.div_ceil(WORKERS))
-    // A request head (an upgrade's too) dribbled slower is closed.
-    .client_request_timeout(config.http.request_head_timeout)
+    // A request head (an upgrade's too) dribbled slower than
+    // `request_head_timeout` is closed by the connection's head watch,
+    // which does not blame the client for the node's own stalls; actix's
+    // timer would.
+    .client_request_timeout(Duration::ZERO)
     // One request per connection: actix times only a connection's first
     // head, so a kept-alive connection could dribble its next one for
     // ever. Clients here make few requests (WebSockets and streams are one

@@ -106,6 +106,7 @@ pub fn run(
     ready: impl FnOnce(Ready) + Send + 'static,
 ) -> anyhow::Result<()> {
     raise_fd_limit(&config);
+    termesh_actors::os::tune_allocator();
     data_dir::prepare(&config.node.data_dir)?;
     let generated = ensure_admin_token(&mut config)?;
     let listener = listener::bind(&config.http)?;

@@ -17,6 +17,7 @@ use termesh_transport::{ClientMsg, CreateRequest, ServerMsg};
 pub mod cluster;
 pub mod pty;
 pub mod relay;
+pub mod socket_floor;
 
 pub const WINDOW: u64 = 1 << 20;
 

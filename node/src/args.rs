@@ -51,7 +51,7 @@ pub(crate) enum Command {
         /// Data dir [default: the config's, else ~/.local/share/termesh]
         #[arg(long)]
         data_dir: Option<PathBuf>,
-        /// Node name [default: the config's, else the host name]
+        /// Node name [default: the config's, else `local`]
         #[arg(long)]
         name: Option<String>,
         /// Run without persistence: sessions, output and events are not

@@ -285,6 +285,12 @@ fn node(config: Option<PathBuf>, flags: NodeFlags) -> anyhow::Result<i32> {
             "termesh node `{node_name}` serving on {http}://{}",
             ready.addr
         );
+        let login = if ready.admin_token.is_some() {
+            "log in with the admin token below"
+        } else {
+            "log in with a token of the config's [[auth.tokens]]"
+        };
+        let _ = writeln!(out, "  console: {http}://{}/ ({login})", ready.addr);
         let _ = writeln!(out, "  websocket: {ws}://{}/ws", ready.addr);
         if let (Some(token), Some(file)) = (&ready.admin_token, &ready.token_file) {
             let _ = writeln!(out, "  admin token: {token}");

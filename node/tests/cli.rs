@@ -57,6 +57,11 @@ fn node_and_clients_with_defaults() {
         .to_string();
     let banner: Vec<String> = lines.by_ref().take(3).map(|l| l.unwrap()).collect();
     let token = std::fs::read_to_string(data.path().join("admin.token")).unwrap();
+    let console = format!("console: {url}/ (log in with the admin token below)");
+    assert!(
+        banner.iter().any(|l| l.trim() == console),
+        "the banner names the console and how to log in: {banner:?}"
+    );
     assert!(
         banner.iter().any(|l| l.contains(token.trim())),
         "the generated token is printed: {banner:?}"

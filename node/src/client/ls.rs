@@ -80,9 +80,16 @@ pub fn hidden_note(hidden: usize) -> Option<String> {
     }
 }
 
-/// The `ls` table: columns as wide as their widest cell, each row cut to
-/// `width` by shortening its command first; only a width too small for
-/// the other columns cuts them too.
+/// Columns left out, in this order, while a row would leave the command
+/// fewer than `MIN_COMMAND` columns: SEQ, VIEWERS, NODE, IDLE, STATE.
+const DROP_ORDER: [usize; 5] = [5, 6, 2, 7, 4];
+/// The command's room that columns are dropped to keep.
+const MIN_COMMAND: usize = 16;
+
+/// The `ls` table: columns as wide as their widest cell; at a width too
+/// narrow for them all and a readable command, the least useful columns
+/// go first (`DROP_ORDER`), then each row is cut to `width` by shortening
+/// its command; only a width too small for ID, NAME and STATUS cuts them.
 pub fn table(sessions: &[SessionInfo], width: Option<usize>) -> String {
     let header = [
         "ID", "NAME", "NODE", "STATUS", "STATE", "SEQ", "VIEWERS", "IDLE",
@@ -94,10 +101,24 @@ pub fn table(sessions: &[SessionInfo], width: Option<usize>) -> String {
             *w = (*w).max(cell.width());
         }
     }
+    let mut shown = [true; 8];
+    let used =
+        |shown: &[bool; 8]| -> usize { (0..8).filter(|&i| shown[i]).map(|i| widths[i] + 2).sum() };
+    if let Some(width) = width {
+        for i in DROP_ORDER {
+            if used(&shown) + MIN_COMMAND <= width {
+                break;
+            }
+            shown[i] = false;
+        }
+    }
     // SEQ, VIEWERS and IDLE are numbers: right-aligned.
     let line = |cells: &[String; 8], command: &str| {
         let mut prefix = String::new();
         for (i, (cell, w)) in cells.iter().zip(widths).enumerate() {
+            if !shown[i] {
+                continue;
+            }
             let pad = " ".repeat(w - cell.width());
             match i {
                 5.. => prefix.push_str(&format!("{pad}{cell}  ")),
@@ -111,6 +132,18 @@ pub fn table(sessions: &[SessionInfo], width: Option<usize>) -> String {
         out.push_str(&line(cells, command));
     }
     out
+}
+
+/// How long a session has been idle, as a person reads it: `45s`, `12m`,
+/// `5h`, `3d` (whole units, rounded down).
+pub fn idle_text(ms: u64) -> String {
+    let secs = ms / 1000;
+    match secs {
+        0..60 => format!("{secs}s"),
+        60..3600 => format!("{}m", secs / 60),
+        3600..172_800 => format!("{}h", secs / 3600),
+        _ => format!("{}d", secs / 86_400),
+    }
 }
 
 /// A session's cells before the command, and its command on one line
@@ -128,7 +161,7 @@ fn cells(s: &SessionInfo) -> ([String; 8], String) {
         s.state.map_or("-", AgentState::as_str).to_string(),
         s.last_seq.to_string(),
         s.viewers.to_string(),
-        format!("{}s", s.idle_ms / 1000),
+        idle_text(s.idle_ms),
     ];
     let command = s.command.join(" ");
     let last = match (&s.waiting_for, s.state) {
@@ -225,8 +258,8 @@ mod tests {
             lines,
             [
                 "ID            NAME   NODE  STATUS      STATE   SEQ  VIEWERS  IDLE  COMMAND",
-                "0b5a11111111  build  n1    running     -      1234        1   61s  sleep 1000",
-                "9f0033333333  build  n1    TERM (143)  -      1234        1   61s  sh -c x",
+                "0b5a11111111  build  n1    running     -      1234        1    1m  sleep 1000",
+                "9f0033333333  build  n1    TERM (143)  -      1234        1    1m  sh -c x",
             ]
         );
     }
@@ -244,7 +277,7 @@ mod tests {
             if width >= 70 {
                 // Every other column is kept; the command ends in `…`.
                 assert!(
-                    row.contains("running") && row.contains("61s") && row.ends_with('…'),
+                    row.contains("running") && row.contains(" 1m ") && row.ends_with('…'),
                     "{width}: {row:?}"
                 );
                 assert!(row.contains("vim x"), "{width}: {row:?}");
@@ -256,6 +289,39 @@ mod tests {
             Some(80),
         );
         assert!(text.lines().all(|l| l.width() <= 80), "{text}");
+    }
+
+    #[test]
+    fn narrow_rows_keep_the_command_and_drop_columns_first() {
+        let all = [session(
+            "0b5a11111111",
+            SessionStatus::Running,
+            "claude --resume",
+        )];
+        let text = table(&all, Some(60));
+        let (head, row) = (text.lines().next().unwrap(), text.lines().nth(1).unwrap());
+        assert!(head.ends_with("COMMAND"), "{text}");
+        assert!(row.ends_with("claude --resume"), "{text}");
+        assert!(!head.contains("SEQ") && !head.contains("VIEWERS"), "{text}");
+        assert!(head.contains("IDLE") && head.contains("STATUS"), "{text}");
+        let text = table(&all, Some(40));
+        let row = text.lines().nth(1).unwrap();
+        assert!(row.starts_with("0b5a11111111  build  running"), "{text}");
+        assert!(row.contains("claude"), "{text}");
+        for width in [20, 40, 60] {
+            assert!(table(&all, Some(width)).lines().all(|l| l.width() <= width));
+        }
+    }
+
+    #[test]
+    fn idle_reads_as_a_person_says_it() {
+        assert_eq!(idle_text(999), "0s");
+        assert_eq!(idle_text(59_999), "59s");
+        assert_eq!(idle_text(60_000), "1m");
+        assert_eq!(idle_text(3_599_000), "59m");
+        assert_eq!(idle_text(3_600_000), "1h");
+        assert_eq!(idle_text(47 * 3_600_000), "47h");
+        assert_eq!(idle_text(3 * 86_400_000), "3d");
     }
 
     #[test]

@@ -23,7 +23,8 @@
 //! `TERMESH_BENCH_ROUNDS` (3) and `TERMESH_BENCH_KEYS` (300 per phase and
 //! round) change the size; `TERMESH_BENCH_PHASES` picks phases by name
 //! (comma-separated, e.g. `alone,subscribed`); `TERMESH_BENCH_MIB` (32)
-//! the throughput payload, 0 to leave throughput out;
+//! the throughput payload, 0 to leave throughput out, and
+//! `TERMESH_BENCH_FLOOD_ROUNDS` (5) its rounds (medians are printed);
 //! `TERMESH_BENCH_CONFIG` is added to both nodes' configs (`\n` for
 //! newlines).
 
@@ -421,7 +422,7 @@ async fn main() {
     common::payload(&file, mib);
     let (mut raw, mut floor, mut single, mut mirror) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    for _ in 0..3 {
+    for _ in 0..env_or("TERMESH_BENCH_FLOOD_ROUNDS", 5) {
         common::settle(&pids).await;
         let (bytes, time) = common::raw_pty(&file);
         raw.push(bytes as f64 / time.as_secs_f64() / 1e6);
@@ -437,6 +438,17 @@ async fn main() {
             }
         }
     }
+    let rounds = |v: &[f64]| -> String {
+        let parts: Vec<String> = v.iter().map(|r| format!("{r:.0}")).collect();
+        format!("rounds [{}]", parts.join(", "))
+    };
+    println!(
+        "  rounds in MB/s: raw PTY {}, bare relay {}, one node {}, through a mirror {}",
+        rounds(&raw),
+        rounds(&floor),
+        rounds(&single),
+        rounds(&mirror)
+    );
     let (raw, floor) = (median(&mut raw), median(&mut floor));
     println!(
         "  {mib} MiB of cat, raw PTY {raw:7.1} MB/s; shipped over a socket by a bare relay \

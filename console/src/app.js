@@ -282,6 +282,13 @@ function button(label, onClick, operator = true) {
 // click never lands on a button that a redraw has just replaced.
 const actionsOf = new Map(); // session id -> <span> of buttons
 
+// An action the node refuses says why (reviving a running session),
+// instead of doing nothing.
+async function act(msg) {
+  const reply = await request(msg);
+  if (reply.t === "error") alert(reply.message);
+}
+
 function actions(id) {
   let span = actionsOf.get(id);
   if (span) return span;
@@ -289,17 +296,17 @@ function actions(id) {
   span = document.createElement("span");
   span.append(
     button("open", () => openTerm(id), false),
-    button("kill", () => request({ t: "kill", session: id })),
+    button("kill", () => act({ t: "kill", session: id })),
     button("rename", () => {
       const name = prompt("name", info().name || "");
-      if (name) request({ t: "rename", session: id, name });
+      if (name) act({ t: "rename", session: id, name });
     }),
     button("tag", () => {
       const tags = prompt("tags (comma separated)", (info().tags || []).join(","));
-      if (tags !== null) request({ t: "tag", session: id, tags: tags.split(",").map((t) => t.trim()).filter(Boolean) });
+      if (tags !== null) act({ t: "tag", session: id, tags: tags.split(",").map((t) => t.trim()).filter(Boolean) });
     }),
-    button("revive", () => request({ t: "revive", session: id })),
-    button("remove", () => confirm(`remove ${info().name || id}?`) && request({ t: "remove", session: id })),
+    button("revive", () => act({ t: "revive", session: id })),
+    button("remove", () => confirm(`remove ${info().name || id}?`) && act({ t: "remove", session: id })),
   );
   actionsOf.set(id, span);
   return span;

@@ -467,6 +467,21 @@ async fn answer_dialog(b: &Browser, text: Option<&str>) {
     b.client.accept_alert().await.expect("accept the dialog");
 }
 
+/// Waits for the page's `alert` and dismisses it: what it said.
+async fn alert_text(b: &Browser) -> String {
+    let text = within(PATIENCE, "an alert", async {
+        loop {
+            if let Ok(text) = b.client.get_alert_text().await {
+                return text;
+            }
+            poll_pause().await;
+        }
+    })
+    .await;
+    b.client.accept_alert().await.expect("dismiss the alert");
+    text
+}
+
 /// Waits until the session's row is in the table and shows `has`.
 async fn row_text(b: &Browser, session: &str, what: &str, has: &str) {
     b.wait_js(

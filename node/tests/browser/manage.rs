@@ -33,6 +33,11 @@ async fn an_operator_manages_sessions_from_the_table_and_a_flood_is_acked_throug
     assert_eq!(info.name.as_deref(), Some("renamed-one"));
     assert_eq!(info.tags, ["red", "blue"]);
 
+    // Revive on a running session says why it does nothing.
+    row_button(&b, &s.id, "revive").await;
+    let said = alert_text(&b).await;
+    assert!(said.contains("is running"), "{said}");
+
     row_button(&b, &s.id, "kill").await;
     row_text(&b, &s.id, "the session killed", "exit 143").await;
     // Revived: the same id runs again, its new output after the old in the

@@ -285,3 +285,33 @@ async fn attach_without_a_name_takes_the_most_recently_active_session() {
     assert_eq!(pane.exit_code().await, 0);
     assert!(pane.text().contains(&format!("detached from {newer}")));
 }
+
+/// `printf 'y\r' | termesh attach ID` in a pane: keys from a pipe reach the
+/// program, the attach exits 0 once they are sent, and the session keeps
+/// its size although the pane is smaller (a piped attach never resizes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_piped_attach_sends_its_input_exits_and_never_resizes() {
+    let node = TestNode::start();
+    let session = node.create(&["cat"]).await.id;
+    let before = node.info(&session).await.unwrap();
+    let url = node.url();
+    let pane = Tmux::start(
+        60,
+        15,
+        &format!("printf 'piped-line\\n' | {BIN} attach {session}"),
+        &[("TERMESH_URL", &url), ("TERMESH_TOKEN", OPERATOR)],
+    );
+    assert_eq!(pane.exit_code().await, 0, "{:?}", pane.screen());
+    wait_output(&node, &session, "piped-line").await;
+    let after = node.info(&session).await.unwrap();
+    assert_eq!(
+        (after.cols, after.rows),
+        (before.cols, before.rows),
+        "a piped attach resized the session"
+    );
+    assert!(
+        pane.text().contains("input ended and was sent"),
+        "{:?}",
+        pane.screen()
+    );
+}

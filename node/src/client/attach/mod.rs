@@ -73,12 +73,14 @@ pub enum Ended {
     Lost,
     /// This client was told to stop by a signal (its number).
     Signal(i32),
+    /// Its piped input ended and was sent; the session keeps running.
+    InputSent,
 }
 
 impl Ended {
     pub fn exit_code(&self) -> i32 {
         match self {
-            Ended::Detached | Ended::TakenOver => 0,
+            Ended::Detached | Ended::TakenOver | Ended::InputSent => 0,
             Ended::Exited { code, .. } => *code as i32,
             Ended::Removed | Ended::Lost => 1,
             Ended::Signal(n) => 128 + n,
@@ -104,6 +106,9 @@ impl Ended {
             Ended::Lost => format!(
                 "[termesh: session {label} was lost: its program ended with its node's restart; `termesh revive` runs it again]"
             ),
+            Ended::InputSent => {
+                format!("[termesh: input ended and was sent; session {label} keeps running]")
+            }
             Ended::Signal(n) => format!(
                 "[termesh: stopped by signal {}; session {label} keeps running]",
                 signal_name(*n)
@@ -199,6 +204,9 @@ pub async fn attach(target: &Target, opts: AttachOptions) -> anyhow::Result<Ende
     let _raw = RawMode::enable();
     let label = opts.label.clone();
     let mut st = State::new(opts, term_size());
+    if !std::io::IsTerminal::is_terminal(&std::io::stdin()) {
+        st.input_is_piped();
+    }
     let result = run(target, first, &mut inputs, &mut st).await;
     let note = match &result {
         Ok(end) => end.note(&label),
@@ -328,6 +336,9 @@ async fn session(conn: &mut Client, inputs: &mut Inputs, st: &mut State) -> anyh
         st.flush_input();
         for msg in st.take_outbox() {
             conn.send(&msg).await?;
+        }
+        if st.input_sent() {
+            return Ok(Ended::InputSent);
         }
         st.refresh_status();
         st.view.flush()?;

@@ -72,6 +72,13 @@ pub struct State {
     read_only_note: &'static str,
     /// The size was sent once: the first attach takes the size.
     sized: bool,
+    /// Stdin is no terminal (a pipe, a file): keys come from a program,
+    /// so this attach never sends a size, and once input that had bytes
+    /// has ended and been sent, it ends. Input that ends with no byte at
+    /// all (`</dev/null`) and a read-only attach follow the session.
+    piped: bool,
+    input_ended: bool,
+    typed_any: bool,
     /// Since when the link is down, and when the next attempt is due.
     offline_since: Option<Instant>,
     retry_at: Option<Instant>,
@@ -144,6 +151,9 @@ impl State {
             unacked: 0,
             pending_input: Vec::new(),
             sized: false,
+            piped: false,
+            input_ended: false,
+            typed_any: false,
             offline_since: None,
             retry_at: None,
             quiet_for: None,
@@ -169,6 +179,17 @@ impl State {
             st.notify(st.read_only_note.into());
         }
         st
+    }
+
+    /// Stdin is no terminal: see `piped`.
+    pub fn input_is_piped(&mut self) {
+        self.piped = true;
+    }
+
+    /// Piped input ended and every byte of it went to the node: the
+    /// attach is done.
+    pub fn input_sent(&self) -> bool {
+        self.input_ended && self.typed_any && self.pending_input.is_empty()
     }
 
     /// What to send the node, in order, taken.
@@ -467,6 +488,7 @@ impl State {
                                 scroll = true;
                                 self.scroll_wanted = Some(b"\x1b[<64;1;1M".to_vec());
                             }
+                            self.typed_any |= !bytes.is_empty();
                             self.view.typed(&bytes, self.last_seq.unwrap_or(0));
                             let room = MAX_PENDING_INPUT.saturating_sub(self.pending_input.len());
                             self.pending_input
@@ -504,7 +526,7 @@ impl State {
                     self.notify("the scroll mode needs the link".into());
                 }
             }
-            Outside::StdinEnded => {}
+            Outside::StdinEnded => self.input_ended = self.piped && !self.read_only,
             Outside::WindowChanged(term) => {
                 self.term = term;
                 self.view.term_resized(term.unwrap_or(DEFAULT_TERM));
@@ -565,8 +587,12 @@ impl State {
     }
 
     /// Sends this terminal's size, within the node's bounds (a larger
-    /// terminal shows the session at the largest size, top-left).
+    /// terminal shows the session at the largest size, top-left); never
+    /// from a piped attach.
     fn send_size(&mut self) {
+        if self.piped {
+            return;
+        }
         if let Some((cols, rows)) = self.term {
             let (cols, rows) = (cols.clamp(1, MAX_COLS), rows.clamp(1, MAX_ROWS));
             let session = self.opts.session.clone();

@@ -257,7 +257,7 @@ async fn reconnect(
 ) -> anyhow::Result<Result<Client, Ended>> {
     let mut tick = tokio::time::interval(Duration::from_millis(250));
     loop {
-        let retry_at = tokio::time::Instant::now() + st.backoff.next_delay();
+        let retry_at = tokio::time::Instant::now() + st.next_delay();
         st.set_retry_at(Some(retry_at.into_std()));
         let connect = async {
             tokio::time::sleep_until(retry_at).await;

@@ -215,6 +215,13 @@ impl State {
             .map(|s| s.0.clone());
     }
 
+    /// The wait before the next connection attempt: quick and flat while
+    /// the node said it is going away (restarting), else backed off.
+    pub fn next_delay(&mut self) -> Duration {
+        let restarting = self.node_stopped.is_some();
+        self.backoff.next_delay(restarting)
+    }
+
     pub fn set_retry_at(&mut self, at: Option<Instant>) {
         self.retry_at = at;
     }

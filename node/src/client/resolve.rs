@@ -5,7 +5,9 @@
 use termesh_transport::{SessionInfo, SessionStatus};
 
 /// The session `wanted` names: an exact id, then an exact name, then the
-/// only id starting with it. An ambiguous prefix lists the candidates.
+/// only session whose id or name starts with it. An ambiguous prefix lists
+/// the candidates: a short prefix that starts one session's id and
+/// another's name is not silently taken as the id.
 pub fn resolve<'a>(sessions: &'a [SessionInfo], wanted: &str) -> Result<&'a SessionInfo, String> {
     if wanted.is_empty() {
         return Err("an empty session name: give an id, an id prefix or a name".into());
@@ -24,21 +26,24 @@ pub fn resolve<'a>(sessions: &'a [SessionInfo], wanted: &str) -> Result<&'a Sess
     }
     let prefixed: Vec<&SessionInfo> = sessions
         .iter()
-        .filter(|s| s.id.starts_with(wanted))
+        .filter(|s| {
+            s.id.starts_with(wanted) || s.name.as_deref().is_some_and(|n| n.starts_with(wanted))
+        })
         .collect();
     match prefixed.as_slice() {
         [one] => Ok(one),
         [] => Err(format!(
-            "no session named `{wanted}` or with an id starting with it (`termesh ls` lists them)"
+            "no session named `{wanted}` or with an id or a name starting with it \
+             (`termesh ls` lists them)"
         )),
-        many => Err(ambiguous(wanted, "starts the ids of", many)),
+        many => Err(ambiguous(wanted, "starts the ids or names of", many)),
     }
 }
 
 fn ambiguous(wanted: &str, how: &str, many: &[&SessionInfo]) -> String {
     let list: Vec<String> = many.iter().map(|s| describe(s)).collect();
     format!(
-        "`{wanted}` {how} {} sessions: {}; give more of the id",
+        "`{wanted}` {how} {} sessions: {}; give more of the id or the name",
         many.len(),
         list.join(", ")
     )
@@ -122,19 +127,41 @@ mod tests {
         ];
         assert_eq!(resolve(&all, "0b5a11111111").unwrap().id, "0b5a11111111");
         assert_eq!(resolve(&all, "build").unwrap().id, "0b5a11111111");
-        assert_eq!(resolve(&all, "0b5").unwrap().id, "0b5a11111111");
+        // An id's prefix that also starts another's name is ambiguous.
+        assert!(resolve(&all, "0b5").unwrap_err().contains("2 sessions"));
+        assert_eq!(resolve(&all, "0b7").unwrap().id, "0b7c22222222");
         assert_eq!(resolve(&all, "9").unwrap().id, "9f0033333333");
         let err = resolve(&all, "0b").unwrap_err();
         assert!(
-            err.contains("2 sessions")
+            err.contains("3 sessions")
                 && err.contains("0b5a11111111 (build)")
                 && err.contains("0b7c22222222"),
             "{err}"
         );
         assert!(resolve(&all, "zz").unwrap_err().contains("no session"));
+        // A name's prefix names it.
+        assert_eq!(resolve(&all, "bui").unwrap().id, "0b5a11111111");
         assert!(resolve(&all, "").is_err());
         assert_eq!(most_recent(&all).unwrap().id, "0b7c22222222");
         assert!(most_recent(&[]).unwrap_err().contains("no sessions"));
+    }
+
+    #[test]
+    fn a_prefix_of_one_id_and_another_name_is_ambiguous() {
+        let all = [
+            session("c0ffee111111", Some("api"), 50, true),
+            session("0b7c22222222", Some("codex"), 10, true),
+        ];
+        // `c` starts an id and a name: both are offered, neither taken.
+        let err = resolve(&all, "c").unwrap_err();
+        assert!(
+            err.contains("2 sessions")
+                && err.contains("c0ffee111111 (api)")
+                && err.contains("0b7c22222222 (codex)"),
+            "{err}"
+        );
+        assert_eq!(resolve(&all, "co").unwrap().id, "0b7c22222222");
+        assert_eq!(resolve(&all, "c0").unwrap().id, "c0ffee111111");
     }
 
     #[test]

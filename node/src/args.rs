@@ -78,6 +78,16 @@ pub(crate) enum Command {
         #[arg(long, short)]
         config: Option<PathBuf>,
     },
+    /// Stop the local node of a data dir (its programs run on under the
+    /// PTY keeper); with --keeper, the keeper too, which ends them.
+    Stop {
+        /// The node's data dir [default: ~/.local/share/termesh]
+        #[arg(long, env = "TERMESH_DATA_DIR")]
+        data_dir: Option<PathBuf>,
+        /// Also stop the data dir's PTY keeper: the sessions' programs end
+        #[arg(long)]
+        keeper: bool,
+    },
     /// Config file tools.
     Config {
         #[command(subcommand)]

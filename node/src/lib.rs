@@ -7,6 +7,7 @@ pub mod export;
 pub mod hooks;
 pub mod keeper;
 pub mod server;
+pub mod stop;
 pub mod tail;
 pub mod text;
 pub mod token;

@@ -34,6 +34,10 @@ fn main() {
 
 fn run(cli: Cli) -> anyhow::Result<i32> {
     match cli.command {
+        Command::Stop { data_dir, keeper } => termesh_node::stop::stop(
+            &data_dir.unwrap_or_else(termesh_config::default_data_dir),
+            keeper,
+        ),
         Command::Keeper { data_dir, config } => {
             init_logging();
             let dir = match (data_dir, config) {
@@ -219,6 +223,7 @@ async fn run_client(command: Command) -> anyhow::Result<i32> {
         Command::Node { .. }
         | Command::Hooks { .. }
         | Command::Keeper { .. }
+        | Command::Stop { .. }
         | Command::Config { .. }
         | Command::Cluster { .. }
         | Command::Token { .. } => Ok(0),

@@ -301,3 +301,88 @@ fn config_check_names_key_and_value() {
         .unwrap();
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("--listen"));
 }
+
+/// Whether `pid` is gone (or a zombie nobody reaped yet).
+fn gone(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| {
+            s.rsplit(')')
+                .next()
+                .unwrap_or("")
+                .trim_start()
+                .starts_with('Z')
+        })
+        .unwrap_or(true)
+}
+
+/// `termesh stop` stops the node and leaves its programs to the keeper;
+/// `--keeper` stops the keeper too, which ends them; again, it says that
+/// nothing runs and exits 0.
+#[test]
+fn stop_ends_the_node_and_with_keeper_its_programs() {
+    let data = tempfile::tempdir().unwrap();
+    let run_dir = data.path().join("run");
+    let mut node = Command::new(BIN)
+        .args(["node", "--listen", "127.0.0.1:0", "--name", "stop-test"])
+        .arg("--data-dir")
+        .arg(data.path())
+        .env("XDG_RUNTIME_DIR", &run_dir)
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(data.path().join("node.log")).unwrap())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(node.stdout.take().unwrap()).lines();
+    let url = lines
+        .next()
+        .unwrap()
+        .unwrap()
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .expect("the URL is printed")
+        .to_string();
+    let pid_file = data.path().join("prog.pid");
+    let script = format!("echo $$ > {}; exec sleep 1000", pid_file.display());
+    let (ok, _, err) = run(&["new", "--", "sh", "-c", &script], data.path(), &url);
+    assert!(ok, "{err}");
+    eventually("the program's pid", || {
+        std::fs::read_to_string(&pid_file).is_ok_and(|t| t.trim().parse::<i32>().is_ok())
+    });
+    let program: i32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+
+    let stop = |keeper: bool| {
+        let mut cmd = Command::new(BIN);
+        cmd.args(["stop", "--data-dir"])
+            .arg(data.path())
+            .env("XDG_RUNTIME_DIR", &run_dir);
+        if keeper {
+            cmd.arg("--keeper");
+        }
+        let out = cmd.output().unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (ok, out, err) = stop(false);
+    assert!(ok && out.contains("stopped node `stop-test`"), "{out}{err}");
+    eventually("the node's exit", || node.try_wait().unwrap().is_some());
+    assert!(!gone(program), "the program ran on under the keeper");
+
+    let (ok, out, err) = stop(true);
+    assert!(
+        ok && out.contains("no node of") && out.contains("stopped the PTY keeper"),
+        "{out}{err}"
+    );
+    eventually("the program's end", || gone(program));
+
+    let (ok, out, err) = stop(true);
+    assert!(
+        ok && out.contains("no node of") && out.contains("no PTY keeper of"),
+        "{out}{err}"
+    );
+}

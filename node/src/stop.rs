@@ -1,0 +1,95 @@
+//! `termesh stop`: stops the local node of a data dir (SIGTERM, then waits
+//! for its process to end: it closes its clients with 1001 and leaves its
+//! programs to the keeper) and, with `--keeper`, that data dir's PTY
+//! keeper, which ends the sessions' programs. Idempotent: what does not
+//! run is said, not an error.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+use crate::server::runtime_file;
+
+/// How long a stopped process may take to end.
+const PATIENCE: Duration = Duration::from_secs(30);
+
+/// Stops what runs for `data_dir`; exits 0 once none of it runs.
+pub fn stop(data_dir: &Path, keeper: bool) -> anyhow::Result<i32> {
+    let dir = canonical(data_dir);
+    let nodes: Vec<_> = runtime_file::live(&runtime_file::dir())
+        .into_iter()
+        .filter(|r| canonical(&r.data_dir) == dir)
+        .collect();
+    if nodes.is_empty() {
+        println!("no node of {} runs", data_dir.display());
+    }
+    for node in nodes {
+        end(node.pid, || {
+            runtime_file::live(&runtime_file::dir())
+                .iter()
+                .any(|r| r.pid == node.pid)
+        })
+        .with_context(|| format!("node `{}` (pid {})", node.name, node.pid))?;
+        println!("stopped node `{}` (pid {})", node.name, node.pid);
+    }
+    if keeper {
+        match keeper_pid(data_dir)? {
+            None => println!("no PTY keeper of {} runs", data_dir.display()),
+            Some(pid) => {
+                end(pid, || keeper_pid(data_dir).ok().flatten() == Some(pid))
+                    .with_context(|| format!("the PTY keeper (pid {pid})"))?;
+                println!("stopped the PTY keeper (pid {pid}) and the programs it held");
+            }
+        }
+    }
+    Ok(0)
+}
+
+/// SIGTERM to `pid`, then waits while `runs` says it still does.
+fn end(pid: u32, runs: impl Fn() -> bool) -> anyhow::Result<()> {
+    let target = Pid::from_raw(i32::try_from(pid).context("a pid out of range")?);
+    match kill(target, Signal::SIGTERM) {
+        Ok(()) | Err(nix::errno::Errno::ESRCH) => {}
+        Err(e) => bail!("cannot signal it: {e}"),
+    }
+    let deadline = Instant::now() + PATIENCE;
+    while runs() {
+        if Instant::now() >= deadline {
+            bail!("still runs {}s after SIGTERM", PATIENCE.as_secs());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(())
+}
+
+/// The pid of the keeper holding `DIR/keeper.lock`, `None` when nobody
+/// holds it (a stale pid in a free lock file is not a keeper).
+fn keeper_pid(data_dir: &Path) -> anyhow::Result<Option<u32>> {
+    let path = data_dir.join("keeper.lock");
+    let file = match std::fs::File::open(&path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e).with_context(|| format!("cannot open {}", path.display())),
+    };
+    match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockSharedNonblock) {
+        // Free: no keeper runs (the lock goes with the handle).
+        Ok(_free) => Ok(None),
+        Err((_, nix::errno::Errno::EWOULDBLOCK)) => {
+            let text = std::fs::read_to_string(&path)
+                .with_context(|| format!("cannot read {}", path.display()))?;
+            let pid = text
+                .trim()
+                .parse()
+                .with_context(|| format!("{} holds no pid: {text:?}", path.display()))?;
+            Ok(Some(pid))
+        }
+        Err((_, e)) => Err(e).with_context(|| format!("cannot lock {}", path.display())),
+    }
+}
+
+fn canonical(path: &Path) -> PathBuf {
+    std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())
+}

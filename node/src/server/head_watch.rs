@@ -86,6 +86,10 @@ async fn watch(
     let mut wait = timeout;
     loop {
         tokio::select! {
+            // Biased: when the head came and the deadline passed in one
+            // stall, the head wins (a request already started is never
+            // refused).
+            biased;
             // The head came, or the connection ended.
             _ = &mut taken => return,
             _ = tokio::time::sleep(wait) => {}

@@ -224,6 +224,29 @@ pub fn payload(path: &Path, mib: usize) {
 
 /// The machine's own limit: a local reader draining `cat` through a PTY.
 pub fn raw_pty(path: &Path) -> (usize, Duration) {
+    let (start, mut child, mut reader) = cat_in_pty(path);
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut total = 0;
+    while let Ok(n) = reader.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        total += n;
+    }
+    let elapsed = start.elapsed();
+    let _ = child.wait();
+    (total, elapsed)
+}
+
+/// `cat` of `path` in a fresh raw PTY: when it started, the program, and
+/// the master's reader (the raw-PTY and relay floors read it).
+pub fn cat_in_pty(
+    path: &Path,
+) -> (
+    Instant,
+    Box<dyn portable_pty::Child + Send + Sync>,
+    Box<dyn Read + Send>,
+) {
     let pair = native_pty_system()
         .openpty(PtySize {
             rows: 30,
@@ -238,20 +261,10 @@ pub fn raw_pty(path: &Path) -> (usize, Duration) {
         &format!("stty raw -echo; exec cat {}", path.display()),
     ]);
     let start = Instant::now();
-    let mut child = pair.slave.spawn_command(cmd).unwrap();
+    let child = pair.slave.spawn_command(cmd).unwrap();
     drop(pair.slave);
-    let mut reader = pair.master.try_clone_reader().unwrap();
-    let mut buf = vec![0u8; 64 * 1024];
-    let mut total = 0;
-    while let Ok(n) = reader.read(&mut buf) {
-        if n == 0 {
-            break;
-        }
-        total += n;
-    }
-    let elapsed = start.elapsed();
-    let _ = child.wait();
-    (total, elapsed)
+    let reader = pair.master.try_clone_reader().unwrap();
+    (start, child, reader)
 }
 
 /// Same payload through a node to a WebSocket client that acks per protocol.

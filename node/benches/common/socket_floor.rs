@@ -10,8 +10,6 @@ use std::net::{TcpListener, TcpStream};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use portable_pty::{native_pty_system, CommandBuilder, PtySize};
-
 /// `cat` of `path` through a bare PTY and a loopback socket: the bytes
 /// drained and the time from the program's start to the last of them.
 pub fn relay_pty(path: &Path) -> (usize, Duration) {
@@ -31,23 +29,7 @@ pub fn relay_pty(path: &Path) -> (usize, Duration) {
     });
     let mut out = TcpStream::connect(addr).unwrap();
     out.set_nodelay(true).unwrap();
-    let pair = native_pty_system()
-        .openpty(PtySize {
-            rows: 30,
-            cols: 120,
-            pixel_width: 0,
-            pixel_height: 0,
-        })
-        .unwrap();
-    let mut cmd = CommandBuilder::new("sh");
-    cmd.args([
-        "-c",
-        &format!("stty raw -echo; exec cat {}", path.display()),
-    ]);
-    let start = Instant::now();
-    let mut child = pair.slave.spawn_command(cmd).unwrap();
-    drop(pair.slave);
-    let mut reader = pair.master.try_clone_reader().unwrap();
+    let (start, mut child, mut reader) = super::cat_in_pty(path);
     let mut buf = vec![0u8; 64 * 1024];
     while let Ok(n) = reader.read(&mut buf) {
         if n == 0 || out.write_all(&buf[..n]).is_err() {

@@ -19,10 +19,13 @@ use super::view::{View, ViewOptions};
 use super::{AttachOptions, Ended, Outside};
 use crate::client::Fatal;
 use history::{HISTORY_FILL_ID, HISTORY_OLDER_ID, HISTORY_SCAN_ID};
+use stdin::Stdin;
 
 mod errors;
 mod history;
+mod link;
 mod status;
+mod stdin;
 #[cfg(test)]
 mod tests;
 
@@ -72,13 +75,7 @@ pub struct State {
     read_only_note: &'static str,
     /// The size was sent once: the first attach takes the size.
     sized: bool,
-    /// Stdin is no terminal (a pipe, a file): keys come from a program,
-    /// so this attach never sends a size, and once input that had bytes
-    /// has ended and been sent, it ends. Input that ends with no byte at
-    /// all (`</dev/null`) and a read-only attach follow the session.
-    piped: bool,
-    input_ended: bool,
-    typed_any: bool,
+    stdin: Stdin,
     /// Since when the link is down, and when the next attempt is due.
     offline_since: Option<Instant>,
     retry_at: Option<Instant>,
@@ -151,9 +148,7 @@ impl State {
             unacked: 0,
             pending_input: Vec::new(),
             sized: false,
-            piped: false,
-            input_ended: false,
-            typed_any: false,
+            stdin: Stdin::Terminal,
             offline_since: None,
             retry_at: None,
             quiet_for: None,
@@ -181,15 +176,14 @@ impl State {
         st
     }
 
-    /// Stdin is no terminal: see `piped`.
+    /// Stdin is no terminal (`stdin::Stdin`).
     pub fn input_is_piped(&mut self) {
-        self.piped = true;
+        self.stdin = Stdin::Piped { typed: false };
     }
 
-    /// Piped input ended and every byte of it went to the node: the
-    /// attach is done.
+    /// Piped input ended and every byte of it went to the node.
     pub fn input_sent(&self) -> bool {
-        self.input_ended && self.typed_any && self.pending_input.is_empty()
+        self.stdin.done(!self.pending_input.is_empty())
     }
 
     /// What to send the node, in order, taken.
@@ -206,39 +200,8 @@ impl State {
         self.last_seq.is_some()
     }
 
-    pub fn link_lost(&mut self, e: &anyhow::Error) {
-        self.offline_since.get_or_insert_with(Instant::now);
-        self.quiet_for = None;
-        self.node_stopped = e
-            .chain()
-            .find_map(|c| c.downcast_ref::<crate::client::NodeStopped>())
-            .map(|s| s.0.clone());
-    }
-
-    /// The wait before the next connection attempt: quick and flat while
-    /// the node said it is going away (restarting), else backed off.
-    pub fn next_delay(&mut self) -> Duration {
-        let restarting = self.node_stopped.is_some();
-        self.backoff.next_delay(restarting)
-    }
-
-    pub fn set_retry_at(&mut self, at: Option<Instant>) {
-        self.retry_at = at;
-    }
-
     pub fn redraw_at(&self) -> Option<Instant> {
         self.redraw_at
-    }
-
-    /// The liveness check's period, from the node's ping interval: probe
-    /// after a third of it in silence; a link silent for twice the interval
-    /// (several probes and the node's own pings unanswered) is dropped.
-    pub fn tick_period(&mut self, interval: Duration) -> Duration {
-        self.probe_after = interval / 3;
-        self.stale_after = interval * 2;
-        // Guesses of the predictive echo are checked more often.
-        let most = if self.view.predicting() { 100 } else { 500 };
-        (self.probe_after / 2).clamp(Duration::from_millis(50), Duration::from_millis(most))
     }
 
     pub fn subscribe(&mut self) {
@@ -495,7 +458,7 @@ impl State {
                                 scroll = true;
                                 self.scroll_wanted = Some(b"\x1b[<64;1;1M".to_vec());
                             }
-                            self.typed_any |= !bytes.is_empty();
+                            self.stdin.typed(&bytes);
                             self.view.typed(&bytes, self.last_seq.unwrap_or(0));
                             let room = MAX_PENDING_INPUT.saturating_sub(self.pending_input.len());
                             self.pending_input
@@ -533,7 +496,7 @@ impl State {
                     self.notify("the scroll mode needs the link".into());
                 }
             }
-            Outside::StdinEnded => self.input_ended = self.piped && !self.read_only,
+            Outside::StdinEnded => self.stdin.ended(self.read_only),
             Outside::WindowChanged(term) => {
                 self.term = term;
                 self.view.term_resized(term.unwrap_or(DEFAULT_TERM));
@@ -545,35 +508,6 @@ impl State {
             Outside::Signal(n) => return Some(Ended::Signal(n)),
         }
         None
-    }
-
-    /// A link silent this long is given up (the driver reconnects, unless
-    /// a frame it had no time to read is waiting).
-    pub fn stale(&self, silent: Duration) -> bool {
-        silent >= self.stale_after
-    }
-
-    /// Liveness, on the link silent for `silent`: a quiet link is probed
-    /// with `ping`; the round trip is measured for predictive echo.
-    pub fn on_tick(&mut self, silent: Duration) {
-        if silent >= self.probe_after && self.last_ping.elapsed() >= self.probe_after {
-            self.last_ping = Instant::now();
-            self.send(ClientMsg::Ping { nonce: None });
-        }
-        // Quiet from one unanswered probe on: input waits from then on.
-        self.quiet_for = (silent >= self.probe_after * 2).then_some(silent);
-        self.view.settle(self.last_seq.unwrap_or(0));
-        if self.view.predicting()
-            && self
-                .rtt_probe
-                .is_none_or(|(_, at)| at.elapsed() >= RTT_EVERY)
-        {
-            let nonce = rand::random::<u32>().into();
-            self.rtt_probe = Some((Some(nonce), Instant::now()));
-            self.send(ClientMsg::Ping {
-                nonce: Some(rmpv::Value::from(nonce)),
-            });
-        }
     }
 
     fn schedule_redraw(&mut self) {
@@ -597,7 +531,7 @@ impl State {
     /// terminal shows the session at the largest size, top-left); never
     /// from a piped attach.
     fn send_size(&mut self) {
-        if self.piped {
+        if self.stdin.is_piped() {
             return;
         }
         if let Some((cols, rows)) = self.term {

@@ -275,7 +275,8 @@ mod tests {
             }
             let row = text.lines().nth(1).unwrap();
             if width >= 70 {
-                // Every other column is kept; the command ends in `…`.
+                // The status and idle time are kept (SEQ and VIEWERS go
+                // below 80 columns); the command ends in `…`.
                 assert!(
                     row.contains("running") && row.contains(" 1m ") && row.ends_with('…'),
                     "{width}: {row:?}"

@@ -41,13 +41,16 @@ pub(super) fn raise_fd_limit(config: &Config) {
     }
     // Store files, the mesh, the keeper and the listener.
     const RESERVE: u64 = 256;
-    let wanted = config.http.max_connections as u64 + config.session.max_sessions as u64 + RESERVE;
+    // A connection waiting for its request head holds two descriptors
+    // (its head watch keeps a duplicate).
+    let wanted =
+        2 * config.http.max_connections as u64 + config.session.max_sessions as u64 + RESERVE;
     if limit < wanted {
         tracing::warn!(
             limit,
             wanted,
             "the open-file limit is below what http.max_connections and session.max_sessions \
-             allow (plus {RESERVE}): raise it (LimitNOFILE= in the unit, ulimit -n) or lower \
+             allow (two per connection, plus {RESERVE}): raise it (LimitNOFILE= in the unit, ulimit -n) or lower \
              those bounds"
         );
     }

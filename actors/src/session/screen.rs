@@ -217,7 +217,8 @@ impl ScreenModel {
             }
             out.push_str("\x1b[H");
         }
-        out.push_str(&crate::session::portable::portable(&self.term.dump()));
+        let (cols, _) = self.term.size();
+        out.push_str(&crate::session::portable::portable(&self.term.dump(), cols));
         out.push_str(modes);
         out
     }

@@ -267,7 +267,8 @@ impl Raw {
                 // Back to passing output through: draw the session's screen
                 // from the mirror on a reset terminal.
                 self.cropped = false;
-                let dump = termesh_actors::session::portable::portable(&self.mirror.dump());
+                let (cols, _) = self.mirror.size();
+                let dump = termesh_actors::session::portable::portable(&self.mirror.dump(), cols);
                 // RIS also leaves the crop's alternate screen.
                 self.buf.extend_from_slice(b"\x1bc");
                 self.outer_alt = self.modes.alt_screen();

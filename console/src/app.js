@@ -512,13 +512,16 @@ class Term {
     this.resetNext = false;
     this.resyncs = 0; // resets after the first screen: each one a resync
     this.eventIds = []; // of the events shown, in order
+    this.shownSeq = null; // the last seq xterm has drawn
+    this.size = null; // the session's size, as it last said ({cols, rows})
+    this.asked = null; // the size this page last gave the session ("CxR")
     this.pane = document.createElement("div");
     this.pane.className = "pane";
     const el = document.createElement("div");
     el.className = "term";
     this.events = document.createElement("div");
     this.events.className = "events";
-    this.pane.append(el, this.keyRow(), this.events);
+    this.pane.append(this.sizeBar(), el, this.keyRow(), this.events);
     $("panes").append(this.pane);
     const info = state.sessions.get(session);
     this.tab = button((info && info.name) || session, () => show(this), false);
@@ -539,18 +542,42 @@ class Term {
       }
       this.type(d);
     });
-    // Layout settles over a few frames (a scrollbar comes and goes): size
-    // the session once it has.
+    // Layout settles over a few frames (a scrollbar comes and goes): look
+    // once it has.
     let pending = null;
     new ResizeObserver(() => {
       clearTimeout(pending);
-      pending = setTimeout(() => this.resize(), 150);
+      pending = setTimeout(() => this.relayout(), 150);
     }).observe(el);
     this.eventStream = new EventStream(session, (e) => this.showEvent(e));
   }
 
   type(d) {
-    if (state.role !== "viewer") send({ t: "input", session: this.session, data: new TextEncoder().encode(d) });
+    if (state.role === "viewer") return;
+    this.takeSize();
+    send({ t: "input", session: this.session, data: new TextEncoder().encode(d) });
+  }
+
+  // The session's size and who gave it, and the button that takes it.
+  sizeBar() {
+    const bar = document.createElement("div");
+    bar.className = "size-bar";
+    this.sizeLabel = document.createElement("span");
+    const take = button("fit here", () => {
+      this.takeSize();
+      this.xterm.focus();
+    }, false);
+    take.className = "operator";
+    take.dataset.key = "fit";
+    take.title = "size the session to this pane, as typing here does";
+    bar.append(this.sizeLabel, take);
+    return bar;
+  }
+
+  showSize() {
+    if (!this.size) return;
+    const size = `${this.size.cols}x${this.size.rows}`;
+    this.sizeLabel.textContent = `${size}${size === this.asked ? " · sized here" : ""}`;
   }
 
   // The keys a phone keyboard lacks: Esc, Tab, a sticky Ctrl, arrows.
@@ -587,7 +614,6 @@ class Term {
   }
 
   subscribe() {
-    this.sentSize = null;
     const msg = { t: "subscribe", session: this.session, window: WINDOW };
     if (this.lastSeq === null) msg.scrollback = 1000;
     else msg.from_seq = this.lastSeq;
@@ -601,17 +627,37 @@ class Term {
     this.xterm.write(`\r\n\x1b[2m[${text}]\x1b[0m\r\n`);
   }
 
-  // An operator's terminal follows its element and sizes the session; a
-  // viewer's keeps the session's size (it may not resize), so its screen
-  // never wraps.
-  resize() {
-    if (state.role === "viewer") return;
-    if (!this.pane.offsetParent) return; // hidden: nothing to measure
-    this.fit.fit();
-    const size = `${this.xterm.cols}x${this.xterm.rows}`;
-    if (size === this.sentSize) return;
-    this.sentSize = size;
-    send({ t: "resize", session: this.session, cols: this.xterm.cols, rows: this.xterm.rows });
+  // One size policy for every viewer (docs/cli.md, "Sizes"): the session
+  // takes the size of the viewer that was active last. Typing here or the
+  // fit button gives it this pane's size; a page that only watches never
+  // resizes. The terminal always has the session's size, changed when the
+  // session says so (`resized`, in order with its output), so it draws
+  // what the session's screen holds; a pane smaller than that scrolls.
+  takeSize() {
+    if (state.role === "viewer" || !this.pane.offsetParent) return;
+    const d = this.fit.proposeDimensions();
+    if (!d || !(d.cols > 0) || !(d.rows > 0)) return;
+    const cols = Math.min(Math.max(d.cols, 2), 1000);
+    const rows = Math.min(Math.max(d.rows, 1), 500);
+    this.asked = `${cols}x${rows}`;
+    this.showSize();
+    if (this.size && this.size.cols === cols && this.size.rows === rows) return;
+    send({ t: "resize", session: this.session, cols, rows });
+  }
+
+  // The pane changed size (window, split, shown): a page that holds the
+  // session's size gives it the new one; the view goes to the cursor.
+  relayout() {
+    if (!this.pane.offsetParent) return;
+    const holds = this.size && this.asked === `${this.size.cols}x${this.size.rows}`;
+    if (holds) this.takeSize();
+    this.xterm.scrollToBottom();
+  }
+
+  sized(cols, rows) {
+    this.size = { cols, rows };
+    if (this.xterm.cols !== cols || this.xterm.rows !== rows) this.xterm.resize(cols, rows);
+    this.showSize();
   }
 
   // Ack once xterm has rendered a quarter window (render backpressure).
@@ -630,18 +676,24 @@ class Term {
         this.xterm.reset();
       }
       this.resetNext = false;
-      this.xterm.resize(m.cols, m.rows);
-      this.xterm.write(m.data);
+      this.sized(m.cols, m.rows);
+      this.xterm.write(m.data, () => {
+        this.shownSeq = m.seq;
+        this.xterm.scrollToBottom();
+      });
       this.lastSeq = m.seq;
-      this.resize();
     } else if (m.t === "output") {
       const len = m.data.length;
       this.lastSeq = m.seq;
-      this.xterm.write(m.data, () => this.written(m.seq, len));
+      this.xterm.write(m.data, () => {
+        this.shownSeq = m.seq;
+        this.written(m.seq, len);
+      });
     } else if (m.t === "resync_required") {
       this.resetNext = true;
-    } else if (m.t === "event" && m.kind === "resized" && state.role === "viewer") {
-      this.xterm.resize(m.cols, m.rows);
+    } else if (m.t === "event" && m.kind === "resized") {
+      // After what xterm was given before it, as the session did.
+      this.xterm.write("", () => this.sized(m.cols, m.rows));
     } else if (m.t === "event" && m.kind === "exited") {
       this.note(`session exited with code ${m.exit_code}`);
     } else if (m.t === "event" && m.kind === "unreachable") {
@@ -697,7 +749,7 @@ function show(term) {
     t.tab.classList.toggle("active", t === term);
   }
   state.active = term;
-  term.resize();
+  term.relayout();
   term.xterm.focus();
 }
 
@@ -705,7 +757,7 @@ function show(term) {
 $("split").addEventListener("click", () => {
   const on = $("panes").classList.toggle("split");
   $("split").classList.toggle("active", on);
-  for (const t of state.terms.values()) t.resize();
+  for (const t of state.terms.values()) t.relayout();
 });
 
 function openTerm(session) {

@@ -508,3 +508,77 @@ async fn a_key_sent_after_a_resize_sees_the_new_size_behind_a_flood() {
     .await
     .unwrap();
 }
+
+/// One size policy (docs/cli.md, "Sizes"): the viewer that sized the
+/// session last holds the size; when it leaves, the session goes back to
+/// the size of the most recent sizer left; a viewer that only watched
+/// changes nothing by leaving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_viewer_holding_the_size_gives_it_back_when_it_leaves() {
+    let node = TestNode::start();
+    let session = node.create(&["sh", "-c", "exec sleep 600"]).await.id;
+    let resize = |cols, rows| ClientMsg::Resize {
+        session: session.clone(),
+        cols,
+        rows,
+    };
+    let mut desk = node.client(OPERATOR).await;
+    let mut phone = node.client(OPERATOR).await;
+    let mut watcher = node.client(OPERATOR).await;
+    for c in [&mut desk, &mut phone, &mut watcher] {
+        subscribe(c, &session, None, 1 << 20).await.unwrap();
+    }
+    desk.send(&resize(120, 40)).await.unwrap();
+    node.wait_info(&session, "the desk's size", |s| {
+        (s.cols, s.rows) == (120, 40)
+    })
+    .await;
+    phone.send(&resize(40, 20)).await.unwrap();
+    node.wait_info(&session, "the phone's size", |s| {
+        (s.cols, s.rows) == (40, 20)
+    })
+    .await;
+    // The watcher leaves: nothing changes.
+    watcher.close().await;
+    node.wait_info(&session, "the watcher gone", |s| s.viewers == 2)
+        .await;
+    assert_eq!(
+        node.info(&session).await.map(|s| (s.cols, s.rows)),
+        Some((40, 20))
+    );
+    // The phone leaves: the desk's size again, and the desk is told.
+    phone.close().await;
+    node.wait_info(&session, "the desk's size back", |s| {
+        (s.cols, s.rows) == (120, 40)
+    })
+    .await;
+    within(PATIENCE, "the desk to hear of its size", async {
+        loop {
+            if let ServerMsg::Event {
+                event:
+                    EventKind::Resized {
+                        cols: 120,
+                        rows: 40,
+                    },
+                ..
+            } = next(&mut desk).await
+            {
+                return;
+            }
+        }
+    })
+    .await;
+    // An unsubscribe is leaving too; with nobody left who sized it, the
+    // size stays.
+    desk.send(&ClientMsg::Unsubscribe {
+        session: session.clone(),
+    })
+    .await
+    .unwrap();
+    node.wait_info(&session, "the desk gone", |s| s.viewers == 0)
+        .await;
+    assert_eq!(
+        node.info(&session).await.map(|s| (s.cols, s.rows)),
+        Some((120, 40))
+    );
+}

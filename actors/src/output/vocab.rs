@@ -75,6 +75,17 @@ pub struct Subscribe {
     pub kind: Kind,
 }
 
+/// The subscriber is about to resize the session to this size (just
+/// before its `resize`): the session returns to the most recent such size
+/// left when the subscriber holding the size leaves (`session::sizes`).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct SizeClaim {
+    pub sub: SubId,
+    pub cols: u16,
+    pub rows: u16,
+}
+
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct Unsubscribe {

@@ -82,6 +82,17 @@ impl Handler<Unsubscribe> for SessionActor {
             self.set_viewers();
             self.notify_changed();
         }
+        if let Some((cols, rows)) = self.claims.left(msg.sub) {
+            self.apply_size(cols, rows, false);
+        }
+    }
+}
+
+impl Handler<SizeClaim> for SessionActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: SizeClaim, _: &mut Context<Self>) {
+        self.claims.claim(msg.sub, (msg.cols, msg.rows), self.size);
     }
 }
 
@@ -101,6 +112,23 @@ impl Handler<Resize> for SessionActor {
         if !self.core.resizable() || (msg.cols, msg.rows) == self.size {
             return;
         }
+        self.claims.resized((msg.cols, msg.rows));
+        self.apply_size(msg.cols, msg.rows, msg.applied);
+    }
+}
+
+impl SessionActor {
+    /// Gives the terminal (unless `applied`), the screen's marks, the
+    /// listing and the viewers the new size.
+    pub(super) fn apply_size(&mut self, cols: u16, rows: u16, applied: bool) {
+        if !self.core.resizable() || (cols, rows) == self.size {
+            return;
+        }
+        let msg = Resize {
+            cols,
+            rows,
+            applied,
+        };
         self.size = (msg.cols, msg.rows);
         if !msg.applied {
             if let Some(terminal) = &self.terminal {

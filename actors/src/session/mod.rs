@@ -28,6 +28,7 @@ mod screen_cache;
 mod screen_job;
 mod screens;
 mod shared;
+mod sizes;
 pub mod warmth;
 
 use std::sync::Arc;
@@ -117,6 +118,8 @@ pub struct SessionActor {
     publisher: Publisher,
     modes: ModeTracker,
     size: (u16, u16),
+    /// Which subscribers sized the session, to give the size back.
+    claims: sizes::SizeClaims,
     initial_size: (u16, u16),
     /// Resizes inside or just before the ring, for rebuilding the screen.
     marks: Vec<ResizeMark>,
@@ -256,6 +259,7 @@ impl SessionActor {
             seqs: None,
             modes: ModeTracker::default(),
             size,
+            claims: sizes::SizeClaims::default(),
             initial_size: size,
             marks: Vec::new(),
             next_mark: 1,

@@ -210,6 +210,9 @@ impl SessionActor {
                     self.set_viewers();
                     self.notify_changed();
                 }
+                if let Some((cols, rows)) = self.claims.left(sub) {
+                    self.apply_size(cols, rows, false);
+                }
             }
         }
     }

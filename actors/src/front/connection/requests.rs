@@ -15,7 +15,8 @@ use crate::error::ApiError;
 use crate::front::request::{check_role, expected_reply, ids, spec, Class};
 use crate::front::tokens::Recheck;
 use crate::output::publisher::Kind;
-use crate::session::{Ack, Subscribe, Unsubscribe};
+use crate::session::{Ack, SizeClaim, Subscribe, Unsubscribe};
+use termesh_config::defaults::{MAX_COLS, MAX_ROWS};
 
 type Ctx = WebsocketContext<ConnectionActor>;
 
@@ -97,6 +98,25 @@ impl ConnectionActor {
             // Its held output (the echo's way) goes first from now on.
             self.lanes.typed(session, std::time::Instant::now());
             self.pump(ctx);
+        }
+        if let ClientMsg::Resize {
+            session,
+            cols,
+            rows,
+        } = &msg
+        {
+            // Who sized it, so that leaving gives the size back; sent
+            // before the resize, which it arrives before. A bad size is
+            // the resize's to refuse.
+            let valid = |n: u64, max: u16| u16::try_from(n).ok().filter(|n| (1..=max).contains(n));
+            let size = (valid(*cols, MAX_COLS), valid(*rows, MAX_ROWS));
+            if let (Some(sub), (Some(cols), Some(rows))) = (self.subs.get(session.as_str()), size) {
+                sub.feed.claim.do_send(SizeClaim {
+                    sub: sub.id,
+                    cols,
+                    rows,
+                });
+            }
         }
         let class = spec(&msg).class;
         if class == Class::Connection {

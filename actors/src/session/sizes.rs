@@ -1,0 +1,121 @@
+//! Who gave a session its size (docs/cli.md, "Sizes"): the subscribers
+//! that sized it, most recent last, so that when the one holding the size
+//! leaves, the session returns to the size of the most recent one left,
+//! as tmux's `window-size latest` does. Pure logic; the actor applies the
+//! sizes it returns.
+
+use crate::output::vocab::SubId;
+
+type Size = (u16, u16);
+
+#[derive(Debug, Default)]
+pub struct SizeClaims {
+    /// One entry per subscriber that sized the session, most recent last.
+    claims: Vec<(SubId, Size)>,
+    /// The subscriber whose size the session has now, if one gave it.
+    holder: Option<SubId>,
+    /// A claim whose resize is on its way (the claim comes just before).
+    next: Option<(SubId, Size)>,
+}
+
+impl SizeClaims {
+    /// `sub` asks for `size`; the session has `current`.
+    pub fn claim(&mut self, sub: SubId, size: Size, current: Size) {
+        self.claims.retain(|(s, _)| *s != sub);
+        self.claims.push((sub, size));
+        if size == current {
+            self.holder = Some(sub);
+            self.next = None;
+        } else {
+            self.next = Some((sub, size));
+        }
+    }
+
+    /// The session took `size` (from a resize, claimed or not).
+    pub fn resized(&mut self, size: Size) {
+        self.holder = match self.next.take() {
+            Some((sub, claimed)) if claimed == size => Some(sub),
+            _ => None,
+        };
+    }
+
+    /// `sub` left: the size to go back to when it held the size and a
+    /// subscriber that sized the session is left (which then holds it).
+    pub fn left(&mut self, sub: SubId) -> Option<Size> {
+        self.claims.retain(|(s, _)| *s != sub);
+        if self.next.is_some_and(|(s, _)| s == sub) {
+            self.next = None;
+        }
+        if self.holder != Some(sub) {
+            return None;
+        }
+        self.holder = None;
+        let &(next, size) = self.claims.last()?;
+        self.holder = Some(next);
+        Some(size)
+    }
+
+    #[cfg(test)]
+    fn holder(&self) -> Option<SubId> {
+        self.holder
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_last_to_size_holds_it_and_leaving_gives_it_back() {
+        let mut c = SizeClaims::default();
+        c.claim(1, (120, 40), (80, 24));
+        c.resized((120, 40));
+        assert_eq!(c.holder(), Some(1));
+        c.claim(2, (40, 20), (120, 40));
+        c.resized((40, 20));
+        assert_eq!(c.holder(), Some(2));
+        // The phone leaves: back to the desktop's size.
+        assert_eq!(c.left(2), Some((120, 40)));
+        assert_eq!(c.holder(), Some(1));
+        // The last one leaves: nobody to go back to.
+        assert_eq!(c.left(1), None);
+        assert_eq!(c.holder(), None);
+    }
+
+    #[test]
+    fn a_watcher_or_an_earlier_sizer_leaving_changes_nothing() {
+        let mut c = SizeClaims::default();
+        c.claim(1, (100, 30), (80, 24));
+        c.resized((100, 30));
+        c.claim(2, (60, 20), (100, 30));
+        c.resized((60, 20));
+        assert_eq!(c.left(7), None, "never sized it");
+        assert_eq!(c.left(1), None, "did not hold it");
+        assert_eq!(c.holder(), Some(2));
+    }
+
+    #[test]
+    fn a_resize_nobody_here_claimed_has_no_holder_to_give_back() {
+        let mut c = SizeClaims::default();
+        c.claim(1, (100, 30), (80, 24));
+        c.resized((100, 30));
+        // REST, another node's viewer: no claim before it.
+        c.resized((90, 25));
+        assert_eq!(c.left(1), None);
+    }
+
+    #[test]
+    fn claiming_the_size_the_session_has_holds_it_at_once() {
+        let mut c = SizeClaims::default();
+        c.claim(1, (100, 30), (80, 24));
+        c.resized((100, 30));
+        c.claim(2, (90, 25), (100, 30));
+        c.resized((90, 25));
+        // 1 types again: its size, which it asks for again.
+        c.claim(1, (100, 30), (90, 25));
+        c.resized((100, 30));
+        assert_eq!(c.left(1), Some((90, 25)));
+        c.claim(3, (90, 25), (90, 25));
+        assert_eq!(c.holder(), Some(3));
+    }
+}

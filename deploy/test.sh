@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the test suite (the README's test command). First installs, when
 # missing, what the tests drive besides the Rust toolchain: programs run in
-# real PTYs (bash, coreutils), tmux (an independent terminal that snapshots
+# real PTYs (bash, coreutils, vim and htop: the console is compared with
+# the node's screen on them), tmux (an independent terminal that snapshots
 # are checked against), bindfs with FUSE (a mount whose daemon the test
 # stops, as a dead network mount), asciinema (plays exported casts) and
 # curl (the shipped agent hook command posts with it), iproute2 (network
@@ -21,6 +22,8 @@ need() { command -v "$1" >/dev/null 2>&1 || missing+=("$2"); }
 need bash bash
 need stty coreutils
 need tmux tmux
+need vim vim
+need htop htop
 need bindfs bindfs
 need fusermount3 fuse3
 need asciinema asciinema

@@ -542,6 +542,13 @@ class Term {
       }
       this.type(d);
     });
+    // A person's keys and pastes take the size; xterm's own answers to the
+    // program's queries (which come through onData too) do not.
+    this.xterm.attachCustomKeyEventHandler((e) => {
+      if (e.type === "keydown") this.takeSize();
+      return true;
+    });
+    this.xterm.textarea.addEventListener("paste", () => this.takeSize());
     // Layout settles over a few frames (a scrollbar comes and goes): look
     // once it has.
     let pending = null;
@@ -553,9 +560,7 @@ class Term {
   }
 
   type(d) {
-    if (state.role === "viewer") return;
-    this.takeSize();
-    send({ t: "input", session: this.session, data: new TextEncoder().encode(d) });
+    if (state.role !== "viewer") send({ t: "input", session: this.session, data: new TextEncoder().encode(d) });
   }
 
   // The session's size and who gave it, and the button that takes it.
@@ -596,6 +601,7 @@ class Term {
     ];
     for (const [label, act] of keys) {
       const b = button(label, () => {
+        this.takeSize();
         act();
         this.xterm.focus();
       }, false);
@@ -656,7 +662,14 @@ class Term {
 
   sized(cols, rows) {
     this.size = { cols, rows };
-    if (this.xterm.cols !== cols || this.xterm.rows !== rows) this.xterm.resize(cols, rows);
+    if (this.xterm.cols !== cols || this.xterm.rows !== rows) {
+      this.xterm.resize(cols, rows);
+      // A reflow moves the view: back to the cursor, where the session's
+      // new screen is, and again once the page has laid the terminal out
+      // (the browser's scroll event of the old layout would move it back).
+      this.xterm.scrollToBottom();
+      setTimeout(() => this.xterm.scrollToBottom(), 50);
+    }
     this.showSize();
   }
 

@@ -11,6 +11,7 @@ mod attention;
 mod interactive;
 mod manage;
 mod search;
+mod sizes;
 
 use common::browser::{docs_path, Browser, ONE_AT_A_TIME};
 use common::proxy::Proxy;

@@ -533,6 +533,12 @@ class Term {
     this.xterm.loadAddon(this.fit);
     this.xterm.loadAddon(new WebLinksAddon());
     this.xterm.open(el);
+    this.bottomAfterRender = false;
+    this.xterm.onRender(() => {
+      if (!this.bottomAfterRender) return;
+      this.bottomAfterRender = false;
+      this.bottomNow();
+    });
     this.ctrl = false;
     this.xterm.onData((d) => {
       if (this.ctrl && d.length === 1) {
@@ -657,7 +663,24 @@ class Term {
     if (!this.pane.offsetParent) return;
     const holds = this.size && this.asked === `${this.size.cols}x${this.size.rows}`;
     if (holds) this.takeSize();
-    this.xterm.scrollToBottom();
+    this.toCursor();
+  }
+
+  // The view to the cursor, now and once more after the next render.
+  // Through the buffer, not xterm 6's public scrollToBottom: that scrolls
+  // its scroll area by pixels, which after a resize still measure the old
+  // layout until a render syncs them, and lands rows above the bottom.
+  toCursor() {
+    this.bottomAfterRender = true;
+    this.bottomNow();
+  }
+
+  bottomNow() {
+    const b = this.xterm.buffer.active;
+    const core = this.xterm._core;
+    const buffers = core && core._bufferService;
+    if (buffers && typeof buffers.scrollLines === "function") buffers.scrollLines(b.baseY - b.viewportY);
+    else this.xterm.scrollToBottom();
   }
 
   sized(cols, rows) {
@@ -665,10 +688,8 @@ class Term {
     if (this.xterm.cols !== cols || this.xterm.rows !== rows) {
       this.xterm.resize(cols, rows);
       // A reflow moves the view: back to the cursor, where the session's
-      // new screen is, and again once the page has laid the terminal out
-      // (the browser's scroll event of the old layout would move it back).
-      this.xterm.scrollToBottom();
-      setTimeout(() => this.xterm.scrollToBottom(), 50);
+      // new screen is.
+      this.toCursor();
     }
     this.showSize();
   }
@@ -692,7 +713,7 @@ class Term {
       this.sized(m.cols, m.rows);
       this.xterm.write(m.data, () => {
         this.shownSeq = m.seq;
-        this.xterm.scrollToBottom();
+        this.toCursor();
       });
       this.lastSeq = m.seq;
     } else if (m.t === "output") {

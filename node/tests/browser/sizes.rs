@@ -1,5 +1,6 @@
 //! The console draws every session exactly as the node's screen is (what
-//! `termesh screen` renders), row by row and at the cursor: vim with splits, htop, a long `ls -l` in a shell and an agent's
+//! `termesh screen` renders), row by row and at the cursor, the view
+//! scrolled to it: vim with splits, htop, a long `ls -l` in a shell and an agent's
 //! question, after the window shrinks, in split view, at phone width, when
 //! another viewer takes the size, and after the link drops.
 
@@ -37,8 +38,8 @@ async fn node_screen(node: &TestNode, session: &str) -> (u64, Vec<String>, (usiz
 
 /// Waits until the page's terminal for `session` holds, at the node's
 /// seq, the node's screen: every row of its screen (the buffer's last
-/// rows) and the cursor, the terminal at the session's size. Panics with
-/// both screens.
+/// rows) and the cursor, the view at the bottom (on the cursor's screen),
+/// the terminal at the session's size. Panics with both screens.
 async fn same_screen(b: &Browser, node: &TestNode, session: &str, when: &str) {
     let js = format!(
         "const t = window.termesh.terms.get('{session}'); const x = t.xterm; \
@@ -69,9 +70,8 @@ async fn same_screen(b: &Browser, node: &TestNode, session: &str, when: &str) {
         );
         let bottom = v[4] == serde_json::json!(true);
         let size = (v[5].as_u64().unwrap(), v[6].as_u64().unwrap());
-        // The view is not checked: in split view it stays a few rows above
-        // the cursor after a resize (known; the screen beneath is exact).
         if shown == Some(seq)
+            && bottom
             && rows == want
             && at == cursor
             && size == (info.cols as u64, info.rows as u64)

@@ -102,6 +102,8 @@ pub struct State {
     /// The outer terminal's size; `None` when stdout is no terminal (the
     /// size is then never sent).
     term: Option<(u16, u16)>,
+    /// The session's size as the node last said (a snapshot, `resized`).
+    session_size: Option<(u16, u16)>,
     /// Messages for the node, in order, until the driver sends them.
     outbox: Vec<ClientMsg>,
     /// After a resize: the node's screen awaited to take in place of the
@@ -168,6 +170,7 @@ impl State {
             scroll_wanted: None,
             scroll_at,
             term,
+            session_size: None,
             outbox: Vec::new(),
         };
         if st.read_only {
@@ -270,6 +273,7 @@ impl State {
                 ..
             } => {
                 let (cols, rows) = bounded(cols, rows);
+                self.session_size = Some((cols, rows));
                 if let Some(r) = self.resync.as_mut().filter(|r| r.id == id) {
                     let snap = Snap {
                         seq,
@@ -296,6 +300,7 @@ impl State {
                 ..
             } => {
                 let (cols, rows) = bounded(cols, rows);
+                self.session_size = Some((cols, rows));
                 // A fresh attach or a resync starts from a reset terminal; a
                 // resume never gets here (it continues with output).
                 let reset =
@@ -387,6 +392,7 @@ impl State {
                 }
                 EventKind::Resized { cols, rows } => {
                     let (cols, rows) = bounded(cols, rows);
+                    self.session_size = Some((cols, rows));
                     self.view.session_resized(cols, rows);
                     self.schedule_redraw();
                     if !self.opts.raw {
@@ -435,6 +441,7 @@ impl State {
         match event {
             Outside::Keys(chunk) => {
                 let mut take_size = false;
+                let mut typed = false;
                 let mut scroll = false;
                 let mut wants = Vec::new();
                 for key in self.keys.feed(&chunk) {
@@ -458,6 +465,7 @@ impl State {
                                 scroll = true;
                                 self.scroll_wanted = Some(b"\x1b[<64;1;1M".to_vec());
                             }
+                            typed = true;
                             self.stdin.typed(&bytes);
                             self.view.typed(&bytes, self.last_seq.unwrap_or(0));
                             let room = MAX_PENDING_INPUT.saturating_sub(self.pending_input.len());
@@ -481,7 +489,9 @@ impl State {
                     }
                 }
                 if online {
-                    if take_size {
+                    // Typing makes this the most recently active viewer:
+                    // the session takes its size back from another one.
+                    if take_size || (typed && self.size_taken_elsewhere()) {
                         self.send_size();
                     }
                     if scroll {
@@ -525,6 +535,12 @@ impl State {
         let data = std::mem::take(&mut self.pending_input);
         let session = self.opts.session.clone();
         self.send(ClientMsg::Input { session, data });
+    }
+
+    /// The session has a size another viewer gave it, not this terminal's.
+    fn size_taken_elsewhere(&self) -> bool {
+        let own = self.term.map(|(c, r)| bounded(c, r));
+        own.is_some() && self.session_size.is_some() && own != self.session_size
     }
 
     /// Sends this terminal's size, within the node's bounds (a larger

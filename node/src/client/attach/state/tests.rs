@@ -334,3 +334,45 @@ fn at_opens_the_scroll_mode_on_the_page_ending_at_that_seq() {
         .iter()
         .any(|m| matches!(m, ClientMsg::History { .. })));
 }
+
+#[test]
+fn typing_after_another_viewer_sized_the_session_takes_the_size_back() {
+    let mut st = attached(Some((80, 24)), false);
+    // Same size: typing sends keys only.
+    st.on_outside(Outside::Keys(b"a".to_vec()), true);
+    assert!(!st
+        .take_outbox()
+        .iter()
+        .any(|m| matches!(m, ClientMsg::Resize { .. })));
+    // A phone took it; the next key here takes it back, before the key.
+    st.on_message(event(EventKind::Resized { cols: 40, rows: 20 }))
+        .unwrap();
+    st.take_outbox();
+    st.on_outside(Outside::Keys(b"b".to_vec()), true);
+    st.flush_input();
+    let sent = st.take_outbox();
+    assert!(
+        matches!(
+            sent[..],
+            [
+                ClientMsg::Resize {
+                    cols: 80,
+                    rows: 24,
+                    ..
+                },
+                ClientMsg::Input { .. }
+            ]
+        ),
+        "{sent:?}"
+    );
+    // Read-only keys never size it.
+    let mut ro = attached(Some((80, 24)), true);
+    ro.on_message(event(EventKind::Resized { cols: 40, rows: 20 }))
+        .unwrap();
+    ro.take_outbox();
+    ro.on_outside(Outside::Keys(b"b".to_vec()), true);
+    assert!(!ro
+        .take_outbox()
+        .iter()
+        .any(|m| matches!(m, ClientMsg::Resize { .. })));
+}

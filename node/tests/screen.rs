@@ -202,6 +202,9 @@ async fn rest_api() {
         let one: serde_json::Value = auth(ureq::get(&format!("{base}/sessions/{id}")), VIEWER).call().unwrap().into_json().unwrap();
         assert_eq!(one["id"], id.as_str());
         assert_eq!(status(auth(ureq::get(&format!("{base}/sessions/nope")), VIEWER).call()), 404);
+        // A path may name a session by its exact name (names are unique).
+        let by_name: serde_json::Value = auth(ureq::get(&format!("{base}/sessions/rest")), VIEWER).call().unwrap().into_json().unwrap();
+        assert_eq!(by_name["id"], id.as_str());
 
         let deadline = std::time::Instant::now() + PATIENCE;
         // Input only once the program has turned echo off.
@@ -226,7 +229,7 @@ async fn rest_api() {
         let hist: serde_json::Value = auth(ureq::get(&format!("{base}/sessions/{id}/history")), VIEWER).call().unwrap().into_json().unwrap();
         assert_eq!(hist["lines"][1], "got hello");
         assert_eq!(status(auth(ureq::post(&format!("{base}/sessions/{id}/resize")), OPERATOR).send_string(r#"{"cols":0,"rows":5}"#)), 400);
-        assert_eq!(status(auth(ureq::post(&format!("{base}/sessions/{id}/resize")), OPERATOR).send_string(r#"{"cols":90,"rows":20}"#)), 204);
+        assert_eq!(status(auth(ureq::post(&format!("{base}/sessions/rest/resize")), OPERATOR).send_string(r#"{"cols":90,"rows":20}"#)), 204);
         assert_eq!(status(auth(ureq::post(&format!("{base}/sessions/{id}/kill")), OPERATOR).send_string(r#"{"signal":"KILL"}"#)), 204);
         loop {
             let one: serde_json::Value = auth(ureq::get(&format!("{base}/sessions/{id}")), VIEWER).call().unwrap().into_json().unwrap();

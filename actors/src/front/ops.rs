@@ -110,6 +110,33 @@ impl NodeCtx {
         Ok((infos, next))
     }
 
+    /// The session `wanted` names: an id, else the one session of the
+    /// cluster whose name it is exactly (REST paths take either). Names
+    /// are looked up off the actor thread, as a list is gathered.
+    pub async fn resolve_name(&self, wanted: &str) -> Result<String, ApiError> {
+        if self.dir.get(wanted).is_some() || self.mesh.view.get(wanted).is_some() {
+            return Ok(wanted.to_string());
+        }
+        let (all, _) = self.page_off_thread(None, None).await?;
+        let mut ids: Vec<String> = all
+            .into_iter()
+            .filter(|s| s.name.as_deref() == Some(wanted))
+            .map(|s| s.id)
+            .collect();
+        match ids.len() {
+            0 => Err(ApiError::not_found(wanted)),
+            1 => Ok(ids.remove(0)),
+            n => {
+                ids.truncate(5);
+                Err(ApiError::bad_request(format!(
+                    "{wanted:?} is the name of {n} sessions ({}{}): use an id",
+                    ids.join(", "),
+                    if n > ids.len() { ", ..." } else { "" }
+                )))
+            }
+        }
+    }
+
     /// One session of the cluster, as `list` shows it.
     pub fn info(&self, id: &str) -> Result<SessionInfo, ApiError> {
         if let Some((info, _)) = self.mesh.view.get(id) {

@@ -68,6 +68,18 @@ async fn ask(req: &HttpRequest, state: &AppState, msg: ClientMsg) -> Result<Serv
     state.node.ask(msg).await
 }
 
+/// The session a path names once the request's role is checked: its id,
+/// or the exact name of one session (`NodeCtx::resolve_name`).
+async fn named(
+    req: &HttpRequest,
+    state: &AppState,
+    path: &str,
+    kind: RequestKind,
+) -> Result<String> {
+    require(req, &state.node.tokens, role(kind))?;
+    state.node.resolve_name(path).await
+}
+
 /// 200 `ok` while the node serves and can store; 503 naming the cause
 /// while its store fails (output is then not kept, and sessions whose
 /// seqs cannot be reserved wait).
@@ -187,10 +199,13 @@ async fn get_one(
     path: web::Path<String>,
     state: web::Data<AppState>,
 ) -> HttpResponse {
-    respond((|| {
-        require(&req, &state.node.tokens, role(RequestKind::List))?;
-        Ok(HttpResponse::Ok().json(state.node.info(&path)?))
-    })())
+    respond(
+        async {
+            let id = named(&req, &state, &path, RequestKind::List).await?;
+            Ok(HttpResponse::Ok().json(state.node.info(&id)?))
+        }
+        .await,
+    )
 }
 
 #[derive(Deserialize)]
@@ -206,10 +221,11 @@ async fn remove(
 ) -> HttpResponse {
     respond(
         async {
+            let session = named(&req, &state, &path, RequestKind::Remove).await?;
             let purge = query::<RemoveQuery>(&req)?.purge;
             let msg = ClientMsg::Remove {
                 id: 1,
-                session: path.to_string(),
+                session,
                 purge: Some(purge),
             };
             ask(&req, &state, msg).await?;
@@ -227,10 +243,10 @@ async fn input(
 ) -> HttpResponse {
     respond(
         async {
-            require(&req, &state.node.tokens, role(RequestKind::Input))?;
+            let session = named(&req, &state, &path, RequestKind::Input).await?;
             let body = read_body(payload, MAX_INPUT).await?;
             let msg = ClientMsg::Input {
-                session: path.to_string(),
+                session: session.clone(),
                 data: body.to_vec(),
             };
             ask(&req, &state, msg).await?;
@@ -254,10 +270,10 @@ async fn resize(
 ) -> HttpResponse {
     respond(
         async {
-            require(&req, &state.node.tokens, role(RequestKind::Resize))?;
+            let session = named(&req, &state, &path, RequestKind::Resize).await?;
             let body: ResizeBody = required_json(payload).await?;
             let msg = ClientMsg::Resize {
-                session: path.to_string(),
+                session: session.clone(),
                 cols: body.cols,
                 rows: body.rows,
             };
@@ -281,11 +297,11 @@ async fn kill(
 ) -> HttpResponse {
     respond(
         async {
-            require(&req, &state.node.tokens, role(RequestKind::Kill))?;
+            let session = named(&req, &state, &path, RequestKind::Kill).await?;
             let body: KillBody = read_json(payload).await?.unwrap_or_default();
             let msg = ClientMsg::Kill {
                 id: 1,
-                session: path.to_string(),
+                session: session.clone(),
                 signal: body.signal,
             };
             ask(&req, &state, msg).await?;
@@ -307,7 +323,7 @@ async fn logs(
 ) -> HttpResponse {
     respond(
         async {
-            require(&req, &state.node.tokens, role(RequestKind::History))?;
+            let session = named(&req, &state, &path, RequestKind::History).await?;
             let tail = query::<LogsQuery>(&req)?.tail.unwrap_or(DEFAULT_TAIL);
             let stream_permit = state.streams.admit(&req)?;
             let permit = state
@@ -324,7 +340,9 @@ async fn logs(
                     )
                 })?;
             let mut ask = NodeAsk(state.clone());
-            let plan = Tail::plan(&mut ask, &path, tail).await.map_err(api_error)?;
+            let plan = Tail::plan(&mut ask, &session, tail)
+                .await
+                .map_err(api_error)?;
             let seq = plan.seq();
             // Streamed page by page: memory stays bounded for any `tail`.
             // The permit goes with the stream: held until it ends or is
@@ -386,7 +404,7 @@ async fn screen(
 ) -> HttpResponse {
     respond(
         async {
-            require(&req, &state.node.tokens, role(RequestKind::Screen))?;
+            let session = named(&req, &state, &path, RequestKind::Screen).await?;
             let q: ScreenQuery = query(&req)?;
             let text = match q.format.as_deref() {
                 Some("text") => true,
@@ -402,14 +420,14 @@ async fn screen(
                     .content_type("text/plain; charset=utf-8")
                     .body(rows.join("\n") + "\n")
             };
-            if text && matches!(state.node.route_session(&path)?, Route::Here) {
-                let r = state.node.screen(&path, ScreenWant::Text).await?;
+            if text && matches!(state.node.route_session(&session)?, Route::Here) {
+                let r = state.node.screen(&session, ScreenWant::Text).await?;
                 return Ok(text_response(r.out.into_lines().ok_or_else(mismatch)?));
             }
             // Here or at its owner: the snapshot, as text drawn here.
             let msg = ClientMsg::Screen {
                 id: 1,
-                session: path.to_string(),
+                session: session.clone(),
                 scrollback: q.scrollback.map(|n| n as u64),
             };
             let ServerMsg::Snapshot {
@@ -452,11 +470,11 @@ async fn history(
 ) -> HttpResponse {
     respond(
         async {
-            require(&req, &state.node.tokens, role(RequestKind::History))?;
+            let session = named(&req, &state, &path, RequestKind::History).await?;
             let q = query::<HistoryQuery>(&req)?;
             let msg = ClientMsg::History {
                 id: 1,
-                session: path.to_string(),
+                session: session.clone(),
                 limit: None,
                 before_seq: q.before_seq,
                 rows: q.rows,

@@ -315,3 +315,46 @@ async fn a_piped_attach_sends_its_input_exits_and_never_resizes() {
         pane.screen()
     );
 }
+
+/// The status row covers the terminal's bottom row for a while only: when
+/// its notice goes, vim's command line under it is back without vim
+/// redrawing anything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_notice_over_vims_command_line_gives_the_line_back_when_it_goes() {
+    let node = TestNode::start();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("f.txt");
+    std::fs::write(&file, "one\ntwo\n").unwrap();
+    let session = node
+        .create(&["vim", "-u", "NONE", "-N", file.to_str().unwrap()])
+        .await
+        .id;
+    let pane = attach(&node, OPERATOR, 80, 24, &session);
+    pane.wait_for("two").await;
+    pane.type_text(":echo \"on-the-command-line\"");
+    pane.keys(&["Enter"]);
+    let bottom = |pane: &Tmux| pane.screen().last().cloned().unwrap_or_default();
+    within(PATIENCE, "vim's message on the bottom row", async {
+        while !bottom(&pane).contains("on-the-command-line") {
+            poll_pause().await;
+        }
+    })
+    .await;
+    // The prefix and an unknown key: the keys' list in the status row.
+    pane.keys(&["C-]", "x"]);
+    within(PATIENCE, "the notice on the bottom row", async {
+        while !bottom(&pane).contains("d detach") {
+            poll_pause().await;
+        }
+    })
+    .await;
+    // vim is sent nothing meanwhile, so only the attach can give it back.
+    within(PATIENCE, "vim's line back under the notice", async {
+        while !bottom(&pane).contains("on-the-command-line") {
+            poll_pause().await;
+        }
+    })
+    .await;
+    pane.keys(&["C-]", "d"]);
+    assert_eq!(pane.exit_code().await, 0);
+}

@@ -131,6 +131,7 @@ async function onWelcome() {
   await watching;
   state.ready = true;
   refreshNodes();
+  refreshPreviews();
   route();
   // Every open terminal resumes where it stopped: no clear.
   for (const term of state.terms.values()) term.subscribe();
@@ -306,8 +307,18 @@ function actions(id) {
   if (span) return span;
   const info = () => state.sessions.get(id) || { id };
   span = document.createElement("span");
-  span.append(
-    button("open", () => openTerm(id), false),
+  span.className = "acts";
+  // On a phone the actions other than open sit behind a menu button.
+  const more = document.createElement("span");
+  more.className = "more";
+  const menu = button("\u22ef", () => span.classList.toggle("open"), false);
+  menu.className = "menu";
+  menu.title = "actions";
+  menu.setAttribute("aria-label", "actions");
+  span.append(button("open", () => openTerm(id), false), menu, more);
+  // A choice closes the menu.
+  more.addEventListener("click", () => span.classList.remove("open"));
+  more.append(
     button("kill", () => act({ t: "kill", session: id })),
     button("rename", () => {
       const name = prompt("name", info().name || "");
@@ -337,6 +348,40 @@ setInterval(() => {
   }
 }, 5000);
 
+// The name (or id), and under it the session's last line of output.
+function nameCell(s) {
+  const cell = document.createElement("div");
+  const name = document.createElement("div");
+  name.textContent = s.name ? `${s.name} (${s.id})` : s.id;
+  const preview = document.createElement("div");
+  preview.className = "preview";
+  preview.textContent = (previewOf.get(s.id) || {}).line || "";
+  cell.append(name, preview);
+  return cell;
+}
+
+// Last lines for the list: `read` of a session's last few frames, for the
+// sessions whose output moved on since, a few at a time.
+const previewOf = new Map(); // session id -> { seq, line }
+const PREVIEWS_AT_ONCE = 8;
+async function refreshPreviews() {
+  if (!state.ready) return;
+  const stale = [...state.sessions.values()]
+    .filter((s) => s.last_seq > 0 && (previewOf.get(s.id) || { seq: -1 }).seq !== s.last_seq)
+    .slice(0, PREVIEWS_AT_ONCE);
+  let changed = false;
+  await Promise.all(stale.map(async (s) => {
+    const reply = await request({ t: "read", session: s.id, since_seq: Math.max(0, s.last_seq - 3), max_bytes: 4096 });
+    const lines = reply.t === "text" ? reply.text.split("\n").map((l) => l.trim()).filter(Boolean) : [];
+    const line = (lines[lines.length - 1] || "").slice(0, 160);
+    previewOf.set(s.id, { seq: s.last_seq, line });
+    changed = true;
+  }));
+  for (const id of previewOf.keys()) if (!state.sessions.has(id)) previewOf.delete(id);
+  if (changed) renderSessions();
+}
+setInterval(refreshPreviews, 3000);
+
 function isWaiting(s) {
   return s.status === "running" && s.state === "waiting";
 }
@@ -356,7 +401,7 @@ function renderSessions() {
   const rows = [];
   for (const s of list) {
     const status = s.status === "exited" ? `exit ${s.exit_code}` : s.status;
-    const tr = row([s.name ? `${s.name} (${s.id})` : s.id, s.state || "-", s.node, status, s.phase || "-", idle(s), s.viewers, (s.tags || []).join(" "), actions(s.id)]);
+    const tr = row([nameCell(s), s.state || "-", s.node, status, s.phase || "-", idle(s), s.viewers, (s.tags || []).join(" "), actions(s.id)]);
     tr.dataset.session = s.id;
     tr.cells[3].classList.toggle("bad", s.status === "unreachable" || s.status === "lost");
     tr.classList.toggle("waiting", isWaiting(s));
@@ -600,6 +645,7 @@ class Term {
       ["Esc", () => this.type("\x1b")],
       ["Tab", () => this.type("\t")],
       ["Ctrl", () => this.setCtrl(!this.ctrl)],
+      ["^C", () => this.type("\x03")],
       ["\u2190", arrow("D")],
       ["\u2191", arrow("A")],
       ["\u2193", arrow("B")],
@@ -774,6 +820,7 @@ class Term {
     state.terms.delete(this.session);
     const next = state.terms.values().next().value;
     if (state.active === this && next) show(next);
+    if (!next) document.body.classList.remove("term-open");
   }
 }
 
@@ -783,9 +830,14 @@ function show(term) {
     t.tab.classList.toggle("active", t === term);
   }
   state.active = term;
+  // On a phone an open terminal takes the screen; "sessions" goes back.
+  document.body.classList.add("term-open");
   term.relayout();
   term.xterm.focus();
 }
+
+// Back to the sessions from a terminal that took a phone's screen.
+$("back").addEventListener("click", () => document.body.classList.remove("term-open"));
 
 // Split: every open terminal side by side (one column on a phone).
 $("split").addEventListener("click", () => {

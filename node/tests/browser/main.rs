@@ -171,6 +171,8 @@ async fn an_admin_logs_in_sees_sessions_live_types_and_splits() {
          && document.documentElement.scrollWidth <= window.innerWidth",
     )
     .await;
+    // The open terminal took the phone's screen: back to the sessions.
+    b.find("#back").await.click().await.unwrap();
     let open = b
         .js(&format!(
             "const b = document.querySelector(\"#sessions tr[data-session='{}'] button\"); \
@@ -180,7 +182,38 @@ async fn an_admin_logs_in_sees_sessions_live_types_and_splits() {
         ))
         .await;
     assert_eq!(open, serde_json::json!(true), "a phone can open a terminal");
+    // Each row shows the session's last line; the actions other than open
+    // are behind a menu.
+    row_text(&b, &made, "the last line under the name", "made by the form").await;
+    let kill = format!("#sessions tr[data-session='{made}'] .more button");
+    assert!(!b.displayed(&kill).await, "kill is behind the menu on a phone");
+    b.click(fantoccini::Locator::Css(&format!(
+        "#sessions tr[data-session='{made}'] button.menu"
+    )))
+    .await;
+    assert!(b.displayed(&kill).await, "the menu shows the actions");
+    b.click(fantoccini::Locator::Css(&format!(
+        "#sessions tr[data-session='{made}'] button.menu"
+    )))
+    .await;
     b.screenshot(&docs_path("console-phone.png")).await;
+    // An open terminal takes the phone's screen, with the keys a phone
+    // keyboard lacks; "sessions" goes back.
+    open_terminal(&b, &shell.id).await;
+    b.wait_js(
+        "the terminal to take the screen",
+        "return document.getElementById('sessions-view').offsetParent === null \
+         && document.getElementById('back').offsetParent !== null \
+         && document.querySelector('.pane.active [data-key=\"^C\"]').offsetParent !== null",
+    )
+    .await;
+    b.screenshot(&docs_path("console-phone-terminal.png")).await;
+    b.find("#back").await.click().await.unwrap();
+    b.wait_js(
+        "the sessions again",
+        "return document.getElementById('sessions-view').offsetParent !== null",
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

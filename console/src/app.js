@@ -361,22 +361,27 @@ function nameCell(s) {
 }
 
 // Last lines for the list: `read` of a session's last few frames, for the
-// sessions whose output moved on since, a few at a time.
+// sessions whose output moved on since, eight per pass, one at a time (a
+// read takes one of the connection's few reply slots).
 const previewOf = new Map(); // session id -> { seq, line }
-const PREVIEWS_AT_ONCE = 8;
+const PREVIEWS_PER_PASS = 8;
+let previewing = false;
 async function refreshPreviews() {
-  if (!state.ready) return;
+  if (!state.ready || previewing) return;
+  previewing = true;
   const stale = [...state.sessions.values()]
     .filter((s) => s.last_seq > 0 && (previewOf.get(s.id) || { seq: -1 }).seq !== s.last_seq)
-    .slice(0, PREVIEWS_AT_ONCE);
+    .slice(0, PREVIEWS_PER_PASS);
   let changed = false;
-  await Promise.all(stale.map(async (s) => {
+  for (const s of stale) {
     const reply = await request({ t: "read", session: s.id, since_seq: Math.max(0, s.last_seq - 3), max_bytes: 4096 });
-    const lines = reply.t === "text" ? reply.text.split("\n").map((l) => l.trim()).filter(Boolean) : [];
-    const line = (lines[lines.length - 1] || "").slice(0, 160);
-    previewOf.set(s.id, { seq: s.last_seq, line });
+    // Refused (busy, gone): tried again next pass.
+    if (reply.t !== "text") continue;
+    const lines = reply.text.split("\n").map((l) => l.trim()).filter(Boolean);
+    previewOf.set(s.id, { seq: s.last_seq, line: (lines[lines.length - 1] || "").slice(0, 160) });
     changed = true;
-  }));
+  }
+  previewing = false;
   for (const id of previewOf.keys()) if (!state.sessions.has(id)) previewOf.delete(id);
   if (changed) renderSessions();
 }

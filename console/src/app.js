@@ -295,11 +295,26 @@ function button(label, onClick, operator = true) {
 // click never lands on a button that a redraw has just replaced.
 const actionsOf = new Map(); // session id -> <span> of buttons
 
-// An action the node refuses says why (reviving a running session),
-// instead of doing nothing.
+// A refusal says why (reviving a running session) in a bar at the top
+// for a while, without blocking the page as an alert would. A request the
+// link lost on its way (the node restarting) says so and to try again.
+let noticeTimer = null;
+function notice(text) {
+  const bar = $("notice");
+  bar.textContent = text;
+  bar.hidden = false;
+  clearTimeout(noticeTimer);
+  noticeTimer = setTimeout(() => { bar.hidden = true; }, 8000);
+}
+
+function refused(reply) {
+  if (reply.t !== "error") return false;
+  notice(reply.code === "unavailable" ? `not done: ${reply.message}; try again once the link is up` : reply.message);
+  return true;
+}
+
 async function act(msg) {
-  const reply = await request(msg);
-  if (reply.t === "error") alert(reply.message);
+  refused(await request(msg));
 }
 
 function actions(id) {
@@ -467,8 +482,7 @@ function askRow(s) {
 
 async function answer(session, text, input) {
   const reply = await request({ t: "send", session, text });
-  if (reply.t === "error") alert(reply.message);
-  else if (input) input.value = "";
+  if (!refused(reply) && input) input.value = "";
 }
 
 // Asked once, on a click (browsers allow the question only then).
@@ -503,8 +517,7 @@ $("create").addEventListener("submit", async (ev) => {
   if (command) req.command = ["sh", "-c", command];
   for (const k of ["node", "cwd", "name"]) if (f.get(k).trim()) req[k] = f.get(k).trim();
   const reply = await request(req);
-  if (reply.t === "error") alert(reply.message);
-  else ev.target.reset();
+  if (!refused(reply)) ev.target.reset();
 });
 
 // ---- search ---------------------------------------------------------------

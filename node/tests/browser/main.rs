@@ -184,9 +184,18 @@ async fn an_admin_logs_in_sees_sessions_live_types_and_splits() {
     assert_eq!(open, serde_json::json!(true), "a phone can open a terminal");
     // Each row shows the session's last line; the actions other than open
     // are behind a menu.
-    row_text(&b, &made, "the last line under the name", "made by the form").await;
+    row_text(
+        &b,
+        &made,
+        "the last line under the name",
+        "made by the form",
+    )
+    .await;
     let kill = format!("#sessions tr[data-session='{made}'] .more button");
-    assert!(!b.displayed(&kill).await, "kill is behind the menu on a phone");
+    assert!(
+        !b.displayed(&kill).await,
+        "kill is behind the menu on a phone"
+    );
     b.click(fantoccini::Locator::Css(&format!(
         "#sessions tr[data-session='{made}'] button.menu"
     )))
@@ -501,19 +510,15 @@ async fn answer_dialog(b: &Browser, text: Option<&str>) {
     b.client.accept_alert().await.expect("accept the dialog");
 }
 
-/// Waits for the page's `alert` and dismisses it: what it said.
-async fn alert_text(b: &Browser) -> String {
-    let text = within(PATIENCE, "an alert", async {
-        loop {
-            if let Ok(text) = b.client.get_alert_text().await {
-                return text;
-            }
-            poll_pause().await;
-        }
-    })
-    .await;
-    b.client.accept_alert().await.expect("dismiss the alert");
-    text
+/// Waits for the page's notice bar (a refusal's reason): what it says.
+async fn notice_text(b: &Browser) -> String {
+    let v = b
+        .wait_js(
+            "the page's notice",
+            "const n = document.getElementById('notice'); return !n.hidden && n.textContent",
+        )
+        .await;
+    v.as_str().unwrap_or_default().to_string()
 }
 
 /// Waits until the session's row is in the table and shows `has`.

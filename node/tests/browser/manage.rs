@@ -35,7 +35,7 @@ async fn an_operator_manages_sessions_from_the_table_and_a_flood_is_acked_throug
 
     // Revive on a running session says why it does nothing.
     row_button(&b, &s.id, "revive").await;
-    let said = alert_text(&b).await;
+    let said = notice_text(&b).await;
     assert!(said.contains("is running"), "{said}");
 
     row_button(&b, &s.id, "kill").await;

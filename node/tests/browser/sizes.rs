@@ -196,6 +196,15 @@ async fn the_console_draws_each_session_as_its_screen_at_every_size() {
         );
     }
     all_same(&b, &node, &all, "opened, watching").await;
+    // The page's help states the rule.
+    let help = b
+        .js("return document.getElementById('help').textContent")
+        .await;
+    assert!(
+        help.as_str()
+            .is_some_and(|h| h.contains("fit here") && h.contains("most recently")),
+        "{help}"
+    );
 
     // Typing takes the size; the shell lists a long directory.
     b.js(&format!(

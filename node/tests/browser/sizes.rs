@@ -255,8 +255,29 @@ async fn the_console_draws_each_session_as_its_screen_at_every_size() {
     all_same(&b, &node, &all, "another viewer sized the shell").await;
     other.close().await;
 
-    // The link drops; the page resumes where it was.
+    // The link drops and stays down while another viewer resizes the
+    // agent's session; the page resumes where it was, at the new size.
+    proxy.refuse(true);
     proxy.cut();
+    b.wait_js(
+        "the page to see the link down",
+        "return document.getElementById('link').textContent !== 'up'",
+    )
+    .await;
+    let mut other = node.client(OPERATOR).await;
+    other
+        .send(&ClientMsg::Resize {
+            session: agent.clone(),
+            cols: 70,
+            rows: 21,
+        })
+        .await
+        .unwrap();
+    node.wait_info(&agent, "the size given while the page was away", |s| {
+        (s.cols, s.rows) == (70, 21)
+    })
+    .await;
+    proxy.refuse(false);
     b.wait_js(
         "the page to reconnect",
         "return window.termesh.ws && window.termesh.ws.readyState === 1 \
@@ -264,4 +285,5 @@ async fn the_console_draws_each_session_as_its_screen_at_every_size() {
     )
     .await;
     all_same(&b, &node, &all, "after the link dropped").await;
+    other.close().await;
 }

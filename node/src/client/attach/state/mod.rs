@@ -232,7 +232,13 @@ impl State {
     pub fn on_message(&mut self, msg: ServerMsg) -> anyhow::Result<Step> {
         self.quiet_for = None;
         match msg {
-            ServerMsg::Subscribed { .. } => {
+            ServerMsg::Subscribed { cols, rows, .. } => {
+                // A resume: a size another viewer gave the session while
+                // the link was down is taken as a `resized` would be.
+                let size = bounded(cols, rows);
+                if self.session_size.is_some_and(|known| known != size) {
+                    self.session_sized(size);
+                }
                 // The stream is back: the backoff starts over.
                 self.backoff.reset();
                 self.offline_since = None;
@@ -390,24 +396,7 @@ impl State {
                         signal,
                     }));
                 }
-                EventKind::Resized { cols, rows } => {
-                    let (cols, rows) = bounded(cols, rows);
-                    self.session_size = Some((cols, rows));
-                    self.view.session_resized(cols, rows);
-                    self.schedule_redraw();
-                    if !self.opts.raw {
-                        // The node's model may have pulled rows back from
-                        // its history: take its screen.
-                        let id = self.next_screen_id;
-                        self.next_screen_id += 1;
-                        self.resync = Some(Resync::new(id, self.last_seq.unwrap_or(0)));
-                        self.send(ClientMsg::Screen {
-                            id,
-                            session: self.opts.session.clone(),
-                            scrollback: Some(0),
-                        });
-                    }
-                }
+                EventKind::Resized { cols, rows } => self.session_sized(bounded(cols, rows)),
                 EventKind::Unreachable => {
                     self.owner_unreachable = Some(Instant::now());
                     self.refresh_status();
@@ -535,6 +524,26 @@ impl State {
         let data = std::mem::take(&mut self.pending_input);
         let session = self.opts.session.clone();
         self.send(ClientMsg::Input { session, data });
+    }
+
+    /// The session has a new size: the view takes it, and the node's
+    /// screen in place of the model's.
+    fn session_sized(&mut self, (cols, rows): (u16, u16)) {
+        self.session_size = Some((cols, rows));
+        self.view.session_resized(cols, rows);
+        self.schedule_redraw();
+        if !self.opts.raw {
+            // The node's model may have pulled rows back from its history:
+            // take its screen.
+            let id = self.next_screen_id;
+            self.next_screen_id += 1;
+            self.resync = Some(Resync::new(id, self.last_seq.unwrap_or(0)));
+            self.send(ClientMsg::Screen {
+                id,
+                session: self.opts.session.clone(),
+                scrollback: Some(0),
+            });
+        }
     }
 
     /// The session has a size another viewer gave it, not this terminal's.

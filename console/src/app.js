@@ -70,8 +70,8 @@ function connect() {
   ws.onmessage = (ev) => onMessage(decode(new Uint8Array(ev.data)));
   ws.onclose = (ev) => {
     // The node is going away (a restart, an upgrade): come back as soon
-    // as it serves, every 100-200 ms for about 20 s.
-    if (ev.code === 1001) state.restartTries = 135;
+    // as it serves, every 50-100 ms for about 20 s (as `termesh attach`).
+    if (ev.code === 1001) state.restartTries = 270;
     // Not logged in and closed for it: wait for the login form.
     lost(ws, !(ev.code === 4401 && !state.token));
   };
@@ -90,7 +90,7 @@ function lost(ws, again = true) {
   let delay;
   if (state.restartTries > 0) {
     state.restartTries--;
-    delay = 200 * (0.5 + Math.random() / 2);
+    delay = 100 * (0.5 + Math.random() / 2);
   } else {
     delay = state.backoff * (0.5 + Math.random() / 2);
     state.backoff = Math.min(state.backoff * 2, 8000);

@@ -1,8 +1,9 @@
 //! Reconnect pacing for `attach`: jittered exponential backoff, bounded,
 //! reset once a connection has resumed the stream. A node that said it is
 //! going away (close 1001: a restart or an upgrade) is tried again at a
-//! quick, flat pace for a while, so the attach resumes within a few
-//! hundred milliseconds of the node serving again.
+//! quick, flat pace for a while (a refused connect costs the node's host
+//! nothing but a reset), so the attach resumes within about 100 ms of the
+//! node serving again.
 
 use std::time::Duration;
 
@@ -11,15 +12,18 @@ const FIRST: Duration = Duration::from_millis(100);
 /// No retry waits longer than this.
 const MAX: Duration = Duration::from_secs(8);
 /// While the node is restarting: every retry waits about this long...
-const RESTART_PACE: Duration = Duration::from_millis(200);
+const RESTART_PACE: Duration = Duration::from_millis(100);
 /// ...for this many retries (about 20 s), then the backoff grows as for
 /// any lost link.
-const RESTART_TRIES: u32 = 135;
+const RESTART_TRIES: u32 = 270;
 
 #[derive(Debug, Default)]
 pub struct Backoff {
-    /// Retries since the stream last resumed.
+    /// Backed-off retries since the stream last resumed.
     attempts: u32,
+    /// Retries at the restart pace since then (counted apart: they do not
+    /// lengthen the backoff that follows them).
+    restart_tries: u32,
 }
 
 impl Backoff {
@@ -29,25 +33,25 @@ impl Backoff {
     /// `restarting` (it closed with 1001), `RESTART_PACE` for the first
     /// `RESTART_TRIES`.
     pub fn next_delay(&mut self, restarting: bool) -> Duration {
-        let base = if restarting && self.attempts < RESTART_TRIES {
+        let base = if restarting && self.restart_tries < RESTART_TRIES {
+            self.restart_tries += 1;
             RESTART_PACE
         } else {
-            let doublings =
-                self.attempts
-                    .saturating_sub(if restarting { RESTART_TRIES } else { 0 });
-            FIRST.saturating_mul(1 << doublings.min(16)).min(MAX)
+            let base = FIRST.saturating_mul(1 << self.attempts.min(16)).min(MAX);
+            self.attempts += 1;
+            base
         };
-        self.attempts += 1;
         let half = base / 2;
         half + half.mul_f64(rand::random::<f64>())
     }
 
+    /// Retries since the stream last resumed, of either kind.
     pub fn attempts(&self) -> u32 {
-        self.attempts
+        self.attempts + self.restart_tries
     }
 
     pub fn reset(&mut self) {
-        self.attempts = 0;
+        *self = Backoff::default();
     }
 }
 
@@ -104,5 +108,17 @@ mod tests {
             later[0] <= FIRST && later[9] > Duration::from_secs(2),
             "{later:?}"
         );
+    }
+
+    #[test]
+    fn retries_at_the_restart_pace_do_not_lengthen_a_later_backoff() {
+        let mut b = Backoff::default();
+        for _ in 0..10 {
+            b.next_delay(true);
+        }
+        // The node served, then the link was lost before a resume: the
+        // backoff starts from its first step.
+        assert!(b.next_delay(false) <= FIRST);
+        assert_eq!(b.attempts(), 11);
     }
 }

@@ -582,6 +582,7 @@ class Term {
     this.pane.className = "pane";
     const el = document.createElement("div");
     el.className = "term";
+    this.el = el;
     this.events = document.createElement("div");
     this.events.className = "events";
     this.pane.append(this.sizeBar(), el, this.keyRow(), this.events);
@@ -596,14 +597,24 @@ class Term {
     this.xterm.loadAddon(this.fit);
     this.xterm.loadAddon(new WebLinksAddon());
     this.xterm.open(el);
-    this.bottomAfterRender = false;
-    this.xterm.onRender(() => {
-      if (!this.bottomAfterRender) return;
-      this.bottomAfterRender = false;
-      this.bottomNow();
-    });
+    // The view follows the cursor until a person scrolls away from it.
+    this.follow = true;
+    this.scrolledAt = -Infinity;
+    for (const kind of ["wheel", "touchmove"]) {
+      el.addEventListener(kind, () => { this.scrolledAt = performance.now(); }, { passive: true });
+    }
+    this.xterm.onScroll(() => this.keepFollowing());
+    this.xterm.onRender(() => this.keepFollowing());
+    // The terminal's element takes a new size a render after a resize:
+    // the pane's scroll to the cursor is measured then.
+    new ResizeObserver(() => {
+      if (this.follow) this.paneToCursor();
+    }).observe(this.xterm.element);
     this.ctrl = false;
     this.xterm.onData((d) => {
+      // A person's keys take the size; xterm's own answers to the
+      // program's queries come through here too, and do not.
+      if (performance.now() - this.keyAt < 1000) this.takeSize();
       if (this.ctrl && d.length === 1) {
         // Ctrl from the key row: the next key as its control character.
         d = String.fromCharCode(d.toUpperCase().charCodeAt(0) & 0x1f);
@@ -611,13 +622,14 @@ class Term {
       }
       this.type(d);
     });
-    // A person's keys and pastes take the size; xterm's own answers to the
-    // program's queries (which come through onData too) do not.
+    // Keys and pastes a person makes (marked here, acted on in onData: a
+    // key that types nothing, Shift or a copy, takes nothing).
+    this.keyAt = -Infinity;
     this.xterm.attachCustomKeyEventHandler((e) => {
-      if (e.type === "keydown") this.takeSize();
+      if (e.type === "keydown") this.keyAt = performance.now();
       return true;
     });
-    this.xterm.textarea.addEventListener("paste", () => this.takeSize());
+    this.xterm.textarea.addEventListener("paste", () => { this.keyAt = performance.now(); });
     // Layout settles over a few frames (a scrollbar comes and goes): look
     // once it has.
     let pending = null;
@@ -690,6 +702,8 @@ class Term {
   }
 
   subscribe() {
+    // A new connection: the node knows nothing of the last one's size.
+    this.claimed = false;
     const msg = { t: "subscribe", session: this.session, window: WINDOW };
     if (this.lastSeq === null) msg.scrollback = 1000;
     else msg.from_seq = this.lastSeq;
@@ -719,8 +733,11 @@ class Term {
     const rows = Math.min(Math.max(d.rows, 1), 500);
     this.asked = `${cols}x${rows}`;
     this.showSize();
-    if (this.size && this.size.cols === cols && this.size.rows === rows) return;
-    send({ t: "resize", session: this.session, cols, rows });
+    // Sent once even when the session has this size already: the node
+    // then counts this page as a sizer (to give the size back to).
+    const same = this.size && this.size.cols === cols && this.size.rows === rows;
+    if (same && this.claimed) return;
+    if (send({ t: "resize", session: this.session, cols, rows })) this.claimed = true;
   }
 
   // The pane changed size (window, split, shown): a page that holds the
@@ -732,21 +749,59 @@ class Term {
     this.toCursor();
   }
 
-  // The view to the cursor, now and once more after the next render.
-  // Through the buffer, not xterm 6's public scrollToBottom: that scrolls
-  // its scroll area by pixels, which after a resize still measure the old
-  // layout until a render syncs them, and lands rows above the bottom.
+  // The view to the cursor, and following it from now on.
   toCursor() {
-    this.bottomAfterRender = true;
+    this.follow = true;
     this.bottomNow();
   }
 
+  // After each scroll and render: a view at the bottom follows; one a
+  // person moved (wheel, touch, keys) stays where they put it; one moved
+  // by anything else (xterm 6 syncs its scroll area to a resize only when
+  // it renders, and a scroll event of the old layout lands rows above the
+  // bottom) goes back to the cursor.
+  keepFollowing() {
+    const b = this.xterm.buffer.active;
+    const now = performance.now();
+    const moved = now - this.scrolledAt < 1000;
+    if (b.viewportY === b.baseY) {
+      this.follow = true;
+      if (!moved) this.paneToCursor();
+      return;
+    }
+    if (moved || now - this.keyAt < 1000) {
+      this.follow = false;
+      return;
+    }
+    if (this.follow) this.bottomNow();
+  }
+
+  // Through the buffer, not xterm 6's public scrollToBottom: that scrolls
+  // its scroll area by pixels that may still measure the old layout.
   bottomNow() {
     const b = this.xterm.buffer.active;
     const core = this.xterm._core;
     const buffers = core && core._bufferService;
     if (buffers && typeof buffers.scrollLines === "function") buffers.scrollLines(b.baseY - b.viewportY);
     else this.xterm.scrollToBottom();
+    this.paneToCursor();
+  }
+
+  // A session larger than its pane: the pane scrolls so that the cursor
+  // is in view (centred), when it is not.
+  paneToCursor() {
+    const screen = this.xterm.element && this.xterm.element.querySelector(".xterm-screen");
+    if (!screen || !this.el.clientWidth) return;
+    const b = this.xterm.buffer.active;
+    const w = screen.clientWidth / this.xterm.cols;
+    const h = screen.clientHeight / this.xterm.rows;
+    const [x, y, el] = [b.cursorX * w, b.cursorY * h, this.el];
+    if (x < el.scrollLeft || x + w > el.scrollLeft + el.clientWidth) {
+      el.scrollLeft = Math.max(0, x + w - el.clientWidth / 2);
+    }
+    if (y < el.scrollTop || y + h > el.scrollTop + el.clientHeight) {
+      el.scrollTop = Math.max(0, y + h - el.clientHeight / 2);
+    }
   }
 
   sized(cols, rows) {
@@ -804,7 +859,7 @@ class Term {
   }
 
   // Every line of the buffer, scrollback first (for the tests, and copy);
-  // trailing blanks trimmed (a snapshot writes its rows' blanks).
+  // trailing blanks trimmed.
   lines() {
     const b = this.xterm.buffer.active;
     const out = [];

@@ -538,6 +538,20 @@ async fn the_viewer_holding_the_size_gives_it_back_when_it_leaves() {
         (s.cols, s.rows) == (40, 20)
     })
     .await;
+    // The desk hears of the phone's size (after its own): a 120x40 it
+    // hears from now on is the size given back.
+    within(PATIENCE, "the desk to hear of the phone's size", async {
+        loop {
+            if let ServerMsg::Event {
+                event: EventKind::Resized { cols: 40, rows: 20 },
+                ..
+            } = next(&mut desk).await
+            {
+                return;
+            }
+        }
+    })
+    .await;
     // The watcher leaves: nothing changes.
     watcher.close().await;
     node.wait_info(&session, "the watcher gone", |s| s.viewers == 2)

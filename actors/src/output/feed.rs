@@ -5,24 +5,24 @@
 use actix::dev::ToEnvelope;
 use actix::prelude::*;
 
-use crate::output::vocab::{Ack, SizeClaim, Subscribe, Unsubscribe};
+use crate::output::vocab::{Ack, ClaimSize, Subscribe, Unsubscribe};
 
 #[derive(Clone)]
 pub struct Feed {
     pub subscribe: Recipient<Subscribe>,
     pub unsubscribe: Recipient<Unsubscribe>,
     pub ack: Recipient<Ack>,
-    pub claim: Recipient<SizeClaim>,
+    pub claim: Recipient<ClaimSize>,
 }
 
 impl Feed {
     pub fn of<A>(addr: &Addr<A>) -> Feed
     where
-        A: Actor + Handler<Subscribe> + Handler<Unsubscribe> + Handler<Ack> + Handler<SizeClaim>,
+        A: Actor + Handler<Subscribe> + Handler<Unsubscribe> + Handler<Ack> + Handler<ClaimSize>,
         A::Context: ToEnvelope<A, Subscribe>
             + ToEnvelope<A, Unsubscribe>
             + ToEnvelope<A, Ack>
-            + ToEnvelope<A, SizeClaim>,
+            + ToEnvelope<A, ClaimSize>,
     {
         Feed {
             subscribe: addr.clone().recipient(),

@@ -80,7 +80,7 @@ pub struct Subscribe {
 /// left when the subscriber holding the size leaves (`session::sizes`).
 #[derive(Message)]
 #[rtype(result = "()")]
-pub struct SizeClaim {
+pub struct ClaimSize {
     pub sub: SubId,
     pub cols: u16,
     pub rows: u16,

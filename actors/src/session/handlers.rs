@@ -82,17 +82,21 @@ impl Handler<Unsubscribe> for SessionActor {
             self.set_viewers();
             self.notify_changed();
         }
-        if let Some((cols, rows)) = self.claims.left(msg.sub) {
-            self.apply_size(cols, rows, false);
+        if let Some(size) = self.claims.left(msg.sub) {
+            self.give_size_back(size);
         }
     }
 }
 
-impl Handler<SizeClaim> for SessionActor {
+impl Handler<ClaimSize> for SessionActor {
     type Result = ();
 
-    fn handle(&mut self, msg: SizeClaim, _: &mut Context<Self>) {
-        self.claims.claim(msg.sub, (msg.cols, msg.rows), self.size);
+    fn handle(&mut self, msg: ClaimSize, _: &mut Context<Self>) {
+        // From a subscription still here only: one that left has nothing
+        // to hold.
+        if self.publisher.is_subscribed(msg.sub) {
+            self.claims.claim(msg.sub, (msg.cols, msg.rows), self.size);
+        }
     }
 }
 
@@ -118,6 +122,14 @@ impl Handler<Resize> for SessionActor {
 }
 
 impl SessionActor {
+    /// The size of the sizer left, after the holder left: through the
+    /// input queue, in order with the keys queued before it, as a client's
+    /// resize goes.
+    pub(super) fn give_size_back(&mut self, (cols, rows): (u16, u16)) {
+        let applied = self.input.as_ref().is_some_and(|i| i.resize(cols, rows));
+        self.apply_size(cols, rows, applied);
+    }
+
     /// Gives the terminal (unless `applied`), the screen's marks, the
     /// listing and the viewers the new size.
     pub(super) fn apply_size(&mut self, cols: u16, rows: u16, applied: bool) {

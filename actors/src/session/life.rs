@@ -89,6 +89,7 @@ impl SessionActor {
         // terminal does not keep the master open), and close the master.
         self.let_program_go();
         self.terminal = None;
+        self.input = None;
         tracing::info!(session = %self.id, code = exit.code, "session exited");
         if let Some(store) = &self.settings.store {
             store.sealed(&self.id);
@@ -150,6 +151,7 @@ impl SessionActor {
     fn lose(&mut self) {
         self.reap_guard = None;
         self.terminal = None;
+        self.input = None;
         tracing::error!(session = %self.id, pid = self.pid, "session lost: the PTY keeper that held its program is gone");
         self.persist_event(&EventKind::Lost);
         self.publisher.finish(EventKind::Lost);

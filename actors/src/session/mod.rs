@@ -111,6 +111,9 @@ pub struct SessionActor {
     /// `None` for a session restored from the store (its program died
     /// with an earlier run of the node).
     terminal: Option<pty::Terminal>,
+    /// The program's input queue, for a size the session sets itself (a
+    /// given-back size goes in order with the keys queued before it).
+    input: Option<pty::InputTx>,
     /// The PTY's events; held by the pending read while one runs.
     events: Option<tokio::sync::mpsc::Receiver<pty::PtyEvent>>,
     /// The current run's seqs, given (and logged) by its reader.
@@ -196,6 +199,7 @@ impl SessionActor {
         self.flow = Default::default();
         self.reap_guard = Some(pty.reap_guard);
         self.terminal = Some(pty.terminal);
+        self.input = Some(pty.input);
         self.events = Some(pty.events);
     }
 
@@ -255,6 +259,7 @@ impl SessionActor {
             pid: 0,
             reap_guard: None,
             terminal: None,
+            input: None,
             events: None,
             seqs: None,
             modes: ModeTracker::default(),

@@ -210,8 +210,8 @@ impl SessionActor {
                     self.set_viewers();
                     self.notify_changed();
                 }
-                if let Some((cols, rows)) = self.claims.left(sub) {
-                    self.apply_size(cols, rows, false);
+                if let Some(size) = self.claims.left(sub) {
+                    self.give_size_back(size);
                 }
             }
         }

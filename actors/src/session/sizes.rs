@@ -14,8 +14,9 @@ pub struct SizeClaims {
     claims: Vec<(SubId, Size)>,
     /// The subscriber whose size the session has now, if one gave it.
     holder: Option<SubId>,
-    /// A claim whose resize is on its way (the claim comes just before).
-    next: Option<(SubId, Size)>,
+    /// Claims whose resizes are on their way (each claim comes just
+    /// before its resize), at most one per subscriber.
+    pending: Vec<(SubId, Size)>,
 }
 
 impl SizeClaims {
@@ -23,29 +24,26 @@ impl SizeClaims {
     pub fn claim(&mut self, sub: SubId, size: Size, current: Size) {
         self.claims.retain(|(s, _)| *s != sub);
         self.claims.push((sub, size));
+        self.pending.retain(|(s, _)| *s != sub);
         if size == current {
             self.holder = Some(sub);
-            self.next = None;
         } else {
-            self.next = Some((sub, size));
+            self.pending.push((sub, size));
         }
     }
 
-    /// The session took `size` (from a resize, claimed or not).
+    /// The session took `size` (from a resize, claimed or not): the most
+    /// recent claim of that size holds it.
     pub fn resized(&mut self, size: Size) {
-        self.holder = match self.next.take() {
-            Some((sub, claimed)) if claimed == size => Some(sub),
-            _ => None,
-        };
+        let claimed = self.pending.iter().rposition(|(_, s)| *s == size);
+        self.holder = claimed.map(|at| self.pending.remove(at).0);
     }
 
     /// `sub` left: the size to go back to when it held the size and a
     /// subscriber that sized the session is left (which then holds it).
     pub fn left(&mut self, sub: SubId) -> Option<Size> {
         self.claims.retain(|(s, _)| *s != sub);
-        if self.next.is_some_and(|(s, _)| s == sub) {
-            self.next = None;
-        }
+        self.pending.retain(|(s, _)| *s != sub);
         if self.holder != Some(sub) {
             return None;
         }
@@ -102,6 +100,18 @@ mod tests {
         // REST, another node's viewer: no claim before it.
         c.resized((90, 25));
         assert_eq!(c.left(1), None);
+    }
+
+    #[test]
+    fn two_claims_on_their_way_at_once_each_find_their_resize() {
+        let mut c = SizeClaims::default();
+        c.claim(1, (100, 30), (80, 24));
+        c.claim(2, (60, 20), (80, 24));
+        c.resized((100, 30));
+        assert_eq!(c.holder(), Some(1));
+        c.resized((60, 20));
+        assert_eq!(c.holder(), Some(2));
+        assert_eq!(c.left(2), Some((100, 30)));
     }
 
     #[test]

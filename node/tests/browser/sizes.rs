@@ -217,25 +217,33 @@ async fn the_console_draws_each_session_as_its_screen_at_every_size() {
     ))
     .await;
     sized_as_page(&b, &node, &shell).await;
-    for s in [&vim, &top, &agent] {
-        fit_here(&b, s).await;
-        sized_as_page(&b, &node, s).await;
-    }
+    fit_all(&b, &node, &[&vim, &top, &agent]).await;
     all_same(&b, &node, &all, "each fitted at 1400x900").await;
 
-    // Narrower and shorter: the page holds the sizes, so it gives them.
+    // Narrower and shorter: the page holds the sizes, so it gives them
+    // (each pane measured as its tab is shown), no button pressed.
     b.client.set_window_size(1000, 700).await.unwrap();
-    fit_all(&b, &node, &all).await;
+    for s in &all {
+        b.js(&format!(
+            "window.termesh.terms.get('{s}').tab.click(); return true"
+        ))
+        .await;
+        sized_as_page(&b, &node, s).await;
+    }
     all_same(&b, &node, &all, "after the window shrank").await;
 
     // Split: every pane smaller; each session follows its pane.
     b.find("#split").await.click().await.unwrap();
-    fit_all(&b, &node, &all).await;
+    for s in &all {
+        sized_as_page(&b, &node, s).await;
+    }
     all_same(&b, &node, &all, "in split view").await;
 
     // Phone width.
     b.client.set_window_size(390, 844).await.unwrap();
-    fit_all(&b, &node, &all).await;
+    for s in &all {
+        sized_as_page(&b, &node, s).await;
+    }
     all_same(&b, &node, &all, "at phone width").await;
 
     // Another viewer takes the shell's size: the page follows it.
@@ -253,6 +261,20 @@ async fn the_console_draws_each_session_as_its_screen_at_every_size() {
     })
     .await;
     all_same(&b, &node, &all, "another viewer sized the shell").await;
+    // Wider than the phone's pane: the pane is scrolled to the cursor.
+    b.wait_js(
+        "the shell's cursor in view",
+        &format!(
+            "const t = window.termesh.terms.get('{shell}'); const x = t.xterm; \
+             const screen = x.element.querySelector('.xterm-screen'); \
+             const cw = screen.clientWidth / x.cols, ch = screen.clientHeight / x.rows; \
+             const b = x.buffer.active; const px = b.cursorX * cw, py = b.cursorY * ch; \
+             return screen.clientWidth > t.el.clientWidth \
+               && px >= t.el.scrollLeft && px + cw <= t.el.scrollLeft + t.el.clientWidth \
+               && py >= t.el.scrollTop && py + ch <= t.el.scrollTop + t.el.clientHeight"
+        ),
+    )
+    .await;
     other.close().await;
 
     // The link drops and stays down while another viewer resizes the

@@ -22,7 +22,7 @@ use actix::prelude::*;
 use super::ClusterCtx;
 use crate::cluster::peer::PeerActor;
 use crate::metrics::Metrics;
-use crate::session::{Ack, Deliver, SizeClaim, Subscribe, Unsubscribe};
+use crate::session::{Ack, ClaimSize, Deliver, Subscribe, Unsubscribe};
 use core::{Ask, MirrorCore};
 
 pub use core::{Owner, MIRROR_WINDOW};
@@ -255,10 +255,10 @@ impl Handler<Unsubscribe> for MirrorActor {
 
 /// The size policy is the owner's, over its own node's viewers: a viewer
 /// here sizes the session through its forwarded `resize` alone.
-impl Handler<SizeClaim> for MirrorActor {
+impl Handler<ClaimSize> for MirrorActor {
     type Result = ();
 
-    fn handle(&mut self, _: SizeClaim, _: &mut Context<Self>) {}
+    fn handle(&mut self, _: ClaimSize, _: &mut Context<Self>) {}
 }
 
 impl Handler<Ack> for MirrorActor {

@@ -9,13 +9,14 @@ use termesh_transport::{encode_server, ClientMsg, ErrorCode, ServerMsg, MAX_SCRO
 
 use super::slots::Slot;
 use super::{ConnectionActor, Sub};
+use crate::directory::create::size_field;
 use crate::directory::registry::{Watch, NEXT_SUB_ID};
 use crate::directory::watch::WatchQueue;
 use crate::error::ApiError;
 use crate::front::request::{check_role, expected_reply, ids, spec, Class};
 use crate::front::tokens::Recheck;
 use crate::output::publisher::Kind;
-use crate::session::{Ack, SizeClaim, Subscribe, Unsubscribe};
+use crate::session::{Ack, ClaimSize, Subscribe, Unsubscribe};
 use termesh_config::defaults::{MAX_COLS, MAX_ROWS};
 
 type Ctx = WebsocketContext<ConnectionActor>;
@@ -108,10 +109,12 @@ impl ConnectionActor {
             // Who sized it, so that leaving gives the size back; sent
             // before the resize, which it arrives before. A bad size is
             // the resize's to refuse.
-            let valid = |n: u64, max: u16| u16::try_from(n).ok().filter(|n| (1..=max).contains(n));
-            let size = (valid(*cols, MAX_COLS), valid(*rows, MAX_ROWS));
-            if let (Some(sub), (Some(cols), Some(rows))) = (self.subs.get(session.as_str()), size) {
-                sub.feed.claim.do_send(SizeClaim {
+            let size = (
+                size_field("cols", Some(*cols), 0, MAX_COLS),
+                size_field("rows", Some(*rows), 0, MAX_ROWS),
+            );
+            if let (Some(sub), (Ok(cols), Ok(rows))) = (self.subs.get(session.as_str()), size) {
+                sub.feed.claim.do_send(ClaimSize {
                     sub: sub.id,
                     cols,
                     rows,

@@ -75,6 +75,9 @@ pub struct State {
     read_only_note: &'static str,
     /// The size was sent once: the first attach takes the size.
     sized: bool,
+    /// This connection has sent a size: the node knows it as a sizer of
+    /// the session (to give the size back to when a later one leaves).
+    claimed: bool,
     stdin: Stdin,
     /// Since when the link is down, and when the next attempt is due.
     offline_since: Option<Instant>,
@@ -150,6 +153,7 @@ impl State {
             unacked: 0,
             pending_input: Vec::new(),
             sized: false,
+            claimed: false,
             stdin: Stdin::Terminal,
             offline_since: None,
             retry_at: None,
@@ -209,6 +213,8 @@ impl State {
 
     pub fn subscribe(&mut self) {
         self.unacked = 0;
+        // A new connection: the node knows nothing of the last one's size.
+        self.claimed = false;
         // A new subscription starts from a snapshot anyway; a history asked
         // of the old connection will not come.
         self.resync = None;
@@ -323,12 +329,11 @@ impl State {
                     return Ok(self.end_lost());
                 }
                 // The first attach takes the size (the last to attach or
-                // resize wins, as in tmux). Sent after the snapshot, so
-                // the `resized` event comes after it too.
-                if !std::mem::replace(&mut self.sized, true)
-                    && !self.read_only
-                    && self.term.is_some_and(|term| term != (cols, rows))
-                {
+                // resize wins, as in tmux), sent even when it is the
+                // session's already: the node then counts this attach as
+                // a sizer. After the snapshot, so the `resized` event comes
+                // after it too.
+                if !std::mem::replace(&mut self.sized, true) && !self.read_only {
                     self.send_size();
                 }
             }
@@ -546,10 +551,13 @@ impl State {
         }
     }
 
-    /// The session has a size another viewer gave it, not this terminal's.
+    /// The session has a size another viewer gave it, not this terminal's,
+    /// or this connection never said its size (the node does not know it
+    /// as a sizer).
     fn size_taken_elsewhere(&self) -> bool {
         let own = self.term.map(|(c, r)| bounded(c, r));
-        own.is_some() && self.session_size.is_some() && own != self.session_size
+        own.is_some()
+            && (!self.claimed || (self.session_size.is_some() && own != self.session_size))
     }
 
     /// Sends this terminal's size, within the node's bounds (a larger
@@ -561,6 +569,7 @@ impl State {
         }
         if let Some((cols, rows)) = self.term {
             let (cols, rows) = (cols.clamp(1, MAX_COLS), rows.clamp(1, MAX_ROWS));
+            self.claimed = true;
             let session = self.opts.session.clone();
             self.send(ClientMsg::Resize {
                 session,

@@ -378,22 +378,30 @@ function nameCell(s) {
 // Last lines for the list: `read` of a session's last few frames, for the
 // sessions whose output moved on since, eight per pass, one at a time (a
 // read takes one of the connection's few reply slots).
-const previewOf = new Map(); // session id -> { seq, line }
+const previewOf = new Map(); // session id -> { seq, line, at }
 const PREVIEWS_PER_PASS = 8;
+// A session whose read was refused (busy, unreachable) waits this long.
+const PREVIEW_RETRY_MS = 30000;
 let previewing = false;
 async function refreshPreviews() {
   if (!state.ready || previewing) return;
   previewing = true;
+  const now = Date.now();
+  const known = (s) => previewOf.get(s.id) || { seq: -1, at: 0 };
+  // The longest unrefreshed first, so that none waits behind the others.
   const stale = [...state.sessions.values()]
-    .filter((s) => s.last_seq > 0 && (previewOf.get(s.id) || { seq: -1 }).seq !== s.last_seq)
+    .filter((s) => s.last_seq > 0 && known(s).seq !== s.last_seq && now - known(s).at >= (known(s).failed ? PREVIEW_RETRY_MS : 0))
+    .sort((a, b) => known(a).at - known(b).at)
     .slice(0, PREVIEWS_PER_PASS);
   let changed = false;
   for (const s of stale) {
     const reply = await request({ t: "read", session: s.id, since_seq: Math.max(0, s.last_seq - 3), max_bytes: 4096 });
-    // Refused (busy, gone): tried again next pass.
-    if (reply.t !== "text") continue;
+    if (reply.t !== "text") {
+      previewOf.set(s.id, { ...known(s), at: Date.now(), failed: true });
+      continue;
+    }
     const lines = reply.text.split("\n").map((l) => l.trim()).filter(Boolean);
-    previewOf.set(s.id, { seq: s.last_seq, line: (lines[lines.length - 1] || "").slice(0, 160) });
+    previewOf.set(s.id, { seq: s.last_seq, line: (lines[lines.length - 1] || "").slice(0, 160), at: Date.now() });
     changed = true;
   }
   previewing = false;

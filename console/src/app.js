@@ -716,8 +716,6 @@ class Term {
     if (this.lastSeq === null) msg.scrollback = 1000;
     else msg.from_seq = this.lastSeq;
     request(msg).then((reply) => {
-      // A resume: a size given while the link was down comes with it.
-      if (reply.t === "subscribed" && reply.cols && this.lastSeq !== null) this.sized(reply.cols, reply.rows);
       if (reply.t === "error" && reply.code !== "unavailable") this.note(reply.message);
     });
   }

@@ -280,9 +280,13 @@ impl SessionActor {
     }
 
     /// Tells subscribers of an event and watchers that the session changed.
-    fn announce(&self, event: EventKind) {
+    fn announce(&mut self, event: EventKind) {
         self.persist_event(&event);
-        self.publisher.broadcast(Delivery::Event(event));
+        match event {
+            // In order with each subscriber's output.
+            EventKind::Resized { cols, rows } => self.publisher.resized(cols, rows),
+            event => self.publisher.broadcast(Delivery::Event(event)),
+        }
         self.notify_changed();
     }
 

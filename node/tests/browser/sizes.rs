@@ -299,6 +299,34 @@ async fn the_console_draws_each_session_as_its_screen_at_every_size() {
         (s.cols, s.rows) == (70, 21)
     })
     .await;
+    // The shell prints, is resized, prints again meanwhile: the page
+    // replays each at the size it was printed at.
+    type_line(
+        &node,
+        &shell,
+        "echo printed-before-the-resize-$((6*7)) && ls -l /usr/bin | head -30",
+    )
+    .await;
+    wait_output(&node, &shell, "printed-before-the-resize-42").await;
+    other
+        .send(&ClientMsg::Resize {
+            session: shell.clone(),
+            cols: 64,
+            rows: 19,
+        })
+        .await
+        .unwrap();
+    node.wait_info(&shell, "the shell's new size", |s| {
+        (s.cols, s.rows) == (64, 19)
+    })
+    .await;
+    type_line(
+        &node,
+        &shell,
+        "echo printed-after-the-resize-$((6*7)) && ls -l /usr/lib | head -30",
+    )
+    .await;
+    wait_output(&node, &shell, "printed-after-the-resize-42").await;
     proxy.refuse(false);
     b.wait_js(
         "the page to reconnect",

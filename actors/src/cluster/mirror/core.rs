@@ -490,8 +490,10 @@ impl<S: Sink> MirrorCore<S> {
             DataMsg::Event { event, .. } => match event {
                 EventKind::Exited { .. } | EventKind::Lost => publisher.finish(event),
                 EventKind::Resized { cols, rows } => {
+                    // The owner told it in order with its output: here it
+                    // follows the same frame.
                     self.size = (cols, rows);
-                    publisher.broadcast(Delivery::Event(event));
+                    publisher.resized(cols, rows);
                 }
                 other => publisher.broadcast(Delivery::Event(other)),
             },

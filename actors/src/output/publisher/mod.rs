@@ -5,6 +5,11 @@
 //! fed by the PTY, or a `MirrorActor`, fed by the owner node) takes the
 //! wanted snapshots, computes or fetches them, and hands them back.
 //!
+//! A size change (`resized`) reaches each subscriber in order with its
+//! output: after the frames printed before it and before those after it,
+//! however far behind the subscriber is, and again on a resume across it
+//! (`sizes`).
+//!
 //! Subscribers are clients (`Kind::Viewer`: snapshots on a fresh attach
 //! and on resync) or mirrors of other nodes (`Kind::Mirror`: never a
 //! snapshot; a gap is `ResyncRequired{last_seq}` and delivery continues
@@ -14,7 +19,9 @@ mod snapshots;
 #[cfg(test)]
 mod tests;
 
-use std::collections::HashMap;
+mod sizes;
+
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use actix::Recipient;
@@ -110,6 +117,9 @@ struct Subscriber<S> {
     start_after: Option<u64>,
     /// The `exited` event was sent to this subscriber.
     told_exit: bool,
+    /// The last size change it was told of (`SizeMark::id`), or knew
+    /// from its snapshot or its resume.
+    told_size: u64,
 }
 
 pub struct Publisher<S: Sink = Recipient<Deliver>> {
@@ -126,6 +136,9 @@ pub struct Publisher<S: Sink = Recipient<Deliver>> {
     /// Snapshots taken at a seq the ring has not reached yet (a mirror's,
     /// from the owner): delivered when it does.
     parked: Vec<(SubId, u64, ScreenResult)>,
+    /// The latest size changes, oldest first.
+    sizes: VecDeque<sizes::SizeMark>,
+    next_size: u64,
     mode: Mode,
     metrics: Arc<Metrics>,
 }
@@ -141,6 +154,8 @@ impl<S: Sink> Publisher<S> {
             wanted: Vec::new(),
             pins: HashMap::new(),
             parked: Vec::new(),
+            sizes: VecDeque::new(),
+            next_size: 1,
             mode,
             metrics,
         }
@@ -322,6 +337,7 @@ impl<S: Sink> Publisher<S> {
             prior: None,
             start_after: None,
             told_exit: false,
+            told_size: self.size_known_at(last),
         };
         // Registered before replaying, so nothing published meanwhile is
         // missed (the owner is single-threaded: nothing is).
@@ -336,6 +352,9 @@ impl<S: Sink> Publisher<S> {
             Some(n) => match self.ring.offset_after(n) {
                 Some(offset) if self.ring.replay_from(n).is_ok() => {
                     sub.credit = Credit::new(req.window, n, offset);
+                    // One right after frame `n` may not have reached it:
+                    // told again (the same size twice changes nothing).
+                    sub.told_size = self.size_known_at(n.saturating_sub(1));
                 }
                 _ if n > last && self.mode == Mode::Mirror => sub.start_after = Some(n),
                 _ => {
@@ -449,6 +468,7 @@ impl<S: Sink> Publisher<S> {
         let mut sent_frames = 0u64;
         let mut gap = false;
         loop {
+            sizes::tell(&self.sizes, &self.id, id, sub, sub.credit.sent_seq());
             let next = sub.credit.sent_seq() + 1;
             if next > self.ring.last_seq() {
                 break;

@@ -84,6 +84,16 @@ impl<S: Sink> Publisher<S> {
             sub.credit.reset_to(result.seq, offset);
         }
         sub.awaiting_snapshot = false;
+        // The snapshot has the size as of its seq.
+        let known = self
+            .sizes
+            .iter()
+            .rev()
+            .find(|m| m.after_seq <= result.seq)
+            .map(|m| m.id);
+        if let Some(known) = known {
+            sub.told_size = sub.told_size.max(known);
+        }
         let sink = sub.sink.clone();
         self.send(
             id,

@@ -403,3 +403,47 @@ proptest! {
         }
     }
 }
+
+/// What a subscriber got, frames as their seqs and sizes as `cols * 1000`
+/// (negative, to tell them apart).
+fn frames_and_sizes(items: &[Delivery]) -> Vec<i64> {
+    items
+        .iter()
+        .filter_map(|d| match d {
+            Delivery::Output(f) => Some(f.seq as i64),
+            Delivery::Event(EventKind::Resized { cols, .. }) => Some(-(*cols as i64) * 1000),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_size_change_reaches_a_subscriber_behind_between_the_frames_around_it() {
+    let rec = Rec::default();
+    let mut p = publisher(10_000, Mode::Owner);
+    push_n(&mut p, 2, 10);
+    // Behind: a window of two frames, resumed from 0.
+    p.subscribe(sub(&rec, 1, Some(0), 20, Kind::Viewer), (80, 24));
+    p.subscribe(sub(&rec, 2, Some(0), 10_000, Kind::Viewer), (80, 24));
+    push_n(&mut p, 2, 10);
+    p.resized(100, 30);
+    push_n(&mut p, 1, 10);
+    assert_eq!(
+        frames_and_sizes(&rec.take_for(2)),
+        vec![1, 2, 3, 4, -100_000, 5]
+    );
+    assert_eq!(frames_and_sizes(&rec.take_for(1)), vec![1, 2]);
+    p.ack(1, 2);
+    assert_eq!(frames_and_sizes(&rec.take_for(1)), vec![3, 4, -100_000]);
+    p.ack(1, 4);
+    assert_eq!(frames_and_sizes(&rec.take_for(1)), vec![5]);
+    // A resume from before the change is told it again, in its place.
+    p.subscribe(sub(&rec, 3, Some(3), 10_000, Kind::Viewer), (100, 30));
+    assert_eq!(frames_and_sizes(&rec.take_for(3)), vec![4, -100_000, 5]);
+    // A fresh viewer's snapshot has the size: not told again.
+    p.subscribe(sub(&rec, 4, None, 10_000, Kind::Viewer), (100, 30));
+    let wanted = p.take_wanted();
+    p.snapshot_done(4, wanted[0].generation, snap(5));
+    push_n(&mut p, 1, 10);
+    assert_eq!(frames_and_sizes(&rec.take_for(4)), vec![6]);
+}

@@ -238,13 +238,9 @@ impl State {
     pub fn on_message(&mut self, msg: ServerMsg) -> anyhow::Result<Step> {
         self.quiet_for = None;
         match msg {
-            ServerMsg::Subscribed { cols, rows, .. } => {
-                // A resume: a size another viewer gave the session while
-                // the link was down is taken as a `resized` would be.
-                let size = bounded(cols, rows);
-                if self.session_size.is_some_and(|known| known != size) {
-                    self.session_sized(size);
-                }
+            ServerMsg::Subscribed { .. } => {
+                // (A size given while the link was down comes as a
+                // `resized` in order with the replayed output.)
                 // The stream is back: the backoff starts over.
                 self.backoff.reset();
                 self.offline_since = None;

@@ -376,27 +376,3 @@ fn typing_after_another_viewer_sized_the_session_takes_the_size_back() {
         .iter()
         .any(|m| matches!(m, ClientMsg::Resize { .. })));
 }
-
-#[test]
-fn a_resume_after_another_viewer_resized_takes_the_new_size() {
-    let mut st = attached(Some((80, 24)), false);
-    // The link dropped; meanwhile the session became 60x20.
-    st.subscribe();
-    st.take_outbox();
-    st.on_message(ServerMsg::Subscribed {
-        id: SUBSCRIBE_ID,
-        session: ID.into(),
-        last_seq: 12,
-        oldest_seq: 0,
-        cols: 60,
-        rows: 20,
-    })
-    .unwrap();
-    let sent = st.take_outbox();
-    assert!(
-        sent.iter().any(|m| matches!(m, ClientMsg::Screen { .. })),
-        "the node's screen at the new size is asked for: {sent:?}"
-    );
-    assert!(st.resync.is_some());
-    assert_eq!(st.session_size, Some((60, 20)));
-}

@@ -118,6 +118,9 @@ async function onWelcome() {
   $("login").hidden = true;
   $("main").hidden = false;
   $("logout").hidden = false;
+  // Every open terminal resumes where it stopped, first (no clear, and
+  // no wait for the role and the list).
+  for (const term of state.terms.values()) term.subscribe();
   await probeRole();
   // Watch first, then list, on one connection (handled in order): no
   // session created between the two is missed.
@@ -133,8 +136,6 @@ async function onWelcome() {
   refreshNodes();
   refreshPreviews();
   route();
-  // Every open terminal resumes where it stopped: no clear.
-  for (const term of state.terms.values()) term.subscribe();
 }
 
 // A viewer may not resize: the answer for a session that does not exist

@@ -34,4 +34,10 @@ pub enum ToOwner {
     End { session: Arc<str> },
     /// A client resumed here: the owner's program repaints.
     Repaint { session: Arc<str> },
+    /// The size this mirror's viewers stand for (`PeerMsg::ClaimSize`).
+    ClaimSize {
+        session: Arc<str>,
+        size: Option<(u16, u16)>,
+        apply: bool,
+    },
 }

@@ -86,6 +86,14 @@ pub struct ClaimSize {
     pub rows: u16,
 }
 
+/// The subscriber stands for no sizer any more (a mirror whose viewers
+/// all left or stopped holding a size): as its leaving, for the size.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct ReleaseSize {
+    pub sub: SubId,
+}
+
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct Unsubscribe {

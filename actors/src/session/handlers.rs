@@ -88,6 +88,16 @@ impl Handler<Unsubscribe> for SessionActor {
     }
 }
 
+impl Handler<ReleaseSize> for SessionActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: ReleaseSize, _: &mut Context<Self>) {
+        if let Some(size) = self.claims.left(msg.sub) {
+            self.give_size_back(size);
+        }
+    }
+}
+
 impl Handler<ClaimSize> for SessionActor {
     type Result = ();
 

@@ -28,7 +28,7 @@ mod screen_cache;
 mod screen_job;
 mod screens;
 mod shared;
-mod sizes;
+pub(crate) mod sizes;
 pub mod warmth;
 
 use std::sync::Arc;

@@ -1,12 +1,24 @@
 //! Who gave a session its size (docs/cli.md, "Sizes"): the subscribers
 //! that sized it, most recent last, so that when the one holding the size
 //! leaves, the session returns to the size of the most recent one left,
-//! as tmux's `window-size latest` does. Pure logic; the actor applies the
-//! sizes it returns.
+//! as tmux's `window-size latest` does. Pure logic; the session applies
+//! the sizes it returns, and a mirror keeps one for its own viewers (what
+//! they hold, it holds at the owner).
 
 use crate::output::vocab::SubId;
 
-type Size = (u16, u16);
+pub type Size = (u16, u16);
+
+/// What a subscriber's leaving does to the size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Left {
+    /// It did not hold the size.
+    Nothing,
+    /// It held the size; nobody that sized the session is left.
+    Nobody,
+    /// It held the size: back to this one's, who holds it now.
+    Back(Size),
+}
 
 #[derive(Debug, Default)]
 pub struct SizeClaims {
@@ -42,15 +54,32 @@ impl SizeClaims {
     /// `sub` left: the size to go back to when it held the size and a
     /// subscriber that sized the session is left (which then holds it).
     pub fn left(&mut self, sub: SubId) -> Option<Size> {
+        match self.leave(sub) {
+            Left::Back(size) => Some(size),
+            Left::Nothing | Left::Nobody => None,
+        }
+    }
+
+    /// `sub` left: what that does to the size.
+    pub fn leave(&mut self, sub: SubId) -> Left {
         self.claims.retain(|(s, _)| *s != sub);
         self.pending.retain(|(s, _)| *s != sub);
         if self.holder != Some(sub) {
-            return None;
+            return Left::Nothing;
         }
         self.holder = None;
-        let &(next, size) = self.claims.last()?;
-        self.holder = Some(next);
-        Some(size)
+        match self.claims.last() {
+            Some(&(next, size)) => {
+                self.holder = Some(next);
+                Left::Back(size)
+            }
+            None => Left::Nobody,
+        }
+    }
+
+    /// The size the most recent sizer asked for.
+    pub fn latest(&self) -> Option<Size> {
+        self.claims.last().map(|(_, size)| *size)
     }
 
     #[cfg(test)]

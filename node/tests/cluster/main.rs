@@ -14,6 +14,7 @@ mod agents;
 mod grep;
 mod lanes;
 mod requests;
+mod sizes;
 
 use common::cluster::Cluster;
 use common::*;

@@ -25,7 +25,8 @@ pub const PEER_PROTO: u32 = 2;
 /// The newest revision of `PEER_PROTO` this node knows, sent as `hello`'s
 /// `upto` (a node without it is at revision 2); a link uses what both
 /// know. 3: interactive sessions' output on a data stream of its own.
-pub const PEER_PROTO_UPTO: u32 = 3;
+/// 4: `claim_size`.
+pub const PEER_PROTO_UPTO: u32 = 4;
 
 /// The budget of forwards a request may take; each forward takes one
 /// (`ClusterCtx::forward`). A node answers every forwarded request itself
@@ -84,6 +85,17 @@ pub enum PeerMsg {
     /// A client resumed through the sender's mirror: the owner makes the
     /// program repaint (SIGWINCH), as for a resume at the owner.
     Repaint { session: String },
+    /// The sender's mirror of `session` stands for its own viewers in the
+    /// size policy (revision 4): `size` is the size its most recent sizer
+    /// asked for (`apply`: the session takes it now, its holder there
+    /// having left), or absent when none of them holds the size any more.
+    ClaimSize {
+        session: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        size: Option<(u16, u16)>,
+        #[serde(default)]
+        apply: bool,
+    },
     /// Keepalive and round-trip time: answered at once with `Pong`.
     Ping {
         nonce: u64,
@@ -156,6 +168,7 @@ impl PeerMsg {
             PeerMsg::Ack { .. } => "ack",
             PeerMsg::Unsubscribe { .. } => "unsubscribe",
             PeerMsg::Repaint { .. } => "repaint",
+            PeerMsg::ClaimSize { .. } => "claim_size",
             PeerMsg::Ping { .. } => "ping",
             PeerMsg::Pong { .. } => "pong",
         }

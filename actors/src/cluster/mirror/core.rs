@@ -15,6 +15,7 @@ use termesh_transport::{ErrorCode, EventKind};
 use crate::metrics::Metrics;
 use crate::output::publisher::{Kind, Mode, Publisher, Sink, SnapshotWanted, Subscription};
 use crate::output::ring::Ring;
+use crate::session::sizes::{Left, SizeClaims};
 use crate::session::{Deliver, Delivery, ScreenResult, SubId};
 
 /// Output the owner may send a mirror ahead of its acks.
@@ -63,6 +64,12 @@ pub enum Ask {
     Probe { sub: SubId, from: u64 },
     /// A client resumed here: the owner's program repaints.
     Repaint,
+    /// Tell the owner the size this mirror's viewers stand for (`None`:
+    /// none; `apply`: the session takes it now).
+    ClaimSize {
+        size: Option<(u16, u16)>,
+        apply: bool,
+    },
     /// Nothing more to do: stop.
     Stop,
 }
@@ -80,6 +87,9 @@ pub struct MirrorCore<S: Sink> {
     /// Where the first subscription at the owner starts.
     first_from: Option<u64>,
     size: (u16, u16),
+    /// Which of this node's viewers sized the session: the mirror stands
+    /// for them at the owner (`ClaimSize`).
+    claims: SizeClaims,
     /// What the owner sent that the ring cannot take yet (a snapshot pins
     /// it and it is full), in order; bounded by the window.
     held: VecDeque<DataMsg>,
@@ -111,6 +121,7 @@ impl<S: Sink> MirrorCore<S> {
             pending: Vec::new(),
             first_from: None,
             size: (80, 24),
+            claims: SizeClaims::default(),
             held: VecDeque::new(),
             unacked: 0,
             snapshots_waiting: Vec::new(),
@@ -188,6 +199,43 @@ impl<S: Sink> MirrorCore<S> {
         if let Some(p) = self.publisher.as_mut() {
             p.unsubscribe(sub);
         }
+        let before = self.claims.latest();
+        let ask = match self.claims.leave(sub) {
+            // Its holder here left: the next sizer here holds it.
+            Left::Back(size) => Ask::ClaimSize {
+                size: Some(size),
+                apply: true,
+            },
+            Left::Nobody => Ask::ClaimSize {
+                size: None,
+                apply: false,
+            },
+            // A sizer that did not hold it: what this node stands for may
+            // have changed (none left: nothing).
+            Left::Nothing if self.claims.latest() != before => Ask::ClaimSize {
+                size: self.claims.latest(),
+                apply: false,
+            },
+            Left::Nothing => return,
+        };
+        self.asks.push(ask);
+    }
+
+    /// A viewer here is about to resize the session (its resize goes to
+    /// the owner as a request): the mirror claims that size at the owner.
+    pub fn claim_size(&mut self, sub: SubId, size: (u16, u16)) {
+        if !self
+            .publisher
+            .as_ref()
+            .is_some_and(|p| p.is_subscribed(sub))
+        {
+            return;
+        }
+        self.claims.claim(sub, size, self.size);
+        self.asks.push(Ask::ClaimSize {
+            size: Some(size),
+            apply: false,
+        });
     }
 
     pub fn ack(&mut self, sub: SubId, seq: u64) {
@@ -493,6 +541,7 @@ impl<S: Sink> MirrorCore<S> {
                     // The owner told it in order with its output: here it
                     // follows the same frame.
                     self.size = (cols, rows);
+                    self.claims.resized((cols, rows));
                     publisher.resized(cols, rows);
                 }
                 other => publisher.broadcast(Delivery::Event(other)),

@@ -173,6 +173,11 @@ impl MirrorActor {
                 Ask::Repaint => self.peer.do_send(ToOwner::Repaint {
                     session: self.id.clone(),
                 }),
+                Ask::ClaimSize { size, apply } => self.peer.do_send(ToOwner::ClaimSize {
+                    session: self.id.clone(),
+                    size,
+                    apply,
+                }),
                 Ask::Stop => ctx.stop(),
             }
         }
@@ -253,12 +258,16 @@ impl Handler<Unsubscribe> for MirrorActor {
     }
 }
 
-/// The size policy is the owner's, over its own node's viewers: a viewer
-/// here sizes the session through its forwarded `resize` alone.
+/// A viewer here sizes the session through its forwarded `resize`; the
+/// mirror stands for this node's sizers at the owner, so that one leaving
+/// gives the size back as one at the owner does.
 impl Handler<ClaimSize> for MirrorActor {
     type Result = ();
 
-    fn handle(&mut self, _: ClaimSize, _: &mut Context<Self>) {}
+    fn handle(&mut self, msg: ClaimSize, ctx: &mut Context<Self>) {
+        self.core.claim_size(msg.sub, (msg.cols, msg.rows));
+        self.run(ctx);
+    }
 }
 
 impl Handler<Ack> for MirrorActor {

@@ -14,7 +14,10 @@ use super::PeerActor;
 use crate::cluster::owner::{FromOwner, ToOwner};
 use crate::directory::registry::NEXT_SUB_ID;
 use crate::output::publisher::Kind;
-use crate::session::{Ack, Deliver, Delivery, Subscribe, Unsubscribe};
+use crate::session::{
+    Ack, ClaimSize, Deliver, Delivery, ReleaseSize, Resize, Subscribe, Unsubscribe,
+};
+use termesh_config::defaults::{MAX_COLS, MAX_ROWS};
 
 /// Bounds of the window a peer's mirror may ask for.
 const WINDOW_BOUNDS: (u64, u64) = (64 << 10, 16 << 20);
@@ -86,6 +89,35 @@ impl PeerActor {
         let sessions: Vec<String> = self.upstream.keys().cloned().collect();
         for session in sessions {
             self.mirror_unsubscribe(&session);
+        }
+    }
+
+    /// The peer's mirror of `session` stands for its viewers' size: a
+    /// claim by its upstream subscription (applied now with `apply`), or
+    /// none any more (the size goes back to this node's sizers).
+    pub(super) fn mirror_claim(&mut self, session: &str, size: Option<(u16, u16)>, apply: bool) {
+        let Some(up) = self.upstream.get(session) else {
+            return;
+        };
+        let Some((cols, rows)) =
+            size.filter(|(c, r)| (1..=MAX_COLS).contains(c) && (1..=MAX_ROWS).contains(r))
+        else {
+            up.handle.addr.do_send(ReleaseSize { sub: up.sub });
+            return;
+        };
+        up.handle.addr.do_send(ClaimSize {
+            sub: up.sub,
+            cols,
+            rows,
+        });
+        if apply {
+            // In order with the keys queued before it, as a client's.
+            let applied = up.handle.input.resize(cols, rows);
+            up.handle.addr.do_send(Resize {
+                cols,
+                rows,
+                applied,
+            });
         }
     }
 
@@ -212,6 +244,20 @@ impl Handler<ToOwner> for PeerActor {
                     session: session.to_string(),
                 });
             }
+            // A peer of an older revision would end the link on it: its
+            // viewers' sizes then stay outside the give-back.
+            ToOwner::ClaimSize {
+                session,
+                size,
+                apply,
+            } if self.revision >= 4 => {
+                self.send(termesh_transport::peer::PeerMsg::ClaimSize {
+                    session: session.to_string(),
+                    size,
+                    apply,
+                });
+            }
+            ToOwner::ClaimSize { .. } => {}
             ToOwner::End { session } => {
                 if self.mirrors.remove(&session).is_some() {
                     self.send(termesh_transport::peer::PeerMsg::Unsubscribe {

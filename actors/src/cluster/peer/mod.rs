@@ -49,6 +49,8 @@ pub struct PeerActor {
     /// stream (a peer of protocol revision 3 or later: `lane`).
     data: Option<mpsc::UnboundedSender<DataMsg>>,
     fast: Option<mpsc::UnboundedSender<DataMsg>>,
+    /// The peer protocol's revision on the link now (`claim_size` from 4).
+    revision: u32,
     /// Large replies, each on a stream of its own, while the link is up.
     replies: Option<mpsc::UnboundedSender<PeerMsg>>,
     /// This node's sessions the peer mirrors: the subscription of each.
@@ -102,6 +104,7 @@ impl PeerActor {
             out: None,
             data: None,
             fast: None,
+            revision: 0,
             replies: None,
             upstream: HashMap::new(),
             mirrors: HashMap::new(),
@@ -250,6 +253,11 @@ impl PeerActor {
             PeerMsg::Ack { session, seq } => self.mirror_ack(&session, seq),
             PeerMsg::Unsubscribe { session } => self.mirror_unsubscribe(&session),
             PeerMsg::Repaint { session } => self.mirror_repaint(&session),
+            PeerMsg::ClaimSize {
+                session,
+                size,
+                apply,
+            } => self.mirror_claim(&session, size, apply),
             PeerMsg::Ping { nonce, .. } => {
                 let stall_ms = self
                     .node
@@ -396,7 +404,9 @@ impl Handler<FromLink> for PeerActor {
                 fast,
                 replies,
                 boot,
+                revision,
             } => {
+                self.revision = revision;
                 self.on_up(out, (data, fast), replies, boot);
                 // An RTT at once, not one ping interval later.
                 self.last_tick = ago(PING_EVERY);

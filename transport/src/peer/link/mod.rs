@@ -34,6 +34,9 @@ pub enum LinkEvent {
         /// Large replies, each on a stream of its own.
         replies: mpsc::UnboundedSender<PeerMsg>,
         boot: String,
+        /// The revision of the peer protocol the link speaks (the older
+        /// of the two sides').
+        revision: u32,
     },
     Msg(Box<PeerMsg>),
     Data(DataMsg),

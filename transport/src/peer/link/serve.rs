@@ -40,6 +40,7 @@ pub(super) async fn serve(
         fast: has_fast.then_some(fast),
         replies,
         boot,
+        revision: proto,
     });
     let writer = async {
         while let Some(msg) = outgoing.recv().await {

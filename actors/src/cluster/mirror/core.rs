@@ -426,6 +426,14 @@ impl<S: Sink> MirrorCore<S> {
             if let Some(p) = &self.publisher {
                 p.broadcast(Delivery::Event(EventKind::Reachable));
             }
+            // The owner ended the last subscription with the link, and
+            // with it this node's claim: claimed again, not applied.
+            if let Some(size) = self.claims.latest() {
+                self.asks.push(Ask::ClaimSize {
+                    size: Some(size),
+                    apply: false,
+                });
+            }
         }
         self.retry_snapshots();
         self.after_publish();

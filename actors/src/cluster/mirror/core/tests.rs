@@ -403,7 +403,7 @@ impl ModelOwner {
                         }
                     }
                     Ask::Probe { sub, from } => c.probe_done(sub, from <= self.last),
-                    Ask::Ack { .. } | Ask::Repaint => {}
+                    Ask::Ack { .. } | Ask::Repaint | Ask::ClaimSize { .. } => {}
                 }
             }
         }

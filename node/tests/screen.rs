@@ -205,6 +205,10 @@ async fn rest_api() {
         // A path may name a session by its exact name (names are unique).
         let by_name: serde_json::Value = auth(ureq::get(&format!("{base}/sessions/rest")), VIEWER).call().unwrap().into_json().unwrap();
         assert_eq!(by_name["id"], id.as_str());
+        let events: serde_json::Value = auth(ureq::get(&format!("{base}/sessions/rest/events")), VIEWER).call().unwrap().into_json().unwrap();
+        assert!(events.as_array().is_some_and(|e| !e.is_empty()), "{events}");
+        let read: serde_json::Value = auth(ureq::get(&format!("{base}/sessions/rest/read")), VIEWER).call().unwrap().into_json().unwrap();
+        assert!(read["seq"].is_u64(), "{read}");
 
         let deadline = std::time::Instant::now() + PATIENCE;
         // Input only once the program has turned echo off.

@@ -111,8 +111,10 @@ impl NodeCtx {
     }
 
     /// The session `wanted` names: an id, else the one session of the
-    /// cluster whose name it is exactly (REST paths take either). Names
-    /// are looked up off the actor thread, as a list is gathered.
+    /// cluster whose name it is exactly (REST paths take either), else
+    /// `wanted` as it is (an id the request itself may know: a removed
+    /// session's stored events). Names are looked up off the actor thread,
+    /// as a list is gathered.
     pub async fn resolve_name(&self, wanted: &str) -> Result<String, ApiError> {
         if self.dir.get(wanted).is_some() || self.mesh.view.get(wanted).is_some() {
             return Ok(wanted.to_string());
@@ -124,7 +126,7 @@ impl NodeCtx {
             .map(|s| s.id)
             .collect();
         match ids.len() {
-            0 => Err(ApiError::not_found(wanted)),
+            0 => Ok(wanted.to_string()),
             1 => Ok(ids.remove(0)),
             n => {
                 ids.truncate(5);

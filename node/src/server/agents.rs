@@ -103,10 +103,24 @@ async fn ask_json(
     json: impl FnOnce(ServerMsg) -> Option<serde_json::Value>,
 ) -> Result<HttpResponse, ApiError> {
     require(req, &state.node.tokens, spec(&msg).role)?;
+    let mut msg = msg;
+    by_name(state, &mut msg).await?;
     let kind = msg.kind();
     let reply = state.node.ask(msg).await?;
     let body = json(reply).ok_or_else(|| super::stored::mismatch(kind))?;
     Ok(HttpResponse::Ok().json(body))
+}
+
+/// The path's session, given by id or by name, as the id (once the role
+/// was checked).
+async fn by_name(state: &AppState, msg: &mut ClientMsg) -> Result<(), ApiError> {
+    if let ClientMsg::Wait { session, .. }
+    | ClientMsg::Read { session, .. }
+    | ClientMsg::Send { session, .. } = msg
+    {
+        *session = state.node.resolve_name(session).await?;
+    }
+    Ok(())
 }
 
 /// `send`'s fields, as the WebSocket message has them.
@@ -139,6 +153,8 @@ async fn send(
                 when: body.when,
             };
             require(&req, &state.node.tokens, spec(&msg).role)?;
+            let mut msg = msg;
+            by_name(&state, &mut msg).await?;
             state.node.ask(msg).await?;
             Ok(HttpResponse::NoContent().finish())
         }

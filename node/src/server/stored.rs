@@ -96,6 +96,7 @@ async fn events(
     respond(
         async {
             require(&req, &state.node.tokens, Role::Viewer)?;
+            let path = state.node.resolve_name(&path).await?;
             let q: EventsQuery = super::auth::query(&req)?;
             let limit = q.limit.unwrap_or(MAX_EVENTS);
             let events = events_page(&state.node, &path, q.after.unwrap_or(0), limit).await?;
@@ -196,6 +197,7 @@ async fn events_stream(
     respond(
         async {
             require(&req, &state.node.tokens, Role::Viewer)?;
+            let path = state.node.resolve_name(&path).await?;
             let permit = state.streams.admit(&req)?;
             let q: StreamQuery = super::auth::query(&req)?;
             let header = req
@@ -254,6 +256,7 @@ async fn revive(
     respond(
         async {
             require(&req, &state.node.tokens, Role::Operator)?;
+            let path = state.node.resolve_name(&path).await?;
             let msg = ClientMsg::Revive {
                 id: 1,
                 session: path.to_string(),
@@ -274,6 +277,7 @@ async fn export(
     respond(
         async {
             require(&req, &state.node.tokens, Role::Viewer)?;
+            let path = state.node.resolve_name(&path).await?;
             let permit = state.streams.admit(&req)?;
             let node = state.node.clone();
             let info = node.info(&path)?;

@@ -57,7 +57,11 @@ impl State {
                     self.read_only = true;
                     self.read_only_note = "read-only (a viewer's token): keys are not sent";
                     self.pending_input.clear();
-                    self.notify(self.read_only_note.into());
+                    // Said now unless it answers a size the session had
+                    // already; then at the first key.
+                    if !self.quiet_claim {
+                        self.notify(self.read_only_note.into());
+                    }
                 }
                 Ok(Step::Continue)
             }

@@ -78,6 +78,10 @@ pub struct State {
     /// This connection has sent a size: the node knows it as a sizer of
     /// the session (to give the size back to when a later one leaves).
     claimed: bool,
+    /// The last size sent was the session's own (only so the node counts
+    /// this attach as a sizer): a viewer token's refusal of it is taken
+    /// quietly (the terminal is not told until a key is typed).
+    quiet_claim: bool,
     stdin: Stdin,
     /// Since when the link is down, and when the next attempt is due.
     offline_since: Option<Instant>,
@@ -154,6 +158,7 @@ impl State {
             pending_input: Vec::new(),
             sized: false,
             claimed: false,
+            quiet_claim: false,
             stdin: Stdin::Terminal,
             offline_since: None,
             retry_at: None,
@@ -566,6 +571,7 @@ impl State {
         if let Some((cols, rows)) = self.term {
             let (cols, rows) = (cols.clamp(1, MAX_COLS), rows.clamp(1, MAX_ROWS));
             self.claimed = true;
+            self.quiet_claim = self.session_size == Some((cols, rows));
             let session = self.opts.session.clone();
             self.send(ClientMsg::Resize {
                 session,

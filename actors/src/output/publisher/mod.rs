@@ -337,7 +337,9 @@ impl<S: Sink> Publisher<S> {
             prior: None,
             start_after: None,
             told_exit: false,
-            told_size: self.size_known_at(last),
+            // One right after the last frame may not be in what it gets
+            // first (the snapshot, or the `subscribed` size): told again.
+            told_size: self.size_known_at(last.saturating_sub(1)),
         };
         // Registered before replaying, so nothing published meanwhile is
         // missed (the owner is single-threaded: nothing is).

@@ -84,12 +84,15 @@ impl<S: Sink> Publisher<S> {
             sub.credit.reset_to(result.seq, offset);
         }
         sub.awaiting_snapshot = false;
-        // The snapshot has the size as of its seq.
+        // The snapshot has the size as of its seq, but maybe not one
+        // marked right after its last frame (made once the screen was
+        // taken): that one is told after it (the same size twice changes
+        // nothing).
         let known = self
             .sizes
             .iter()
             .rev()
-            .find(|m| m.after_seq <= result.seq)
+            .find(|m| m.after_seq < result.seq)
             .map(|m| m.id);
         if let Some(known) = known {
             sub.told_size = sub.told_size.max(known);

@@ -15,6 +15,7 @@ use std::time::Duration;
 
 mod common;
 
+use common::flood::{payload, raw_pty, through_termesh};
 use common::*;
 use termesh_node::client::Client;
 use termesh_transport::ClientMsg;

@@ -77,7 +77,11 @@ async fn link_bytes_per_output_byte(
     for _ in 0..viewers {
         let mut v = Client::connect(b).await.unwrap();
         common::subscribe(&mut v, &session, Some(0)).await;
-        readers.push(tokio::spawn(common::read_all(v, session.clone(), bytes)));
+        readers.push(tokio::spawn(common::flood::read_all(
+            v,
+            session.clone(),
+            bytes,
+        )));
     }
     let counts = Counts::now((a_http, b_http));
     go(&mut c, &session).await;
@@ -172,7 +176,7 @@ async fn slow_beside_fast(
     });
     let mut fast = Client::connect(b).await.unwrap();
     common::subscribe(&mut fast, &session, Some(0)).await;
-    let fast_reader = tokio::spawn(common::read_all(fast, session.clone(), bytes));
+    let fast_reader = tokio::spawn(common::flood::read_all(fast, session.clone(), bytes));
     let counts = Counts::now((a_http, b_http));
     go(&mut c, &session).await;
     let fast_resynced = !fast_reader.await.unwrap();
@@ -316,12 +320,12 @@ async fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(64);
     let file = dir.path().join("payload.txt");
-    common::payload(&file, mib);
+    common::flood::payload(&file, mib);
     let (mut raw, mut mirrored, mut behind) = (Vec::new(), Vec::new(), 0);
     for _ in 0..3 {
-        let (bytes, time) = common::raw_pty(&file);
+        let (bytes, time) = common::flood::raw_pty(&file);
         raw.push(bytes as f64 / time.as_secs_f64() / 1e6);
-        match common::through_termesh(&target(1), Some("a"), &file, bytes).await {
+        match common::flood::through_termesh(&target(1), Some("a"), &file, bytes).await {
             Some(t) => mirrored.push(bytes as f64 / t.as_secs_f64() / 1e6),
             None => behind += 1,
         }
@@ -368,7 +372,7 @@ async fn main() {
 
     // One copy per link: what crosses the a-b link per output byte.
     let link_file = dir.path().join("link.txt");
-    common::payload(&link_file, 16);
+    common::flood::payload(&link_file, 16);
     let link_bytes = std::fs::metadata(&link_file).unwrap().len() as usize;
     println!(
         "\nlink bytes (UDP, a to b) per byte of output, 16 MiB of cat on a read through b's mirror"

@@ -419,12 +419,12 @@ async fn main() {
     }
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("payload.txt");
-    common::payload(&file, mib);
+    common::flood::payload(&file, mib);
     let (mut raw, mut floor, mut single, mut mirror) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for _ in 0..env_or("TERMESH_BENCH_FLOOD_ROUNDS", 5) {
         common::settle(&pids).await;
-        let (bytes, time) = common::raw_pty(&file);
+        let (bytes, time) = common::flood::raw_pty(&file);
         raw.push(bytes as f64 / time.as_secs_f64() / 1e6);
         common::settle(&pids).await;
         let (shipped, time) = common::socket_floor::relay_pty(&file);
@@ -432,7 +432,7 @@ async fn main() {
         floor.push(bytes as f64 / time.as_secs_f64() / 1e6);
         for (to, rates) in [(&a, &mut single), (&b, &mut mirror)] {
             common::settle(&pids).await;
-            match common::through_termesh(to, Some("a"), &file, bytes).await {
+            match common::flood::through_termesh(to, Some("a"), &file, bytes).await {
                 Some(t) => rates.push(bytes as f64 / t.as_secs_f64() / 1e6),
                 None => println!("    a round resynced (fell a ring behind): not timed"),
             }

@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 
 mod common;
 
+use common::flood::{payload, raw_pty};
 use common::*;
 use termesh_node::client::{Client, Target};
 use termesh_transport::{ClientMsg, ServerMsg, SessionStatus};

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 mod common;
 
+use common::flood::{payload, raw_pty, through_termesh};
 use common::*;
 use termesh_node::client::{Client, Target};
 use termesh_transport::{ClientMsg, ServerMsg, SessionStatus};

@@ -1,20 +1,20 @@
 //! What the benchmark programs share: the real `termesh` binary as its own
 //! process, the client calls they all make, and programs in a PTY seen as
-//! a terminal shows them (`pty`), a slow link to put between them
-//! (`relay`), and a cluster of real nodes (`cluster`).
+//! a terminal shows them (`pty`), a flood's throughput (`flood`), a slow
+//! link to put between them (`relay`), and a cluster of real nodes
+//! (`cluster`).
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-
-use portable_pty::{native_pty_system, CommandBuilder, PtySize};
 
 use termesh_node::client::{Client, Target};
 use termesh_transport::{ClientMsg, CreateRequest, ServerMsg};
 
 pub mod cluster;
+pub mod flood;
 pub mod pty;
 pub mod relay;
 pub mod socket_floor;
@@ -209,123 +209,6 @@ pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
 
 pub fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
-}
-
-pub fn payload(path: &Path, mib: usize) {
-    let line =
-        b"termesh benchmark payload: the quick brown fox jumps over the lazy dog 0123456789\n";
-    let mut f = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
-    let mut written = 0;
-    while written < mib << 20 {
-        f.write_all(line).unwrap();
-        written += line.len();
-    }
-}
-
-/// The machine's own limit: a local reader draining `cat` through a PTY.
-pub fn raw_pty(path: &Path) -> (usize, Duration) {
-    let (start, mut child, mut reader) = cat_in_pty(path);
-    let mut buf = vec![0u8; 64 * 1024];
-    let mut total = 0;
-    while let Ok(n) = reader.read(&mut buf) {
-        if n == 0 {
-            break;
-        }
-        total += n;
-    }
-    let elapsed = start.elapsed();
-    let _ = child.wait();
-    (total, elapsed)
-}
-
-/// `cat` of `path` in a fresh raw PTY: when it started, the program, and
-/// the master's reader (the raw-PTY and relay floors read it).
-pub fn cat_in_pty(
-    path: &Path,
-) -> (
-    Instant,
-    Box<dyn portable_pty::Child + Send + Sync>,
-    Box<dyn Read + Send>,
-) {
-    let pair = native_pty_system()
-        .openpty(PtySize {
-            rows: 30,
-            cols: 120,
-            pixel_width: 0,
-            pixel_height: 0,
-        })
-        .unwrap();
-    let mut cmd = CommandBuilder::new("sh");
-    cmd.args([
-        "-c",
-        &format!("stty raw -echo; exec cat {}", path.display()),
-    ]);
-    let start = Instant::now();
-    let child = pair.slave.spawn_command(cmd).unwrap();
-    drop(pair.slave);
-    let reader = pair.master.try_clone_reader().unwrap();
-    (start, child, reader)
-}
-
-/// Same payload through a node to a WebSocket client that acks per protocol.
-/// `None` when the client fell a whole ring behind the program (a resync:
-/// the node does not slow a program for its viewers), so the round has no
-/// time to give.
-pub async fn through_termesh(
-    target: &Target,
-    on: Option<&str>,
-    path: &Path,
-    expected: usize,
-) -> Option<Duration> {
-    let mut c = Client::connect(target).await.unwrap();
-    let session = create_on(
-        &mut c,
-        on,
-        &format!("stty raw -echo; read go; exec cat {}", path.display()),
-    )
-    .await;
-    subscribe(&mut c, &session, Some(0)).await;
-    let start = Instant::now();
-    c.send(&ClientMsg::Input {
-        session: session.clone(),
-        data: b"\n".to_vec(),
-    })
-    .await
-    .unwrap();
-    read_all(c, session, expected)
-        .await
-        .then(|| start.elapsed())
-}
-
-/// Reads `expected` bytes of `session`'s output, acking per protocol;
-/// false when a resync came first (the program's bytes never all come, so
-/// it reads until the program exits).
-pub async fn read_all(mut c: Client, session: String, expected: usize) -> bool {
-    let (mut got, mut unacked, mut resynced) = (0usize, 0u64, false);
-    while got < expected {
-        match c.recv().await.unwrap() {
-            ServerMsg::Output { seq, data, .. } => {
-                got += data.len();
-                unacked += data.len() as u64;
-                if unacked >= WINDOW / 4 {
-                    unacked = 0;
-                    c.send(&ClientMsg::Ack {
-                        session: session.clone(),
-                        seq,
-                    })
-                    .await
-                    .unwrap();
-                }
-            }
-            ServerMsg::ResyncRequired { .. } => resynced = true,
-            ServerMsg::Event {
-                event: termesh_transport::EventKind::Exited { .. },
-                ..
-            } if resynced => return false,
-            _ => {}
-        }
-    }
-    !resynced
 }
 
 /// Keystroke to echo through the node; optionally with a flood on the same

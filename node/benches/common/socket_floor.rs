@@ -29,7 +29,7 @@ pub fn relay_pty(path: &Path) -> (usize, Duration) {
     });
     let mut out = TcpStream::connect(addr).unwrap();
     out.set_nodelay(true).unwrap();
-    let (start, mut child, mut reader) = super::cat_in_pty(path);
+    let (start, mut child, mut reader) = super::flood::cat_in_pty(path);
     let mut buf = vec![0u8; 64 * 1024];
     while let Ok(n) = reader.read(&mut buf) {
         if n == 0 || out.write_all(&buf[..n]).is_err() {

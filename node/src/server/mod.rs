@@ -8,6 +8,7 @@ mod body;
 mod console;
 mod data_dir;
 mod head_watch;
+mod hook;
 mod listener;
 mod membership;
 mod node;

@@ -15,7 +15,7 @@ use termesh_transport::{ErrorCode, EventKind};
 use crate::metrics::Metrics;
 use crate::output::publisher::{Kind, Mode, Publisher, Sink, SnapshotWanted, Subscription};
 use crate::output::ring::Ring;
-use crate::session::sizes::{Left, SizeClaims};
+use crate::session::sizes::SizeClaims;
 use crate::session::{Deliver, Delivery, ScreenResult, SubId};
 
 /// Output the owner may send a mirror ahead of its acks.
@@ -199,43 +199,7 @@ impl<S: Sink> MirrorCore<S> {
         if let Some(p) = self.publisher.as_mut() {
             p.unsubscribe(sub);
         }
-        let before = self.claims.latest();
-        let ask = match self.claims.leave(sub) {
-            // Its holder here left: the next sizer here holds it.
-            Left::Back(size) => Ask::ClaimSize {
-                size: Some(size),
-                apply: true,
-            },
-            Left::Nobody => Ask::ClaimSize {
-                size: None,
-                apply: false,
-            },
-            // A sizer that did not hold it: what this node stands for may
-            // have changed (none left: nothing).
-            Left::Nothing if self.claims.latest() != before => Ask::ClaimSize {
-                size: self.claims.latest(),
-                apply: false,
-            },
-            Left::Nothing => return,
-        };
-        self.asks.push(ask);
-    }
-
-    /// A viewer here is about to resize the session (its resize goes to
-    /// the owner as a request): the mirror claims that size at the owner.
-    pub fn claim_size(&mut self, sub: SubId, size: (u16, u16)) {
-        if !self
-            .publisher
-            .as_ref()
-            .is_some_and(|p| p.is_subscribed(sub))
-        {
-            return;
-        }
-        self.claims.claim(sub, size, self.size);
-        self.asks.push(Ask::ClaimSize {
-            size: Some(size),
-            apply: false,
-        });
+        self.sizer_left(sub);
     }
 
     pub fn ack(&mut self, sub: SubId, seq: u64) {
@@ -426,14 +390,7 @@ impl<S: Sink> MirrorCore<S> {
             if let Some(p) = &self.publisher {
                 p.broadcast(Delivery::Event(EventKind::Reachable));
             }
-            // The owner ended the last subscription with the link, and
-            // with it this node's claim: claimed again, not applied.
-            if let Some(size) = self.claims.latest() {
-                self.asks.push(Ask::ClaimSize {
-                    size: Some(size),
-                    apply: false,
-                });
-            }
+            self.claim_again();
         }
         self.retry_snapshots();
         self.after_publish();
@@ -596,6 +553,7 @@ fn deliver<S: Sink>(id: &Arc<str>, sub: &Subscription<S>, item: Delivery) {
     });
 }
 
+mod claims;
 #[cfg(test)]
 mod tests;
 

@@ -616,7 +616,11 @@ class Term {
     this.xterm.onRender(() => this.keepFollowing());
     // The terminal's element takes a new size a render after a resize:
     // the pane's scroll to the cursor is measured then.
+    this.screenEl = this.xterm.element.querySelector(".xterm-screen");
+    this.proposed = null; // the size this pane would give ({cols, rows})
+    this.overflows = false; // the terminal is larger than its pane
     new ResizeObserver(() => {
+      this.measure();
       if (this.follow) this.paneToCursor();
     }).observe(this.xterm.element);
     this.ctrl = false;
@@ -734,10 +738,10 @@ class Term {
   // what the session's screen holds; a pane smaller than that scrolls.
   takeSize() {
     if (state.role === "viewer" || !this.pane.offsetParent) return;
-    const d = this.fit.proposeDimensions();
-    if (!d || !(d.cols > 0) || !(d.rows > 0)) return;
-    const cols = Math.min(Math.max(d.cols, 2), 1000);
-    const rows = Math.min(Math.max(d.rows, 1), 500);
+    // Measured when the layout changes, not at every key.
+    const d = this.proposed || this.measure();
+    if (!d) return;
+    const { cols, rows } = d;
     this.asked = `${cols}x${rows}`;
     this.showSize();
     // Sent once even when the session has this size already: the node
@@ -751,9 +755,22 @@ class Term {
   // session's size gives it the new one; the view goes to the cursor.
   relayout() {
     if (!this.pane.offsetParent) return;
+    this.measure();
     const holds = this.size && this.asked === `${this.size.cols}x${this.size.rows}`;
     if (holds) this.takeSize();
     this.toCursor();
+  }
+
+  // The layout's figures: the size this pane would give the session (null
+  // while hidden) and whether the terminal overflows the pane.
+  measure() {
+    const d = this.pane.offsetParent && this.fit.proposeDimensions();
+    this.proposed = d && d.cols > 0 && d.rows > 0
+      ? { cols: Math.min(Math.max(d.cols, 2), 1000), rows: Math.min(Math.max(d.rows, 1), 500) }
+      : null;
+    this.overflows = !!this.screenEl
+      && (this.screenEl.clientWidth > this.el.clientWidth || this.screenEl.clientHeight > this.el.clientHeight);
+    return this.proposed;
   }
 
   // The view to the cursor, and following it from now on.
@@ -797,8 +814,10 @@ class Term {
   // A session larger than its pane: the pane scrolls so that the cursor
   // is in view (centred), when it is not.
   paneToCursor() {
-    const screen = this.xterm.element && this.xterm.element.querySelector(".xterm-screen");
-    if (!screen || !this.el.clientWidth) return;
+    // Only a pane the terminal overflows has anything to scroll (and a
+    // render of output reads no layout).
+    const screen = this.screenEl;
+    if (!this.overflows || !screen || !this.el.clientWidth) return;
     const b = this.xterm.buffer.active;
     const w = screen.clientWidth / this.xterm.cols;
     const h = screen.clientHeight / this.xterm.rows;

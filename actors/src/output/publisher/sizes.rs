@@ -32,8 +32,14 @@ pub(super) fn tell<S: Sink>(
     sub: &mut Subscriber<S>,
     sent: u64,
 ) {
+    // Per frame sent: nothing to do unless a change is untold.
     let told = sub.told_size;
-    for mark in sizes.iter().filter(|m| m.id > told && m.after_seq <= sent) {
+    if sizes.back().is_none_or(|m| m.id <= told) {
+        return;
+    }
+    // Marks are in id and seq order.
+    let untold = sizes.iter().skip_while(|m| m.id <= told);
+    for mark in untold.take_while(|m| m.after_seq <= sent) {
         sub.told_size = mark.id;
         sub.sink.deliver(Deliver {
             sub: id,

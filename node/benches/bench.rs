@@ -9,7 +9,8 @@
 //! `TERMESH_BENCH_CONFIG` is the node's config file text (default: the
 //! defaults, store on, with `http.max_connections_per_address` raised for
 //! the idle clients), e.g. `[store]\nenabled = false` for an A/B;
-//! `TERMESH_BENCH_BIN` runs another build of the node (before/after).
+//! `TERMESH_BENCH_BIN` runs another build of the node (before/after);
+//! `TERMESH_BENCH_THROUGHPUT_ONLY` stops after the throughput rounds.
 
 use std::time::Duration;
 
@@ -139,6 +140,9 @@ fn main() {
     println!("  termesh to a WebSocket client   {ws_rate:8.1} MB/s   rounds {ws_rates:.0?}   {:5.1}% of raw (target >= 90%)", 100.0 * ws_rate / raw_rate);
     if behind > 0 {
         println!("    {behind} round(s) not timed: the client fell a whole ring (4 MiB) behind `cat` and was resynced");
+    }
+    if std::env::var_os("TERMESH_BENCH_THROUGHPUT_ONLY").is_some() {
+        return;
     }
 
     let (idle50, idle99) = rt.block_on(echo(&node.target, None, 2000, false));

@@ -4,17 +4,20 @@
 //! thread drains it. No framing, no store, no acks, no screen: a relay
 //! server can only be slower than this (raw PTY reading is the floor of
 //! reading alone; this one adds what shipping costs on the same cores).
+//! With `hops` 2 a third thread forwards from one loopback connection to
+//! another, as a second node does for a client of its mirror: the floor
+//! for output that crosses two processes on the same cores.
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-/// `cat` of `path` through a bare PTY and a loopback socket: the bytes
-/// drained and the time from the program's start to the last of them.
-pub fn relay_pty(path: &Path) -> (usize, Duration) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
+/// `cat` of `path` through a bare PTY and `hops` loopback sockets (1 or
+/// 2): the bytes drained and the time from the program's start to the
+/// last of them.
+pub fn relay_pty(path: &Path, hops: usize) -> (usize, Duration) {
+    let (listener, addr) = listen();
     let drain = std::thread::spawn(move || {
         let (mut conn, _) = listener.accept().unwrap();
         let mut buf = vec![0u8; 64 * 1024];
@@ -27,17 +30,48 @@ pub fn relay_pty(path: &Path) -> (usize, Duration) {
         }
         (total, Instant::now())
     });
-    let mut out = TcpStream::connect(addr).unwrap();
-    out.set_nodelay(true).unwrap();
-    let (start, mut child, mut reader) = super::flood::cat_in_pty(path);
-    let mut buf = vec![0u8; 64 * 1024];
-    while let Ok(n) = reader.read(&mut buf) {
-        if n == 0 || out.write_all(&buf[..n]).is_err() {
-            break;
+    let (mut out, middle) = match hops {
+        1 => (connect(addr), None),
+        2 => {
+            let (listener, first) = listen();
+            let middle = std::thread::spawn(move || {
+                let (mut from, _) = listener.accept().unwrap();
+                let mut to = connect(addr);
+                forward(&mut from, &mut to);
+            });
+            (connect(first), Some(middle))
         }
-    }
+        _ => panic!("a relay of 1 or 2 hops"),
+    };
+    let (start, mut child, mut reader) = super::flood::cat_in_pty(path);
+    forward(&mut reader, &mut out);
     drop(out);
+    if let Some(middle) = middle {
+        middle.join().unwrap();
+    }
     let (total, end) = drain.join().unwrap();
     let _ = child.wait();
     (total, end - start)
+}
+
+fn listen() -> (TcpListener, SocketAddr) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    (listener, addr)
+}
+
+fn connect(addr: SocketAddr) -> TcpStream {
+    let out = TcpStream::connect(addr).unwrap();
+    out.set_nodelay(true).unwrap();
+    out
+}
+
+/// Each read (64 KiB at most) written on, until the end or an error.
+fn forward(from: &mut impl Read, to: &mut impl Write) {
+    let mut buf = vec![0u8; 64 * 1024];
+    while let Ok(n) = from.read(&mut buf) {
+        if n == 0 || to.write_all(&buf[..n]).is_err() {
+            break;
+        }
+    }
 }

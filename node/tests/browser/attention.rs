@@ -79,7 +79,7 @@ async fn a_phone_sees_who_waits_answers_inline_and_opens_the_link() {
     // The notification's link opens the session (the token is kept for
     // the tab); the phone's key row reaches the program.
     let keys = node
-        .create(&["sh", "-c", "stty -echo -icanon; exec od -An -c"])
+        .create(&["sh", "-c", "stty -echo -icanon -isig; exec od -An -c"])
         .await
         .id;
     b.goto(&format!("{}/#/session/{keys}", node.url())).await;
@@ -92,7 +92,7 @@ async fn a_phone_sees_who_waits_answers_inline_and_opens_the_link() {
         b.displayed(".pane.active .keys").await,
         "a phone gets the key row"
     );
-    for key in ["Esc", "Tab", "\u{2191}"] {
+    for key in ["Esc", "Tab", "\u{2191}", "^C"] {
         b.find(&format!(".pane.active .keys button[data-key='{key}']"))
             .await
             .click()
@@ -105,8 +105,10 @@ async fn a_phone_sees_who_waits_answers_inline_and_opens_the_link() {
         .await
         .unwrap();
     b.type_into_terminal("d").await;
-    // od prints the bytes once it has 16: ESC, TAB, ESC [ A, then ^D
-    // ends its line early (the terminal is not canonical: 004 is a byte).
-    b.type_into_terminal("0123456789").await;
-    wait_output(&node, &keys, "033  \\t 033   [   A 004").await;
+    // od prints the bytes once it has 16: ESC, TAB, ESC [ A, the ^C key's
+    // ETX (the terminal signals nothing here, so it arrives as the byte
+    // a terminal turns into SIGINT), then Ctrl and d (not canonical: 004
+    // is a byte too).
+    b.type_into_terminal("012345678").await;
+    wait_output(&node, &keys, "033  \\t 033   [   A 003 004").await;
 }

@@ -1,10 +1,11 @@
 // The termesh operator console: log in with a token (kept in this browser
 // session only), the link to the node (reconnects, a stale mark driven by
-// `ping`), the cluster's nodes, every session live through `watch`, and
-// who needs you: waiting sessions first with their question and an
-// inline answer (`send`), a browser notification when one starts to
-// wait, `#/session/ID` opens a session. Terminals are term.js's; what the
-// parts share (state, sending, buttons) is shared.js's.
+// `ping`), the cluster's nodes, every session live through `watch` with
+// its actions, the create and search (`grep`) forms, and who needs you:
+// waiting sessions first with their question and an inline answer
+// (`send`), a browser notification when one starts to wait,
+// `#/session/ID` opens a session. Terminals are term.js's; what the parts
+// share (state, sending, buttons) is shared.js's.
 import { decode } from "@msgpack/msgpack";
 import { $, state, send, request, auth, button } from "./shared.js";
 import { openTerm } from "./term.js";
@@ -150,7 +151,6 @@ function onMessage(m) {
   }
 }
 
-
 // Liveness: a quiet link is probed; one silent past two probes is marked.
 setInterval(() => {
   if (!state.ws || state.ws.readyState !== WebSocket.OPEN) return;
@@ -236,7 +236,6 @@ function row(cells) {
   }
   return tr;
 }
-
 
 // A session's action buttons are made once and kept across redraws: a
 // click never lands on a button that a redraw has just replaced.

@@ -1,8 +1,8 @@
-// What the console's parts share: the page's state, its one WebSocket
-// (send, request), the token's header and the buttons they make.
+// What the console's parts share: the page's state, the sending side of
+// its link to the node (send, request; app.js connects and reads), the
+// token's header, `$` and the buttons they make.
 import { encode } from "@msgpack/msgpack";
 
-export const WINDOW = 1 << 20;
 export const $ = (id) => document.getElementById(id);
 export const state = {
   token: sessionStorage.getItem("termesh.token"),
@@ -19,6 +19,13 @@ export const state = {
   // Quick retries left while the node restarts (it closed with 1001).
   restartTries: 0,
   notified: [], // the browser notifications shown (for the tests)
+  // Logged in and the session list loaded on this link (app.js).
+  ready: false,
+  // The terminal shown (term.js).
+  active: null,
+  // From the node's welcome: its keepalive interval and its name.
+  pingMs: null,
+  node: null,
 };
 // For the browser tests and a curious operator's devtools.
 window.termesh = state;

@@ -7,7 +7,11 @@
 import { Terminal } from "@xterm/xterm";
 import { FitAddon } from "@xterm/addon-fit";
 import { WebLinksAddon } from "@xterm/addon-web-links";
-import { WINDOW, $, state, send, request, auth, button } from "./shared.js";
+import { $, state, send, request, auth, button } from "./shared.js";
+
+// Each subscription's credit window (bytes): acked a quarter at a time,
+// once xterm has rendered it.
+const WINDOW = 1 << 20;
 
 export class Term {
   constructor(session) {

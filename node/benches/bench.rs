@@ -10,7 +10,8 @@
 //! defaults, store on, with `http.max_connections_per_address` raised for
 //! the idle clients), e.g. `[store]\nenabled = false` for an A/B;
 //! `TERMESH_BENCH_BIN` runs another build of the node (before/after);
-//! `TERMESH_BENCH_THROUGHPUT_ONLY` stops after the throughput rounds.
+//! `TERMESH_BENCH_THROUGHPUT_ONLY` (set to anything) stops after the
+//! throughput rounds.
 
 use std::time::Duration;
 

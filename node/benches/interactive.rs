@@ -41,12 +41,6 @@ use portable_pty::{native_pty_system, CommandBuilder, PtySize};
 use termesh_node::client::{Client, Target};
 use termesh_transport::{ClientMsg, ServerMsg};
 
-/// Flood throughput against the bare relay (`common::socket_floor`), of
-/// one hop for one node and of two for a mirror: what a server that
-/// stores, frames and paces output may cost over one that only forwards
-/// bytes.
-const FLOOR_TARGET: f64 = 0.9;
-
 /// Between two keys.
 const PACE: Duration = Duration::from_millis(40);
 /// Keys typed before the timed ones (the session's first output, warm-up).
@@ -342,17 +336,13 @@ fn print_phase(phase: Phase, pooled: &mut [Duration], p99s: &mut [Duration]) {
     );
 }
 
-/// The median, NaN when there is none (a run left out).
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
-}
-
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let rounds = env_or("TERMESH_BENCH_ROUNDS", 3);
     let keys = env_or("TERMESH_BENCH_KEYS", 300);
     let mib = env_or("TERMESH_BENCH_MIB", 32);
+    // Checked before anything runs: a misspelt round fails at once.
+    let floods = common::throughput::floods(std::env::var("TERMESH_BENCH_FLOODS").ok().as_deref());
     let picked = std::env::var("TERMESH_BENCH_PHASES").ok();
     let phases: Vec<Phase> = Phase::ALL
         .into_iter()
@@ -421,93 +411,6 @@ async fn main() {
     if mib == 0 {
         return;
     }
-    throughput(&cluster, mib).await;
-}
-
-/// A file's throughput in alternating rounds: the raw PTY, the bare relay
-/// of one and of two hops, one node, and through a mirror (a client of b
-/// reading a session of a, compared with the two-hop relay: the same
-/// output crossing two processes on the same cores).
-async fn throughput(cluster: &Cluster, mib: usize) {
-    let (a, b) = (cluster.target(0), cluster.target(1));
-    let pids = cluster.pids();
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("payload.txt");
-    common::flood::payload(&file, mib);
-    let bytes = std::fs::metadata(&file).unwrap().len() as usize;
-    let rate = |time: Duration| bytes as f64 / time.as_secs_f64() / 1e6;
-    // Which runs (comma-separated `raw,relay,relay2,node,mirror`).
-    let picked = std::env::var("TERMESH_BENCH_FLOODS").ok();
-    let runs: Vec<&str> = ["raw", "relay", "relay2", "node", "mirror"]
-        .into_iter()
-        .filter(|name| {
-            picked
-                .as_deref()
-                .is_none_or(|list| list.split(',').any(|n| n.trim() == *name))
-        })
-        .collect();
-    let mut rates: Vec<Vec<f64>> = vec![Vec::new(); runs.len()];
-    for _ in 0..env_or("TERMESH_BENCH_FLOOD_ROUNDS", 5) {
-        for (i, name) in runs.iter().enumerate() {
-            common::settle(&pids).await;
-            let time = match *name {
-                "raw" => Some(common::flood::raw_pty(&file)),
-                "relay" => Some(common::socket_floor::relay_pty(&file, 1)),
-                "relay2" => Some(common::socket_floor::relay_pty(&file, 2)),
-                _ => None,
-            };
-            let time = match time {
-                Some((got, time)) => {
-                    assert_eq!(got, bytes, "{name} lost bytes");
-                    Some(time)
-                }
-                None => {
-                    let to = if *name == "node" { &a } else { &b };
-                    let t = common::flood::through_termesh(to, Some("a"), &file, bytes).await;
-                    if t.is_none() {
-                        println!("    a {name} round resynced (fell a ring behind): not timed");
-                    }
-                    t
-                }
-            };
-            rates[i].extend(time.map(rate));
-        }
-    }
-    let what = |name: &str| match name {
-        "raw" => "raw PTY",
-        "relay" => "bare relay, one hop",
-        "relay2" => "bare relay, two hops",
-        "node" => "one node",
-        _ => "through a mirror",
-    };
-    let medians: Vec<f64> = rates.iter_mut().map(|v| median(v)).collect();
-    let of = |name: &str| {
-        runs.iter()
-            .position(|n| *n == name)
-            .map_or(f64::NAN, |i| medians[i])
-    };
-    println!("  {mib} MiB of `cat`, median MB/s (rounds)");
-    for (i, name) in runs.iter().enumerate() {
-        let parts: Vec<String> = rates[i].iter().map(|r| format!("{r:.0}")).collect();
-        let against = match *name {
-            "node" => Some("relay"),
-            "mirror" => Some("relay2"),
-            "relay" | "relay2" => Some("raw"),
-            _ => None,
-        };
-        let ratio = against.map_or(String::new(), |base| {
-            let target = if base == "raw" {
-                String::new()
-            } else {
-                format!(", target >= {FLOOR_TARGET:.2}x")
-            };
-            format!("  {:.2}x {}{target}", medians[i] / of(base), what(base))
-        });
-        println!(
-            "    {:<22} {:7.1}  [{}]{ratio}",
-            what(name),
-            medians[i],
-            parts.join(", ")
-        );
-    }
+    let flood_rounds = env_or("TERMESH_BENCH_FLOOD_ROUNDS", 5);
+    common::throughput::run(&cluster, mib, &floods, flood_rounds).await;
 }

@@ -18,6 +18,7 @@ pub mod flood;
 pub mod pty;
 pub mod relay;
 pub mod socket_floor;
+pub mod throughput;
 
 pub const WINDOW: u64 = 1 << 20;
 

@@ -4,7 +4,7 @@
 //! thread drains it. No framing, no store, no acks, no screen: a relay
 //! server can only be slower than this (raw PTY reading is the floor of
 //! reading alone; this one adds what shipping costs on the same cores).
-//! With `hops` 2 a third thread forwards from one loopback connection to
+//! With two hops a third thread forwards from one loopback connection to
 //! another, as a second node does for a client of its mirror: the floor
 //! for output that crosses two processes on the same cores.
 
@@ -13,10 +13,17 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-/// `cat` of `path` through a bare PTY and `hops` loopback sockets (1 or
-/// 2): the bytes drained and the time from the program's start to the
-/// last of them.
-pub fn relay_pty(path: &Path, hops: usize) -> (usize, Duration) {
+/// How many loopback connections the output crosses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hops {
+    One,
+    Two,
+}
+
+/// `cat` of `path` through a bare PTY and `hops` loopback connections:
+/// the bytes drained and the time from the program's start to the last
+/// of them.
+pub fn relay_pty(path: &Path, hops: Hops) -> (usize, Duration) {
     let (listener, addr) = listen();
     let drain = std::thread::spawn(move || {
         let (mut conn, _) = listener.accept().unwrap();
@@ -31,17 +38,16 @@ pub fn relay_pty(path: &Path, hops: usize) -> (usize, Duration) {
         (total, Instant::now())
     });
     let (mut out, middle) = match hops {
-        1 => (connect(addr), None),
-        2 => {
-            let (listener, first) = listen();
+        Hops::One => (connect(addr), None),
+        Hops::Two => {
+            let (listener, middle_addr) = listen();
             let middle = std::thread::spawn(move || {
                 let (mut from, _) = listener.accept().unwrap();
                 let mut to = connect(addr);
                 forward(&mut from, &mut to);
             });
-            (connect(first), Some(middle))
+            (connect(middle_addr), Some(middle))
         }
-        _ => panic!("a relay of 1 or 2 hops"),
     };
     let (start, mut child, mut reader) = super::flood::cat_in_pty(path);
     forward(&mut reader, &mut out);

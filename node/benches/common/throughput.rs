@@ -1,0 +1,164 @@
+//! A flood's throughput in alternating rounds (`--bench interactive`): a
+//! file `cat` through the raw PTY, through bare relays of one and two
+//! hops, through one node and through a mirror, each beside the floor it
+//! is held to.
+
+use std::path::Path;
+use std::time::Duration;
+
+use super::cluster::Cluster;
+use super::socket_floor::{relay_pty, Hops};
+
+/// What a server that stores, frames and paces output may cost over a
+/// bare relay of as many hops.
+pub const FLOOR_TARGET: f64 = 0.9;
+
+/// One kind of round.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flood {
+    Raw,
+    Relay,
+    Relay2,
+    Node,
+    Mirror,
+}
+
+impl Flood {
+    pub const ALL: [Flood; 5] = [
+        Flood::Raw,
+        Flood::Relay,
+        Flood::Relay2,
+        Flood::Node,
+        Flood::Mirror,
+    ];
+
+    /// Its name in `TERMESH_BENCH_FLOODS`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Flood::Raw => "raw",
+            Flood::Relay => "relay",
+            Flood::Relay2 => "relay2",
+            Flood::Node => "node",
+            Flood::Mirror => "mirror",
+        }
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Flood::Raw => "raw PTY",
+            Flood::Relay => "bare relay, one hop",
+            Flood::Relay2 => "bare relay, two hops",
+            Flood::Node => "one node",
+            Flood::Mirror => "through a mirror",
+        }
+    }
+
+    /// What its rate is compared with, and whether `FLOOR_TARGET` applies.
+    fn base(self) -> Option<(Flood, bool)> {
+        match self {
+            Flood::Raw => None,
+            Flood::Relay | Flood::Relay2 => Some((Flood::Raw, false)),
+            Flood::Node => Some((Flood::Relay, true)),
+            Flood::Mirror => Some((Flood::Relay2, true)),
+        }
+    }
+}
+
+/// The rounds `picked` names (comma-separated; all of them when `None`).
+pub fn floods(picked: Option<&str>) -> Vec<Flood> {
+    let Some(list) = picked else {
+        return Flood::ALL.to_vec();
+    };
+    let names: Vec<&str> = list.split(',').map(str::trim).collect();
+    for name in &names {
+        assert!(
+            Flood::ALL.iter().any(|f| f.name() == *name),
+            "TERMESH_BENCH_FLOODS: no round named {name:?} (raw, relay, relay2, node, mirror)"
+        );
+    }
+    Flood::ALL
+        .into_iter()
+        .filter(|f| names.contains(&f.name()))
+        .collect()
+}
+
+/// `rounds` alternating rounds of `runs` with a file of `mib` MiB; the
+/// node rounds on the cluster's first node, the mirror's on its second
+/// (a session of the first); prints each run's median and rounds.
+pub async fn run(cluster: &Cluster, mib: usize, runs: &[Flood], rounds: usize) {
+    let pids = cluster.pids();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("payload.txt");
+    super::flood::payload(&file, mib);
+    let bytes = std::fs::metadata(&file).unwrap().len() as usize;
+    let mut rates: Vec<Vec<f64>> = vec![Vec::new(); runs.len()];
+    for _ in 0..rounds {
+        for (i, flood) in runs.iter().enumerate() {
+            super::settle(&pids).await;
+            if let Some(time) = round(cluster, *flood, &file, bytes).await {
+                rates[i].push(bytes as f64 / time.as_secs_f64() / 1e6);
+            }
+        }
+    }
+    let medians: Vec<Option<f64>> = rates.iter_mut().map(|v| median(v)).collect();
+    let of = |flood: Flood| {
+        runs.iter()
+            .position(|f| *f == flood)
+            .and_then(|i| medians[i])
+    };
+    println!("  {mib} MiB of `cat`, median MB/s (rounds)");
+    for (i, flood) in runs.iter().enumerate() {
+        let Some(rate) = medians[i] else {
+            println!("    {:<22} not timed: every round resynced", flood.label());
+            continue;
+        };
+        let parts: Vec<String> = rates[i].iter().map(|r| format!("{r:.0}")).collect();
+        let ratio = match flood.base() {
+            Some((base, held)) => match of(base) {
+                Some(floor) => {
+                    let target = if held {
+                        format!(", target >= {FLOOR_TARGET:.2}x")
+                    } else {
+                        String::new()
+                    };
+                    format!("  {:.2}x {}{target}", rate / floor, base.label())
+                }
+                None => format!("  (no {} round to compare with)", base.name()),
+            },
+            None => String::new(),
+        };
+        println!(
+            "    {:<22} {rate:7.1}  [{}]{ratio}",
+            flood.label(),
+            parts.join(", ")
+        );
+    }
+}
+
+/// One round's time; `None` when a client fell a ring behind (resynced).
+async fn round(cluster: &Cluster, flood: Flood, file: &Path, bytes: usize) -> Option<Duration> {
+    let (got, time) = match flood {
+        Flood::Raw => super::flood::raw_pty(file),
+        Flood::Relay => relay_pty(file, Hops::One),
+        Flood::Relay2 => relay_pty(file, Hops::Two),
+        Flood::Node | Flood::Mirror => {
+            let to = cluster.target(usize::from(flood == Flood::Mirror));
+            let time = super::flood::through_termesh(&to, Some("a"), file, bytes).await;
+            if time.is_none() {
+                println!(
+                    "    a {} round resynced (fell a ring behind): not timed",
+                    flood.name()
+                );
+            }
+            return time;
+        }
+    };
+    assert_eq!(got, bytes, "the {} round lost bytes", flood.name());
+    Some(time)
+}
+
+/// The median, `None` when there is none (every round resynced).
+fn median(v: &mut [f64]) -> Option<f64> {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v.get(v.len() / 2).copied()
+}

@@ -20,7 +20,7 @@ use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
 use common::{echo, ms, percentile, Node};
-use portable_pty::{native_pty_system, CommandBuilder, PtySize};
+use portable_pty::CommandBuilder;
 
 fn env_or(name: &str, default: usize) -> usize {
     std::env::var(name)
@@ -31,14 +31,7 @@ fn env_or(name: &str, default: usize) -> usize {
 
 /// `cat` in a bare PTY: a key written to the master until it is read back.
 fn bare_pty(samples: usize) -> (Duration, Duration) {
-    let pair = native_pty_system()
-        .openpty(PtySize {
-            rows: 24,
-            cols: 80,
-            pixel_width: 0,
-            pixel_height: 0,
-        })
-        .unwrap();
+    let pair = common::pty::open(80, 24);
     let mut cmd = CommandBuilder::new("sh");
     cmd.args(["-c", "stty raw -echo; echo ready; exec cat"]);
     let mut child = pair.slave.spawn_command(cmd).unwrap();

@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 
 use common::cluster::Cluster;
 use common::{ms, percentile, WINDOW};
-use portable_pty::{native_pty_system, CommandBuilder, PtySize};
+use portable_pty::CommandBuilder;
 use termesh_node::client::{Client, Target};
 use termesh_transport::{ClientMsg, ServerMsg};
 
@@ -120,14 +120,7 @@ struct BarePty {
 
 impl BarePty {
     fn spawn(script: &str) -> BarePty {
-        let pair = native_pty_system()
-            .openpty(PtySize {
-                rows: 24,
-                cols: 80,
-                pixel_width: 0,
-                pixel_height: 0,
-            })
-            .unwrap();
+        let pair = common::pty::open(80, 24);
         let mut cmd = CommandBuilder::new("sh");
         cmd.args(["-c", script]);
         let child = pair.slave.spawn_command(cmd).unwrap();

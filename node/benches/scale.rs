@@ -28,7 +28,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
-use portable_pty::{native_pty_system, CommandBuilder, PtySize};
+use portable_pty::CommandBuilder;
 use termesh_node::client::Client;
 use termesh_transport::{ClientMsg, ServerMsg};
 
@@ -60,14 +60,7 @@ fn bare_spawns(n: usize) -> Vec<Duration> {
     let mut children = Vec::with_capacity(n);
     for _ in 0..n {
         let start = Instant::now();
-        let pair = native_pty_system()
-            .openpty(PtySize {
-                rows: 30,
-                cols: 120,
-                pixel_width: 0,
-                pixel_height: 0,
-            })
-            .unwrap();
+        let pair = common::pty::open(120, 30);
         let mut cmd = CommandBuilder::new("sh");
         cmd.args(["-c", PROGRAM]);
         let child = pair.slave.spawn_command(cmd).unwrap();

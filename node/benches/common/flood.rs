@@ -4,7 +4,7 @@
 
 use std::io::{Read, Write};
 
-use portable_pty::{native_pty_system, CommandBuilder, PtySize};
+use portable_pty::CommandBuilder;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -27,17 +27,23 @@ pub fn payload(path: &Path, mib: usize) {
 /// The machine's own limit: a local reader draining `cat` through a PTY.
 pub fn raw_pty(path: &Path) -> (usize, Duration) {
     let (start, mut child, mut reader) = cat_in_pty(path);
+    let total = drain(&mut reader);
+    let elapsed = start.elapsed();
+    let _ = child.wait();
+    (total, elapsed)
+}
+
+/// Reads `from` to its end (or an error) in 64 KiB reads: the bytes read.
+pub fn drain(from: &mut impl Read) -> usize {
     let mut buf = vec![0u8; 64 * 1024];
     let mut total = 0;
-    while let Ok(n) = reader.read(&mut buf) {
+    while let Ok(n) = from.read(&mut buf) {
         if n == 0 {
             break;
         }
         total += n;
     }
-    let elapsed = start.elapsed();
-    let _ = child.wait();
-    (total, elapsed)
+    total
 }
 
 /// `cat` of `path` in a fresh raw PTY: when it started, the program, and
@@ -49,14 +55,7 @@ pub fn cat_in_pty(
     Box<dyn portable_pty::Child + Send + Sync>,
     Box<dyn Read + Send>,
 ) {
-    let pair = native_pty_system()
-        .openpty(PtySize {
-            rows: 30,
-            cols: 120,
-            pixel_width: 0,
-            pixel_height: 0,
-        })
-        .unwrap();
+    let pair = super::pty::open(120, 30);
     let mut cmd = CommandBuilder::new("sh");
     cmd.args([
         "-c",

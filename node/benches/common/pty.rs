@@ -9,12 +9,24 @@ use std::path::Path;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use portable_pty::{native_pty_system, Child, CommandBuilder, MasterPty, PtySize};
+use portable_pty::{native_pty_system, Child, CommandBuilder, MasterPty, PtyPair, PtySize};
 use termesh_actors::session::screen::Utf8Decoder;
 use termesh_node::client::Target;
 
 /// Bound on one wait for the screen, or for the program's exit.
 pub const PATIENCE: Duration = Duration::from_secs(60);
+
+/// A fresh PTY of `cols` x `rows`.
+pub fn open(cols: u16, rows: u16) -> PtyPair {
+    native_pty_system()
+        .openpty(PtySize {
+            rows,
+            cols,
+            pixel_width: 0,
+            pixel_height: 0,
+        })
+        .expect("open a PTY")
+}
 
 pub struct Pty {
     child: Box<dyn Child + Send + Sync>,
@@ -33,14 +45,7 @@ pub struct Pty {
 
 impl Pty {
     pub fn spawn(cmd: CommandBuilder, (cols, rows): (u16, u16)) -> Pty {
-        let pair = native_pty_system()
-            .openpty(PtySize {
-                rows,
-                cols,
-                pixel_width: 0,
-                pixel_height: 0,
-            })
-            .expect("open a PTY");
+        let pair = open(cols, rows);
         let mut reader = pair.master.try_clone_reader().unwrap();
         let writer = pair.master.take_writer().unwrap();
         let (tx, rx) = mpsc::channel::<Vec<u8>>();

@@ -27,15 +27,7 @@ pub fn relay_pty(path: &Path, hops: Hops) -> (usize, Duration) {
     let (listener, addr) = listen();
     let drain = std::thread::spawn(move || {
         let (mut conn, _) = listener.accept().unwrap();
-        let mut buf = vec![0u8; 64 * 1024];
-        let mut total = 0;
-        while let Ok(n) = conn.read(&mut buf) {
-            if n == 0 {
-                break;
-            }
-            total += n;
-        }
-        (total, Instant::now())
+        (super::flood::drain(&mut conn), Instant::now())
     });
     let (mut out, middle) = match hops {
         Hops::One => (connect(addr), None),

@@ -337,9 +337,9 @@ impl<S: Sink> Publisher<S> {
             prior: None,
             start_after: None,
             told_exit: false,
-            // One right after the last frame may not be in what it gets
-            // first (the snapshot, or the `subscribed` size): told again.
-            told_size: self.size_known_at(last.saturating_sub(1)),
+            // What it gets first (the snapshot, or the `subscribed` size)
+            // may not have one marked right after the last frame.
+            told_size: self.size_known_before(last),
         };
         // Registered before replaying, so nothing published meanwhile is
         // missed (the owner is single-threaded: nothing is).
@@ -354,9 +354,7 @@ impl<S: Sink> Publisher<S> {
             Some(n) => match self.ring.offset_after(n) {
                 Some(offset) if self.ring.replay_from(n).is_ok() => {
                     sub.credit = Credit::new(req.window, n, offset);
-                    // One right after frame `n` may not have reached it:
-                    // told again (the same size twice changes nothing).
-                    sub.told_size = self.size_known_at(n.saturating_sub(1));
+                    sub.told_size = self.size_known_before(n);
                 }
                 _ if n > last && self.mode == Mode::Mirror => sub.start_after = Some(n),
                 _ => {

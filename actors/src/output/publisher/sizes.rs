@@ -73,11 +73,13 @@ impl<S: Sink> Publisher<S> {
         }
     }
 
-    /// The last size change a subscriber at `seq` has seen (its screen at
-    /// `seq` has that size): the newest marked at or before `seq`; when
-    /// every one kept is later, none of them.
-    pub(super) fn size_known_at(&self, seq: u64) -> u64 {
-        match self.sizes.iter().rev().find(|m| m.after_seq <= seq) {
+    /// The last size change a subscriber given output up to `seq` is sure
+    /// to have seen: the newest marked before `seq` (one marked right
+    /// after frame `seq` may not be in what it was given, a snapshot taken
+    /// before the mark, and is told again: the same size twice changes
+    /// nothing); when every one kept is later, none of them.
+    pub(super) fn size_known_before(&self, seq: u64) -> u64 {
+        match self.sizes.iter().rev().find(|m| m.after_seq < seq) {
             Some(mark) => mark.id,
             None => self.sizes.front().map_or(self.next_size - 1, |m| m.id - 1),
         }

@@ -75,6 +75,7 @@ impl<S: Sink> Publisher<S> {
         let ScreenOut::Snapshot(data) = result.out else {
             return;
         };
+        let known = self.size_known_before(result.seq);
         let Some(sub) = self.subs.get_mut(&id) else {
             return;
         };
@@ -84,19 +85,8 @@ impl<S: Sink> Publisher<S> {
             sub.credit.reset_to(result.seq, offset);
         }
         sub.awaiting_snapshot = false;
-        // The snapshot has the size as of its seq, but maybe not one
-        // marked right after its last frame (made once the screen was
-        // taken): that one is told after it (the same size twice changes
-        // nothing).
-        let known = self
-            .sizes
-            .iter()
-            .rev()
-            .find(|m| m.after_seq < result.seq)
-            .map(|m| m.id);
-        if let Some(known) = known {
-            sub.told_size = sub.told_size.max(known);
-        }
+        // The snapshot has the size as of its seq.
+        sub.told_size = sub.told_size.max(known);
         let sink = sub.sink.clone();
         self.send(
             id,

@@ -447,3 +447,24 @@ fn a_size_change_reaches_a_subscriber_behind_between_the_frames_around_it() {
     push_n(&mut p, 1, 10);
     assert_eq!(frames_and_sizes(&rec.take_for(4)), vec![6]);
 }
+
+#[test]
+fn a_size_marked_right_after_a_snapshots_last_frame_is_told_after_it() {
+    let rec = Rec::default();
+    let mut p = publisher(10_000, Mode::Owner);
+    push_n(&mut p, 3, 10);
+    // A fresh viewer's screen is taken at frame 3; the session is
+    // resized before the snapshot is handed back, with no frame between.
+    p.subscribe(sub(&rec, 1, None, 10_000, Kind::Viewer), (80, 24));
+    let wanted = p.take_wanted();
+    p.resized(120, 40);
+    p.snapshot_done(1, wanted[0].generation, snap(3));
+    push_n(&mut p, 1, 10);
+    assert_eq!(frames_and_sizes(&rec.take_for(1)), vec![-120_000, 4]);
+    // A resume right after frame 3 is told it too (before frame 4).
+    p.subscribe(sub(&rec, 2, Some(3), 10_000, Kind::Viewer), (120, 40));
+    assert_eq!(frames_and_sizes(&rec.take_for(2)), vec![-120_000, 4]);
+    // One from after frame 4 has seen it.
+    p.subscribe(sub(&rec, 3, Some(4), 10_000, Kind::Viewer), (120, 40));
+    assert_eq!(frames_and_sizes(&rec.take_for(3)), Vec::<i64>::new());
+}

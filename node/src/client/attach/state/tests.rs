@@ -376,3 +376,45 @@ fn typing_after_another_viewer_sized_the_session_takes_the_size_back() {
         .iter()
         .any(|m| matches!(m, ClientMsg::Resize { .. })));
 }
+
+/// The node's answer to a viewer token's resize or input.
+fn forbidden() -> ServerMsg {
+    ServerMsg::Error {
+        id: None,
+        session: Some(ID.into()),
+        code: termesh_transport::ErrorCode::Forbidden,
+        message: "a viewer may not resize".into(),
+    }
+}
+
+fn notice(st: &State) -> Option<&str> {
+    st.notice.as_ref().map(|(text, _)| text.as_str())
+}
+
+#[test]
+fn a_viewer_tokens_refusal_of_a_same_size_claim_is_said_at_the_first_key() {
+    // The attach said the size the session has (to count as a sizer):
+    // its refusal changes nothing on screen, so nothing is said yet.
+    let mut st = attached(Some((80, 24)), false);
+    st.on_message(forbidden()).unwrap();
+    assert_eq!(notice(&st), None);
+    st.on_outside(Outside::Keys(b"a".to_vec()), true);
+    st.flush_input();
+    assert!(
+        notice(&st).is_some_and(|n| n.contains("read-only")),
+        "{:?}",
+        notice(&st)
+    );
+    assert!(!st
+        .take_outbox()
+        .iter()
+        .any(|m| matches!(m, ClientMsg::Input { .. })));
+    // A claim of another size refused: said at once.
+    let mut other = attached(Some((100, 30)), false);
+    other.on_message(forbidden()).unwrap();
+    assert!(
+        notice(&other).is_some_and(|n| n.contains("read-only")),
+        "{:?}",
+        notice(&other)
+    );
+}

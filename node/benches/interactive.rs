@@ -29,8 +29,14 @@
 //! `TERMESH_BENCH_FLOODS` which of them run (`raw,relay,relay2,node,mirror`);
 //! `TERMESH_BENCH_CONFIG` is added to both nodes' configs (`\n` for
 //! newlines).
+//! `TERMESH_HOP_LOG=/tmp/hops/log` (its directory must exist) has the
+//! nodes log each key at every point it passes (`termesh_transport::hops`)
+//! and each round print where its keys waited: the median key's hops and
+//! each hop's mean over the slowest 5%.
 
 mod common;
+#[path = "interactive/hops.rs"]
+mod hops;
 
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};
@@ -39,6 +45,7 @@ use common::cluster::Cluster;
 use common::{ms, percentile, WINDOW};
 use portable_pty::CommandBuilder;
 use termesh_node::client::{Client, Target};
+use termesh_transport::hops::now_us;
 use termesh_transport::{ClientMsg, ServerMsg};
 
 /// Between two keys.
@@ -231,6 +238,7 @@ async fn paced(target: &Target, on: &str, keys: usize, flood: Option<bool>) -> V
         None => None,
     };
     let mut times = Vec::with_capacity(keys);
+    let mut stamps = Vec::with_capacity(keys);
     let mut next = Instant::now() + PACE;
     for i in 0..keys + WARMUP {
         // Until the key is due, the client reads what comes (the flood).
@@ -246,6 +254,7 @@ async fn paced(target: &Target, on: &str, keys: usize, flood: Option<bool>) -> V
         next = Instant::now() + PACE;
         let key = format!("<{i}>");
         let sent = Instant::now();
+        let sent_us = now_us();
         c.send(&ClientMsg::Input {
             session: session.clone(),
             data: key.clone().into_bytes(),
@@ -268,6 +277,11 @@ async fn paced(target: &Target, on: &str, keys: usize, flood: Option<bool>) -> V
         }
         if i >= WARMUP {
             times.push(sent.elapsed());
+            stamps.push(hops::Stamp {
+                key: i as u64,
+                sent: sent_us,
+                echoed: now_us(),
+            });
         }
         c.send(&ClientMsg::Ack {
             session: session.clone(),
@@ -281,6 +295,9 @@ async fn paced(target: &Target, on: &str, keys: usize, flood: Option<bool>) -> V
             "    (the subscribed flood delivered only {} bytes)",
             neighbour.bytes
         );
+    }
+    if hops::on() {
+        hops::report(&stamps);
     }
     if let Some(id) = flood_id {
         common::remove(&mut c, id).await;

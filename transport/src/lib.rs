@@ -8,6 +8,7 @@ pub mod client;
 pub mod codec;
 pub mod drive;
 pub mod fuzz;
+pub mod hops;
 pub mod https;
 pub mod keeper;
 pub mod peer;

@@ -281,6 +281,7 @@ impl NodeCtx {
 pub fn answer_now(node: &NodeCtx, msg: ClientMsg) -> Now {
     let (id, session, result) = match msg {
         ClientMsg::Input { session, data } => {
+            termesh_transport::hops::pass("in_taken", &data);
             let done = node.input(&session, Bytes::from(data));
             (None, session, done)
         }

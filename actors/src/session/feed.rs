@@ -113,7 +113,10 @@ impl SessionActor {
 
     fn on_event(&mut self, event: PtyEvent, ctx: &mut Context<Self>) {
         let steps = match event {
-            PtyEvent::Output { seq, data } => return self.on_output(seq, data, ctx),
+            PtyEvent::Output { seq, data } => {
+                termesh_transport::hops::pass("out_session", &data);
+                return self.on_output(seq, data, ctx);
+            }
             PtyEvent::Eof => self.core.eof(),
             PtyEvent::Exited(info) => self.core.exited(info),
             PtyEvent::Lost => self.core.keeper_lost(),

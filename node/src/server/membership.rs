@@ -15,7 +15,7 @@ use actix::Actor;
 use termesh_actors::cluster::peer::{Forget, FromLink, LinkStats, PeerActor, SetNode};
 use termesh_actors::front::ops::NodeCtx;
 use termesh_config::{ClusterConfig, Config, NodeEntry};
-use termesh_transport::peer::link::{LinkSink, Mesh, MeshConfig, PeerSpec};
+use termesh_transport::peer::link::{LinkEvent, LinkSink, Mesh, MeshConfig, PeerSpec};
 
 /// The node's membership, shared with the reload.
 pub type Shared = Arc<Mutex<Option<Membership>>>;
@@ -196,6 +196,7 @@ fn peer(entry: &NodeEntry, me: &str, node: &NodeCtx, arbiter: &actix::ArbiterHan
         node.mesh.view.clone(),
         stats.clone(),
     );
+    let routes = actor.mirror_routes();
     let actor = PeerActor::start_in_arbiter(arbiter, move |_| actor);
     actor.do_send(SetNode {
         answer: Arc::new(termesh_actors::front::request::TableAnswer(node.clone())),
@@ -208,7 +209,12 @@ fn peer(entry: &NodeEntry, me: &str, node: &NodeCtx, arbiter: &actix::ArbiterHan
         name: entry.name.clone(),
         addr: entry.quic,
         key_sha256: entry.key_sha256.clone(),
-        sink: LinkSink::new(move |event| actor.do_send(FromLink(event))),
+        // The peer's output goes straight to this node's mirrors, past
+        // the actor's mailbox (`routes`); the rest to the actor.
+        sink: LinkSink::new(move |event| match event {
+            LinkEvent::Data(msg) => routes.route(msg),
+            event => actor.do_send(FromLink(event)),
+        }),
         stats,
     }
 }

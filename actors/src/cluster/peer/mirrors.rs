@@ -2,10 +2,10 @@
 //! subscribes to its sessions for the peer's mirrors (output out on this
 //! side's data stream, acks in on the control stream); as the mirroring
 //! side, it carries its mirrors' subscribes and acks to the peer and
-//! routes what arrives on the peer's data stream to them.
+//! keeps the routes by which the link hands them what arrives on the
+//! peer's data streams (`routes`).
 
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 
 use actix::prelude::*;
 use termesh_transport::peer::DataMsg;
@@ -143,17 +143,18 @@ impl PeerActor {
         if !up {
             self.end_upstream();
         }
-        self.mirrors.retain(|_, sink| sink.connected());
-        for sink in self.mirrors.values() {
+        let mut routes = self.mirrors.lock();
+        routes.open = up;
+        routes.sinks.retain(|_, sink| sink.connected());
+        for sink in routes.sinks.values() {
             sink.do_send(FromOwner::Link(up));
         }
     }
 
-    /// Something for one of this node's mirrors, from the peer's data stream.
-    pub(super) fn route_to_mirror(&mut self, msg: DataMsg) {
-        if let Some(sink) = self.mirrors.get(msg.session()) {
-            sink.do_send(FromOwner::Data(msg));
-        }
+    /// The routes the link's reader hands the peer's output by (the
+    /// node's `LinkSink` for this peer).
+    pub fn mirror_routes(&self) -> super::routes::MirrorRoutes {
+        self.mirrors.clone()
     }
 }
 
@@ -172,7 +173,10 @@ impl Handler<Deliver> for PeerActor {
         let fast = match &msg.item {
             // A mirror's subscription gets neither.
             Delivery::Snapshot { .. } | Delivery::Failed { .. } => return,
-            Delivery::Output(frame) => up.fast(Some(frame.seq), frame.data.len()),
+            Delivery::Output(frame) => {
+                termesh_transport::hops::pass("out_peer", &frame.data);
+                up.fast(Some(frame.seq), frame.data.len())
+            }
             _ => up.fast(None, 0),
         };
         let session = msg.session.to_string();
@@ -231,7 +235,7 @@ impl Handler<ToOwner> for PeerActor {
                         window,
                     });
                 }
-                self.mirrors.insert(session, sink);
+                self.mirrors.lock().sinks.insert(session, sink);
             }
             ToOwner::Ack { session, seq } => {
                 self.send(termesh_transport::peer::PeerMsg::Ack {
@@ -259,7 +263,8 @@ impl Handler<ToOwner> for PeerActor {
             }
             ToOwner::ClaimSize { .. } => {}
             ToOwner::End { session } => {
-                if self.mirrors.remove(&session).is_some() {
+                let ended = self.mirrors.lock().sinks.remove(&session).is_some();
+                if ended {
                     self.send(termesh_transport::peer::PeerMsg::Unsubscribe {
                         session: session.to_string(),
                     });
@@ -268,6 +273,3 @@ impl Handler<ToOwner> for PeerActor {
         }
     }
 }
-
-/// This node's mirrors of the peer's sessions, by session id.
-pub(super) type MirrorSinks = std::collections::HashMap<Arc<str>, Recipient<FromOwner>>;

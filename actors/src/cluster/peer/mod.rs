@@ -9,6 +9,7 @@ pub mod breaker;
 mod lane;
 mod mirrors;
 mod requests;
+pub mod routes;
 pub mod view;
 
 pub use requests::{Forward, TimedOut};
@@ -56,7 +57,7 @@ pub struct PeerActor {
     /// This node's sessions the peer mirrors: the subscription of each.
     upstream: HashMap<String, lane::Upstream>,
     /// This node's mirrors of the peer's sessions.
-    mirrors: mirrors::MirrorSinks,
+    mirrors: routes::MirrorRoutes,
     down_since: Option<Instant>,
     boot: Option<String>,
     dir: Directory,
@@ -107,7 +108,7 @@ impl PeerActor {
             revision: 0,
             replies: None,
             upstream: HashMap::new(),
-            mirrors: HashMap::new(),
+            mirrors: routes::MirrorRoutes::default(),
             down_since: Some(Instant::now()),
             boot: None,
             dir,
@@ -215,7 +216,10 @@ impl PeerActor {
 
     fn on_msg(&mut self, msg: PeerMsg, ctx: &mut Context<Self>) {
         match msg {
-            PeerMsg::Request { req, msg, .. } => self.on_request(req, msg, ctx),
+            PeerMsg::Request { req, msg, .. } => {
+                termesh_transport::hops::pass_input("in_peer", &msg);
+                self.on_request(req, msg, ctx)
+            }
             PeerMsg::Reply { req, msg } => {
                 self.on_answer();
                 if let Some(waiter) = self.waiting.remove(&req) {
@@ -415,8 +419,10 @@ impl Handler<FromLink> for PeerActor {
             // What a link sends after this side dropped it (a breaker
             // trip) is stale: a mirror subscribe taken now would outlive it.
             LinkEvent::Msg(msg) if self.link_open() => self.on_msg(*msg, ctx),
-            LinkEvent::Data(msg) if self.link_open() => self.route_to_mirror(msg),
-            LinkEvent::Msg(_) | LinkEvent::Data(_) => {}
+            LinkEvent::Msg(_) => {}
+            // The node's sink routes these itself (`mirror_routes`); the
+            // routes know whether the link is open.
+            LinkEvent::Data(msg) => self.mirrors.route(msg),
             LinkEvent::Down { reason } => self.on_down(reason),
         }
     }

@@ -124,6 +124,7 @@ impl Handler<Forward> for PeerActor {
         if !self.link_open() {
             return;
         }
+        termesh_transport::hops::pass_input("in_forward", &msg.msg);
         let req = self.next_req;
         self.next_req += 1;
         self.waiting.insert(req, msg.reply);

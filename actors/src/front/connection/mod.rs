@@ -197,6 +197,7 @@ impl ConnectionActor {
         output: bool,
     ) {
         let now = std::time::Instant::now();
+        termesh_transport::hops::pass("out_connection", &frame);
         match self.lanes.offer(session, frame, output, now) {
             lanes::Offer::Now(frame) => {
                 ctx.binary(frame);

@@ -368,6 +368,7 @@ async fn read_task(mut r: Reader, master: Registered) {
             }
         }
         let data = buf.split_to(filled).freeze();
+        termesh_transport::hops::pass("out_read", &data);
         if r.given.is_none() {
             // The session hands over its seqs as it takes the PTY.
             r.given = match r.seqs.wait_for(Option::is_some).await {
@@ -460,6 +461,7 @@ async fn write_task(
         let (data, done) = data;
         queued.fetch_sub(data.len(), Ordering::AcqRel);
         lane.set_bulk(false);
+        termesh_transport::hops::pass("in_pty", &data);
         if let Err(e) = write_all(&master, &data).await {
             // The terminal is gone: input has nowhere to go.
             tracing::debug!("the terminal takes no more input: {e}");

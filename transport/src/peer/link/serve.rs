@@ -44,6 +44,7 @@ pub(super) async fn serve(
     });
     let writer = async {
         while let Some(msg) = outgoing.recv().await {
+            crate::hops::pass_request("in_link_write", &msg);
             frame::write(&mut send, &msg)
                 .await
                 .map_err(|e| format!("write: {e}"))?;
@@ -53,7 +54,10 @@ pub(super) async fn serve(
     let reader = async {
         loop {
             match frame::read::<_, PeerMsg>(&mut recv).await {
-                Ok(Some(msg)) => peer.sink.send(LinkEvent::Msg(Box::new(msg))),
+                Ok(Some(msg)) => {
+                    crate::hops::pass_request("in_link_read", &msg);
+                    peer.sink.send(LinkEvent::Msg(Box::new(msg)))
+                }
                 Ok(None) => return "the peer closed the control stream".to_string(),
                 Err(e) => return format!("read: {e}"),
             }
@@ -103,6 +107,7 @@ async fn write_data(
         .await
         .map_err(|e| format!("data stream: {e}"))?;
     while let Some(msg) = outgoing.recv().await {
+        crate::hops::pass_output("out_link_write", &msg);
         frame::write(&mut send, &msg)
             .await
             .map_err(|e| format!("data write: {e}"))?;
@@ -174,7 +179,10 @@ async fn read_uni(mut recv: quinn::RecvStream, sink: &LinkSink) -> Result<(), St
     match kind[0] {
         DATA_STREAM | FAST_DATA_STREAM => loop {
             match frame::read::<_, DataMsg>(&mut recv).await {
-                Ok(Some(msg)) => sink.send(LinkEvent::Data(msg)),
+                Ok(Some(msg)) => {
+                    crate::hops::pass_output("out_link_read", &msg);
+                    sink.send(LinkEvent::Data(msg))
+                }
                 Ok(None) => return Err("the peer closed its data stream".into()),
                 Err(e) => return Err(format!("data read: {e}")),
             }

@@ -59,20 +59,6 @@ pub fn pass_input(point: &str, msg: &crate::ClientMsg) {
     }
 }
 
-/// As `pass`, for a request forwarded on the link.
-pub fn pass_request(point: &str, msg: &crate::peer::PeerMsg) {
-    if let crate::peer::PeerMsg::Request { msg, .. } = msg {
-        pass_input(point, msg);
-    }
-}
-
-/// As `pass`, for output on the link.
-pub fn pass_output(point: &str, msg: &crate::peer::DataMsg) {
-    if let crate::peer::DataMsg::Output { data, .. } = msg {
-        pass(point, data);
-    }
-}
-
 fn open() -> Option<Mutex<std::fs::File>> {
     let path = std::env::var_os(ENV)?;
     let mut path = std::path::PathBuf::from(path).into_os_string();

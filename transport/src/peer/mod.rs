@@ -175,6 +175,20 @@ impl PeerMsg {
     }
 }
 
+/// As `hops::pass`, for a request forwarded on the link.
+pub fn hop_request(point: &str, msg: &PeerMsg) {
+    if let PeerMsg::Request { msg, .. } = msg {
+        crate::hops::pass_input(point, msg);
+    }
+}
+
+/// As `hops::pass`, for output on the link.
+pub fn hop_output(point: &str, msg: &DataMsg) {
+    if let DataMsg::Output { data, .. } = msg {
+        crate::hops::pass(point, data);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -285,7 +285,7 @@ impl Handler<FromOwner> for MirrorActor {
     fn handle(&mut self, msg: FromOwner, ctx: &mut Context<Self>) {
         match msg {
             FromOwner::Data(data) => {
-                termesh_transport::hops::pass_output("out_mirror", &data);
+                termesh_transport::peer::hop_output("out_mirror", &data);
                 self.core.from_owner(data)
             }
             FromOwner::Link(up) => self.core.link(up),

@@ -37,7 +37,7 @@ impl MirrorRoutes {
     /// link is open and the mirror known (else it is dropped, as a frame
     /// for a mirror that ended).
     pub fn route(&self, msg: DataMsg) {
-        termesh_transport::hops::pass_output("out_route", &msg);
+        termesh_transport::peer::hop_output("out_route", &msg);
         let routes = self.lock();
         if !routes.open {
             return;

@@ -44,7 +44,7 @@ pub(super) async fn serve(
     });
     let writer = async {
         while let Some(msg) = outgoing.recv().await {
-            crate::hops::pass_request("in_link_write", &msg);
+            crate::peer::hop_request("in_link_write", &msg);
             frame::write(&mut send, &msg)
                 .await
                 .map_err(|e| format!("write: {e}"))?;
@@ -55,7 +55,7 @@ pub(super) async fn serve(
         loop {
             match frame::read::<_, PeerMsg>(&mut recv).await {
                 Ok(Some(msg)) => {
-                    crate::hops::pass_request("in_link_read", &msg);
+                    crate::peer::hop_request("in_link_read", &msg);
                     peer.sink.send(LinkEvent::Msg(Box::new(msg)))
                 }
                 Ok(None) => return "the peer closed the control stream".to_string(),
@@ -107,7 +107,7 @@ async fn write_data(
         .await
         .map_err(|e| format!("data stream: {e}"))?;
     while let Some(msg) = outgoing.recv().await {
-        crate::hops::pass_output("out_link_write", &msg);
+        crate::peer::hop_output("out_link_write", &msg);
         frame::write(&mut send, &msg)
             .await
             .map_err(|e| format!("data write: {e}"))?;
@@ -180,7 +180,7 @@ async fn read_uni(mut recv: quinn::RecvStream, sink: &LinkSink) -> Result<(), St
         DATA_STREAM | FAST_DATA_STREAM => loop {
             match frame::read::<_, DataMsg>(&mut recv).await {
                 Ok(Some(msg)) => {
-                    crate::hops::pass_output("out_link_read", &msg);
+                    crate::peer::hop_output("out_link_read", &msg);
                     sink.send(LinkEvent::Data(msg))
                 }
                 Ok(None) => return Err("the peer closed its data stream".into()),

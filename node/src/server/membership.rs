@@ -12,10 +12,10 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use actix::Actor;
-use termesh_actors::cluster::peer::{Forget, FromLink, LinkStats, PeerActor, SetNode};
+use termesh_actors::cluster::peer::{Forget, LinkStats, PeerActor, SetNode};
 use termesh_actors::front::ops::NodeCtx;
 use termesh_config::{ClusterConfig, Config, NodeEntry};
-use termesh_transport::peer::link::{LinkEvent, LinkSink, Mesh, MeshConfig, PeerSpec};
+use termesh_transport::peer::link::{Mesh, MeshConfig, PeerSpec};
 
 /// The node's membership, shared with the reload.
 pub type Shared = Arc<Mutex<Option<Membership>>>;
@@ -209,12 +209,7 @@ fn peer(entry: &NodeEntry, me: &str, node: &NodeCtx, arbiter: &actix::ArbiterHan
         name: entry.name.clone(),
         addr: entry.quic,
         key_sha256: entry.key_sha256.clone(),
-        // The peer's output goes straight to this node's mirrors, past
-        // the actor's mailbox (`routes`); the rest to the actor.
-        sink: LinkSink::new(move |event| match event {
-            LinkEvent::Data(msg) => routes.route(msg),
-            event => actor.do_send(FromLink(event)),
-        }),
+        sink: routes.sink(actor.recipient()),
         stats,
     }
 }

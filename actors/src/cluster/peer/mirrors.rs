@@ -143,16 +143,11 @@ impl PeerActor {
         if !up {
             self.end_upstream();
         }
-        let mut routes = self.mirrors.lock();
-        routes.open = up;
-        routes.sinks.retain(|_, sink| sink.connected());
-        for sink in routes.sinks.values() {
-            sink.do_send(FromOwner::Link(up));
-        }
+        self.mirrors.link(up);
     }
 
-    /// The routes the link's reader hands the peer's output by (the
-    /// node's `LinkSink` for this peer).
+    /// The routes the link's reader hands the peer's output by
+    /// (`MirrorRoutes::sink`, the node's `LinkSink` for this peer).
     pub fn mirror_routes(&self) -> super::routes::MirrorRoutes {
         self.mirrors.clone()
     }
@@ -235,7 +230,7 @@ impl Handler<ToOwner> for PeerActor {
                         window,
                     });
                 }
-                self.mirrors.lock().sinks.insert(session, sink);
+                self.mirrors.insert(session, sink);
             }
             ToOwner::Ack { session, seq } => {
                 self.send(termesh_transport::peer::PeerMsg::Ack {
@@ -263,8 +258,7 @@ impl Handler<ToOwner> for PeerActor {
             }
             ToOwner::ClaimSize { .. } => {}
             ToOwner::End { session } => {
-                let ended = self.mirrors.lock().sinks.remove(&session).is_some();
-                if ended {
+                if self.mirrors.remove(&session) {
                     self.send(termesh_transport::peer::PeerMsg::Unsubscribe {
                         session: session.to_string(),
                     });

@@ -56,7 +56,8 @@ pub struct PeerActor {
     replies: Option<mpsc::UnboundedSender<PeerMsg>>,
     /// This node's sessions the peer mirrors: the subscription of each.
     upstream: HashMap<String, lane::Upstream>,
-    /// This node's mirrors of the peer's sessions.
+    /// This node's mirrors of the peer's sessions, shared with the link's
+    /// reader, which routes the peer's output to them.
     mirrors: routes::MirrorRoutes,
     down_since: Option<Instant>,
     boot: Option<String>,
@@ -420,8 +421,8 @@ impl Handler<FromLink> for PeerActor {
             // trip) is stale: a mirror subscribe taken now would outlive it.
             LinkEvent::Msg(msg) if self.link_open() => self.on_msg(*msg, ctx),
             LinkEvent::Msg(_) => {}
-            // The node's sink routes these itself (`mirror_routes`); the
-            // routes know whether the link is open.
+            // The link's sink routes these past this actor
+            // (`MirrorRoutes::sink`); one handed here goes the same way.
             LinkEvent::Data(msg) => self.mirrors.route(msg),
             LinkEvent::Down { reason } => self.on_down(reason),
         }

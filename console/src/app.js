@@ -382,7 +382,16 @@ function renderSessions() {
     rows.push(tr);
     if (isWaiting(s)) rows.push(askRow(s));
   }
+  // Taking a focused answer box out of the page, even to put it straight
+  // back, drops its focus (and a phone's keyboard with it, the next keys
+  // going nowhere): it gets its focus and caret back.
+  const focused = document.activeElement;
+  const caret = focused instanceof HTMLInputElement ? [focused.selectionStart, focused.selectionEnd] : null;
   body.replaceChildren(...rows);
+  if (focused && focused.isConnected && document.activeElement !== focused) {
+    focused.focus({ preventScroll: true });
+    if (caret) focused.setSelectionRange(...caret);
+  }
   const waiting = list.filter(isWaiting).length;
   $("attention").hidden = waiting === 0;
   $("waiting-count").textContent = `${waiting} waiting for you`;

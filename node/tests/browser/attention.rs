@@ -1,7 +1,7 @@
 //! The console as an attention board, on a phone-sized window: a session
 //! that starts to ask comes first, marked, with its question; the page
 //! notifies; the question is answered inline (`send`) without opening the
-//! terminal; `#/session/ID` (a notification's link) opens a session; the
+//! terminal, its box keeping the focus while the list redraws; `#/session/ID` (a notification's link) opens a session; the
 //! row of keys a phone keyboard lacks reaches the program.
 
 use super::*;
@@ -49,8 +49,23 @@ async fn a_phone_sees_who_waits_answers_inline_and_opens_the_link() {
     assert_eq!(fits, serde_json::json!(true), "the answer box fits a phone");
     b.screenshot(&docs_path("console-attention.png")).await;
 
-    // Answered inline: typed and sent, the terminal never opened.
+    // The answer box keeps its focus while the list redraws (here for a
+    // session that comes): the keys typed next reach it, and a phone's
+    // keyboard stays open.
     let input = b.find(&format!("tr[data-ask='{asks}'] input")).await;
+    input.click().await.unwrap();
+    let other = node.create(&["sh", "-c", "exec sleep 1000"]).await.id;
+    b.wait_js(
+        "the list redrawn with the new session, the answer box still focused",
+        &format!(
+            "return !!document.querySelector(\"tr[data-session='{other}']\") \
+               && document.activeElement === \
+                    document.querySelector(\"tr[data-ask='{asks}'] input\")"
+        ),
+    )
+    .await;
+
+    // Answered inline: typed and sent, the terminal never opened.
     input.send_keys("y").await.unwrap();
     b.find(&format!("tr[data-ask='{asks}'] button"))
         .await

@@ -137,3 +137,47 @@ async fn the_store_runs_below_the_node() {
         "{others:?}"
     );
 }
+
+/// Where each program the node starts is a scheduler autogroup of its own
+/// (autogroups on, the node in no CPU cgroup: this project's test hosts),
+/// the node says so at start with the remedy, and says nothing where not;
+/// the keeper it starts says the same in its log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_node_says_when_programs_are_autogroups_of_their_own() {
+    // The node runs in this test's cgroups: the same answer applies.
+    let expected = termesh_actors::session::autogroup::hint();
+    let node = BinaryNode::start("");
+    // Start a program so the keeper runs and has logged its start.
+    let mut c = Client::connect(&node.target(OPERATOR)).await.unwrap();
+    let req = CreateRequest {
+        command: Some(vec!["sleep".into(), "100000".into()]),
+        ..Default::default()
+    };
+    c.request(|id| ClientMsg::Create { id, req }).await.unwrap();
+    let keeper_log = node.data.join("keeper.log");
+    within(PATIENCE, "the keeper serving", async {
+        loop {
+            let log = std::fs::read_to_string(&keeper_log).unwrap_or_default();
+            if log.contains("PTY keeper serving") {
+                return;
+            }
+            poll_pause().await;
+        }
+    })
+    .await;
+    let keeper = std::fs::read_to_string(&keeper_log).unwrap();
+    let said = "each program starts in a scheduler autogroup of its own";
+    match expected {
+        Some(hint) => {
+            println!("this host: {hint}");
+            assert!(node.log().contains(said), "node log:\n{}", node.log());
+            assert!(node.log().contains("kernel.sched_autogroup_enabled=0"));
+            assert!(keeper.contains(said), "keeper log:\n{keeper}");
+        }
+        None => {
+            println!("this host gives programs no autogroup of their own");
+            assert!(!node.log().contains(said), "node log:\n{}", node.log());
+            assert!(!keeper.contains(said), "keeper log:\n{keeper}");
+        }
+    }
+}

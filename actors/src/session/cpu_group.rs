@@ -42,7 +42,7 @@ pub struct BulkGroup {
 
 /// Where a cgroup path of /proc/<pid>/cgroup lives on disk.
 #[derive(Debug, Clone, PartialEq)]
-struct Hierarchy {
+pub(super) struct Hierarchy {
     /// cgroup v2.
     v2: bool,
     /// Its mount point, and the cgroup path mounted there.
@@ -52,7 +52,7 @@ struct Hierarchy {
 
 impl Hierarchy {
     /// The directory of cgroup `path` (as /proc/<pid>/cgroup names it).
-    fn dir(&self, path: &str) -> Option<PathBuf> {
+    pub(super) fn dir(&self, path: &str) -> Option<PathBuf> {
         let rel = Path::new(path).strip_prefix(&self.root).ok()?;
         Some(self.mount.join(rel))
     }
@@ -209,7 +209,7 @@ fn write(path: &Path, value: &str) -> std::io::Result<()> {
 
 /// The cgroup path in a /proc/<pid>/cgroup text: v2's `0::` line, or the
 /// v1 line whose controllers include `cpu`.
-fn cgroup_path(text: &str, v2: bool) -> Option<String> {
+pub(super) fn cgroup_path(text: &str, v2: bool) -> Option<String> {
     text.lines().find_map(|line| {
         let mut parts = line.splitn(3, ':');
         let (id, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
@@ -251,7 +251,7 @@ fn place(own: &str, mountinfo: &str) -> Result<(Hierarchy, PathBuf), String> {
 }
 
 /// The cgroup mount of `v2`, or v1's with the `cpu` controller.
-fn mount(mountinfo: &str, v2: bool) -> Option<Hierarchy> {
+pub(super) fn mount(mountinfo: &str, v2: bool) -> Option<Hierarchy> {
     mountinfo.lines().find_map(|line| {
         let (left, right) = line.split_once(" - ")?;
         let fields: Vec<&str> = left.split_whitespace().collect();

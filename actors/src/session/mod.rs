@@ -7,6 +7,7 @@
 
 pub mod agent;
 mod attention;
+pub mod autogroup;
 mod background;
 pub mod bulk;
 mod cold;

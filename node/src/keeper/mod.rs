@@ -79,6 +79,9 @@ pub fn run(data_dir: &Path) -> anyhow::Result<()> {
     mask.thread_block()?;
     let mut children = SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)?;
     tracing::info!(socket = %path.display(), pid = std::process::id(), "PTY keeper serving");
+    if let Some(hint) = termesh_actors::session::autogroup::hint() {
+        tracing::info!("{hint}");
+    }
     notify_ready();
 
     let mut keeper = Keeper {

@@ -1,0 +1,101 @@
+//! Whether the programs this process starts are each scheduled as an
+//! autogroup of their own, and the hint that says so at start.
+//!
+//! Linux puts every new session (`setsid`, which each program's terminal
+//! needs) in an autogroup of its own when `kernel.sched_autogroup_enabled`
+//! is 1 and the process is in no CPU cgroup (the root of the `cpu`
+//! hierarchy, or of cgroup v2 without the `cpu` controller). The scheduler
+//! then shares a CPU between groups first: the program a person types into
+//! is one group, the node's threads another. On a host whose CPUs are all
+//! busy, measured here (docs/benchmarks.md, issue 32, "Seventh stop"),
+//! the typed-into program waited up to 47 ms for a CPU while the node's
+//! threads passed a flood's output between each other inside their own
+//! group, which the scheduler kept running; with the programs and the node
+//! in one group the same wait stays under a millisecond or two. The node
+//! cannot change that for itself (the switch is the host's), so it says
+//! so once, with the remedy (docs/operations.md, "The program you type
+//! into runs first").
+
+use std::path::Path;
+
+use super::cpu_group::{cgroup_path, mount};
+
+/// The hint for the operator when the programs this process starts will
+/// each be an autogroup of their own; `None` where they will not.
+pub fn hint() -> Option<String> {
+    let enabled = std::fs::read_to_string("/proc/sys/kernel/sched_autogroup_enabled").ok()?;
+    let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let controllers = |dir: &Path| std::fs::read_to_string(dir.join("cgroup.controllers")).ok();
+    applies(&enabled, &own, &mounts, controllers).then(|| {
+        "each program starts in a scheduler autogroup of its own (kernel.sched_autogroup_enabled=1, \
+         and this process is in no CPU cgroup): on a host whose CPUs are all busy, the program \
+         you type into waits behind the node's busy threads, tens of ms at worst; run the \
+         programs in the node's CPU cgroup or set kernel.sched_autogroup_enabled=0 \
+         (docs/operations.md, \"The program you type into runs first\")"
+            .to_string()
+    })
+}
+
+/// Autogroups are on (`enabled`, the sysctl's text) and this process (its
+/// /proc/self/cgroup `own`, the mounts `mountinfo`) is in the root CPU
+/// group: the root `cpu` cgroup of v1, or on v2 the root or a cgroup
+/// whose `controllers` (read from its directory) lack `cpu`.
+fn applies(
+    enabled: &str,
+    own: &str,
+    mountinfo: &str,
+    controllers: impl Fn(&Path) -> Option<String>,
+) -> bool {
+    if enabled.trim() != "1" {
+        return false;
+    }
+    if let (Some(path), Some(_)) = (cgroup_path(own, false), mount(mountinfo, false)) {
+        return path == "/";
+    }
+    let Some(path) = cgroup_path(own, true) else {
+        return true;
+    };
+    if path == "/" {
+        return true;
+    }
+    let Some(dir) = mount(mountinfo, true).and_then(|h| h.dir(&path)) else {
+        return true;
+    };
+    !controllers(&dir)
+        .unwrap_or_default()
+        .split_whitespace()
+        .any(|c| c == "cpu")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const V1_MOUNTS: &str = "30 25 0:26 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu\n";
+    const V2_MOUNTS: &str = "40 25 0:28 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n";
+
+    fn none(_: &Path) -> Option<String> {
+        None
+    }
+
+    #[test]
+    fn v1_the_root_cpu_cgroup_means_autogroups_a_child_does_not() {
+        assert!(applies("1\n", "1:cpu:/\n0::/\n", V1_MOUNTS, none));
+        assert!(!applies("1\n", "1:cpu:/termesh\n0::/\n", V1_MOUNTS, none));
+        assert!(!applies("0\n", "1:cpu:/\n0::/\n", V1_MOUNTS, none));
+    }
+
+    #[test]
+    fn v2_autogroups_unless_the_nodes_cgroup_has_the_cpu_controller() {
+        let own = "0::/system.slice/termesh.service/node\n";
+        let with_cpu = |dir: &Path| {
+            (dir == Path::new("/sys/fs/cgroup/system.slice/termesh.service/node"))
+                .then(|| "cpuset cpu io memory pids\n".to_string())
+        };
+        assert!(!applies("1", own, V2_MOUNTS, with_cpu));
+        let without = |_: &Path| Some("memory pids\n".to_string());
+        assert!(applies("1", own, V2_MOUNTS, without));
+        assert!(applies("1", "0::/\n", V2_MOUNTS, with_cpu));
+    }
+}

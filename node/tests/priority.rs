@@ -166,6 +166,12 @@ async fn the_node_says_when_programs_are_autogroups_of_their_own() {
     })
     .await;
     let keeper = std::fs::read_to_string(&keeper_log).unwrap();
+    // The keeper the node started shares its cgroup: no hint of that.
+    assert!(
+        !node.log().contains("runs the programs in CPU cgroup"),
+        "{}",
+        node.log()
+    );
     let said = "each program starts in a scheduler autogroup of its own";
     match expected {
         Some(hint) => {
@@ -180,4 +186,56 @@ async fn the_node_says_when_programs_are_autogroups_of_their_own() {
             assert!(!keeper.contains(said), "keeper log:\n{keeper}");
         }
     }
+}
+
+/// A keeper that runs in another CPU cgroup than the node (its own unit's)
+/// makes the program you type into wait behind the node's group on a busy
+/// host: the node says so when it connects. Checked where this test may
+/// make a cgroup v1 `cpu` cgroup (root, as CI runs).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_node_says_when_its_keeper_runs_in_another_cpu_cgroup() {
+    let cpu = std::path::Path::new("/sys/fs/cgroup/cpu");
+    let group = cpu.join(format!("termesh-test-keeper-{}", std::process::id()));
+    if !nix::unistd::geteuid().is_root() || !cpu.join("cpu.shares").exists() {
+        println!("no cgroup v1 cpu controller for root here: not checked");
+        return;
+    }
+    std::fs::create_dir_all(&group).unwrap();
+    struct Remove(std::path::PathBuf);
+    impl Drop for Remove {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir(&self.0);
+        }
+    }
+    let _remove = Remove(group.clone());
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    // The keeper first, moved into its own cgroup before the node comes.
+    let mut keeper = std::process::Command::new(env!("CARGO_BIN_EXE_termesh"))
+        .arg("keeper")
+        .arg("--data-dir")
+        .arg(&data)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::fs::write(group.join("cgroup.procs"), keeper.id().to_string()).unwrap();
+    within(PATIENCE, "the keeper listening", async {
+        while !termesh_actors::keeper::Keeper::listening(&data) {
+            poll_pause().await;
+        }
+    })
+    .await;
+    let node = BinaryNode::start_on(&data, "");
+    let log = node.log();
+    let name = group.file_name().unwrap().to_string_lossy().to_string();
+    assert!(
+        log.contains(&format!(
+            "runs the programs in CPU cgroup /{name}, not the node's"
+        )),
+        "node log:\n{log}"
+    );
+    drop(node);
+    let _ = keeper.kill();
+    let _ = keeper.wait();
 }

@@ -1,5 +1,6 @@
 //! Whether the programs this process starts are each scheduled as an
-//! autogroup of their own, and the hint that says so at start.
+//! autogroup of their own, or in another CPU cgroup than the node's (the
+//! keeper's own unit), and the hints that say so at start.
 //!
 //! Linux puts every new session (`setsid`, which each program's terminal
 //! needs) in an autogroup of its own when `kernel.sched_autogroup_enabled`
@@ -13,8 +14,9 @@
 //! group, which the scheduler kept running; with the programs and the node
 //! in one group the same wait stays under a millisecond or two. The node
 //! cannot change that for itself (the switch is the host's), so it says
-//! so once, with the remedy (docs/operations.md, "The program you type
-//! into runs first").
+//! so once, with the remedy (docs/operations.md, "Scheduler autogroups").
+//! The same holds where a keeper in a unit of its own holds the programs:
+//! its cgroup is a group beside the node's (`apart`).
 
 use std::path::Path;
 
@@ -35,6 +37,58 @@ pub fn hint() -> Option<String> {
          (docs/operations.md, \"The program you type into runs first\")"
             .to_string()
     })
+}
+
+/// The hint for the operator when the keeper `keeper` (its pid) runs its
+/// programs in another CPU cgroup than this node's; `None` where both
+/// share one (or it cannot be read).
+pub fn apart(keeper: i32) -> Option<String> {
+    let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let theirs = std::fs::read_to_string(format!("/proc/{keeper}/cgroup")).ok()?;
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let controllers = |dir: &Path| std::fs::read_to_string(dir.join("cgroup.controllers")).ok();
+    let (mine, its) = (
+        cpu_group(&own, &mounts, controllers)?,
+        cpu_group(&theirs, &mounts, controllers)?,
+    );
+    (mine != its).then(|| {
+        format!(
+            "the PTY keeper (pid {keeper}) runs the programs in CPU cgroup {its}, not the node's ({mine}): \
+             on a host whose CPUs are all busy, the program you type into waits behind the node's \
+             busy threads (tens of ms); run the keeper in the node's cgroup \
+             (docs/operations.md, \"Scheduler autogroups\")"
+        )
+    })
+}
+
+/// The CPU cgroup whose share a process (its /proc/<pid>/cgroup `text`)
+/// runs on: its v1 `cpu` path, or on v2 the nearest cgroup up from its
+/// own whose `controllers` include `cpu` (`/` where none does).
+fn cpu_group(
+    text: &str,
+    mountinfo: &str,
+    controllers: impl Fn(&Path) -> Option<String>,
+) -> Option<String> {
+    if let (Some(path), Some(_)) = (cgroup_path(text, false), mount(mountinfo, false)) {
+        return Some(path);
+    }
+    let path = cgroup_path(text, true)?;
+    let h = mount(mountinfo, true)?;
+    let mut at = Path::new(&path);
+    loop {
+        let s = at.to_str()?;
+        if s == "/" {
+            return Some("/".into());
+        }
+        let has_cpu = h
+            .dir(s)
+            .and_then(|dir| controllers(&dir))
+            .is_some_and(|c| c.split_whitespace().any(|c| c == "cpu"));
+        if has_cpu {
+            return Some(s.to_string());
+        }
+        at = at.parent()?;
+    }
 }
 
 /// Autogroups are on (`enabled`, the sysctl's text) and this process (its
@@ -97,5 +151,32 @@ mod tests {
         let without = |_: &Path| Some("memory pids\n".to_string());
         assert!(applies("1", own, V2_MOUNTS, without));
         assert!(applies("1", "0::/\n", V2_MOUNTS, with_cpu));
+    }
+
+    #[test]
+    fn the_cpu_group_is_v1s_path_or_v2s_nearest_cgroup_with_cpu() {
+        assert_eq!(
+            cpu_group("1:cpu:/t-keeper\n", V1_MOUNTS, none).as_deref(),
+            Some("/t-keeper")
+        );
+        // v2: the units have cpu (a unit's CPUWeight enables it for the
+        // slice), the keeper's programs sit below their unit.
+        let units = |dir: &Path| {
+            let d = dir.to_str().unwrap();
+            (d.ends_with(".service") || d.ends_with("/node")).then(|| "cpu memory\n".to_string())
+        };
+        let keeper = "0::/system.slice/termesh-keeper.service\n";
+        let node = "0::/system.slice/termesh.service\n";
+        assert_eq!(
+            cpu_group(keeper, V2_MOUNTS, units).as_deref(),
+            Some("/system.slice/termesh-keeper.service")
+        );
+        assert_ne!(
+            cpu_group(keeper, V2_MOUNTS, units),
+            cpu_group(node, V2_MOUNTS, units)
+        );
+        // Nowhere cpu: both on the root's share (autogroups decide).
+        assert_eq!(cpu_group(keeper, V2_MOUNTS, none).as_deref(), Some("/"));
+        assert_eq!(cpu_group(node, V2_MOUNTS, none).as_deref(), Some("/"));
     }
 }

@@ -38,6 +38,9 @@ pub(super) fn connect_keeper(
     let (keeper, held) =
         termesh_actors::keeper::Keeper::connect_or_start(&config.node.data_dir, &exe)
             .context("the PTY keeper (--no-keeper runs programs as the node's children)")?;
+    if let Some(hint) = termesh_actors::session::autogroup::apart(keeper.pid() as i32) {
+        tracing::info!("{hint}");
+    }
     Ok((Some(keeper), held))
 }
 

@@ -34,7 +34,7 @@ pub fn hint() -> Option<String> {
          and this process is in no CPU cgroup): on a host whose CPUs are all busy, the program \
          you type into waits behind the node's busy threads, tens of ms at worst; run the \
          programs in the node's CPU cgroup or set kernel.sched_autogroup_enabled=0 \
-         (docs/operations.md, \"The program you type into runs first\")"
+         (docs/operations.md, \"Scheduler autogroups\")"
             .to_string()
     })
 }
@@ -92,34 +92,14 @@ fn cpu_group(
 }
 
 /// Autogroups are on (`enabled`, the sysctl's text) and this process (its
-/// /proc/self/cgroup `own`, the mounts `mountinfo`) is in the root CPU
-/// group: the root `cpu` cgroup of v1, or on v2 the root or a cgroup
-/// whose `controllers` (read from its directory) lack `cpu`.
+/// /proc/self/cgroup `own`) runs on the root's CPU share (`cpu_group`).
 fn applies(
     enabled: &str,
     own: &str,
     mountinfo: &str,
     controllers: impl Fn(&Path) -> Option<String>,
 ) -> bool {
-    if enabled.trim() != "1" {
-        return false;
-    }
-    if let (Some(path), Some(_)) = (cgroup_path(own, false), mount(mountinfo, false)) {
-        return path == "/";
-    }
-    let Some(path) = cgroup_path(own, true) else {
-        return true;
-    };
-    if path == "/" {
-        return true;
-    }
-    let Some(dir) = mount(mountinfo, true).and_then(|h| h.dir(&path)) else {
-        return true;
-    };
-    !controllers(&dir)
-        .unwrap_or_default()
-        .split_whitespace()
-        .any(|c| c == "cpu")
+    enabled.trim() == "1" && cpu_group(own, mountinfo, controllers).is_none_or(|g| g == "/")
 }
 
 #[cfg(test)]
@@ -151,6 +131,9 @@ mod tests {
         let without = |_: &Path| Some("memory pids\n".to_string());
         assert!(applies("1", own, V2_MOUNTS, without));
         assert!(applies("1", "0::/\n", V2_MOUNTS, with_cpu));
+        // A cgroup without cpu below one with it runs on that one's share.
+        let below = "0::/system.slice/termesh.service/node/sub\n";
+        assert!(!applies("1", below, V2_MOUNTS, with_cpu));
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! Linux puts every new session (`setsid`, which each program's terminal
 //! needs) in an autogroup of its own when `kernel.sched_autogroup_enabled`
 //! is 1 and the process is in no CPU cgroup (the root of the `cpu`
-//! hierarchy, or of cgroup v2 without the `cpu` controller). The scheduler
+//! hierarchy; on cgroup v2, no cgroup from its own up has `cpu`). The scheduler
 //! then shares a CPU between groups first: the program a person types into
 //! is one group, the node's threads another. On a host whose CPUs are all
 //! busy, measured here (docs/benchmarks.md, issue 32, "Seventh stop"),
@@ -55,7 +55,8 @@ pub fn apart(keeper: i32) -> Option<String> {
         format!(
             "the PTY keeper (pid {keeper}) runs the programs in CPU cgroup {its}, not the node's ({mine}): \
              on a host whose CPUs are all busy, the program you type into waits behind the node's \
-             busy threads (tens of ms); run the keeper in the node's cgroup \
+             busy threads (tens of ms); where that matters more than programs outliving a node \
+             restart, run the node with --no-keeper \
              (docs/operations.md, \"Scheduler autogroups\")"
         )
     })
@@ -63,13 +64,15 @@ pub fn apart(keeper: i32) -> Option<String> {
 
 /// The CPU cgroup whose share a process (its /proc/<pid>/cgroup `text`)
 /// runs on: its v1 `cpu` path, or on v2 the nearest cgroup up from its
-/// own whose `controllers` include `cpu` (`/` where none does).
+/// own whose `controllers` include `cpu` (`/` where none does); `None`
+/// where that cannot be told.
 fn cpu_group(
     text: &str,
     mountinfo: &str,
     controllers: impl Fn(&Path) -> Option<String>,
 ) -> Option<String> {
-    if let (Some(path), Some(_)) = (cgroup_path(text, false), mount(mountinfo, false)) {
+    // v1 names the cpu hierarchy's path whether or not it is mounted here.
+    if let Some(path) = cgroup_path(text, false) {
         return Some(path);
     }
     let path = cgroup_path(text, true)?;
@@ -80,10 +83,9 @@ fn cpu_group(
         if s == "/" {
             return Some("/".into());
         }
-        let has_cpu = h
-            .dir(s)
-            .and_then(|dir| controllers(&dir))
-            .is_some_and(|c| c.split_whitespace().any(|c| c == "cpu"));
+        // Above the mount's root (a subtree mounted): unknown.
+        let dir = h.dir(s)?;
+        let has_cpu = controllers(&dir).is_some_and(|c| c.split_whitespace().any(|c| c == "cpu"));
         if has_cpu {
             return Some(s.to_string());
         }
@@ -99,7 +101,7 @@ fn applies(
     mountinfo: &str,
     controllers: impl Fn(&Path) -> Option<String>,
 ) -> bool {
-    enabled.trim() == "1" && cpu_group(own, mountinfo, controllers).is_none_or(|g| g == "/")
+    enabled.trim() == "1" && cpu_group(own, mountinfo, controllers).as_deref() == Some("/")
 }
 
 #[cfg(test)]
@@ -134,6 +136,9 @@ mod tests {
         // A cgroup without cpu below one with it runs on that one's share.
         let below = "0::/system.slice/termesh.service/node/sub\n";
         assert!(!applies("1", below, V2_MOUNTS, with_cpu));
+        // A cgroup outside a subtree's mount cannot be told: no hint.
+        let subtree = "40 25 0:28 /system.slice /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n";
+        assert!(!applies("1", "0::/user.slice/x\n", subtree, none));
     }
 
     #[test]

@@ -346,26 +346,6 @@ fn print_phase(phase: Phase, pooled: &mut [Duration], p99s: &mut [Duration]) {
     );
 }
 
-/// How the host groups the programs for its scheduler, which moves the
-/// tail on a saturated host (docs/benchmarks.md, issue 32, "Seventh
-/// stop"): the figures are read against it.
-fn scheduler_groups() -> String {
-    let enabled = std::fs::read_to_string("/proc/sys/kernel/sched_autogroup_enabled")
-        .map(|t| t.trim().to_string())
-        .unwrap_or_else(|_| "absent".into());
-    let cpu = std::fs::read_to_string("/proc/self/cgroup")
-        .unwrap_or_default()
-        .lines()
-        .find(|l| {
-            l.split(':')
-                .nth(1)
-                .is_some_and(|c| c.split(',').any(|c| c == "cpu"))
-        })
-        .map(|l| l.rsplit(':').next().unwrap_or("").to_string())
-        .unwrap_or_else(|| "(v2)".into());
-    format!("  (kernel.sched_autogroup_enabled {enabled}, bench's cpu cgroup {cpu})")
-}
-
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let rounds = env_or("TERMESH_BENCH_ROUNDS", 3);
@@ -426,7 +406,10 @@ async fn main() {
         "\nkeystroke echo at human pacing (a key every {} ms into `cat`), {rounds} alternating rounds of {keys} keys; pooled keys, each round's p99 as the spread",
         PACE.as_millis()
     );
-    println!("{}", scheduler_groups());
+    // How the host groups the programs for its scheduler moves the tail on
+    // a saturated host (docs/benchmarks.md, issue 32, "Seventh stop").
+    let own = termesh_actors::session::autogroup::hint().is_some();
+    println!("  (each program an autogroup of its own, as the nodes' keepers see it here: {own})");
     for (i, phase) in phases.iter().enumerate() {
         print_phase(*phase, &mut pooled[i], &mut p99s[i]);
     }

@@ -138,52 +138,48 @@ async fn the_store_runs_below_the_node() {
     );
 }
 
-/// Where each program the node starts is a scheduler autogroup of its own
-/// (autogroups on, the node in no CPU cgroup: this project's test hosts),
-/// the node says so at start with the remedy, and says nothing where not;
-/// the keeper it starts says the same in its log.
+/// Where each program is a scheduler autogroup of its own (autogroups on,
+/// no CPU cgroup: this project's test hosts), the process that starts the
+/// programs says so at start with the remedy (the keeper; the node with
+/// `--no-keeper`), and nothing is said where not.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_node_says_when_programs_are_autogroups_of_their_own() {
-    // The node runs in this test's cgroups: the same answer applies.
+async fn the_programs_parent_says_when_they_are_autogroups_of_their_own() {
+    // Node and keeper run in this test's cgroups: the same answer applies.
     let expected = termesh_actors::session::autogroup::hint();
+    let said = "each program starts in a scheduler autogroup of its own";
     let node = BinaryNode::start("");
-    // Start a program so the keeper runs and has logged its start.
-    let mut c = Client::connect(&node.target(OPERATOR)).await.unwrap();
-    let req = CreateRequest {
-        command: Some(vec!["sleep".into(), "100000".into()]),
-        ..Default::default()
-    };
-    c.request(|id| ClientMsg::Create { id, req }).await.unwrap();
     let keeper_log = node.data.join("keeper.log");
+    // The keeper says it before it says it serves.
     within(PATIENCE, "the keeper serving", async {
-        loop {
-            let log = std::fs::read_to_string(&keeper_log).unwrap_or_default();
-            if log.contains("PTY keeper serving") {
-                return;
-            }
+        while !std::fs::read_to_string(&keeper_log)
+            .unwrap_or_default()
+            .contains("PTY keeper serving")
+        {
             poll_pause().await;
         }
     })
     .await;
     let keeper = std::fs::read_to_string(&keeper_log).unwrap();
-    // The keeper the node started shares its cgroup: no hint of that.
+    // The node's programs are the keeper's, in the node's cgroup: the node
+    // says neither.
+    assert!(!node.log().contains(said), "node log:\n{}", node.log());
     assert!(
         !node.log().contains("runs the programs in CPU cgroup"),
-        "{}",
+        "node log:\n{}",
         node.log()
     );
-    let said = "each program starts in a scheduler autogroup of its own";
+    let alone = BinaryNode::start("keeper = false");
     match expected {
         Some(hint) => {
             println!("this host: {hint}");
-            assert!(node.log().contains(said), "node log:\n{}", node.log());
-            assert!(node.log().contains("kernel.sched_autogroup_enabled=0"));
             assert!(keeper.contains(said), "keeper log:\n{keeper}");
+            assert!(keeper.contains("kernel.sched_autogroup_enabled=0"));
+            assert!(alone.log().contains(said), "log:\n{}", alone.log());
         }
         None => {
             println!("this host gives programs no autogroup of their own");
-            assert!(!node.log().contains(said), "node log:\n{}", node.log());
             assert!(!keeper.contains(said), "keeper log:\n{keeper}");
+            assert!(!alone.log().contains(said), "log:\n{}", alone.log());
         }
     }
 }

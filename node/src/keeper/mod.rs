@@ -78,10 +78,11 @@ pub fn run(data_dir: &Path) -> anyhow::Result<()> {
     mask.add(Signal::SIGCHLD);
     mask.thread_block()?;
     let mut children = SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)?;
-    tracing::info!(socket = %path.display(), pid = std::process::id(), "PTY keeper serving");
+    // Before the line that says it serves (tests wait for that one).
     if let Some(hint) = termesh_actors::session::autogroup::hint() {
         tracing::info!("{hint}");
     }
+    tracing::info!(socket = %path.display(), pid = std::process::id(), "PTY keeper serving");
     notify_ready();
 
     let mut keeper = Keeper {

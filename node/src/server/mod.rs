@@ -107,9 +107,6 @@ pub fn run(
     ready: impl FnOnce(Ready) + Send + 'static,
 ) -> anyhow::Result<()> {
     raise_fd_limit(&config);
-    if let Some(hint) = termesh_actors::session::autogroup::hint() {
-        tracing::info!("{hint}");
-    }
     termesh_actors::os::tune_allocator();
     data_dir::prepare(&config.node.data_dir)?;
     let generated = ensure_admin_token(&mut config)?;

@@ -32,13 +32,17 @@ pub(super) fn connect_keeper(
                 config.node.data_dir.join("keeper.lock").display()
             );
         }
+        // The programs are this process's children: it says how they run.
+        if let Some(hint) = termesh_actors::session::autogroup::hint() {
+            tracing::info!("{hint}");
+        }
         return Ok((None, Vec::new()));
     }
     let exe = std::env::current_exe().context("cannot find this binary to start the keeper")?;
     let (keeper, held) =
         termesh_actors::keeper::Keeper::connect_or_start(&config.node.data_dir, &exe)
             .context("the PTY keeper (--no-keeper runs programs as the node's children)")?;
-    if let Some(hint) = termesh_actors::session::autogroup::apart(keeper.pid() as i32) {
+    if let Some(hint) = termesh_actors::session::autogroup::keeper_apart(keeper.pid()) {
         tracing::info!("{hint}");
     }
     Ok((Some(keeper), held))

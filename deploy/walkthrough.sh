@@ -67,8 +67,8 @@ for n in "${names[@]}"; do
     root=host-$n
     install -d -m 750 "$root/etc/termesh" "$root/var/lib/termesh"
     install -m 640 "cluster/$n"/* "$root/etc/termesh/"
-    # systemctl enable --now termesh-keeper termesh: the node unit's
-    # ExecStart (run by hand, the node starts its keeper itself).
+    # systemctl enable --now termesh: the unit's ExecStart (the node
+    # starts its keeper itself, under the unit too).
     "$bin" node --config "$root/etc/termesh/termesh.toml" >"$root/node.out" 2>"$root/node.log" &
     pid[$n]=$!
 done

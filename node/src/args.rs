@@ -67,8 +67,8 @@ pub(crate) enum Command {
         no_keeper: bool,
     },
     /// The PTY keeper of a data dir: holds the node's programs and their
-    /// terminals across node restarts (the node starts one when none runs;
-    /// deploy/termesh-keeper.service runs it under systemd).
+    /// terminals across node restarts (the node starts one when none runs,
+    /// in its own cgroup: deploy/termesh.service keeps both there).
     Keeper {
         /// The data dir whose node it serves [default: the config's, else
         /// ~/.local/share/termesh]

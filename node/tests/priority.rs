@@ -1,15 +1,20 @@
 //! The node's own protection against host load (as the systemd unit sets
 //! it: nice -10, oom_score_adj -900) is not inherited by the programs it
 //! runs: each session's program starts at the nice value the node started
-//! with (0 as a unit starts it) and oom_score_adj 0.
+//! with (0 as a unit starts it) and oom_score_adj 0; the programs run in
+//! the node's CPU cgroup (the unit's), where no scheduler group stands
+//! between the one you type into and the node, and outlive the node's
+//! restarts there; the node says when they cannot (autogroups, a keeper in
+//! another cgroup).
 
 mod common;
 
 use common::binary::BinaryNode;
+use common::binary::{create, list};
 use common::*;
 use termesh_actors::os::nice_of;
 use termesh_node::client::Client;
-use termesh_transport::{ClientMsg, CreateRequest, ServerMsg};
+use termesh_transport::{ClientMsg, CreateRequest, ServerMsg, SessionStatus};
 
 fn oom_adj(pid: i32) -> i32 {
     std::fs::read_to_string(format!("/proc/{pid}/oom_score_adj"))
@@ -184,29 +189,88 @@ async fn the_programs_parent_says_when_they_are_autogroups_of_their_own() {
     }
 }
 
-/// A keeper that runs in another CPU cgroup than the node (its own unit's)
-/// makes the program you type into wait behind the node's group on a busy
-/// host: the node says so when it connects. Checked where this test may
-/// make a cgroup v1 `cpu` cgroup (root, as CI runs).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_node_says_when_its_keeper_runs_in_another_cpu_cgroup() {
-    let cpu = std::path::Path::new("/sys/fs/cgroup/cpu");
-    let group = cpu.join(format!("termesh-test-keeper-{}", std::process::id()));
-    if !nix::unistd::geteuid().is_root() || !cpu.join("cpu.shares").exists() {
-        println!("no cgroup v1 cpu controller for root here: not checked");
-        return;
-    }
-    if let Err(e) = std::fs::create_dir_all(&group) {
-        println!("cannot make a cpu cgroup here ({e}): not checked");
-        return;
-    }
-    struct Remove(std::path::PathBuf);
-    impl Drop for Remove {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir(&self.0);
+/// A cgroup v1 `cpu` cgroup this test makes (root, as CI runs), removed
+/// on drop once its processes, and those of the cgroups the node made in
+/// it, are gone (bounded).
+struct CpuGroup(std::path::PathBuf);
+
+impl CpuGroup {
+    /// `None`, saying why, where no such cgroup can be made.
+    fn make(name: &str) -> Option<CpuGroup> {
+        let cpu = std::path::Path::new("/sys/fs/cgroup/cpu");
+        if !nix::unistd::geteuid().is_root() || !cpu.join("cpu.shares").exists() {
+            println!("no cgroup v1 cpu controller for root here: not checked");
+            return None;
+        }
+        let group = cpu.join(format!("{name}-{}", std::process::id()));
+        match std::fs::create_dir_all(&group) {
+            Ok(()) => Some(CpuGroup(group)),
+            Err(e) => {
+                println!("cannot make a cpu cgroup here ({e}): not checked");
+                None
+            }
         }
     }
-    let _remove = Remove(group.clone());
+
+    fn procs(&self) -> std::path::PathBuf {
+        self.0.join("cgroup.procs")
+    }
+
+    /// Its path as `/proc/PID/cgroup` names it.
+    fn name(&self) -> String {
+        format!("/{}", self.0.file_name().unwrap().to_string_lossy())
+    }
+}
+
+impl Drop for CpuGroup {
+    fn drop(&mut self) {
+        let inner: Vec<_> = std::fs::read_dir(&self.0)
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.path())
+                    .filter(|p| p.is_dir())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let deadline = std::time::Instant::now() + PATIENCE;
+        for group in inner.iter().chain([&self.0]) {
+            // A program hung up by its keeper's end takes a moment to go.
+            while std::fs::read_to_string(group.join("cgroup.procs"))
+                .is_ok_and(|p| !p.trim().is_empty())
+                && std::time::Instant::now() < deadline
+            {
+                poll_pause_blocking();
+            }
+            let _ = std::fs::remove_dir(group);
+        }
+    }
+}
+
+/// The `cpu` cgroup v1 path of `pid` (empty if none).
+fn cpu_cgroup_of(pid: i32) -> String {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
+    text.lines()
+        .find_map(|l| {
+            let (_, rest) = l.split_once(':')?;
+            let (controllers, path) = rest.split_once(':')?;
+            controllers
+                .split(',')
+                .any(|c| c == "cpu")
+                .then(|| path.to_string())
+        })
+        .unwrap_or_default()
+}
+
+/// A keeper that runs in another CPU cgroup than the node (a unit of its
+/// own, as termesh's units were before they became one) makes the program
+/// you type into wait behind the node's group on a busy host: the node
+/// says so when it connects. Checked where this test may make a cgroup v1
+/// `cpu` cgroup (root, as CI runs).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_node_says_when_its_keeper_runs_in_another_cpu_cgroup() {
+    let Some(group) = CpuGroup::make("termesh-test-keeper") else {
+        return;
+    };
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     // The keeper first, moved into its own cgroup before the node comes.
@@ -227,7 +291,7 @@ async fn the_node_says_when_its_keeper_runs_in_another_cpu_cgroup() {
         }
     }
     let keeper = Kill(keeper);
-    std::fs::write(group.join("cgroup.procs"), keeper.0.id().to_string()).unwrap();
+    std::fs::write(group.procs(), keeper.0.id().to_string()).unwrap();
     within(PATIENCE, "the keeper listening", async {
         while !termesh_actors::keeper::Keeper::listening(&data) {
             poll_pause().await;
@@ -236,12 +300,104 @@ async fn the_node_says_when_its_keeper_runs_in_another_cpu_cgroup() {
     .await;
     let node = BinaryNode::start_on(&data, "");
     let log = node.log();
-    let name = group.file_name().unwrap().to_string_lossy().to_string();
     assert!(
         log.contains(&format!(
-            "runs the programs in CPU cgroup /{name}, not the node's"
+            "runs the programs in CPU cgroup {}, not the node's",
+            group.name()
         )),
         "node log:\n{log}"
     );
+    drop(node);
+}
+
+/// `deploy/termesh.service`'s layout: the unit starts the node alone (its
+/// cgroup, nice -10, oom_score_adj -900), the node starts its keeper,
+/// which runs the programs in the node's CPU cgroup (so no autogroup and
+/// no cgroup stands between the program you type into and the node) at
+/// nice 0 and oom_score_adj 0; a flood moves into the bulk cgroup inside
+/// the node's; a restart that stops the node only (`KillMode=process`)
+/// leaves keeper and programs running, and the new node takes them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_units_layout_keeps_keeper_and_programs_in_the_nodes_cgroup_across_restarts() {
+    let Some(group) = CpuGroup::make("termesh-test-unit") else {
+        return;
+    };
+    let node = BinaryNode::start_as_unit("", &group.procs());
+    let pid = node.pid().as_raw();
+    assert_eq!(cpu_cgroup_of(pid), group.name());
+    assert_eq!(nice_of(pid), Some(-10));
+    let oom = oom_adj(pid) == -900;
+    let sleeper = create(&node, "exec sleep 100000").await;
+    let flood = create(&node, "exec yes a flood nobody types into").await;
+    let program = within(PATIENCE, "the session's program", async {
+        loop {
+            if let Some(p) = session_pids(&sleeper.id).first() {
+                return *p;
+            }
+            poll_pause().await;
+        }
+    })
+    .await;
+    let keeper = keeper_pid(&node.data).expect("the node started its keeper");
+    assert!(
+        node.log().contains("started the PTY keeper"),
+        "node log:\n{}",
+        node.log()
+    );
+    assert_eq!(cpu_cgroup_of(keeper), group.name(), "the keeper's cgroup");
+    assert_eq!(cpu_cgroup_of(program), group.name(), "the program's cgroup");
+    assert!(!node.log().contains("runs the programs in CPU cgroup"));
+    // In a CPU cgroup, no program is an autogroup of its own.
+    assert!(!std::fs::read_to_string(node.data.join("keeper.log"))
+        .unwrap()
+        .contains("scheduler autogroup of its own"));
+    assert_eq!(nice_of(program), nice_of(std::process::id() as i32));
+    if oom {
+        assert_eq!(
+            oom_adj(program),
+            0,
+            "oom_score_adj of the session's program"
+        );
+    }
+    let bulk = format!("{}/termesh-bulk", group.name());
+    within(
+        PATIENCE,
+        "the flood in the bulk cgroup inside the node's",
+        async {
+            loop {
+                let pids = session_pids(&flood.id);
+                if !pids.is_empty() && pids.iter().all(|p| cpu_cgroup_of(*p) == bulk) {
+                    return;
+                }
+                poll_pause().await;
+            }
+        },
+    )
+    .await;
+
+    // `systemctl restart termesh`: SIGTERM to the node alone, then the
+    // unit's ExecStart again in the same cgroup.
+    let node = node.restart("");
+    assert_ne!(node.pid().as_raw(), pid);
+    assert_eq!(cpu_cgroup_of(node.pid().as_raw()), group.name());
+    let listed = within(PATIENCE, "the sessions taken up", async {
+        loop {
+            let sessions = list(&node).await;
+            if sessions.len() == 2 && sessions.iter().all(|s| s.status == SessionStatus::Running) {
+                return sessions;
+            }
+            poll_pause().await;
+        }
+    })
+    .await;
+    assert!(listed.iter().any(|s| s.id == sleeper.id), "{listed:?}");
+    assert_eq!(keeper_pid(&node.data), Some(keeper), "the same keeper");
+    assert_eq!(session_pids(&sleeper.id), vec![program], "the same program");
+    let log = node.log();
+    assert!(
+        log.contains("connected to the PTY keeper"),
+        "node log:\n{log}"
+    );
+    assert!(!log.contains("started the PTY keeper"), "node log:\n{log}");
     drop(node);
 }

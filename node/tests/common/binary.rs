@@ -18,6 +18,9 @@ pub struct BinaryNode {
     pub dir: tempfile::TempDir,
     /// Its data dir (the PTY keeper it started serves it).
     pub data: std::path::PathBuf,
+    /// The `cgroup.procs` file it was started into, as a systemd unit
+    /// starts it (`start_as_unit`); its restarts go there too.
+    unit: Option<std::path::PathBuf>,
 }
 
 /// `extra` for a node whose programs are its own children (no PTY keeper):
@@ -32,12 +35,33 @@ impl BinaryNode {
         BinaryNode::start_in(tempfile::tempdir().unwrap(), "127.0.0.1:0", extra)
     }
 
+    /// Starts a node as `deploy/termesh.service` does: in the cgroup whose
+    /// `cgroup.procs` is `procs` before it runs, at nice -10 and (where
+    /// this process may lower it) `oom_score_adj` -900. Its restarts
+    /// (`restart`) start there too, as the unit's do.
+    pub fn start_as_unit(extra: &str, procs: &std::path::Path) -> BinaryNode {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        let bin = std::path::Path::new(env!("CARGO_BIN_EXE_termesh"));
+        BinaryNode::start_with(bin, dir, &data, "127.0.0.1:0", extra, Some(procs))
+    }
+
     /// Stops this node (cleanly, bounded) and starts a new one on the same
     /// address and data dir: a node restart.
     pub fn restart(mut self, extra: &str) -> BinaryNode {
         self.stop();
         let old = self.hand_over();
-        BinaryNode::start_in(old, &self.addr.to_string(), extra)
+        let bin = std::path::Path::new(env!("CARGO_BIN_EXE_termesh"));
+        let data = old.path().join("data");
+        let unit = self.unit.clone();
+        BinaryNode::start_with(
+            bin,
+            old,
+            &data,
+            &self.addr.to_string(),
+            extra,
+            unit.as_deref(),
+        )
     }
 
     /// Stops this node cleanly, runs `between` while it is down, then
@@ -74,7 +98,7 @@ impl BinaryNode {
         self.stop();
         let old = self.hand_over();
         let data = old.path().join("data");
-        BinaryNode::start_with(bin, old, &data, &self.addr.to_string(), extra)
+        BinaryNode::start_with(bin, old, &data, &self.addr.to_string(), extra, None)
     }
 
     /// The config file this node was started with.
@@ -100,7 +124,7 @@ impl BinaryNode {
         extra: &str,
     ) -> BinaryNode {
         let bin = std::path::Path::new(env!("CARGO_BIN_EXE_termesh"));
-        BinaryNode::start_with(bin, dir, data, listen, extra)
+        BinaryNode::start_with(bin, dir, data, listen, extra, None)
     }
 
     fn start_with(
@@ -109,6 +133,7 @@ impl BinaryNode {
         data: &std::path::Path,
         listen: &str,
         extra: &str,
+        unit: Option<&std::path::Path>,
     ) -> BinaryNode {
         let mut config = format!("[node]\nname = \"bin\"\ndata_dir = {data:?}\n\n{extra}\n");
         for (token, role) in [(ADMIN, "admin"), (OPERATOR, "operator"), (VIEWER, "viewer")] {
@@ -122,7 +147,23 @@ impl BinaryNode {
         // A restarted node's log starts afresh; the last one's is kept.
         let log = dir.path().join("node.log");
         let _ = std::fs::rename(&log, dir.path().join("node.previous.log"));
-        let mut child = Command::new(bin)
+        let mut command = match unit {
+            None => Command::new(bin),
+            Some(procs) => {
+                // What systemd does before it runs the unit's ExecStart.
+                let mut sh = Command::new("sh");
+                sh.arg("-c")
+                    .arg(
+                        "echo $$ > \"$1\" && renice -n -10 -p $$ >/dev/null || exit 1; \
+                         echo -900 2>/dev/null > /proc/$$/oom_score_adj; shift; exec \"$@\"",
+                    )
+                    .arg("sh")
+                    .arg(procs)
+                    .arg(bin);
+                sh
+            }
+        };
+        let mut child = command
             .args(["node", "--listen", listen, "--config"])
             .arg(&path)
             .env("NO_COLOR", "1")
@@ -152,6 +193,7 @@ impl BinaryNode {
             addr,
             dir,
             data: data.to_path_buf(),
+            unit: unit.map(std::path::Path::to_path_buf),
         }
     }
 

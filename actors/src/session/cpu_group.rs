@@ -42,7 +42,7 @@ pub struct BulkGroup {
 
 /// Where a cgroup path of /proc/<pid>/cgroup lives on disk.
 #[derive(Debug, Clone, PartialEq)]
-struct Hierarchy {
+pub(super) struct Hierarchy {
     /// cgroup v2.
     v2: bool,
     /// Its mount point, and the cgroup path mounted there.
@@ -52,7 +52,7 @@ struct Hierarchy {
 
 impl Hierarchy {
     /// The directory of cgroup `path` (as /proc/<pid>/cgroup names it).
-    fn dir(&self, path: &str) -> Option<PathBuf> {
+    pub(super) fn dir(&self, path: &str) -> Option<PathBuf> {
         let rel = Path::new(path).strip_prefix(&self.root).ok()?;
         Some(self.mount.join(rel))
     }
@@ -209,7 +209,7 @@ fn write(path: &Path, value: &str) -> std::io::Result<()> {
 
 /// The cgroup path in a /proc/<pid>/cgroup text: v2's `0::` line, or the
 /// v1 line whose controllers include `cpu`.
-fn cgroup_path(text: &str, v2: bool) -> Option<String> {
+pub(super) fn cgroup_path(text: &str, v2: bool) -> Option<String> {
     text.lines().find_map(|line| {
         let mut parts = line.splitn(3, ':');
         let (id, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
@@ -251,7 +251,7 @@ fn place(own: &str, mountinfo: &str) -> Result<(Hierarchy, PathBuf), String> {
 }
 
 /// The cgroup mount of `v2`, or v1's with the `cpu` controller.
-fn mount(mountinfo: &str, v2: bool) -> Option<Hierarchy> {
+pub(super) fn mount(mountinfo: &str, v2: bool) -> Option<Hierarchy> {
     mountinfo.lines().find_map(|line| {
         let (left, right) = line.split_once(" - ")?;
         let fields: Vec<&str> = left.split_whitespace().collect();
@@ -271,43 +271,6 @@ fn mount(mountinfo: &str, v2: bool) -> Option<Hierarchy> {
             mount: PathBuf::from(fields.get(4)?),
         })
     })
-}
-
-/// The CPU cgroup whose share process `pid` (a number, or `self`) runs
-/// on: its v1 `cpu` path, or on v2 the nearest cgroup up from its own
-/// whose controllers include `cpu` (`/`, the root's share, where none
-/// does); `None` where that cannot be told (`autogroup` asks).
-pub(super) fn cpu_share_of(pid: &str) -> Option<String> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
-    let mounts = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    cpu_share(&text, &mounts, |dir| {
-        std::fs::read_to_string(dir.join("cgroup.controllers")).ok()
-    })
-}
-
-/// `cpu_share_of` from a /proc/<pid>/cgroup `text`, the mounts and each
-/// v2 cgroup directory's `controllers`.
-fn cpu_share(
-    text: &str,
-    mountinfo: &str,
-    controllers: impl Fn(&Path) -> Option<String>,
-) -> Option<String> {
-    // v1 names the cpu hierarchy's path whether or not it is mounted here.
-    if let Some(path) = cgroup_path(text, false) {
-        return Some(path);
-    }
-    let path = cgroup_path(text, true)?;
-    let h = mount(mountinfo, true)?;
-    let mut at = Path::new(&path);
-    while at != Path::new("/") {
-        // Above the mount's root (a subtree mounted): unknown.
-        let dir = h.dir(at.to_str()?)?;
-        if controllers(&dir).is_some_and(|c| c.split_whitespace().any(|c| c == "cpu")) {
-            return Some(at.to_str()?.to_string());
-        }
-        at = at.parent()?;
-    }
-    Some("/".into())
 }
 
 #[cfg(test)]
@@ -346,52 +309,6 @@ mod tests {
         assert!(err.contains("`node` subgroup"), "{err}");
         let err = place("0::/node\n", mounts).unwrap_err();
         assert!(err.contains("root"), "{err}");
-    }
-
-    const V1_CPU: &str = "30 25 0:26 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu\n";
-    const V2: &str = "40 25 0:28 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n";
-
-    fn none(_: &Path) -> Option<String> {
-        None
-    }
-
-    #[test]
-    fn the_cpu_share_is_v1s_path_or_v2s_nearest_cgroup_with_cpu() {
-        assert_eq!(
-            cpu_share("1:cpu:/\n0::/\n", V1_CPU, none).as_deref(),
-            Some("/")
-        );
-        assert_eq!(
-            cpu_share("1:cpu:/t-keeper\n0::/\n", V1_CPU, none).as_deref(),
-            Some("/t-keeper")
-        );
-        // v2 as systemd makes it: a unit's CPUWeight gives the units cpu.
-        let units = |dir: &Path| {
-            let d = dir.to_str().unwrap();
-            (d.ends_with(".service") || d.ends_with("/node")).then(|| "cpu memory\n".to_string())
-        };
-        let keeper = "0::/system.slice/termesh-keeper.service\n";
-        let node = "0::/system.slice/termesh.service/node\n";
-        assert_eq!(
-            cpu_share(keeper, V2, units).as_deref(),
-            Some("/system.slice/termesh-keeper.service")
-        );
-        assert_eq!(
-            cpu_share(node, V2, units).as_deref(),
-            Some("/system.slice/termesh.service/node")
-        );
-        // Below a cgroup with cpu, one without runs on that one's share.
-        let below = "0::/system.slice/termesh.service/node/sub\n";
-        assert_eq!(
-            cpu_share(below, V2, units).as_deref(),
-            Some("/system.slice/termesh.service/node")
-        );
-        // Nowhere cpu: the root's share.
-        assert_eq!(cpu_share(node, V2, none).as_deref(), Some("/"));
-        assert_eq!(cpu_share("0::/\n", V2, units).as_deref(), Some("/"));
-        // Outside a subtree's mount: cannot be told.
-        let subtree = "40 25 0:28 /system.slice /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n";
-        assert_eq!(cpu_share("0::/user.slice/x\n", subtree, none), None);
     }
 
     #[test]

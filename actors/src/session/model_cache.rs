@@ -4,8 +4,11 @@
 //! screen requests the
 //! model is dropped and only its last snapshot is kept (a few KiB): a
 //! request for that same snapshot at the same seq is answered from it, and
-//! the next pass brings the model back from it, exactly, without reading
-//! the ring.
+//! the next pass brings the model back from it without reading the ring:
+//! its screen exactly, its history only as far as the snapshot held, so a
+//! size change (which may pull history onto the screen) is applied to a
+//! model rebuilt from the ring instead where a pass can read all of it
+//! (`screen_job`).
 
 use actix::prelude::*;
 

@@ -95,8 +95,25 @@ impl Job {
         } else {
             (MAX_CATCHUP, step.unwrap_or(MAX_CATCHUP).min(MAX_CATCHUP))
         };
+        // A model that has not seen the ring from its start (one brought
+        // back from a snapshot, or a bounded rebuild) holds only part of
+        // the history a resize may pull onto the screen (a taller or
+        // rewrapped terminal shows rows from above): where a rebuild sees
+        // the whole ring, a size change is applied to that one, exactly
+        // as a model kept all along would.
+        let whole_in_window = rebuild_start(ring, window) <= ring_start;
+        let resized_short = |m: &ScreenModel| {
+            let (cols, rows) = m.size();
+            m.origin() > ring_start
+                && whole_in_window
+                && marks
+                    .iter()
+                    .any(|k| k.id > m.resize_id() && (k.rows > rows || k.cols != cols))
+        };
         let usable = |m: &ScreenModel| {
-            lag(ring, m.seq()).is_some_and(|l| l <= bound) && (!whole || m.origin() <= ring_start)
+            lag(ring, m.seq()).is_some_and(|l| l <= bound)
+                && (!whole || m.origin() <= ring_start)
+                && !resized_short(m)
         };
         let model = match cached {
             Some(model) if usable(&model) => model,
@@ -321,6 +338,59 @@ mod tests {
         assert!(done.results[1].is_none(), "short: asked again with whole");
         let done = pass(Reach::Whole).run();
         assert!(done.results.iter().all(Option::is_some));
+    }
+
+    #[test]
+    fn a_model_from_a_snapshot_is_resized_as_one_kept_all_along() {
+        // 60 lines at 40x10: 50 of them in history.
+        let mut ring = Ring::new(64 << 20, 1 << 20);
+        for i in 0..60 {
+            ring.push(Bytes::from(format!("line {i}\r\n")));
+        }
+        let mut kept = Box::new(ScreenModel::new(40, 10, 0, 0));
+        kept.advance(ring.iter(), &[]);
+        // Brought back from a snapshot with no history (`screen`).
+        let snap = kept.snapshot(0, "");
+        let seeded = || Box::new(ScreenModel::from_snapshot(40, 10, 60, 0, snap.as_bytes()));
+        let taller = [ResizeMark {
+            id: 1,
+            after_seq: 60,
+            cols: 40,
+            rows: 30,
+        }];
+        let text = |cached: Box<ScreenModel>, marks: &[ResizeMark]| {
+            let j = Job::prepare(
+                Some(cached),
+                &ring,
+                marks,
+                (40, 10),
+                String::new(),
+                vec![ScreenWant::Text],
+                Reach::Bounded,
+            );
+            match j.run().results.remove(0).unwrap().out {
+                ScreenOut::Text(t) => t,
+                _ => unreachable!(),
+            }
+        };
+        let want = text(kept, &taller);
+        assert!(want.first().is_some_and(|l| l == "line 31"), "{want:?}");
+        assert_eq!(
+            text(seeded(), &taller),
+            want,
+            "the rows a taller screen pulls"
+        );
+        // Without a resize the seeded model is used as it is.
+        let j = Job::prepare(
+            Some(seeded()),
+            &ring,
+            &[],
+            (40, 10),
+            String::new(),
+            vec![],
+            Reach::Bounded,
+        );
+        assert_eq!((j.model.origin(), j.frames.len()), (60, 0));
     }
 
     #[test]

@@ -38,8 +38,11 @@ async fn node_screen(node: &TestNode, session: &str) -> (u64, Vec<String>, (usiz
 
 /// Waits until the page's terminal for `session` holds, at the node's
 /// seq, the node's screen: every row of its screen (the buffer's last
-/// rows) and the cursor, the view at the bottom (on the cursor's screen),
-/// the terminal at the session's size. Panics with both screens.
+/// rows) and the cursor, the view at the bottom (on the cursor's screen)
+/// where its pane is shown, the terminal at the session's size. Panics
+/// with both screens. (A hidden pane's view is not a person's: xterm
+/// syncs it to a layout of nothing, and showing the pane puts it back on
+/// the cursor, which `shown_at_the_cursor` checks.)
 async fn same_screen(b: &Browser, node: &TestNode, session: &str, when: &str) {
     let js = format!(
         "const t = window.termesh.terms.get('{session}'); const x = t.xterm; \
@@ -48,7 +51,7 @@ async fn same_screen(b: &Browser, node: &TestNode, session: &str, when: &str) {
          for (let i = 0; i < x.rows; i++) \
            rows.push(buf.getLine(buf.baseY + i).translateToString(true).trimEnd()); \
          return [t.shownSeq, rows, buf.cursorX, buf.cursorY, \
-                 buf.viewportY === buf.baseY, x.cols, x.rows]"
+                 buf.viewportY === buf.baseY, x.cols, x.rows, !!t.pane.offsetParent]"
     );
     let mut last = String::new();
     let deadline = std::time::Instant::now() + PATIENCE;
@@ -70,8 +73,9 @@ async fn same_screen(b: &Browser, node: &TestNode, session: &str, when: &str) {
         );
         let bottom = v[4] == serde_json::json!(true);
         let size = (v[5].as_u64().unwrap(), v[6].as_u64().unwrap());
+        let visible = v[7] == serde_json::json!(true);
         if shown == Some(seq)
-            && bottom
+            && (bottom || !visible)
             && rows == want
             && at == cursor
             && size == (info.cols as u64, info.rows as u64)
@@ -80,7 +84,7 @@ async fn same_screen(b: &Browser, node: &TestNode, session: &str, when: &str) {
         }
         last = format!(
             "seq: page {shown:?}, node {seq}; cursor: page {at:?}, node {cursor:?}; \
-             at the bottom: {bottom}; size: page {size:?}, node {}x{}\n\
+             at the bottom: {bottom} (pane shown: {visible}); size: page {size:?}, node {}x{}\n\
              page:\n{}\nnode:\n{}",
             info.cols,
             info.rows,
@@ -90,6 +94,16 @@ async fn same_screen(b: &Browser, node: &TestNode, session: &str, when: &str) {
         poll_pause().await;
     }
     panic!("{when}: the console's screen of {session} is not the node's\n{last}");
+}
+
+/// Shows `session`'s tab and waits for its view on the node's screen,
+/// at the bottom.
+async fn shown_at_the_cursor(b: &Browser, node: &TestNode, session: &str, when: &str) {
+    b.js(&format!(
+        "window.termesh.terms.get('{session}').tab.click(); return true"
+    ))
+    .await;
+    same_screen(b, node, session, when).await;
 }
 
 async fn all_same(b: &Browser, node: &TestNode, sessions: &[&str], when: &str) {
@@ -231,6 +245,11 @@ async fn the_console_draws_each_session_as_its_screen_at_every_size() {
         sized_as_page(&b, &node, s).await;
     }
     all_same(&b, &node, &all, "after the window shrank").await;
+    // Each pane was resized while the next was shown: shown again, its
+    // view is on its cursor.
+    for s in &all {
+        shown_at_the_cursor(&b, &node, s, "shown after the window shrank").await;
+    }
 
     // Split: every pane smaller; each session follows its pane.
     b.find("#split").await.click().await.unwrap();

@@ -24,6 +24,25 @@ use std::path::Path;
 
 use super::cpu_group::{cgroup_path, mount};
 
+/// The CPU share a process runs on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum CpuShare {
+    /// The root's: no CPU cgroup (where autogroups apply).
+    Root,
+    /// A CPU cgroup's, by its path (`/` for the root of a cgroup
+    /// namespace, which is a cgroup of the host's).
+    Cgroup(String),
+}
+
+impl std::fmt::Display for CpuShare {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CpuShare::Root => f.write_str("/"),
+            CpuShare::Cgroup(path) => f.write_str(path),
+        }
+    }
+}
+
 /// The hint for the operator when the programs this process starts will
 /// each be an autogroup of their own: autogroups are on and this process
 /// runs on the root's CPU share; `None` where they will not (or it cannot
@@ -56,25 +75,6 @@ pub fn keeper_apart(keeper: u32) -> Option<String> {
     })
 }
 
-/// The CPU share a process runs on.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum CpuShare {
-    /// The root's: no CPU cgroup (where autogroups apply).
-    Root,
-    /// A CPU cgroup's, by its path (`/` for the root of a cgroup
-    /// namespace, which is a cgroup of the host's).
-    Cgroup(String),
-}
-
-impl std::fmt::Display for CpuShare {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            CpuShare::Root => f.write_str("/"),
-            CpuShare::Cgroup(path) => f.write_str(path),
-        }
-    }
-}
-
 /// The CPU share process `pid` (a number, or `self`) runs on: its v1
 /// `cpu` path, or on v2 the nearest cgroup up from its own whose
 /// controllers include `cpu` (the root's where none does); `None` where
@@ -86,7 +86,7 @@ fn cpu_share_of(pid: &str) -> Option<CpuShare> {
 }
 
 /// `cpu_share_of` from a /proc/<pid>/cgroup `text`, the mounts and a
-/// reader of v2 cgroup files.
+/// reader of cgroup files.
 fn cpu_share(
     text: &str,
     mountinfo: &str,
@@ -94,9 +94,18 @@ fn cpu_share(
 ) -> Option<CpuShare> {
     // v1 names the cpu hierarchy's path whether or not it is mounted here.
     if let Some(path) = cgroup_path(text, false) {
-        return Some(match path.as_str() {
-            "/" => CpuShare::Root,
-            _ => CpuShare::Cgroup(path),
+        if path != "/" {
+            return Some(CpuShare::Cgroup(path));
+        }
+        // Only the hierarchy's root has `release_agent`: a `/` without one
+        // is a cgroup namespace's root (a container's), a cgroup of the
+        // host's. Unmounted here: taken as the root.
+        let host_root = mount(mountinfo, false)
+            .and_then(|h| h.dir("/"))
+            .is_none_or(|dir| read(&dir.join("release_agent")).is_some());
+        return Some(match host_root {
+            true => CpuShare::Root,
+            false => CpuShare::Cgroup(path),
         });
     }
     let path = cgroup_path(text, true)?;
@@ -140,8 +149,10 @@ mod tests {
 
     #[test]
     fn the_cpu_share_is_v1s_path_or_v2s_nearest_cgroup_with_cpu() {
+        let v1_root =
+            |file: &Path| (file == Path::new("/sys/fs/cgroup/cpu/release_agent")).then(String::new);
         assert_eq!(
-            cpu_share("1:cpu:/\n0::/\n", V1_CPU, none),
+            cpu_share("1:cpu:/\n0::/\n", V1_CPU, v1_root),
             Some(CpuShare::Root)
         );
         assert_eq!(
@@ -202,5 +213,7 @@ mod tests {
         );
         // Without cpu there, its share is somewhere above: unknown.
         assert_eq!(cpu_share("0::/\n", V2, container(false)), None);
+        // On v1 the namespace's root has no `release_agent`.
+        assert_eq!(cpu_share("1:cpu:/\n", V1_CPU, none), cgroup("/"));
     }
 }

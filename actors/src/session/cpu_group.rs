@@ -18,7 +18,7 @@
 //!
 //! Only programs in the node's own cgroup move: the bulk cgroup weighs
 //! as the node's cgroup does above it, so a program from elsewhere (a
-//! keeper's unit) would outweigh the programs it left there. Neither
+//! keeper in another cgroup) would outweigh the programs it left there. Neither
 //! (no controller, no permission, programs elsewhere): the node renices
 //! only.
 
@@ -34,8 +34,8 @@ const NAME: &str = "termesh-bulk";
 pub struct BulkGroup {
     dir: PathBuf,
     /// The node's own cgroup: only programs there move (elsewhere, e.g.
-    /// in a keeper's unit, the bulk cgroup would weigh as the node does
-    /// above it, more than the programs left behind).
+    /// under a keeper in another cgroup, the bulk cgroup would weigh as
+    /// the node does above it, more than the programs left behind).
     own: PathBuf,
     hierarchy: Hierarchy,
 }

@@ -7,8 +7,8 @@
 //! the next pass brings the model back from it without reading the ring:
 //! its screen exactly, its history only as far as the snapshot held, so a
 //! size change (which may pull history onto the screen) is applied to a
-//! model rebuilt from the ring instead where a pass can read all of it
-//! (`screen_job`).
+//! model rebuilt from the ring instead where the ring holds all the
+//! output within one pass's bound (`screen_job`).
 
 use actix::prelude::*;
 

@@ -95,17 +95,19 @@ impl Job {
         } else {
             (MAX_CATCHUP, step.unwrap_or(MAX_CATCHUP).min(MAX_CATCHUP))
         };
-        // A model that has not seen the ring from its start (one brought
-        // back from a snapshot, or a bounded rebuild) holds only part of
-        // the history a resize may pull onto the screen (a taller or
-        // rewrapped terminal shows rows from above): where a rebuild sees
-        // the whole ring, a size change is applied to that one, exactly
-        // as a model kept all along would.
-        let whole_in_window = rebuild_start(ring, window) <= ring_start;
+        // A model that has not seen the output from its start (one
+        // brought back from a snapshot, or a bounded rebuild) holds only
+        // part of the history a resize may pull onto the screen (a taller
+        // or rewrapped terminal shows rows from above). Where the ring
+        // holds the whole output within `MAX_CATCHUP`, a size change is
+        // applied to a model rebuilt from its start, in any pass, exactly
+        // as a model kept all along would; past that, to the model as it
+        // is (a bounded rebuild could show a screen drawn too long ago).
+        let whole_output = ring_start == 0 && ring.bytes() as u64 <= MAX_CATCHUP;
         let resized_short = |m: &ScreenModel| {
             let (cols, rows) = m.size();
-            m.origin() > ring_start
-                && whole_in_window
+            whole_output
+                && m.origin() > ring_start
                 && marks
                     .iter()
                     .any(|k| k.id > m.resize_id() && (k.rows > rows || k.cols != cols))
@@ -117,8 +119,12 @@ impl Job {
         };
         let model = match cached {
             Some(model) if usable(&model) => model,
-            _ => {
-                let start = rebuild_start(ring, window);
+            cached => {
+                let start = if cached.as_deref().is_some_and(resized_short) {
+                    ring_start
+                } else {
+                    rebuild_start(ring, window)
+                };
                 let before: Option<&ResizeMark> = marks.iter().rfind(|m| m.after_seq <= start);
                 let (cols, rows) = before.map_or(initial_size, |m| (m.cols, m.rows));
                 Box::new(ScreenModel::new(
@@ -347,8 +353,7 @@ mod tests {
         for i in 0..60 {
             ring.push(Bytes::from(format!("line {i}\r\n")));
         }
-        let mut kept = Box::new(ScreenModel::new(40, 10, 0, 0));
-        kept.advance(ring.iter(), &[]);
+        let kept = kept_again(&ring);
         // Brought back from a snapshot with no history (`screen`).
         let snap = kept.snapshot(0, "");
         let seeded = || Box::new(ScreenModel::from_snapshot(40, 10, 60, 0, snap.as_bytes()));
@@ -380,6 +385,27 @@ mod tests {
             want,
             "the rows a taller screen pulls"
         );
+        // Narrower: rewrapped; a background step rebuilds from the start.
+        let narrower = [ResizeMark {
+            id: 1,
+            after_seq: 60,
+            cols: 4,
+            rows: 10,
+        }];
+        assert_eq!(
+            text(seeded(), &narrower),
+            text(kept_again(&ring), &narrower)
+        );
+        let step = Job::prepare(
+            Some(seeded()),
+            &ring,
+            &taller,
+            (40, 10),
+            String::new(),
+            vec![],
+            Reach::Step(64 << 10),
+        );
+        assert_eq!(step.model.origin(), 0, "a background pass rebuilds too");
         // Without a resize the seeded model is used as it is.
         let j = Job::prepare(
             Some(seeded()),
@@ -391,6 +417,36 @@ mod tests {
             Reach::Bounded,
         );
         assert_eq!((j.model.origin(), j.frames.len()), (60, 0));
+    }
+
+    fn kept_again(ring: &Ring) -> Box<ScreenModel> {
+        let mut kept = Box::new(ScreenModel::new(40, 10, 0, 0));
+        kept.advance(ring.iter(), &[]);
+        kept
+    }
+
+    #[test]
+    fn past_max_catchup_a_resized_model_is_kept_as_it_is() {
+        // A ring that does not fit one pass: a rebuild would start from
+        // its newest bytes, so the model brought back is resized as it is.
+        let ring = ring_of(1024, 4096);
+        let seeded = Box::new(ScreenModel::new(80, 24, 1024, 0));
+        let taller = [ResizeMark {
+            id: 1,
+            after_seq: 1024,
+            cols: 80,
+            rows: 50,
+        }];
+        let j = Job::prepare(
+            Some(seeded),
+            &ring,
+            &taller,
+            (80, 24),
+            String::new(),
+            vec![],
+            Reach::Bounded,
+        );
+        assert_eq!(j.model.origin(), 1024);
     }
 
     #[test]

@@ -39,11 +39,12 @@ async fn node_screen(node: &TestNode, session: &str) -> (u64, Vec<String>, (usiz
 /// Waits until the page's terminal for `session` holds, at the node's
 /// seq, the node's screen: every row of its screen (the buffer's last
 /// rows) and the cursor, the view at the bottom (on the cursor's screen)
-/// where its pane is shown, the terminal at the session's size. Panics
+/// where its pane is shown (and the pane shown, with `must_show`), the
+/// terminal at the session's size. Panics
 /// with both screens. (A hidden pane's view is not a person's: xterm
 /// syncs it to a layout of nothing, and showing the pane puts it back on
 /// the cursor, which `shown_at_the_cursor` checks.)
-async fn same_screen(b: &Browser, node: &TestNode, session: &str, when: &str) {
+async fn same_screen(b: &Browser, node: &TestNode, session: &str, when: &str, must_show: bool) {
     let js = format!(
         "const t = window.termesh.terms.get('{session}'); const x = t.xterm; \
          const buf = x.buffer.active; \
@@ -76,6 +77,7 @@ async fn same_screen(b: &Browser, node: &TestNode, session: &str, when: &str) {
         let visible = v[7] == serde_json::json!(true);
         if shown == Some(seq)
             && (bottom || !visible)
+            && (visible || !must_show)
             && rows == want
             && at == cursor
             && size == (info.cols as u64, info.rows as u64)
@@ -103,12 +105,12 @@ async fn shown_at_the_cursor(b: &Browser, node: &TestNode, session: &str, when: 
         "window.termesh.terms.get('{session}').tab.click(); return true"
     ))
     .await;
-    same_screen(b, node, session, when).await;
+    same_screen(b, node, session, when, true).await;
 }
 
 async fn all_same(b: &Browser, node: &TestNode, sessions: &[&str], when: &str) {
     for s in sessions {
-        same_screen(b, node, s, when).await;
+        same_screen(b, node, s, when, false).await;
     }
 }
 

@@ -35,9 +35,10 @@ impl BinaryNode {
         BinaryNode::start_in(tempfile::tempdir().unwrap(), "127.0.0.1:0", extra)
     }
 
-    /// Starts a node as `deploy/termesh.service` does: in the cgroup whose
-    /// `cgroup.procs` is `procs` before it runs, at nice -10 and (where
-    /// this process may lower it) `oom_score_adj` -900. Its restarts
+    /// Starts a node as `deploy/termesh.service` places it: in the cgroup
+    /// whose `cgroup.procs` is `procs` before it runs, at nice -10 and
+    /// (where this process may lower it) `oom_score_adj` -900, as this
+    /// test's user (not the unit's, nor with its hardening). Its restarts
     /// (`restart`) start there too, as the unit's do.
     pub fn start_as_unit(extra: &str, procs: &std::path::Path) -> BinaryNode {
         let dir = tempfile::tempdir().unwrap();

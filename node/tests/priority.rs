@@ -316,8 +316,8 @@ async fn the_node_says_when_its_keeper_runs_in_another_cpu_cgroup() {
 /// no cgroup stands between the program you type into and the node) at
 /// nice 0 and oom_score_adj 0; a flood moves into the bulk cgroup inside
 /// the node's where the node may make one (root here, on cgroup v1; the
-/// shipped unit's `User=termesh` and `ProtectControlGroups=yes` keep it
-/// to renicing); a restart that stops the node only (`KillMode=process`)
+/// shipped unit delegates `cpu` to its node for it); a restart that stops
+/// the node only (`KillMode=process`)
 /// leaves keeper and programs running, and the new node takes them.
 /// systemd itself is not run here: the unit's settings are checked by
 /// `systemd-analyze verify` in `.ci/run`.

@@ -386,3 +386,71 @@ fn stop_ends_the_node_and_with_keeper_its_programs() {
         "{out}{err}"
     );
 }
+
+/// `deploy/termesh.service`'s `ExecStopPost`, run as systemd runs it
+/// (`$$` unescaped, its binary and data dir this test's, `systemctl`
+/// answering as the machine would): it ends the keeper, and so its
+/// programs, only when the machine shuts down (`stopping`), never on a
+/// restart or a stop of the unit alone (`running`).
+#[test]
+fn the_units_stop_post_ends_the_keeper_only_when_the_machine_shuts_down() {
+    let unit = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../deploy/termesh.service"
+    ))
+    .unwrap();
+    let line = unit
+        .lines()
+        .find_map(|l| l.strip_prefix("ExecStopPost=/bin/sh -c '"))
+        .expect("the unit's ExecStopPost runs a shell");
+    let data = tempfile::tempdir().unwrap();
+    let script = line
+        .strip_suffix('\'')
+        .expect("one quoted script")
+        .replace("$$", "$")
+        .replace("/usr/local/bin/termesh", BIN)
+        .replace("/var/lib/termesh", data.path().to_str().unwrap());
+    // A `systemctl` that says what `STATE` holds.
+    let bin = tempfile::tempdir().unwrap();
+    let systemctl = bin.path().join("systemctl");
+    std::fs::write(&systemctl, "#!/bin/sh\necho \"$STATE\"\n").unwrap();
+    std::fs::set_permissions(
+        &systemctl,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.path().display(),
+        std::env::var("PATH").unwrap()
+    );
+    let mut keeper = Command::new(BIN)
+        .arg("keeper")
+        .arg("--data-dir")
+        .arg(data.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    eventually("the keeper listening", || {
+        termesh_actors::keeper::Keeper::listening(data.path())
+    });
+    let post = |state: &str| {
+        let out = Command::new("/bin/sh")
+            .args(["-c", &script])
+            .env("PATH", &path)
+            .env("STATE", state)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+    };
+    post("running");
+    assert!(
+        keeper.try_wait().unwrap().is_none(),
+        "a restart ends no keeper"
+    );
+    post("stopping");
+    eventually("the keeper's end at shutdown", || {
+        keeper.try_wait().unwrap().is_some()
+    });
+}

@@ -200,21 +200,6 @@ fn cpu_cgroup_v1_here() -> bool {
         && !cpu_cgroup_of(std::process::id() as i32).is_empty()
 }
 
-/// The `cpu` cgroup v1 path of `pid` (empty if none).
-fn cpu_cgroup_of(pid: i32) -> String {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
-    text.lines()
-        .find_map(|line| {
-            let mut parts = line.splitn(3, ':');
-            let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
-            controllers
-                .split(',')
-                .any(|c| c == "cpu")
-                .then(|| path.to_string())
-        })
-        .unwrap_or_default()
-}
-
 /// Every process of `session` is in the bulk cgroup (and it has some).
 fn in_bulk_cgroup(session: &str) -> bool {
     let pids = session_pids(session);

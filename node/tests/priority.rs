@@ -24,6 +24,19 @@ fn oom_adj(pid: i32) -> i32 {
         .unwrap()
 }
 
+/// The pid of `session`'s program, once it runs.
+async fn program_of(session: &str) -> i32 {
+    within(PATIENCE, "the session's program", async {
+        loop {
+            if let Some(p) = session_pids(session).first() {
+                return *p;
+            }
+            poll_pause().await;
+        }
+    })
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sessions_do_not_inherit_the_nodes_raised_priority() {
     let node = BinaryNode::start("");
@@ -56,15 +69,7 @@ async fn sessions_do_not_inherit_the_nodes_raised_priority() {
         ServerMsg::Created { session, .. } => session.id,
         other => panic!("{other:?}"),
     };
-    let program = within(PATIENCE, "the session's program", async {
-        loop {
-            if let Some(p) = session_pids(&session).first() {
-                return *p;
-            }
-            poll_pause().await;
-        }
-    })
-    .await;
+    let program = program_of(&session).await;
     // The priority the node started with (this test's own: the suite may
     // run niced), not the one it raised itself to.
     let started = nice_of(std::process::id() as i32);
@@ -246,21 +251,6 @@ impl Drop for CpuGroup {
     }
 }
 
-/// The `cpu` cgroup v1 path of `pid` (empty if none).
-fn cpu_cgroup_of(pid: i32) -> String {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
-    text.lines()
-        .find_map(|l| {
-            let (_, rest) = l.split_once(':')?;
-            let (controllers, path) = rest.split_once(':')?;
-            controllers
-                .split(',')
-                .any(|c| c == "cpu")
-                .then(|| path.to_string())
-        })
-        .unwrap_or_default()
-}
-
 /// A keeper that runs in another CPU cgroup than the node (a unit of its
 /// own, as termesh's units were before they became one) makes the program
 /// you type into wait behind the node's group on a busy host: the node
@@ -333,15 +323,7 @@ async fn the_units_layout_keeps_keeper_and_programs_in_the_nodes_cgroup_across_r
     let oom = oom_adj(pid) == -900;
     let sleeper = create(&node, "exec sleep 100000").await;
     let flood = create(&node, "exec yes a flood nobody types into").await;
-    let program = within(PATIENCE, "the session's program", async {
-        loop {
-            if let Some(p) = session_pids(&sleeper.id).first() {
-                return *p;
-            }
-            poll_pause().await;
-        }
-    })
-    .await;
+    let program = program_of(&sleeper.id).await;
     let keeper = keeper_pid(&node.data).expect("the node started its keeper");
     assert!(
         node.log().contains("started the PTY keeper"),

@@ -103,9 +103,10 @@ fn cpu_share(
         let host_root = mount(mountinfo, false)
             .and_then(|h| h.dir("/"))
             .is_none_or(|dir| read(&dir.join("release_agent")).is_some());
-        return Some(match host_root {
-            true => CpuShare::Root,
-            false => CpuShare::Cgroup(path),
+        return Some(if host_root {
+            CpuShare::Root
+        } else {
+            CpuShare::Cgroup(path)
         });
     }
     let path = cgroup_path(text, true)?;

@@ -112,15 +112,14 @@ impl Job {
                     .iter()
                     .any(|k| k.id > m.resize_id() && (k.rows > rows || k.cols != cols))
         };
+        let from_start = cached.as_deref().is_some_and(resized_short);
         let usable = |m: &ScreenModel| {
-            lag(ring, m.seq()).is_some_and(|l| l <= bound)
-                && (!whole || m.origin() <= ring_start)
-                && !resized_short(m)
+            lag(ring, m.seq()).is_some_and(|l| l <= bound) && (!whole || m.origin() <= ring_start)
         };
         let model = match cached {
-            Some(model) if usable(&model) => model,
-            cached => {
-                let start = if cached.as_deref().is_some_and(resized_short) {
+            Some(model) if !from_start && usable(&model) => model,
+            _ => {
+                let start = if from_start {
                     ring_start
                 } else {
                     rebuild_start(ring, window)

@@ -339,9 +339,11 @@ fn tell(node: &mut Option<OwnedFd>, reply: &Reply, fd: Option<BorrowedFd<'_>>) {
     }
 }
 
-/// Tells systemd the keeper serves (`Type=notify`: the node's unit starts
-/// after this, so it finds the socket rather than starting a keeper of its
-/// own). Nothing without `NOTIFY_SOCKET`.
+/// Tells systemd the keeper serves, for a keeper run as a unit of its own
+/// (`Type=notify`, as `termesh-keeper.service` did before the shipped unit
+/// had the node start its keeper; such a unit still runs until it is
+/// moved from, docs/operations.md). Nothing without `NOTIFY_SOCKET`, as
+/// under the node.
 fn notify_ready() {
     use std::os::linux::net::SocketAddrExt;
     use std::os::unix::ffi::OsStrExt;

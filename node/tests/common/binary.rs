@@ -23,6 +23,11 @@ pub struct BinaryNode {
     unit: Option<std::path::PathBuf>,
 }
 
+/// The `termesh` binary this test crate was built with.
+fn this_binary() -> &'static std::path::Path {
+    std::path::Path::new(env!("CARGO_BIN_EXE_termesh"))
+}
+
 /// `extra` for a node whose programs are its own children (no PTY keeper):
 /// they end with it, and its sessions are `lost` after a restart.
 pub const NO_KEEPER: &str = "keeper = false\n";
@@ -38,21 +43,58 @@ impl BinaryNode {
     /// Starts a node as `deploy/termesh.service` places it: in the cgroup
     /// whose `cgroup.procs` is `procs` before it runs, at nice -10 and
     /// (where this process may lower it) `oom_score_adj` -900, as this
-    /// test's user (not the unit's, nor with its hardening). Its restarts
-    /// (`restart`) start there too, as the unit's do.
+    /// test's user (not the unit's, nor with its hardening). The nodes
+    /// that follow it (`restart` and the like) start there too, as the
+    /// unit's do.
     pub fn start_as_unit(extra: &str, procs: &std::path::Path) -> BinaryNode {
         let dir = tempfile::tempdir().unwrap();
         let data = dir.path().join("data");
-        let bin = std::path::Path::new(env!("CARGO_BIN_EXE_termesh"));
-        BinaryNode::start_with(bin, dir, &data, "127.0.0.1:0", extra, Some(procs))
+        BinaryNode::start_with(this_binary(), dir, &data, "127.0.0.1:0", extra, Some(procs))
     }
 
     /// Stops this node (cleanly, bounded) and starts a new one on the same
     /// address and data dir: a node restart.
     pub fn restart(mut self, extra: &str) -> BinaryNode {
         self.stop();
+        self.successor(this_binary(), extra)
+    }
+
+    /// Stops this node cleanly, runs `between` while it is down, then
+    /// starts a node on the same address and data dir.
+    pub fn restart_after(mut self, extra: &str, between: impl FnOnce()) -> BinaryNode {
+        self.stop();
+        between();
+        self.successor(this_binary(), extra)
+    }
+
+    /// SIGKILL (a crash: nothing flushed, nothing said), then a node on
+    /// the same address and data dir.
+    pub fn crash_and_restart(mut self, extra: &str) -> BinaryNode {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.successor(this_binary(), extra)
+    }
+
+    /// SIGKILL, then `between` while it is down (damage its files), then
+    /// a node on the same address and data dir.
+    pub fn crash_and_restart_after(mut self, extra: &str, between: impl FnOnce()) -> BinaryNode {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        between();
+        self.successor(this_binary(), extra)
+    }
+
+    /// Stops this node cleanly and starts `bin` (another build of the
+    /// binary: an upgrade) on the same address and data dir.
+    pub fn upgrade(mut self, bin: &std::path::Path, extra: &str) -> BinaryNode {
+        self.stop();
+        self.successor(bin, extra)
+    }
+
+    /// `bin` on this stopped node's address, dir and data dir (in its
+    /// unit's cgroup, if it had one).
+    fn successor(&mut self, bin: &std::path::Path, extra: &str) -> BinaryNode {
         let old = self.hand_over();
-        let bin = std::path::Path::new(env!("CARGO_BIN_EXE_termesh"));
         let data = old.path().join("data");
         let unit = self.unit.clone();
         BinaryNode::start_with(
@@ -63,43 +105,6 @@ impl BinaryNode {
             extra,
             unit.as_deref(),
         )
-    }
-
-    /// Stops this node cleanly, runs `between` while it is down, then
-    /// starts a node on the same address and data dir.
-    pub fn restart_after(mut self, extra: &str, between: impl FnOnce()) -> BinaryNode {
-        self.stop();
-        between();
-        let old = self.hand_over();
-        BinaryNode::start_in(old, &self.addr.to_string(), extra)
-    }
-
-    /// SIGKILL (a crash: nothing flushed, nothing said), then a node on
-    /// the same address and data dir.
-    pub fn crash_and_restart(mut self, extra: &str) -> BinaryNode {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let old = self.hand_over();
-        BinaryNode::start_in(old, &self.addr.to_string(), extra)
-    }
-
-    /// SIGKILL, then `between` while it is down (damage its files), then
-    /// a node on the same address and data dir.
-    pub fn crash_and_restart_after(mut self, extra: &str, between: impl FnOnce()) -> BinaryNode {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        between();
-        let old = self.hand_over();
-        BinaryNode::start_in(old, &self.addr.to_string(), extra)
-    }
-
-    /// Stops this node cleanly and starts `bin` (another build of the
-    /// binary: an upgrade) on the same address and data dir.
-    pub fn upgrade(mut self, bin: &std::path::Path, extra: &str) -> BinaryNode {
-        self.stop();
-        let old = self.hand_over();
-        let data = old.path().join("data");
-        BinaryNode::start_with(bin, old, &data, &self.addr.to_string(), extra, None)
     }
 
     /// The config file this node was started with.
@@ -124,8 +129,7 @@ impl BinaryNode {
         listen: &str,
         extra: &str,
     ) -> BinaryNode {
-        let bin = std::path::Path::new(env!("CARGO_BIN_EXE_termesh"));
-        BinaryNode::start_with(bin, dir, data, listen, extra, None)
+        BinaryNode::start_with(this_binary(), dir, data, listen, extra, None)
     }
 
     fn start_with(

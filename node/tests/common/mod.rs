@@ -502,6 +502,21 @@ pub async fn pump_to_exit(c: &mut Client, session: &str, s: &mut Stream, what: &
     .expect("the connection stays open");
 }
 
+/// The `cpu` cgroup v1 path of `pid` (empty if none).
+pub fn cpu_cgroup_of(pid: i32) -> String {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
+    text.lines()
+        .find_map(|line| {
+            let mut parts = line.splitn(3, ':');
+            let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+            controllers
+                .split(',')
+                .any(|c| c == "cpu")
+                .then(|| path.to_string())
+        })
+        .unwrap_or_default()
+}
+
 /// Every pid whose environment names this session.
 pub fn session_pids(session: &str) -> Vec<i32> {
     let needle = format!("TERMESH_SESSION_ID={session}");

@@ -7,6 +7,8 @@
 # stops, as a dead network mount), asciinema (plays exported casts) and
 # curl (the shipped agent hook command posts with it), iproute2 (network
 # namespaces as separate hosts), setpriv (runs a node as another user),
+# systemd with systemd-nspawn (boots this host's system in a container to
+# run deploy/termesh.service under a real systemd),
 # Chromium with chromedriver (the console is tested in a real browser
 # over WebDriver), and Python's `mcp` package in a venv beside the build
 # (`<target>/py-mcp`: a real MCP client drives `termesh mcp`; with
@@ -30,6 +32,9 @@ need asciinema asciinema
 need curl curl
 need ip iproute2
 need setpriv util-linux
+need systemctl systemd
+need systemd-nspawn systemd-container
+need useradd passwd
 need chromium chromium
 need chromedriver chromium-driver
 need python3 python3

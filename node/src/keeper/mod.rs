@@ -60,8 +60,9 @@ fn still_ours(path: &Path, id: (u64, u64)) -> bool {
     }
 }
 
-/// Runs the keeper of `data_dir` until it is killed or its socket goes. Returns at once when
-/// another keeper already serves the dir.
+/// Runs the keeper of `data_dir` until it is stopped (SIGTERM) or killed,
+/// or its socket goes. Returns at once when another keeper already serves
+/// the dir.
 pub fn run(data_dir: &Path) -> anyhow::Result<()> {
     // Out of the caller's session: a Ctrl-C or a closed terminal that ends
     // a node run by hand does not reach the keeper it started.
@@ -74,10 +75,13 @@ pub fn run(data_dir: &Path) -> anyhow::Result<()> {
     };
     let path = wire::socket_path(data_dir);
     let (mut listener, mut socket_id) = listen(&path)?;
+    // Exits, and a stop (SIGTERM: `termesh stop --keeper`, the unit at
+    // shutdown), come as reads; the programs start with no signal blocked.
     let mut mask = SigSet::empty();
     mask.add(Signal::SIGCHLD);
+    mask.add(Signal::SIGTERM);
     mask.thread_block()?;
-    let mut children = SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)?;
+    let mut signals = SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)?;
     // Before the line that says it serves (tests wait for that one).
     if let Some(hint) = termesh_actors::session::autogroup::hint() {
         tracing::info!("{hint}");
@@ -93,10 +97,10 @@ pub fn run(data_dir: &Path) -> anyhow::Result<()> {
         buf: Vec::new(),
     };
     loop {
-        let (accept, child, node, pending) = {
+        let (accept, signalled, node, pending) = {
             let mut fds = vec![
                 PollFd::new(&listener, PollFlags::IN),
-                PollFd::new(&children, PollFlags::IN),
+                PollFd::new(&signals, PollFlags::IN),
             ];
             if let Some(node) = &keeper.node {
                 fds.push(PollFd::new(node, PollFlags::IN));
@@ -140,8 +144,18 @@ pub fn run(data_dir: &Path) -> anyhow::Result<()> {
                 }
             }
         }
-        if child {
-            while let Ok(Some(_)) = children.read_signal() {}
+        if signalled {
+            let mut stop = false;
+            while let Ok(Some(info)) = signals.read_signal() {
+                stop |= info.ssi_signo == Signal::SIGTERM as u32;
+            }
+            if stop {
+                tracing::info!(
+                    programs = keeper.programs.len(),
+                    "asked to stop (SIGTERM): its programs' terminals hang up"
+                );
+                return Ok(());
+            }
             for (id, exit) in keeper.programs.look() {
                 // A node not yet greeted hears of it in `held`.
                 if keeper.greeted {

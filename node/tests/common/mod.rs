@@ -6,6 +6,7 @@
 pub mod binary;
 pub mod browser;
 pub mod cluster;
+pub mod container;
 pub mod mount;
 pub mod netns;
 pub mod proxy;

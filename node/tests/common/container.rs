@@ -1,0 +1,211 @@
+//! A machine of its own under a real systemd: this host's system booted
+//! by `systemd-nspawn` on a throwaway overlay of its root (a tmpfs takes
+//! every write), sharing the host's network, with this build's `termesh`
+//! bound at `/usr/local/bin/termesh`. Commands run inside through
+//! `nsenter`. Torn down on drop: the container's init killed (and with
+//! it every process of its PID namespace), the overlay unmounted.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// Boot, and a shutdown, take seconds; this bounds them on a loaded host.
+const BOOT: Duration = Duration::from_secs(120);
+
+pub struct Machine {
+    nspawn: Child,
+    /// The container's init (its PID 1), as this host numbers it.
+    leader: i32,
+    /// The container's root: the overlay, readable from here.
+    pub root: PathBuf,
+    layers: PathBuf,
+    log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Machine {
+    /// Boots the container to `basic.target` (no services of the host's
+    /// beyond it) and waits until systemd says it is up. `Err` says why
+    /// this host cannot: not root, no `systemd-nspawn`, no overlayfs.
+    pub fn boot(bin: &Path) -> Result<Machine, String> {
+        if !rustix::process::geteuid().is_root() {
+            return Err("not root".into());
+        }
+        let found = Command::new("systemd-nspawn")
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if !found {
+            return Err("no systemd-nspawn (Debian: systemd-container)".into());
+        }
+        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let (layers, root) = (dir.path().join("layers"), dir.path().join("root"));
+        std::fs::create_dir(&layers).map_err(|e| e.to_string())?;
+        std::fs::create_dir(&root).map_err(|e| e.to_string())?;
+        run_host(&["mount", "-t", "tmpfs", "tmpfs"], &layers)?;
+        let (upper, work) = (layers.join("upper"), layers.join("work"));
+        std::fs::create_dir(&upper).map_err(|e| e.to_string())?;
+        std::fs::create_dir(&work).map_err(|e| e.to_string())?;
+        let options = format!(
+            "lowerdir=/,upperdir={},workdir={}",
+            upper.display(),
+            work.display()
+        );
+        if let Err(why) = run_host(
+            &["mount", "-t", "overlay", "overlay", "-o", &options],
+            &root,
+        ) {
+            let _ = run_host(&["umount", "-l"], &layers);
+            return Err(format!("no overlay of / ({why})"));
+        }
+        let log = dir.path().join("nspawn.log");
+        let name = format!("termesh-unit-{}", std::process::id());
+        let spawned = Command::new("systemd-nspawn")
+            .arg(format!("--directory={}", root.display()))
+            .args(["--register=no", "--keep-unit", "--machine", &name])
+            .arg(format!(
+                "--bind-ro={}:/usr/local/bin/termesh",
+                bin.display()
+            ))
+            .args(["--boot", "--"])
+            .args(["systemd.firstboot=off", "systemd.unit=basic.target"])
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(&log).map_err(|e| e.to_string())?)
+            .stderr(Stdio::inherit())
+            .spawn();
+        let nspawn = match spawned {
+            Ok(child) => child,
+            Err(e) => {
+                let _ = run_host(&["umount", "-l"], &root);
+                let _ = run_host(&["umount", "-l"], &layers);
+                return Err(format!("systemd-nspawn did not start: {e}"));
+            }
+        };
+        let mut machine = Machine {
+            leader: 0,
+            nspawn,
+            root,
+            layers,
+            log,
+            _dir: dir,
+        };
+        machine.leader = machine.until("the container's init", |m| m.init());
+        machine.until("systemd inside up", |m| {
+            let state = m.run(&["systemctl", "is-system-running"]);
+            let state = String::from_utf8_lossy(&state.stdout);
+            matches!(state.trim(), "running" | "degraded").then_some(())
+        });
+        Ok(machine)
+    }
+
+    /// The child of `systemd-nspawn` that runs systemd.
+    fn init(&mut self) -> Option<i32> {
+        if let Ok(Some(status)) = self.nspawn.try_wait() {
+            panic!("systemd-nspawn ended ({status}):\n{}", self.log());
+        }
+        let parent = self.nspawn.id() as i32;
+        std::fs::read_dir("/proc")
+            .ok()?
+            .flatten()
+            .find_map(|entry| {
+                let pid: i32 = entry.file_name().to_str()?.parse().ok()?;
+                let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+                let after = &stat[stat.rfind(')')? + 1..];
+                let ppid: i32 = after.split_whitespace().nth(1)?.parse().ok()?;
+                let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
+                (ppid == parent && comm.trim() == "systemd").then_some(pid)
+            })
+    }
+
+    /// Runs `args` inside (all of the container's namespaces).
+    pub fn run(&self, args: &[&str]) -> Output {
+        Command::new("nsenter")
+            .args(["-t", &self.leader.to_string(), "-a", "--"])
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("nsenter runs")
+    }
+
+    /// Runs `script` with `sh -c` inside; its stdout, failing the test
+    /// when it fails.
+    pub fn sh(&self, script: &str) -> String {
+        let out = self.run(&["sh", "-c", script]);
+        assert!(
+            out.status.success(),
+            "`{script}` inside the container: {out:?}"
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    /// Whether process `pid` (as the container numbers it) lives.
+    pub fn alive(&self, pid: &str) -> bool {
+        self.run(&["kill", "-0", pid]).status.success()
+    }
+
+    /// Polls `f` until it answers, within `BOOT`.
+    pub fn until<T>(&mut self, what: &str, mut f: impl FnMut(&mut Self) -> Option<T>) -> T {
+        let deadline = Instant::now() + BOOT;
+        loop {
+            if let Some(v) = f(self) {
+                return v;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {what}; console:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Powers the machine off from inside and waits for the container to
+    /// end (its units stopped, as at any shutdown).
+    pub fn power_off(&mut self) {
+        // The command may lose its caller as the machine goes down.
+        let _ = self.run(&["systemctl", "poweroff"]);
+        self.until("the container's end", |m| {
+            m.nspawn.try_wait().ok().flatten().map(|_| ())
+        });
+    }
+
+    /// The container's console so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Machine {
+    fn drop(&mut self) {
+        if self.nspawn.try_wait().ok().flatten().is_none() {
+            if self.leader > 0 {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(self.leader),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while self.nspawn.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = self.nspawn.kill();
+            let _ = self.nspawn.wait();
+        }
+        let _ = run_host(&["umount", "-l"], &self.root);
+        let _ = run_host(&["umount", "-l"], &self.layers);
+    }
+}
+
+/// `args` then `at`, on this host; `Err` with what it said.
+fn run_host(args: &[&str], at: &Path) -> Result<(), String> {
+    let out = Command::new(args[0])
+        .args(&args[1..])
+        .arg(at)
+        .output()
+        .map_err(|e| format!("{}: {e}", args[0]))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
+    }
+}

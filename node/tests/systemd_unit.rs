@@ -85,6 +85,22 @@ fn the_shipped_unit_keeps_programs_across_restarts_and_ends_them_in_order_at_shu
         "the program runs in the unit's cgroup"
     );
     assert!(in_unit(&m, &keeper), "the keeper runs in the unit's cgroup");
+    // The unit's host-load protection: the node outranks its programs by
+    // nice and by the OOM killer's score, the programs run as anyone's.
+    let node = first.to_string();
+    let said = m.sh("journalctl -b -o cat _SYSTEMD_UNIT=termesh.service");
+    assert!(
+        !said.contains(" WARN ") && !said.contains(" ERROR "),
+        "the node starts without a warning under the shipped unit:\n{said}"
+    );
+    // (OOMScoreAdjust= needs CAP_SYS_RESOURCE, which this host may lack.)
+    let lowers = m
+        .run(&["sh", "-c", "echo -900 > /proc/self/oom_score_adj"])
+        .status
+        .success();
+    let oom = if lowers { "-900" } else { "0" };
+    assert_eq!(rank(&m, &node), ("-10".into(), oom.into()), "the node");
+    assert_eq!(rank(&m, &program), ("0".into(), "0".into()), "a program");
 
     m.sh("systemctl restart termesh");
     let second = main_pid(&mut m);
@@ -133,6 +149,13 @@ fn the_shipped_unit_keeps_programs_across_restarts_and_ends_them_in_order_at_shu
         keeper_log.contains("asked to stop (SIGTERM)"),
         "the keeper says why its programs ended:\n{keeper_log}"
     );
+}
+
+/// The nice value and `oom_score_adj` of `pid` in the container.
+fn rank(m: &Machine, pid: &str) -> (String, String) {
+    let nice = m.sh(&format!("ps -o ni= -p {pid}"));
+    let oom = m.sh(&format!("cat /proc/{pid}/oom_score_adj"));
+    (nice, oom)
 }
 
 /// The unit's main pid, as the container numbers it (0 while none).

@@ -63,6 +63,8 @@ impl Machine {
         let spawned = Command::new("systemd-nspawn")
             .arg(format!("--directory={}", root.display()))
             .args(["--register=no", "--keep-unit", "--machine", &name])
+            // As a host's systemd may: lower a unit's OOMScoreAdjust=.
+            .arg("--capability=CAP_SYS_RESOURCE")
             .arg(format!(
                 "--bind-ro={}:/usr/local/bin/termesh",
                 bin.display()

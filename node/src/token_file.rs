@@ -1,8 +1,8 @@
 //! `termesh token add | revoke | list --config FILE`: edits the
 //! `[[auth.tokens]]` of a config file in place (comments and layout kept,
 //! toml_edit), checks that the result is still a valid config before it
-//! replaces the file (a new file renamed over the old, same permissions),
-//! and never writes a token itself: only its hash.
+//! replaces the file (a new file renamed over the old, same owner and
+//! permissions), and never writes a token itself: only its hash.
 
 use std::path::{Path, PathBuf};
 
@@ -24,12 +24,27 @@ fn check(path: &Path, doc: &DocumentMut) -> anyhow::Result<String> {
     Ok(text)
 }
 
-/// Replaces the file: a new file renamed over the old, same permissions.
+/// Replaces the file: a new file renamed over the old, with its owner,
+/// group and permissions (root editing `/etc/termesh/termesh.toml`,
+/// `root:termesh` 0640, must leave it readable by the node's user).
 fn write(path: &Path, text: &str) -> anyhow::Result<()> {
+    use std::os::unix::fs::MetadataExt;
     let tmp = path.with_extension("toml.tmp");
     std::fs::write(&tmp, text).with_context(|| format!("cannot write {}", tmp.display()))?;
     if let Ok(meta) = std::fs::metadata(path) {
-        let _ = std::fs::set_permissions(&tmp, meta.permissions());
+        let kept = std::os::unix::fs::chown(&tmp, Some(meta.uid()), Some(meta.gid()))
+            .and_then(|()| std::fs::set_permissions(&tmp, meta.permissions()));
+        if let Err(e) = kept {
+            let _ = std::fs::remove_file(&tmp);
+            bail!(
+                "cannot give the new {} the old one's owner {}:{} and mode {:o} ({e}); \
+                 nothing was changed: run this as root or as its owner",
+                path.display(),
+                meta.uid(),
+                meta.gid(),
+                meta.mode() & 0o7777
+            );
+        }
     }
     std::fs::rename(&tmp, path).with_context(|| format!("cannot replace {}", path.display()))
 }
@@ -168,6 +183,30 @@ mod tests {
         let config = termesh_config::Config::parse(&text, "t").unwrap();
         assert_eq!(termesh_config::verify(&config.auth.tokens, &alice), None);
         assert!(text.contains("# keep me"));
+    }
+
+    #[test]
+    fn the_edited_file_keeps_its_owner_group_and_mode() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("termesh.toml");
+        std::fs::write(&path, "[node]\nname = \"a\"\n").unwrap();
+        // As root (the suite's user), another owner and group, as
+        // /etc/termesh/termesh.toml's root:termesh.
+        if rustix::process::geteuid().is_root() {
+            std::os::unix::fs::chown(&path, Some(65534), Some(65534)).unwrap();
+        }
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o640)).unwrap();
+        let before = std::fs::metadata(&path).unwrap();
+        add(std::slice::from_ref(&path), "viewer", "v").unwrap();
+        let after = std::fs::metadata(&path).unwrap();
+        assert_eq!(
+            (after.uid(), after.gid(), after.mode() & 0o7777),
+            (before.uid(), before.gid(), 0o640)
+        );
+        assert!(std::fs::read_to_string(&path)
+            .unwrap()
+            .contains("name = \"v\""));
     }
 
     #[test]

@@ -59,7 +59,10 @@ fn the_shipped_unit_keeps_programs_across_restarts_and_ends_them_in_order_at_shu
           && install -m 644 /root/staged/termesh.service /etc/systemd/system/ \
           && systemctl daemon-reload && systemctl enable --now termesh",
     );
-    let cli = Cli(format!("http://127.0.0.1:{port}"));
+    let cli = Cli {
+        url: format!("http://127.0.0.1:{port}"),
+        token: TOKEN.into(),
+    };
     let first = main_pid(&mut m);
     m.until("the node serving", |_| {
         cli.run(&["ls"]).status.success().then_some(())
@@ -101,6 +104,25 @@ fn the_shipped_unit_keeps_programs_across_restarts_and_ends_them_in_order_at_shu
     let oom = if lowers { "-900" } else { "0" };
     assert_eq!(rank(&m, &node), ("-10".into(), oom.into()), "the node");
     assert_eq!(rank(&m, &program), ("0".into(), "0".into()), "a program");
+
+    // `termesh token add` on the machine, then `systemctl reload`
+    // (SIGHUP): the node reads the file the command rewrote.
+    let added = m.sh(
+        "/usr/local/bin/termesh token add --config /etc/termesh/termesh.toml \
+         --role viewer --name later",
+    );
+    let later = Cli {
+        url: cli.url.clone(),
+        token: added.strip_prefix("token: ").expect("the token").into(),
+    };
+    assert!(
+        !later.run(&["ls"]).status.success(),
+        "not before the reload"
+    );
+    m.sh("systemctl reload termesh");
+    m.until("the added token accepted", |_| {
+        later.run(&["ls"]).status.success().then_some(())
+    });
 
     m.sh("systemctl restart termesh");
     let second = main_pid(&mut m);
@@ -171,14 +193,17 @@ fn main_pid(m: &mut Machine) -> u32 {
 }
 
 /// This build's command line, from the host, to the node in the machine.
-struct Cli(String);
+struct Cli {
+    url: String,
+    token: String,
+}
 
 impl Cli {
     fn run(&self, args: &[&str]) -> Output {
         Command::new(BIN)
             .args(args)
-            .env("TERMESH_URL", &self.0)
-            .env("TERMESH_TOKEN", TOKEN)
+            .env("TERMESH_URL", &self.url)
+            .env("TERMESH_TOKEN", &self.token)
             .env("NO_COLOR", "1")
             .output()
             .unwrap()

@@ -373,16 +373,8 @@ pub(crate) fn check_ring_bytes(bytes: u64) -> Result<usize, String> {
     }
 }
 
-/// The directory systemd made for the unit (`$STATE_DIRECTORY`, from
-/// `StateDirectory=`: deploy/termesh.service's `/var/lib/termesh`, where
-/// its `ExecStopPost` finds the keeper), else `$XDG_DATA_HOME/termesh`,
-/// else `~/.local/share/termesh`, else `./termesh-data`.
+/// `$XDG_DATA_HOME/termesh`, else `~/.local/share/termesh`, else `./termesh-data`.
 pub fn default_data_dir() -> PathBuf {
-    // systemd lists one directory per `StateDirectory=` entry, `:` apart.
-    let state = std::env::var("STATE_DIRECTORY").unwrap_or_default();
-    if let Some(dir) = state.split(':').next().filter(|d| d.starts_with('/')) {
-        return PathBuf::from(dir);
-    }
     if let Some(dir) = std::env::var_os("XDG_DATA_HOME").filter(|d| !d.is_empty()) {
         return PathBuf::from(dir).join("termesh");
     }

@@ -29,8 +29,7 @@ pub(crate) struct ClientArgs {
     #[arg(long, env = "TERMESH_TOKEN", global = true, hide_env_values = true)]
     pub(crate) token: Option<String>,
     /// The node's data dir, where a local node leaves its URL and admin
-    /// token [default: systemd's $STATE_DIRECTORY, else $XDG_DATA_HOME/termesh
-    /// or ~/.local/share/termesh]
+    /// token [default: $XDG_DATA_HOME/termesh or ~/.local/share/termesh]
     #[arg(long, env = "TERMESH_DATA_DIR", global = true)]
     pub(crate) data_dir: Option<PathBuf>,
     /// CA certificate(s) to trust for an https:// node, e.g. a cluster's
@@ -49,8 +48,7 @@ pub(crate) enum Command {
         /// HTTP listen address [default: the config's, else 127.0.0.1:7420]
         #[arg(long)]
         listen: Option<String>,
-        /// Data dir [default: the config's, else systemd's $STATE_DIRECTORY,
-        /// else ~/.local/share/termesh]
+        /// Data dir [default: the config's, else ~/.local/share/termesh]
         #[arg(long)]
         data_dir: Option<PathBuf>,
         /// Node name [default: the config's, else `local`]
@@ -83,9 +81,14 @@ pub(crate) enum Command {
     /// Stop the local node of a data dir (its programs run on under the
     /// PTY keeper); with --keeper, the keeper too, which ends them.
     Stop {
-        /// The node's data dir [default: ~/.local/share/termesh]
+        /// The node's data dir [default: the config's, else
+        /// ~/.local/share/termesh]
         #[arg(long, env = "TERMESH_DATA_DIR")]
         data_dir: Option<PathBuf>,
+        /// Config file (TOML), for its data dir (as `termesh keeper
+        /// --config`: deploy/termesh.service stops the keeper by it)
+        #[arg(long, short)]
+        config: Option<PathBuf>,
         /// Also stop the data dir's PTY keeper: the sessions' programs end
         #[arg(long)]
         keeper: bool,

@@ -34,18 +34,14 @@ fn main() {
 
 fn run(cli: Cli) -> anyhow::Result<i32> {
     match cli.command {
-        Command::Stop { data_dir, keeper } => termesh_node::stop::stop(
-            &data_dir.unwrap_or_else(termesh_config::default_data_dir),
+        Command::Stop {
+            data_dir,
+            config,
             keeper,
-        ),
+        } => termesh_node::stop::stop(&data_dir_of(data_dir, config)?, keeper),
         Command::Keeper { data_dir, config } => {
             init_logging();
-            let dir = match (data_dir, config) {
-                (Some(dir), _) => dir,
-                (None, Some(path)) => termesh_config::Config::data_dir_in(&path)?,
-                (None, None) => termesh_config::default_data_dir(),
-            };
-            termesh_node::keeper::run(&dir)?;
+            termesh_node::keeper::run(&data_dir_of(data_dir, config)?)?;
             Ok(0)
         }
         Command::Node {
@@ -228,6 +224,15 @@ async fn run_client(command: Command) -> anyhow::Result<i32> {
         | Command::Cluster { .. }
         | Command::Token { .. } => Ok(0),
     }
+}
+
+/// `--data-dir`, else the data dir of `--config`'s file, else the default.
+fn data_dir_of(data_dir: Option<PathBuf>, config: Option<PathBuf>) -> anyhow::Result<PathBuf> {
+    Ok(match (data_dir, config) {
+        (Some(dir), _) => dir,
+        (None, Some(path)) => termesh_config::Config::data_dir_in(&path)?,
+        (None, None) => termesh_config::default_data_dir(),
+    })
 }
 
 /// The options of `termesh node` that override the config.

@@ -1,7 +1,8 @@
 //! The shipped unit (`deploy/termesh.service`) under a real systemd, in a
 //! container booted from this host's own system: installed as
-//! docs/operations.md says, with a config that names no data dir (the
-//! unit's `StateDirectory=` is where the node keeps it). A restart, a
+//! docs/operations.md says, with a config that names no data dir (as
+//! one started from deploy/termesh.example.toml: the node's user's
+//! default, under the unit's `StateDirectory=`, its home). A restart, a
 //! kill -9 and a stop of the node each leave its program running, in the
 //! unit's cgroup, and the next node serves it; a shutdown of the machine
 //! ends the program through its terminal (the keeper's hang-up, from the
@@ -74,8 +75,10 @@ fn the_shipped_unit_keeps_programs_across_restarts_and_ends_them_in_order_at_shu
         (!pid.trim().is_empty()).then(|| pid.trim().to_string())
     });
     cli.typed(&mut m, &id, "one");
-    let keeper = std::fs::read_to_string(state.join("keeper.lock"))
-        .expect("the keeper of /var/lib/termesh (the unit's StateDirectory)")
+    // The config names no data dir: the termesh user's default one.
+    let data = state.join(".local/share/termesh");
+    let keeper = std::fs::read_to_string(data.join("keeper.lock"))
+        .expect("the keeper of the node's data dir")
         .trim()
         .to_string();
     let in_unit = |m: &Machine, pid: &str| {
@@ -166,7 +169,7 @@ fn the_shipped_unit_keeps_programs_across_restarts_and_ends_them_in_order_at_shu
          systemd's final sweep (TERM) reaches it; console:\n{}",
         m.log()
     );
-    let keeper_log = std::fs::read_to_string(state.join("keeper.log")).unwrap_or_default();
+    let keeper_log = std::fs::read_to_string(data.join("keeper.log")).unwrap_or_default();
     assert!(
         keeper_log.contains("asked to stop (SIGTERM)"),
         "the keeper says why its programs ended:\n{keeper_log}"

@@ -29,63 +29,76 @@ const PROGRAM: &str = "echo $$ > /var/lib/termesh/program.pid; \
     trap 'echo \"term $(cat /proc/1/comm)\" >> /var/lib/termesh/ended-by' TERM; \
     while :; do if read -r l; then echo \"got $l\"; else sleep 1; fi; done";
 
-#[test]
-fn the_shipped_unit_keeps_programs_across_restarts_and_ends_them_in_order_at_shutdown() {
-    let mut m = match Machine::boot(std::path::Path::new(BIN)) {
-        Ok(m) => m,
+/// The units of earlier releases, when the keeper had one of its own.
+const TWO_UNITS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/two-units");
+
+/// Boots a machine, or says why this host cannot (the test then passes
+/// without checking anything, saying so).
+fn machine() -> Option<Machine> {
+    match Machine::boot(std::path::Path::new(BIN)) {
+        Ok(m) => Some(m),
         Err(why) => {
             println!("SKIPPED: this host cannot boot a systemd container ({why})");
-            return;
+            None
         }
-    };
+    }
+}
+
+/// Puts the config (no data dir, a token, a free port on loopback), the
+/// unit and the units of earlier releases in the machine's
+/// `/root/staged`, and makes the termesh user and `/etc/termesh` as
+/// docs/operations.md's step 3 does; answers the command line for it.
+fn stage(m: &Machine) -> Cli {
     let port = common::cluster::free_port("127.0.0.1");
     let config = format!(
         "[node]\nname = \"unit\"\n\n[http]\nlisten = \"127.0.0.1:{port}\"\n\n\
          [[auth.tokens]]\nname = \"admin\"\nhash = \"{}\"\nrole = \"admin\"\n",
         termesh_config::hash_token(TOKEN)
     );
-    let staged = m.root.join("root/staged");
+    let staged = m.root.join("root/staged/two-units");
     std::fs::create_dir_all(&staged).unwrap();
+    let staged = staged.parent().unwrap();
     std::fs::write(staged.join("termesh.toml"), config).unwrap();
     std::fs::copy(
         concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/termesh.service"),
         staged.join("termesh.service"),
     )
     .unwrap();
-    // docs/operations.md, "3. On each machine" (the binary is bound in).
+    for unit in ["termesh.service", "termesh-keeper.service"] {
+        let old = std::path::Path::new(TWO_UNITS).join(unit);
+        std::fs::copy(old, staged.join("two-units").join(unit)).unwrap();
+    }
+    // The binary is bound in.
     m.sh(
         "useradd --system --home-dir /var/lib/termesh --shell /usr/sbin/nologin termesh \
           && install -d -m 750 -g termesh /etc/termesh \
-          && install -m 640 -g termesh /root/staged/termesh.toml /etc/termesh/ \
-          && install -m 644 /root/staged/termesh.service /etc/systemd/system/ \
-          && systemctl daemon-reload && systemctl enable --now termesh",
+          && install -m 640 -g termesh /root/staged/termesh.toml /etc/termesh/",
     );
-    let cli = Cli {
+    Cli {
         url: format!("http://127.0.0.1:{port}"),
         token: TOKEN.into(),
-    };
+    }
+}
+
+#[test]
+fn the_shipped_unit_keeps_programs_across_restarts_and_ends_them_in_order_at_shutdown() {
+    let Some(mut m) = machine() else { return };
+    let cli = stage(&m);
+    // docs/operations.md, "3. On each machine".
+    m.sh(
+        "install -m 644 /root/staged/termesh.service /etc/systemd/system/ \
+          && systemctl daemon-reload && systemctl enable --now termesh",
+    );
     let first = main_pid(&mut m);
-    m.until("the node serving", |_| {
-        cli.run(&["ls"]).status.success().then_some(())
-    });
-    let id = cli.ok(&["new", "--", "sh", "-c", PROGRAM]);
+    let (id, program) = start_program(&mut m, &cli, "one");
     let state = m.root.join("var/lib/termesh");
-    let program = m.until("the program's pid", |_| {
-        let pid = std::fs::read_to_string(state.join("program.pid")).ok()?;
-        (!pid.trim().is_empty()).then(|| pid.trim().to_string())
-    });
-    cli.typed(&mut m, &id, "one");
     // The config names no data dir: the termesh user's default one.
     let data = state.join(".local/share/termesh");
     let keeper = std::fs::read_to_string(data.join("keeper.lock"))
         .expect("the keeper of the node's data dir")
         .trim()
         .to_string();
-    let in_unit = |m: &Machine, pid: &str| {
-        m.sh(&format!("cat /proc/{pid}/cgroup"))
-            .lines()
-            .any(|l| l.ends_with(":/system.slice/termesh.service"))
-    };
+    let in_unit = |m: &Machine, pid: &str| unit_of(m, pid) == "/system.slice/termesh.service";
     assert!(
         in_unit(&m, &program),
         "the program runs in the unit's cgroup"
@@ -174,6 +187,74 @@ fn the_shipped_unit_keeps_programs_across_restarts_and_ends_them_in_order_at_shu
         keeper_log.contains("asked to stop (SIGTERM)"),
         "the keeper says why its programs ended:\n{keeper_log}"
     );
+}
+
+/// docs/operations.md, "Move from the keeper's own unit", on a machine
+/// that runs the two units of earlier releases: the new unit in place,
+/// the keeper's unit disabled (not stopped), a restart of the node ends
+/// no program and serves it; after the next reboot the keeper's unit
+/// stays down and the node's own keeper runs the programs in its unit.
+#[test]
+fn a_machine_on_the_keepers_own_unit_moves_to_the_one_unit_as_operations_md_says() {
+    let Some(mut m) = machine() else { return };
+    let cli = stage(&m);
+    m.sh("install -m 644 /root/staged/two-units/termesh.service \
+           /root/staged/two-units/termesh-keeper.service /etc/systemd/system/ \
+          && systemctl daemon-reload && systemctl enable --now termesh");
+    let (id, program) = start_program(&mut m, &cli, "before");
+    assert!(
+        unit_of(&m, &program).ends_with("/termesh-keeper.service"),
+        "earlier releases ran programs in the keeper's unit"
+    );
+
+    m.sh(
+        "install -m 644 /root/staged/termesh.service /etc/systemd/system/ \
+          && systemctl daemon-reload && systemctl disable termesh-keeper \
+          && systemctl restart termesh",
+    );
+    cli.typed(&mut m, &id, "moved");
+    assert!(m.alive(&program), "moving to the one unit ends no program");
+    assert_eq!(m.sh("systemctl is-active termesh-keeper"), "active");
+
+    std::fs::remove_file(m.root.join("var/lib/termesh/program.pid")).unwrap();
+    m.reboot();
+    assert_eq!(
+        m.run(&["systemctl", "is-active", "termesh-keeper"]).stdout,
+        b"inactive\n",
+        "the keeper's unit, disabled, stays down"
+    );
+    let (_, program) = start_program(&mut m, &cli, "after");
+    assert!(
+        unit_of(&m, &program).ends_with("/termesh.service"),
+        "after the reboot the programs run in the node's unit"
+    );
+}
+
+/// Once the node serves: starts `PROGRAM` and waits for its answer to
+/// `word`; answers the session and the program's pid (as the container
+/// numbers it).
+fn start_program(m: &mut Machine, cli: &Cli, word: &str) -> (String, String) {
+    m.until("the node serving", |_| {
+        cli.run(&["ls"]).status.success().then_some(())
+    });
+    let id = cli.ok(&["new", "--", "sh", "-c", PROGRAM]);
+    let written = m.root.join("var/lib/termesh/program.pid");
+    let pid = m.until("the program's pid", |_| {
+        let pid = std::fs::read_to_string(&written).ok()?;
+        (!pid.trim().is_empty()).then(|| pid.trim().to_string())
+    });
+    cli.typed(m, &id, word);
+    (id, pid)
+}
+
+/// The systemd cgroup of `pid` (as /proc/<pid>/cgroup names it).
+fn unit_of(m: &Machine, pid: &str) -> String {
+    let text = m.sh(&format!("cat /proc/{pid}/cgroup"));
+    let line = text
+        .lines()
+        .find(|l| l.contains(":name=systemd:") || l.starts_with("0::"))
+        .unwrap_or_else(|| panic!("no systemd cgroup for {pid}: {text}"));
+    line.rsplit(':').next().unwrap_or_default().to_string()
 }
 
 /// The nice value and `oom_score_adj` of `pid` in the container.

@@ -13,7 +13,9 @@ use std::time::{Duration, Instant};
 const BOOT: Duration = Duration::from_secs(120);
 
 pub struct Machine {
-    nspawn: Child,
+    /// How it boots, and the boot running now.
+    command: Command,
+    nspawn: Option<Child>,
     /// The container's init (its PID 1), as this host numbers it.
     leader: i32,
     /// The container's root: the overlay, readable from here.
@@ -24,8 +26,8 @@ pub struct Machine {
 }
 
 impl Machine {
-    /// Boots the container to `basic.target` (no services of the host's
-    /// beyond it) and waits until systemd says it is up. `Err` says why
+    /// Boots the container to `multi-user.target` (with none of the
+    /// services this host enabled) and waits until systemd says it is up. `Err` says why
     /// this host cannot: not root, no `systemd-nspawn`, no overlayfs.
     pub fn boot(bin: &Path) -> Result<Machine, String> {
         if !rustix::process::geteuid().is_root() {
@@ -58,9 +60,18 @@ impl Machine {
             let _ = run_host(&["umount", "-l"], &layers);
             return Err(format!("no overlay of / ({why})"));
         }
+        // The machine starts what is enabled in it, not this host's own
+        // services (databases, daemons).
+        let wants = root.join("etc/systemd/system/multi-user.target.wants");
+        for entry in std::fs::read_dir(&wants).into_iter().flatten().flatten() {
+            let _ = std::fs::remove_file(entry.path());
+        }
         let log = dir.path().join("nspawn.log");
-        let name = format!("termesh-unit-{}", std::process::id());
-        let spawned = Command::new("systemd-nspawn")
+        static BOOTED: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = BOOTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let name = format!("termesh-unit-{}-{n}", std::process::id());
+        let mut nspawn = Command::new("systemd-nspawn");
+        nspawn
             .arg(format!("--directory={}", root.display()))
             .args(["--register=no", "--keep-unit", "--machine", &name])
             // As a host's systemd may: lower a unit's OOMScoreAdjust=.
@@ -70,42 +81,62 @@ impl Machine {
                 bin.display()
             ))
             .args(["--boot", "--"])
-            .args(["systemd.firstboot=off", "systemd.unit=basic.target"])
+            .args(["systemd.firstboot=off", "systemd.unit=multi-user.target"])
             .stdin(Stdio::null())
-            .stdout(std::fs::File::create(&log).map_err(|e| e.to_string())?)
-            .stderr(Stdio::inherit())
-            .spawn();
-        let nspawn = match spawned {
-            Ok(child) => child,
-            Err(e) => {
-                let _ = run_host(&["umount", "-l"], &root);
-                let _ = run_host(&["umount", "-l"], &layers);
-                return Err(format!("systemd-nspawn did not start: {e}"));
-            }
-        };
+            .stderr(Stdio::inherit());
         let mut machine = Machine {
             leader: 0,
-            nspawn,
+            nspawn: None,
+            command: nspawn,
             root,
             layers,
             log,
             _dir: dir,
         };
-        machine.leader = machine.until("the container's init", |m| m.init());
-        machine.until("systemd inside up", |m| {
+        machine.start()?;
+        Ok(machine)
+    }
+
+    /// Boots the machine (again) and waits until systemd says it is up.
+    fn start(&mut self) -> Result<(), String> {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .map_err(|e| e.to_string())?;
+        let child = self
+            .command
+            .stdout(log)
+            .spawn()
+            .map_err(|e| format!("systemd-nspawn did not start: {e}"))?;
+        self.nspawn = Some(child);
+        self.leader = self.until("the container's init", |m| m.init());
+        self.until("systemd inside up", |m| {
             let state = m.run(&["systemctl", "is-system-running"]);
             let state = String::from_utf8_lossy(&state.stdout);
             matches!(state.trim(), "running" | "degraded").then_some(())
         });
-        Ok(machine)
+        Ok(())
+    }
+
+    /// Powers the machine off and boots it again on the same root: what
+    /// its services left on disk stays, what ran does not.
+    pub fn reboot(&mut self) {
+        self.power_off();
+        self.start().expect("the machine boots again");
+    }
+
+    /// Whether `systemd-nspawn` still runs (it ends with the machine).
+    fn running(&mut self) -> bool {
+        self.nspawn
+            .as_mut()
+            .is_some_and(|c| c.try_wait().ok().flatten().is_none())
     }
 
     /// The child of `systemd-nspawn` that runs systemd.
     fn init(&mut self) -> Option<i32> {
-        if let Ok(Some(status)) = self.nspawn.try_wait() {
-            panic!("systemd-nspawn ended ({status}):\n{}", self.log());
-        }
-        let parent = self.nspawn.id() as i32;
+        assert!(self.running(), "systemd-nspawn ended:\n{}", self.log());
+        let parent = self.nspawn.as_ref()?.id() as i32;
         std::fs::read_dir("/proc")
             .ok()?
             .flatten()
@@ -166,9 +197,8 @@ impl Machine {
     pub fn power_off(&mut self) {
         // The command may lose its caller as the machine goes down.
         let _ = self.run(&["systemctl", "poweroff"]);
-        self.until("the container's end", |m| {
-            m.nspawn.try_wait().ok().flatten().map(|_| ())
-        });
+        self.until("the container's end", |m| (!m.running()).then_some(()));
+        self.leader = 0;
     }
 
     /// The container's console so far.
@@ -179,7 +209,7 @@ impl Machine {
 
 impl Drop for Machine {
     fn drop(&mut self) {
-        if self.nspawn.try_wait().ok().flatten().is_none() {
+        if self.running() {
             if self.leader > 0 {
                 let _ = nix::sys::signal::kill(
                     nix::unistd::Pid::from_raw(self.leader),
@@ -187,11 +217,13 @@ impl Drop for Machine {
                 );
             }
             let deadline = Instant::now() + Duration::from_secs(10);
-            while self.nspawn.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+            while self.running() && Instant::now() < deadline {
                 std::thread::sleep(Duration::from_millis(50));
             }
-            let _ = self.nspawn.kill();
-            let _ = self.nspawn.wait();
+            if let Some(child) = self.nspawn.as_mut() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
         }
         let _ = run_host(&["umount", "-l"], &self.root);
         let _ = run_host(&["umount", "-l"], &self.layers);

@@ -37,7 +37,16 @@ pub fn stop(data_dir: &Path, keeper: bool) -> anyhow::Result<i32> {
     }
     if keeper {
         match keeper_pid(data_dir)? {
-            None => println!("no PTY keeper of {} runs", data_dir.display()),
+            None => {
+                println!("no PTY keeper of {} runs", data_dir.display());
+                if roots_default(data_dir) {
+                    println!(
+                        "(that is root's default data dir: a node run as another user, as \
+                         deploy/termesh.service runs it, keeps its data in that user's; \
+                         name it with --data-dir, or set data_dir in the config)"
+                    );
+                }
+            }
             Some(pid) => {
                 end(pid, || keeper_pid(data_dir).ok().flatten() == Some(pid))
                     .with_context(|| format!("the PTY keeper (pid {pid})"))?;
@@ -46,6 +55,13 @@ pub fn stop(data_dir: &Path, keeper: bool) -> anyhow::Result<i32> {
         }
     }
     Ok(0)
+}
+
+/// Whether `data_dir` is in root's home while root runs this: likely the
+/// default of a config that names no data dir, not the node's.
+fn roots_default(data_dir: &Path) -> bool {
+    rustix::process::geteuid().is_root()
+        && std::env::var_os("HOME").is_some_and(|home| data_dir.starts_with(home))
 }
 
 /// SIGTERM to `pid`, then waits while `runs` says it still does.

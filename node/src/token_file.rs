@@ -24,21 +24,23 @@ fn check(path: &Path, doc: &DocumentMut) -> anyhow::Result<String> {
     Ok(text)
 }
 
-/// Replaces the file: a new file renamed over the old, with its owner,
+/// Writes the new text of `path` beside it, with the old file's owner,
 /// group and permissions (root editing `/etc/termesh/termesh.toml`,
-/// `root:termesh` 0640, must leave it readable by the node's user).
-fn write(path: &Path, text: &str) -> anyhow::Result<()> {
+/// `root:termesh` 0640, must leave it readable by the node's user);
+/// answers the new file, which `commit` renames over the old.
+fn stage(path: &Path, text: &str) -> anyhow::Result<PathBuf> {
     use std::os::unix::fs::MetadataExt;
     let tmp = path.with_extension("toml.tmp");
-    std::fs::write(&tmp, text).with_context(|| format!("cannot write {}", tmp.display()))?;
+    std::fs::write(&tmp, text)
+        .with_context(|| format!("cannot write {}; nothing was changed", tmp.display()))?;
     if let Ok(meta) = std::fs::metadata(path) {
         let kept = std::os::unix::fs::chown(&tmp, Some(meta.uid()), Some(meta.gid()))
             .and_then(|()| std::fs::set_permissions(&tmp, meta.permissions()));
         if let Err(e) = kept {
             let _ = std::fs::remove_file(&tmp);
             bail!(
-                "cannot give the new {} the old one's owner {}:{} and mode {:o} ({e}); \
-                 nothing was changed: run this as root or as its owner",
+                "cannot give the new {} the old one's owner {}:{} and mode {:o} ({e}): \
+                 run this as root; nothing was changed",
                 path.display(),
                 meta.uid(),
                 meta.gid(),
@@ -46,7 +48,7 @@ fn write(path: &Path, text: &str) -> anyhow::Result<()> {
             );
         }
     }
-    std::fs::rename(&tmp, path).with_context(|| format!("cannot replace {}", path.display()))
+    Ok(tmp)
 }
 
 fn tokens(doc: &mut DocumentMut) -> anyhow::Result<&mut ArrayOfTables> {
@@ -81,8 +83,22 @@ fn edit_all(
         edit(path, tokens(&mut doc)?)?;
         edited.push((path, check(path, &doc)?));
     }
+    // Every new file is made before any replaces its old one.
+    let mut staged = Vec::new();
     for (path, text) in &edited {
-        write(path, text)?;
+        match stage(path, text) {
+            Ok(tmp) => staged.push((tmp, *path)),
+            Err(e) => {
+                for (tmp, _) in &staged {
+                    let _ = std::fs::remove_file(tmp);
+                }
+                return Err(e);
+            }
+        }
+    }
+    for (tmp, path) in staged {
+        std::fs::rename(&tmp, path)
+            .with_context(|| format!("cannot replace {}", path.display()))?;
     }
     Ok(())
 }
@@ -207,6 +223,26 @@ mod tests {
         assert!(std::fs::read_to_string(&path)
             .unwrap()
             .contains("name = \"v\""));
+    }
+
+    #[test]
+    fn a_file_that_cannot_be_replaced_leaves_every_file_as_it_was() {
+        let dir = tempfile::tempdir().unwrap();
+        let files: Vec<PathBuf> = ["a", "b"]
+            .iter()
+            .map(|n| {
+                let path = dir.path().join(format!("{n}.toml"));
+                std::fs::write(&path, format!("[node]\nname = \"{n}\"\n")).unwrap();
+                path
+            })
+            .collect();
+        // b's new file cannot be made: a, edited first, stays as it was.
+        std::fs::create_dir(dir.path().join("b.toml.tmp")).unwrap();
+        let err = format!("{:#}", add(&files, "viewer", "v").unwrap_err());
+        assert!(err.contains("nothing was changed"), "{err}");
+        let a = std::fs::read_to_string(&files[0]).unwrap();
+        assert_eq!(a, "[node]\nname = \"a\"\n");
+        assert!(!dir.path().join("a.toml.tmp").exists());
     }
 
     #[test]

@@ -309,8 +309,9 @@ async fn the_node_says_when_its_keeper_runs_in_another_cpu_cgroup() {
 /// shipped unit delegates `cpu` to its node for it); a restart that stops
 /// the node only (`KillMode=process`)
 /// leaves keeper and programs running, and the new node takes them.
-/// systemd itself is not run here: the unit's settings are checked by
-/// `systemd-analyze verify` in `.ci/run`.
+/// systemd itself is not run here (`systemd_unit.rs` runs the unit under
+/// a real one, without the cgroup part: its container's `cpu` hierarchy
+/// is read-only).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_units_layout_keeps_keeper_and_programs_in_the_nodes_cgroup_across_restarts() {
     let Some(group) = CpuGroup::make("termesh-test-unit") else {

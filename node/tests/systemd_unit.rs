@@ -4,10 +4,14 @@
 //! one started from deploy/termesh.example.toml: the node's user's
 //! default, under the unit's `StateDirectory=`, its home). A restart, a
 //! kill -9 and a stop of the node each leave its program running, in the
-//! unit's cgroup, and the next node serves it; a shutdown of the machine
-//! ends the program through its terminal (the keeper's hang-up, from the
-//! unit's `ExecStopPost`) before systemd's final sweep would. Skipped,
-//! saying why, where this host cannot boot such a container (not root, no
+//! unit's cgroup, and the next node serves it; a token added on the
+//! machine works after `systemctl reload`; a shutdown of the machine ends
+//! the program through its terminal (the keeper's hang-up, from the
+//! unit's `ExecStopPost`) before systemd's final sweep would. And a
+//! machine on the units of earlier releases moves to this one as
+//! docs/operations.md says, ending no program. One machine at a time (a
+//! container shares the cgroup nspawn was started in). Skipped, saying
+//! why, where this host cannot boot such a container (not root, no
 //! systemd-nspawn, no overlayfs).
 
 mod common;
@@ -32,11 +36,14 @@ const PROGRAM: &str = "echo $$ > /var/lib/termesh/program.pid; \
 /// The units of earlier releases, when the keeper had one of its own.
 const TWO_UNITS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/two-units");
 
-/// Boots a machine, or says why this host cannot (the test then passes
-/// without checking anything, saying so).
-fn machine() -> Option<Machine> {
+/// Boots a machine once no other test's runs, or says why this host
+/// cannot (the test then passes without checking anything, saying so).
+/// The guard comes first, so a machine is torn down before it is let go.
+fn machine() -> Option<(std::sync::MutexGuard<'static, ()>, Machine)> {
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     match Machine::boot(std::path::Path::new(BIN)) {
-        Ok(m) => Some(m),
+        Ok(m) => Some((one, m)),
         Err(why) => {
             println!("SKIPPED: this host cannot boot a systemd container ({why})");
             None
@@ -82,7 +89,9 @@ fn stage(m: &Machine) -> Cli {
 
 #[test]
 fn the_shipped_unit_keeps_programs_across_restarts_and_ends_them_in_order_at_shutdown() {
-    let Some(mut m) = machine() else { return };
+    let Some((_one, mut m)) = machine() else {
+        return;
+    };
     let cli = stage(&m);
     // docs/operations.md, "3. On each machine".
     m.sh(
@@ -107,7 +116,11 @@ fn the_shipped_unit_keeps_programs_across_restarts_and_ends_them_in_order_at_shu
     // The unit's host-load protection: the node outranks its programs by
     // nice and by the OOM killer's score, the programs run as anyone's.
     let node = first.to_string();
-    let said = m.sh("journalctl -b -o cat _SYSTEMD_UNIT=termesh.service");
+    // What the node said until it served (journald may lag behind it).
+    let said = m.until("the node's start in the journal", |m| {
+        let said = m.sh("journalctl -b -o cat _SYSTEMD_UNIT=termesh.service");
+        said.contains("node serving").then_some(said)
+    });
     assert!(
         !said.contains(" WARN ") && !said.contains(" ERROR "),
         "the node starts without a warning under the shipped unit:\n{said}"
@@ -196,7 +209,9 @@ fn the_shipped_unit_keeps_programs_across_restarts_and_ends_them_in_order_at_shu
 /// stays down and the node's own keeper runs the programs in its unit.
 #[test]
 fn a_machine_on_the_keepers_own_unit_moves_to_the_one_unit_as_operations_md_says() {
-    let Some(mut m) = machine() else { return };
+    let Some((_one, mut m)) = machine() else {
+        return;
+    };
     let cli = stage(&m);
     m.sh("install -m 644 /root/staged/two-units/termesh.service \
            /root/staged/two-units/termesh-keeper.service /etc/systemd/system/ \

@@ -35,6 +35,10 @@ const LOOK_EVERY: rustix::event::Timespec = rustix::event::Timespec {
     tv_nsec: 0,
 };
 
+/// How long a stopped keeper waits for its programs to end after their
+/// terminals hang up (within the unit's TimeoutStopSec=, 15 s).
+const HANG_UP_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Listens on `path` (a stale socket there goes first), mode 0600;
 /// answers the socket and the file's identity.
 fn listen(path: &Path) -> anyhow::Result<(OwnedFd, (u64, u64))> {
@@ -154,6 +158,14 @@ pub fn run(data_dir: &Path) -> anyhow::Result<()> {
                     programs = keeper.programs.len(),
                     "asked to stop (SIGTERM): its programs' terminals hang up"
                 );
+                let left = keeper.programs.hang_up(HANG_UP_GRACE);
+                if left > 0 {
+                    tracing::warn!(
+                        left,
+                        "programs still run {}s after their hang-up: left to whoever ends the rest",
+                        HANG_UP_GRACE.as_secs()
+                    );
+                }
                 return Ok(());
             }
             for (id, exit) in keeper.programs.look() {

@@ -9,6 +9,7 @@ use std::ffi::OsString;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::ffi::OsStringExt;
 use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 use filedescriptor::FileDescriptor;
 use nix::sys::signal::{killpg, Signal};
@@ -117,6 +118,33 @@ impl Programs {
             )
         });
         ended
+    }
+
+    /// Hangs up every program's terminal (their masters close: SIGHUP to
+    /// each) and waits, at most `grace`, for the running ones to end, so
+    /// that whoever stopped the keeper knows they did; answers how many
+    /// still run (a program that ignores the hang-up).
+    pub fn hang_up(&mut self, grace: Duration) -> usize {
+        let held = std::mem::take(&mut self.by_id);
+        let mut running: Vec<i32> = held
+            .values()
+            .filter(|p| p.exit.is_none())
+            .map(|p| p.pid)
+            .collect();
+        drop(held);
+        let deadline = Instant::now() + grace;
+        loop {
+            running.retain(|pid| {
+                matches!(
+                    waitpid(Pid::from_raw(*pid), Some(WaitPidFlag::WNOHANG)),
+                    Ok(WaitStatus::StillAlive) | Err(nix::errno::Errno::EINTR)
+                )
+            });
+            if running.is_empty() || Instant::now() >= deadline {
+                return running.len();
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 
     /// The node is done with `id`: reaped (killed first if it runs), its

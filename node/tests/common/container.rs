@@ -3,7 +3,9 @@
 //! every write), sharing the host's network, with this build's `termesh`
 //! bound at `/usr/local/bin/termesh`. Commands run inside through
 //! `nsenter`. Torn down on drop: the container's init killed (and with
-//! it every process of its PID namespace), the overlay unmounted.
+//! it every process of its PID namespace), the overlay unmounted. Only
+//! the root file system is seen through the overlay: a host with `/usr`
+//! mounted apart boots no machine (`boot` says why).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -12,6 +14,7 @@ use std::time::{Duration, Instant};
 /// Boot, and a shutdown, take seconds; this bounds them on a loaded host.
 const BOOT: Duration = Duration::from_secs(120);
 
+/// One booted container and what it runs on (see the module's doc).
 pub struct Machine {
     /// How it boots, and the boot running now.
     command: Command,
@@ -27,8 +30,9 @@ pub struct Machine {
 
 impl Machine {
     /// Boots the container to `multi-user.target` (with none of the
-    /// services this host enabled) and waits until systemd says it is up. `Err` says why
-    /// this host cannot: not root, no `systemd-nspawn`, no overlayfs.
+    /// services this host enabled) and waits until systemd says it is up.
+    /// `Err` says why this host cannot: not root, no `systemd-nspawn`, no
+    /// overlayfs, a system that does not boot in a container.
     pub fn boot(bin: &Path) -> Result<Machine, String> {
         if !rustix::process::geteuid().is_root() {
             return Err("not root".into());
@@ -46,25 +50,31 @@ impl Machine {
         std::fs::create_dir(&root).map_err(|e| e.to_string())?;
         run_host(&["mount", "-t", "tmpfs", "tmpfs"], &layers)?;
         let (upper, work) = (layers.join("upper"), layers.join("work"));
-        std::fs::create_dir(&upper).map_err(|e| e.to_string())?;
-        std::fs::create_dir(&work).map_err(|e| e.to_string())?;
-        let options = format!(
-            "lowerdir=/,upperdir={},workdir={}",
-            upper.display(),
-            work.display()
-        );
-        if let Err(why) = run_host(
-            &["mount", "-t", "overlay", "overlay", "-o", &options],
-            &root,
-        ) {
+        let overlay = std::fs::create_dir(&upper)
+            .and_then(|()| std::fs::create_dir(&work))
+            .map_err(|e| e.to_string())
+            .and_then(|()| {
+                let options = format!(
+                    "lowerdir=/,upperdir={},workdir={}",
+                    upper.display(),
+                    work.display()
+                );
+                run_host(
+                    &["mount", "-t", "overlay", "overlay", "-o", &options],
+                    &root,
+                )
+            });
+        if let Err(why) = overlay {
             let _ = run_host(&["umount", "-l"], &layers);
             return Err(format!("no overlay of / ({why})"));
         }
         // The machine starts what is enabled in it, not this host's own
-        // services (databases, daemons).
-        let wants = root.join("etc/systemd/system/multi-user.target.wants");
-        for entry in std::fs::read_dir(&wants).into_iter().flatten().flatten() {
-            let _ = std::fs::remove_file(entry.path());
+        // services (databases, daemons, their sockets and timers).
+        for target in ["multi-user", "sockets", "timers"] {
+            let wants = root.join(format!("etc/systemd/system/{target}.target.wants"));
+            for entry in std::fs::read_dir(&wants).into_iter().flatten().flatten() {
+                let _ = std::fs::remove_file(entry.path());
+            }
         }
         let log = dir.path().join("nspawn.log");
         static BOOTED: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
@@ -110,7 +120,21 @@ impl Machine {
             .spawn()
             .map_err(|e| format!("systemd-nspawn did not start: {e}"))?;
         self.nspawn = Some(child);
-        self.leader = self.until("the container's init", |m| m.init());
+        let deadline = Instant::now() + BOOT;
+        self.leader = loop {
+            if !self.running() {
+                return Err(format!("systemd-nspawn ended:\n{}", self.log()));
+            }
+            if let Some(pid) = self.init() {
+                break pid;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no init in the container:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
         self.until("systemd inside up", |m| {
             let state = m.run(&["systemctl", "is-system-running"]);
             let state = String::from_utf8_lossy(&state.stdout);
@@ -134,8 +158,7 @@ impl Machine {
     }
 
     /// The child of `systemd-nspawn` that runs systemd.
-    fn init(&mut self) -> Option<i32> {
-        assert!(self.running(), "systemd-nspawn ended:\n{}", self.log());
+    fn init(&self) -> Option<i32> {
         let parent = self.nspawn.as_ref()?.id() as i32;
         std::fs::read_dir("/proc")
             .ok()?
@@ -210,9 +233,10 @@ impl Machine {
 impl Drop for Machine {
     fn drop(&mut self) {
         if self.running() {
-            if self.leader > 0 {
+            // Its init, found now if the boot had not got that far.
+            if let Some(init) = Some(self.leader).filter(|p| *p > 0).or_else(|| self.init()) {
                 let _ = nix::sys::signal::kill(
-                    nix::unistd::Pid::from_raw(self.leader),
+                    nix::unistd::Pid::from_raw(init),
                     nix::sys::signal::Signal::SIGKILL,
                 );
             }

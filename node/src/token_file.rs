@@ -225,17 +225,22 @@ mod tests {
             .contains("name = \"v\""));
     }
 
-    #[test]
-    fn a_file_that_cannot_be_replaced_leaves_every_file_as_it_was() {
-        let dir = tempfile::tempdir().unwrap();
-        let files: Vec<PathBuf> = ["a", "b"]
+    /// A minimal config named `n` in `dir` for each of `names`.
+    fn configs(dir: &Path, names: &[&str]) -> Vec<PathBuf> {
+        names
             .iter()
             .map(|n| {
-                let path = dir.path().join(format!("{n}.toml"));
+                let path = dir.join(format!("{n}.toml"));
                 std::fs::write(&path, format!("[node]\nname = \"{n}\"\n")).unwrap();
                 path
             })
-            .collect();
+            .collect()
+    }
+
+    #[test]
+    fn a_file_that_cannot_be_replaced_leaves_every_file_as_it_was() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = configs(dir.path(), &["a", "b"]);
         // b's new file cannot be made: a, edited first, stays as it was.
         std::fs::create_dir(dir.path().join("b.toml.tmp")).unwrap();
         let err = format!("{:#}", add(&files, "viewer", "v").unwrap_err());
@@ -248,14 +253,7 @@ mod tests {
     #[test]
     fn one_token_goes_into_every_file_or_into_none() {
         let dir = tempfile::tempdir().unwrap();
-        let files: Vec<PathBuf> = ["a", "b", "c"]
-            .iter()
-            .map(|n| {
-                let path = dir.path().join(format!("{n}.toml"));
-                std::fs::write(&path, format!("[node]\nname = \"{n}\"\n")).unwrap();
-                path
-            })
-            .collect();
+        let files = configs(dir.path(), &["a", "b", "c"]);
         let token = add(&files, "operator", "alice").unwrap();
         for path in &files {
             let text = std::fs::read_to_string(path).unwrap();

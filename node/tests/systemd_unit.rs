@@ -3,9 +3,10 @@
 //! docs/operations.md says, with a config that names no data dir (as
 //! one started from deploy/termesh.example.toml: the node's user's
 //! default, under the unit's `StateDirectory=`, its home). A restart, a
-//! kill -9 and a stop of the node each leave its program running, in the
-//! unit's cgroup, and the next node serves it; a token added on the
-//! machine works after `systemctl reload`; a shutdown of the machine ends
+//! kill -9, a stop and an upgrade of the binary (a new file, a restart)
+//! each leave its program running, in the unit's cgroup, and the next
+//! node serves it; a token added on the machine works after `systemctl
+//! reload`; a shutdown of the machine ends
 //! the program through its terminal (the keeper's hang-up, from the
 //! unit's `ExecStopPost`) before systemd's final sweep would. And a
 //! machine on the units of earlier releases moves to this one as
@@ -53,8 +54,9 @@ fn machine() -> Option<(std::sync::MutexGuard<'static, ()>, Machine)> {
 
 /// Puts the config (no data dir, a token, a free port on loopback), the
 /// unit and the units of earlier releases in the machine's
-/// `/root/staged`, and makes the termesh user and `/etc/termesh` as
-/// docs/operations.md's step 3 does; answers the command line for it.
+/// `/root/staged`, and makes the termesh user, the binary and
+/// `/etc/termesh` as docs/operations.md's step 3 does; answers the
+/// command line for it.
 fn stage(m: &Machine) -> Cli {
     let port = common::cluster::free_port("127.0.0.1");
     let config = format!(
@@ -75,9 +77,9 @@ fn stage(m: &Machine) -> Cli {
         let old = std::path::Path::new(TWO_UNITS).join(unit);
         std::fs::copy(old, staged.join("two-units").join(unit)).unwrap();
     }
-    // The binary is bound in.
     m.sh(
         "useradd --system --home-dir /var/lib/termesh --shell /usr/sbin/nologin termesh \
+          && install -m 755 /opt/termesh-build/termesh /usr/local/bin/termesh \
           && install -d -m 750 -g termesh /etc/termesh \
           && install -m 640 -g termesh /root/staged/termesh.toml /etc/termesh/",
     );
@@ -174,6 +176,21 @@ fn the_shipped_unit_keeps_programs_across_restarts_and_ends_them_in_order_at_shu
     assert!(m.alive(&keeper), "a stop of the unit ends no keeper");
     m.sh("systemctl start termesh");
     cli.typed(&mut m, &id, "four");
+
+    // docs/operations.md, "Upgrade the binary with no session lost": a new
+    // file renamed over the running one, then a restart; the keeper runs
+    // on from the file it was started with.
+    m.sh(
+        "install -m 755 /opt/termesh-build/termesh /usr/local/bin/termesh \
+          && systemctl restart termesh",
+    );
+    cli.typed(&mut m, &id, "upgraded");
+    assert!(m.alive(&program), "an upgrade ends no program");
+    assert!(
+        m.sh(&format!("readlink /proc/{keeper}/exe"))
+            .ends_with("(deleted)"),
+        "the same keeper, on the replaced binary"
+    );
     assert!(
         in_unit(&m, &program),
         "the program stays in the unit's cgroup"

@@ -1,7 +1,8 @@
 //! A machine of its own under a real systemd: this host's system booted
 //! by `systemd-nspawn` on a throwaway overlay of its root (a tmpfs takes
 //! every write), sharing the host's network, with this build's `termesh`
-//! bound at `/usr/local/bin/termesh`. Commands run inside through
+//! bound at `/opt/termesh-build/termesh` (to install from, as an operator
+//! installs a release). Commands run inside through
 //! `nsenter`. Torn down on drop: the container's init killed (and with
 //! it every process of its PID namespace), the overlay unmounted. Only
 //! the root file system is seen through the overlay: a host with `/usr`
@@ -87,7 +88,7 @@ impl Machine {
             // As a host's systemd may: lower a unit's OOMScoreAdjust=.
             .arg("--capability=CAP_SYS_RESOURCE")
             .arg(format!(
-                "--bind-ro={}:/usr/local/bin/termesh",
+                "--bind-ro={}:/opt/termesh-build/termesh",
                 bin.display()
             ))
             .args(["--boot", "--"])

@@ -27,12 +27,14 @@ fn check(path: &Path, doc: &DocumentMut) -> anyhow::Result<String> {
 /// Writes the new text of `path` beside it, with the old file's owner,
 /// group and permissions (root editing `/etc/termesh/termesh.toml`,
 /// `root:termesh` 0640, must leave it readable by the node's user);
-/// answers the new file, which `commit` renames over the old.
+/// answers the new file, which `edit_all` renames over the old.
 fn stage(path: &Path, text: &str) -> anyhow::Result<PathBuf> {
     use std::os::unix::fs::MetadataExt;
     let tmp = path.with_extension("toml.tmp");
-    std::fs::write(&tmp, text)
-        .with_context(|| format!("cannot write {}; nothing was changed", tmp.display()))?;
+    if let Err(e) = std::fs::write(&tmp, text) {
+        let _ = std::fs::remove_file(&tmp);
+        bail!("cannot write {} ({e}); nothing was changed", tmp.display());
+    }
     if let Ok(meta) = std::fs::metadata(path) {
         let kept = std::os::unix::fs::chown(&tmp, Some(meta.uid()), Some(meta.gid()))
             .and_then(|()| std::fs::set_permissions(&tmp, meta.permissions()));

@@ -342,7 +342,12 @@ fn stop_ends_the_node_and_with_keeper_its_programs() {
         .expect("the URL is printed")
         .to_string();
     let pid_file = data.path().join("prog.pid");
-    let script = format!("echo $$ > {}; exec sleep 1000", pid_file.display());
+    // A program slow to end once its terminal hangs up (the sleep in its
+    // handler is that slowness): `stop --keeper` returns after it ended.
+    let script = format!(
+        "echo $$ > {}; trap 'sleep 0.5; exit 0' HUP; while :; do sleep 1; done",
+        pid_file.display()
+    );
     let (ok, _, err) = run(&["new", "--", "sh", "-c", &script], data.path(), &url);
     assert!(ok, "{err}");
     eventually("the program's pid", || {
@@ -395,4 +400,26 @@ fn stop_ends_the_node_and_with_keeper_its_programs() {
         ok && out.contains("no node of") && out.contains("no PTY keeper of"),
         "{out}{err}"
     );
+}
+
+/// As root, `termesh stop --keeper` that finds no keeper in root's own
+/// default data dir says the node's may be another user's.
+#[test]
+fn stop_says_when_it_looked_in_roots_own_data_dir() {
+    let home = tempfile::tempdir().unwrap();
+    let out = Command::new(BIN)
+        .args(["stop", "--keeper"])
+        .env("HOME", home.path())
+        .env("XDG_RUNTIME_DIR", home.path().join("run"))
+        .env_remove("XDG_DATA_HOME")
+        .env_remove("TERMESH_DATA_DIR")
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && said.contains("no PTY keeper of"),
+        "{said}"
+    );
+    let root = rustix::process::geteuid().is_root();
+    assert_eq!(said.contains("root's default data dir"), root, "{said}");
 }

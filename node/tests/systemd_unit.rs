@@ -28,7 +28,8 @@ const TOKEN: &str = "unit-admin-token-0123456789abcdef";
 /// terminal hung up by the keeper; TERM: systemd's) and what ran as PID 1
 /// then (`systemd` while units stop; `systemd-shutdow`, cut to 15 bytes,
 /// in the final sweep, which ends whatever is left: network and file
-/// systems gone).
+/// systems gone). A read that fails (the terminal hung up) is retried a
+/// second later rather than at once, so the loop never spins.
 const PROGRAM: &str = "echo $$ > /var/lib/termesh/program.pid; \
     trap 'echo \"hup $(cat /proc/1/comm)\" >> /var/lib/termesh/ended-by; exit 0' HUP; \
     trap 'echo \"term $(cat /proc/1/comm)\" >> /var/lib/termesh/ended-by' TERM; \
@@ -64,9 +65,8 @@ fn stage(m: &Machine) -> Cli {
          [[auth.tokens]]\nname = \"admin\"\nhash = \"{}\"\nrole = \"admin\"\n",
         termesh_config::hash_token(TOKEN)
     );
-    let staged = m.root.join("root/staged/two-units");
-    std::fs::create_dir_all(&staged).unwrap();
-    let staged = staged.parent().unwrap();
+    let staged = m.root.join("root/staged");
+    std::fs::create_dir_all(staged.join("two-units")).unwrap();
     std::fs::write(staged.join("termesh.toml"), config).unwrap();
     std::fs::copy(
         concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/termesh.service"),
@@ -115,9 +115,6 @@ fn the_shipped_unit_keeps_programs_across_restarts_and_ends_them_in_order_at_shu
         "the program runs in the unit's cgroup"
     );
     assert!(in_unit(&m, &keeper), "the keeper runs in the unit's cgroup");
-    // The unit's host-load protection: the node outranks its programs by
-    // nice and by the OOM killer's score, the programs run as anyone's.
-    let node = first.to_string();
     // What the node said until it served (journald may lag behind it).
     let said = m.until("the node's start in the journal", |m| {
         let said = m.sh("journalctl -b -o cat _SYSTEMD_UNIT=termesh.service");
@@ -127,7 +124,10 @@ fn the_shipped_unit_keeps_programs_across_restarts_and_ends_them_in_order_at_shu
         !said.contains(" WARN ") && !said.contains(" ERROR "),
         "the node starts without a warning under the shipped unit:\n{said}"
     );
-    // (OOMScoreAdjust= needs CAP_SYS_RESOURCE, which this host may lack.)
+    // The unit's host-load protection: the node outranks its programs by
+    // nice and by the OOM killer's score, the programs run as anyone's
+    // (OOMScoreAdjust= needs CAP_SYS_RESOURCE, which this host may lack).
+    let node = first.to_string();
     let lowers = m
         .run(&["sh", "-c", "echo -900 > /proc/self/oom_score_adj"])
         .status

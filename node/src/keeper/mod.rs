@@ -158,7 +158,12 @@ pub fn run(data_dir: &Path) -> anyhow::Result<()> {
                     programs = keeper.programs.len(),
                     "asked to stop (SIGTERM): its programs' terminals hang up"
                 );
-                let left = keeper.programs.hang_up(HANG_UP_GRACE);
+                let left = keeper.programs.hang_up(HANG_UP_GRACE, |within| {
+                    let timeout = rustix::event::Timespec::try_from(within).unwrap_or(LOOK_EVERY);
+                    let mut fds = [PollFd::new(&signals, PollFlags::IN)];
+                    let _ = poll(&mut fds, Some(&timeout));
+                    while let Ok(Some(_)) = signals.read_signal() {}
+                });
                 if left > 0 {
                     tracing::warn!(
                         left,

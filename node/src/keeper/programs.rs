@@ -122,9 +122,10 @@ impl Programs {
 
     /// Hangs up every program's terminal (their masters close: SIGHUP to
     /// each) and waits, at most `grace`, for the running ones to end, so
-    /// that whoever stopped the keeper knows they did; answers how many
-    /// still run (a program that ignores the hang-up).
-    pub fn hang_up(&mut self, grace: Duration) -> usize {
+    /// that whoever stopped the keeper knows they did; `exits` blocks until
+    /// a child may have exited (a SIGCHLD) or the time it is given passes.
+    /// Answers how many still run (a program that ignores the hang-up).
+    pub fn hang_up(&mut self, grace: Duration, mut exits: impl FnMut(Duration)) -> usize {
         let held = std::mem::take(&mut self.by_id);
         let mut running: Vec<i32> = held
             .values()
@@ -140,10 +141,11 @@ impl Programs {
                     Ok(WaitStatus::StillAlive) | Err(nix::errno::Errno::EINTR)
                 )
             });
-            if running.is_empty() || Instant::now() >= deadline {
+            let now = Instant::now();
+            if running.is_empty() || now >= deadline {
                 return running.len();
             }
-            std::thread::sleep(Duration::from_millis(10));
+            exits(deadline - now);
         }
     }
 

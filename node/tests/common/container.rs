@@ -121,21 +121,14 @@ impl Machine {
             .spawn()
             .map_err(|e| format!("systemd-nspawn did not start: {e}"))?;
         self.nspawn = Some(child);
-        let deadline = Instant::now() + BOOT;
-        self.leader = loop {
-            if !self.running() {
-                return Err(format!("systemd-nspawn ended:\n{}", self.log()));
+        // A container that ends before its init runs did not boot here.
+        self.leader = self.until("the container's init", |m| {
+            if m.running() {
+                m.init().map(Ok)
+            } else {
+                Some(Err(format!("systemd-nspawn ended:\n{}", m.log())))
             }
-            if let Some(pid) = self.init() {
-                break pid;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "no init in the container:\n{}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        };
+        })?;
         self.until("systemd inside up", |m| {
             let state = m.run(&["systemctl", "is-system-running"]);
             let state = String::from_utf8_lossy(&state.stdout);
@@ -200,7 +193,8 @@ impl Machine {
         self.run(&["kill", "-0", pid]).status.success()
     }
 
-    /// Polls `f` until it answers, within `BOOT`.
+    /// Polls `f` until it answers, within `BOOT` (nothing here tells of
+    /// a change but `/proc` and systemd's answers, so each try is a poll).
     pub fn until<T>(&mut self, what: &str, mut f: impl FnMut(&mut Self) -> Option<T>) -> T {
         let deadline = Instant::now() + BOOT;
         loop {
@@ -212,7 +206,7 @@ impl Machine {
                 "timed out waiting for {what}; console:\n{}",
                 self.log()
             );
-            std::thread::sleep(Duration::from_millis(100));
+            super::poll_pause_blocking();
         }
     }
 
@@ -243,7 +237,7 @@ impl Drop for Machine {
             }
             let deadline = Instant::now() + Duration::from_secs(10);
             while self.running() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(50));
+                super::poll_pause_blocking();
             }
             if let Some(child) = self.nspawn.as_mut() {
                 let _ = child.kill();

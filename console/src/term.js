@@ -76,7 +76,12 @@ export class Term {
     // key that types nothing, Shift or a copy, takes nothing).
     this.keyAt = -Infinity;
     this.xterm.attachCustomKeyEventHandler((e) => {
-      if (e.type === "keydown") this.keyAt = performance.now();
+      if (e.type !== "keydown") return true;
+      this.keyAt = performance.now();
+      // Shift with Page Up/Down, Home or End scrolls the view; a key that
+      // types brings it to the cursor (and a resize the typing takes may
+      // move it, which is not the person's doing).
+      if (e.shiftKey && ["PageUp", "PageDown", "Home", "End"].includes(e.key)) this.scrolledAt = this.keyAt;
       return true;
     });
     this.xterm.textarea.addEventListener("paste", () => { this.keyAt = performance.now(); });
@@ -217,10 +222,11 @@ export class Term {
   }
 
   // After each scroll and render: a view at the bottom follows; one a
-  // person moved (wheel, touch, keys) stays where they put it; one moved
-  // by anything else (xterm 6 syncs its scroll area to a resize only when
-  // it renders, and a scroll event of the old layout lands rows above the
-  // bottom) goes back to the cursor.
+  // person moved (wheel, touch, the keys that scroll) stays where they
+  // put it; one moved by anything else (xterm 6 syncs its scroll area to
+  // a resize only when it renders, and a scroll event of the old layout
+  // lands rows above the bottom, even while the person types) goes back
+  // to the cursor.
   keepFollowing() {
     const b = this.xterm.buffer.active;
     const now = performance.now();
@@ -230,7 +236,7 @@ export class Term {
       if (!moved) this.paneToCursor();
       return;
     }
-    if (moved || now - this.keyAt < 1000) {
+    if (moved) {
       this.follow = false;
       return;
     }

@@ -52,7 +52,9 @@ async fn same_screen(b: &Browser, node: &TestNode, session: &str, when: &str, mu
          for (let i = 0; i < x.rows; i++) \
            rows.push(buf.getLine(buf.baseY + i).translateToString(true).trimEnd()); \
          return [t.shownSeq, rows, buf.cursorX, buf.cursorY, \
-                 buf.viewportY === buf.baseY, x.cols, x.rows, !!t.pane.offsetParent]"
+                 buf.viewportY === buf.baseY, x.cols, x.rows, !!t.pane.offsetParent, \
+                 [buf.viewportY, buf.baseY, t.follow, x._core._bufferService.isUserScrolling, \
+                  Math.round(performance.now() - t.keyAt), Math.round(performance.now() - t.scrolledAt)]]"
     );
     let mut last = String::new();
     let deadline = std::time::Instant::now() + PATIENCE;
@@ -86,8 +88,10 @@ async fn same_screen(b: &Browser, node: &TestNode, session: &str, when: &str, mu
         }
         last = format!(
             "seq: page {shown:?}, node {seq}; cursor: page {at:?}, node {cursor:?}; \
-             at the bottom: {bottom} (pane shown: {visible}); size: page {size:?}, node {}x{}\n\
+             at the bottom: {bottom} (pane shown: {visible}; view, base, follow, user scrolling, \
+             ms since key, ms since scroll: {}); size: page {size:?}, node {}x{}\n\
              page:\n{}\nnode:\n{}",
+            v[8],
             info.cols,
             info.rows,
             rows.join("\n"),
@@ -357,4 +361,52 @@ async fn the_console_draws_each_session_as_its_screen_at_every_size() {
     .await;
     all_same(&b, &node, &all, "after the link dropped").await;
     other.close().await;
+
+    // A person scrolls back (Shift+Page Up): the view stays where they
+    // put it while the shell prints; a key typed brings it to the cursor.
+    b.js(&format!(
+        "window.termesh.terms.get('{shell}').tab.click(); return true"
+    ))
+    .await;
+    b.type_into_terminal(&format!(
+        "{}{}{}",
+        char::from(Key::Shift),
+        char::from(Key::PageUp),
+        char::from(Key::Null)
+    ))
+    .await;
+    // The shell's terminal's buffer as `b`, what it shows as `seq`.
+    let view = |then: &str| {
+        format!(
+            "const t = window.termesh.terms.get('{shell}'); const b = t.xterm.buffer.active; \
+             const seq = t.shownSeq; {then}"
+        )
+    };
+    let up = b
+        .wait_js(
+            "the view scrolled back",
+            &view("return b.viewportY < b.baseY ? [b.viewportY] : null"),
+        )
+        .await[0]
+        .as_u64();
+    type_line(&node, &shell, "echo printed-while-scrolled-back-$((6*7))").await;
+    wait_output(&node, &shell, "printed-while-scrolled-back-42").await;
+    let (seq, _, _) = node_screen(&node, &shell).await;
+    let shown = b
+        .wait_js(
+            "the page to show what the shell printed",
+            &view(&format!("return seq === {seq} ? [b.viewportY, b.baseY] : null")),
+        )
+        .await;
+    assert_eq!(
+        shown[0].as_u64(),
+        up,
+        "the view stays where the person scrolled it while output arrives: {shown}"
+    );
+    b.type_into_terminal("x").await;
+    b.wait_js(
+        "a key typed to bring the view to the cursor",
+        &view("return b.viewportY === b.baseY"),
+    )
+    .await;
 }

@@ -8,7 +8,9 @@
 # curl (the shipped agent hook command posts with it), iproute2 (network
 # namespaces as separate hosts), setpriv (runs a node as another user),
 # systemd with systemd-nspawn (boots this host's system in a container to
-# run deploy/termesh.service under a real systemd),
+# run deploy/termesh.service under a real systemd), QEMU with a Debian
+# kernel and a static busybox (boots it in a virtual machine on cgroup
+# v2, which this project's hosts do not run),
 # Chromium with chromedriver (the console is tested in a real browser
 # over WebDriver), and Python's `mcp` package in a venv beside the build
 # (`<target>/py-mcp`: a real MCP client drives `termesh mcp`; with
@@ -34,17 +36,24 @@ need ip iproute2
 need setpriv util-linux
 need systemctl systemd
 need systemd-nspawn systemd-container
+# The virtual machine's parts, without what they recommend (a GUI, firmware).
+lean=()
+command -v qemu-system-x86_64 >/dev/null 2>&1 || lean+=(qemu-system-x86)
+compgen -G '/boot/vmlinuz-*' >/dev/null || lean+=(linux-image-amd64)
+[ -x /bin/busybox ] && ! ldd /bin/busybox >/dev/null 2>&1 || lean+=(busybox-static)
 need useradd passwd
 need chromium chromium
 need chromedriver chromium-driver
 need python3 python3
 python3 -c 'import ensurepip, venv' 2>/dev/null || missing+=(python3-venv)
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "installing ${missing[*]}"
+if [ $((${#missing[@]} + ${#lean[@]})) -gt 0 ]; then
+  echo "installing ${missing[*]} ${lean[*]}"
   sudo=""
   [ "$(id -u)" -eq 0 ] || sudo="sudo"
   $sudo apt-get update -qq
-  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  install="$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq"
+  [ ${#missing[@]} -eq 0 ] || $install "${missing[@]}" >/dev/null
+  [ ${#lean[@]} -eq 0 ] || $install --no-install-recommends "${lean[@]}" >/dev/null
 fi
 
 # The MCP client and what the guide's Python example uses, pinned, once

@@ -93,6 +93,20 @@ pub(crate) enum Command {
         #[arg(long)]
         keeper: bool,
     },
+    /// What deploy/termesh.service runs once its node stopped
+    /// (ExecStopPost, as root): gives the unit's cgroup back to systemd
+    /// for the next node (cgroup v2: `cpu` off for its children), and
+    /// when the machine shuts down (`systemctl is-system-running` says
+    /// stopping) stops the keeper as `termesh stop --keeper` does.
+    Stopped {
+        /// The node's data dir [default: the config's, else
+        /// ~/.local/share/termesh]
+        #[arg(long, env = "TERMESH_DATA_DIR")]
+        data_dir: Option<PathBuf>,
+        /// Config file (TOML), for its data dir
+        #[arg(long, short)]
+        config: Option<PathBuf>,
+    },
     /// Config file tools.
     Config {
         #[command(subcommand)]

@@ -37,6 +37,9 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             config,
             keeper,
         } => termesh_node::stop::stop(&data_dir_of(data_dir, config)?, keeper),
+        Command::Stopped { data_dir, config } => {
+            termesh_node::stop::stopped(&data_dir_of(data_dir, config)?)
+        }
         Command::Keeper { data_dir, config } => {
             init_logging();
             termesh_node::keeper::run(&data_dir_of(data_dir, config)?)?;
@@ -218,6 +221,7 @@ async fn run_client(command: Command) -> anyhow::Result<i32> {
         | Command::Hooks { .. }
         | Command::Keeper { .. }
         | Command::Stop { .. }
+        | Command::Stopped { .. }
         | Command::Config { .. }
         | Command::Cluster { .. }
         | Command::Token { .. } => Ok(0),

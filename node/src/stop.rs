@@ -57,6 +57,31 @@ pub fn stop(data_dir: &Path, keeper: bool) -> anyhow::Result<i32> {
     Ok(0)
 }
 
+/// `termesh stopped`, the unit's command once its node stopped: the
+/// unit's cgroup given back (so that a systemd before 254 may start the
+/// next node in it), and at shutdown the keeper stopped, its programs
+/// ended through their terminals while the system still runs. A cgroup
+/// that cannot be given back is said, and the keeper still stopped.
+pub fn stopped(data_dir: &Path) -> anyhow::Result<i32> {
+    match termesh_actors::session::release_cpu() {
+        Ok(Some(unit)) => println!(
+            "cpu given back from the children of {} (the next node starts there)",
+            unit.display()
+        ),
+        Ok(None) => {}
+        Err(e) => eprintln!("termesh: {e}"),
+    }
+    let state = std::process::Command::new("systemctl")
+        .arg("is-system-running")
+        .output()
+        .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_string())
+        .unwrap_or_default();
+    if state == "stopping" {
+        return stop(data_dir, true);
+    }
+    Ok(0)
+}
+
 /// Whether `data_dir` is in root's home while root runs this: likely the
 /// default of a config that names no data dir, not the node's.
 fn roots_default(data_dir: &Path) -> bool {

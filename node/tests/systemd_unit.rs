@@ -17,12 +17,15 @@
 
 mod common;
 
-use std::process::{Command, Output};
+use std::time::Duration;
 
 use common::container::Machine;
+use common::unit_cli::Cli;
 
 const BIN: &str = env!("CARGO_BIN_EXE_termesh");
 const TOKEN: &str = "unit-admin-token-0123456789abcdef";
+/// How long the node in the machine may take for each step.
+const WAIT: Duration = common::PATIENCE;
 /// The program: answers each line typed, and says what ended it, in a
 /// file the host reads after the machine is off: the signal (HUP: its
 /// terminal hung up by the keeper; TERM: systemd's) and what ran as PID 1
@@ -158,7 +161,7 @@ fn the_shipped_unit_keeps_programs_across_restarts_and_ends_them_in_order_at_shu
     m.sh("systemctl restart termesh");
     let second = main_pid(&mut m);
     assert_ne!(first, second, "a restart starts a new node");
-    cli.typed(&mut m, &id, "two");
+    cli.typed(&id, "two", WAIT);
 
     m.sh("kill -9 $(systemctl show -p MainPID --value termesh)");
     m.until("the node started again after its crash", |m| {
@@ -169,13 +172,13 @@ fn the_shipped_unit_keeps_programs_across_restarts_and_ends_them_in_order_at_shu
         "1",
         "systemd restarted the node after its crash (Restart=on-failure)"
     );
-    cli.typed(&mut m, &id, "three");
+    cli.typed(&id, "three", WAIT);
 
     m.sh("systemctl stop termesh");
     assert!(m.alive(&program), "a stop of the unit ends no program");
     assert!(m.alive(&keeper), "a stop of the unit ends no keeper");
     m.sh("systemctl start termesh");
-    cli.typed(&mut m, &id, "four");
+    cli.typed(&id, "four", WAIT);
 
     // docs/operations.md, "Upgrade the binary with no session lost": a new
     // file renamed over the running one, then a restart; the keeper runs
@@ -184,7 +187,7 @@ fn the_shipped_unit_keeps_programs_across_restarts_and_ends_them_in_order_at_shu
         "install -m 755 /opt/termesh-build/termesh /usr/local/bin/termesh \
           && systemctl restart termesh",
     );
-    cli.typed(&mut m, &id, "upgraded");
+    cli.typed(&id, "upgraded", WAIT);
     assert!(m.alive(&program), "an upgrade ends no program");
     assert!(
         m.sh(&format!("readlink /proc/{keeper}/exe"))
@@ -244,7 +247,7 @@ fn a_machine_on_the_keepers_own_unit_moves_to_the_one_unit_as_operations_md_says
           && systemctl daemon-reload && systemctl disable termesh-keeper \
           && systemctl restart termesh",
     );
-    cli.typed(&mut m, &id, "moved");
+    cli.typed(&id, "moved", WAIT);
     assert!(m.alive(&program), "moving to the one unit ends no program");
     assert_eq!(m.sh("systemctl is-active termesh-keeper"), "active");
 
@@ -266,16 +269,14 @@ fn a_machine_on_the_keepers_own_unit_moves_to_the_one_unit_as_operations_md_says
 /// `word`; answers the session and the program's pid (as the container
 /// numbers it).
 fn start_program(m: &mut Machine, cli: &Cli, word: &str) -> (String, String) {
-    m.until("the node serving", |_| {
-        cli.run(&["ls"]).status.success().then_some(())
-    });
+    cli.serving(WAIT);
     let id = cli.ok(&["new", "--", "sh", "-c", PROGRAM]);
     let written = m.root.join("var/lib/termesh/program.pid");
     let pid = m.until("the program's pid", |_| {
         let pid = std::fs::read_to_string(&written).ok()?;
         (!pid.trim().is_empty()).then(|| pid.trim().to_string())
     });
-    cli.typed(m, &id, word);
+    cli.typed(&id, word, WAIT);
     (id, pid)
 }
 
@@ -306,45 +307,4 @@ fn main_pid(m: &mut Machine) -> u32 {
             .ok()
             .filter(|pid| *pid != 0)
     })
-}
-
-/// This build's command line, from the host, to the node in the machine.
-struct Cli {
-    url: String,
-    token: String,
-}
-
-impl Cli {
-    fn run(&self, args: &[&str]) -> Output {
-        Command::new(BIN)
-            .args(args)
-            .env("TERMESH_URL", &self.url)
-            .env("TERMESH_TOKEN", &self.token)
-            .env("NO_COLOR", "1")
-            .output()
-            .unwrap()
-    }
-
-    /// Its stdout; fails the test when it fails.
-    fn ok(&self, args: &[&str]) -> String {
-        let out = self.run(args);
-        assert!(out.status.success(), "termesh {args:?}: {out:?}");
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
-    }
-
-    /// Types `word` into session `id` (once the node serves it) and waits
-    /// for the program's answer: the node took the program up.
-    fn typed(&self, m: &mut Machine, id: &str, word: &str) {
-        let answer = format!("got {word}");
-        let mut sent = false;
-        m.until(&format!("the answer to {word:?}"), |_| {
-            if !sent {
-                sent = self.run(&["send", id, word]).status.success();
-            }
-            let read = self.run(&["read", id]);
-            String::from_utf8_lossy(&read.stdout)
-                .contains(&answer)
-                .then_some(())
-        });
-    }
 }

@@ -22,7 +22,7 @@
 
 use std::path::Path;
 
-use super::cpu_group::{cgroup_path, mount};
+use super::cgroup::{cgroup_path, mount};
 
 /// The CPU share a process runs on.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -395,7 +395,9 @@ async fn the_console_draws_each_session_as_its_screen_at_every_size() {
     let shown = b
         .wait_js(
             "the page to show what the shell printed",
-            &view(&format!("return seq === {seq} ? [b.viewportY, b.baseY] : null")),
+            &view(&format!(
+                "return seq === {seq} ? [b.viewportY, b.baseY] : null"
+            )),
         )
         .await;
     assert_eq!(

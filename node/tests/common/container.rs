@@ -193,21 +193,9 @@ impl Machine {
         self.run(&["kill", "-0", pid]).status.success()
     }
 
-    /// Polls `f` until it answers, within `BOOT` (nothing here tells of
-    /// a change but `/proc` and systemd's answers, so each try is a poll).
-    pub fn until<T>(&mut self, what: &str, mut f: impl FnMut(&mut Self) -> Option<T>) -> T {
-        let deadline = Instant::now() + BOOT;
-        loop {
-            if let Some(v) = f(self) {
-                return v;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "timed out waiting for {what}; console:\n{}",
-                self.log()
-            );
-            super::poll_pause_blocking();
-        }
+    /// Polls `f` until it answers, within `BOOT`.
+    pub fn until<T>(&mut self, what: &str, f: impl FnMut(&mut Self) -> Option<T>) -> T {
+        super::poll_machine(self, BOOT, what, Self::log, f)
     }
 
     /// Powers the machine off from inside and waits for the container to

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod binary;
+pub mod boot_parts;
 pub mod browser;
 pub mod cluster;
 pub mod container;
@@ -12,6 +13,8 @@ pub mod netns;
 pub mod proxy;
 pub mod sse;
 pub mod tmux;
+pub mod unit_cli;
+pub mod vm;
 pub mod wire;
 
 use std::time::Duration;
@@ -208,6 +211,31 @@ pub async fn stop_process(pid: i32) {
 /// `poll_pause` for blocking tests (REST via ureq).
 pub fn poll_pause_blocking() {
     std::thread::sleep(Duration::from_millis(20));
+}
+
+/// Polls `f` on test machine `m` (common/container.rs, common/vm.rs)
+/// until it answers, within `limit` (nothing there tells of a change but
+/// the machine's answers, so each try is a poll); panics naming `what`
+/// with the machine's console (`log`).
+pub fn poll_machine<M, T>(
+    m: &mut M,
+    limit: Duration,
+    what: &str,
+    log: fn(&M) -> String,
+    mut f: impl FnMut(&mut M) -> Option<T>,
+) -> T {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        if let Some(v) = f(m) {
+            return v;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}; console:\n{}",
+            log(m)
+        );
+        poll_pause_blocking();
+    }
 }
 
 /// Waits until the session's recent raw output contains `needle`; returns it.

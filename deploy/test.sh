@@ -39,7 +39,9 @@ need systemd-nspawn systemd-container
 # The virtual machine's parts, without what they recommend (a GUI, firmware).
 lean=()
 command -v qemu-system-x86_64 >/dev/null 2>&1 || lean+=(qemu-system-x86)
-compgen -G '/boot/vmlinuz-*' >/dev/null || lean+=(linux-image-amd64)
+compgen -G '/lib/modules/*/modules.dep' >/dev/null && compgen -G '/boot/vmlinuz-*' >/dev/null \
+  || lean+=(linux-image-amd64)
+command -v mkfs.ext4 >/dev/null 2>&1 || lean+=(e2fsprogs)
 [ -x /bin/busybox ] && ! ldd /bin/busybox >/dev/null 2>&1 || lean+=(busybox-static)
 need useradd passwd
 need chromium chromium

@@ -46,8 +46,12 @@ export class Term {
     // The view follows the cursor until a person scrolls away from it.
     this.follow = true;
     this.scrolledAt = -Infinity;
-    for (const kind of ["wheel", "touchmove"]) {
-      el.addEventListener(kind, () => { this.scrolledAt = performance.now(); }, { passive: true });
+    for (const kind of ["wheel", "touchmove", "pointermove"]) {
+      el.addEventListener(kind, (e) => {
+        // A pointer moves the view only while held (the scrollbar dragged,
+        // a selection past the edge).
+        if (kind !== "pointermove" || e.buttons) this.scrolledAt = performance.now();
+      }, { passive: true });
     }
     this.xterm.onScroll(() => this.keepFollowing());
     this.xterm.onRender(() => this.keepFollowing());
@@ -78,10 +82,11 @@ export class Term {
     this.xterm.attachCustomKeyEventHandler((e) => {
       if (e.type !== "keydown") return true;
       this.keyAt = performance.now();
-      // Shift with Page Up/Down, Home or End scrolls the view; a key that
-      // types brings it to the cursor (and a resize the typing takes may
-      // move it, which is not the person's doing).
-      if (e.shiftKey && ["PageUp", "PageDown", "Home", "End"].includes(e.key)) this.scrolledAt = this.keyAt;
+      // Shift with Page Up or Down scrolls the view (xterm sends Shift
+      // with Home or End to the program); a key that types brings the view
+      // to the cursor (and a resize the typing takes may move it, which is
+      // not the person's doing).
+      if (e.shiftKey && (e.key === "PageUp" || e.key === "PageDown")) this.scrolledAt = this.keyAt;
       return true;
     });
     this.xterm.textarea.addEventListener("paste", () => { this.keyAt = performance.now(); });
@@ -193,14 +198,15 @@ export class Term {
     if (send({ t: "resize", session: this.session, cols, rows })) this.claimed = true;
   }
 
-  // The pane changed size (window, split, shown): a page that holds the
-  // session's size gives it the new one; the view goes to the cursor.
+  // The pane changed size (window, split, shown, a phone's keyboard): a
+  // page that holds the session's size gives it the new one; the view
+  // goes to the cursor unless the person scrolled it away.
   relayout() {
     if (!this.pane.offsetParent) return;
     this.measure();
     const holds = this.size && this.asked === `${this.size.cols}x${this.size.rows}`;
     if (holds) this.takeSize();
-    this.toCursor();
+    if (this.follow) this.toCursor();
   }
 
   // The layout's figures: the size this pane would give the session (null

@@ -38,7 +38,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             keeper,
         } => termesh_node::stop::stop(&data_dir_of(data_dir, config)?, keeper),
         Command::Stopped { data_dir, config } => {
-            termesh_node::stop::stopped(&data_dir_of(data_dir, config)?)
+            termesh_node::stop::stopped(|| data_dir_of(data_dir, config))
         }
         Command::Keeper { data_dir, config } => {
             init_logging();

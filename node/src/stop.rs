@@ -58,18 +58,21 @@ pub fn stop(data_dir: &Path, keeper: bool) -> anyhow::Result<i32> {
 }
 
 /// `termesh stopped`, the unit's command once its node stopped: the
-/// unit's cgroup given back (so that a systemd before 254 may start the
-/// next node in it), and at shutdown the keeper stopped, its programs
-/// ended through their terminals while the system still runs. A cgroup
-/// that cannot be given back is said, and the keeper still stopped.
-pub fn stopped(data_dir: &Path) -> anyhow::Result<i32> {
-    match termesh_actors::session::release_cpu() {
+/// unit's cgroup given back first (so that a systemd before 254 may start
+/// the next node in it, whatever else fails), then at shutdown the keeper
+/// of `data_dir` (read only then: a config broken since the start stops
+/// nothing else) stopped, its programs ended through their terminals
+/// while the system still runs. Exits 1 when the cgroup could not be
+/// given back.
+pub fn stopped(data_dir: impl FnOnce() -> anyhow::Result<PathBuf>) -> anyhow::Result<i32> {
+    let released = termesh_actors::session::release_cpu();
+    match &released {
         Ok(Some(unit)) => println!(
             "cpu given back from the children of {} (the next node starts there)",
             unit.display()
         ),
         Ok(None) => {}
-        Err(e) => eprintln!("termesh: {e}"),
+        Err(e) => eprintln!("termesh: cannot give the unit's cgroup back: {e}"),
     }
     let state = std::process::Command::new("systemctl")
         .arg("is-system-running")
@@ -77,9 +80,9 @@ pub fn stopped(data_dir: &Path) -> anyhow::Result<i32> {
         .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_string())
         .unwrap_or_default();
     if state == "stopping" {
-        return stop(data_dir, true);
+        stop(&data_dir()?, true)?;
     }
-    Ok(0)
+    Ok(if released.is_ok() { 0 } else { 1 })
 }
 
 /// Whether `data_dir` is in root's home while root runs this: likely the

@@ -33,10 +33,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use super::cgroup::{delegated, place, split_off, write, Hierarchy, Place};
-
-/// The cgroup's name.
-const NAME: &str = "termesh-bulk";
+use super::cgroup::{delegated, give_cpu, place, write, Hierarchy, Place, BULK, SPLIT_ENV};
 
 /// The cgroup flooding jobs move to.
 #[derive(Debug)]
@@ -49,61 +46,55 @@ pub struct BulkGroup {
     hierarchy: Hierarchy,
 }
 
-/// The node's bulk cgroup, made at the first call; `None` where the node
-/// may not make one.
+/// The node's bulk cgroup, made once: at `prepare` or the first call.
+static GROUP: OnceLock<Option<BulkGroup>> = OnceLock::new();
+
+/// The node's bulk cgroup, made at the first call (or `prepare`); `None`
+/// where the node may not make one.
 pub fn bulk_group() -> Option<&'static BulkGroup> {
-    static GROUP: OnceLock<Option<BulkGroup>> = OnceLock::new();
-    GROUP
-        .get_or_init(|| match BulkGroup::make() {
-            Ok(group) => {
-                tracing::info!(dir = %group.dir.display(), "flooding programs nobody types into run in this CPU cgroup");
-                Some(group)
-            }
-            Err(why) => {
-                tracing::info!("flooding programs are reniced only (no CPU cgroup: {why})");
-                None
-            }
-        })
-        .as_ref()
+    GROUP.get_or_init(|| made(false)).as_ref()
 }
 
 /// Makes the bulk cgroup now, not at the first flood: a node process
-/// does before it starts its keeper, so that where it moves its cgroup's
-/// processes into `node` (v2 under a systemd before 254) the keeper
-/// starts there, and the cgroup's weight holds for floods an earlier
-/// node left in it.
+/// does at its start, before it starts its keeper. Only then may the node
+/// split its unit's cgroup (v2 under a systemd before 254, where the
+/// unit sets `SPLIT_ENV`): its cgroup then holds the node alone, not yet
+/// its keeper and programs, which start in `node`, and never the
+/// processes of a test or a shell around a node run inside them.
 pub fn prepare() {
-    let _ = bulk_group();
+    let may_split = std::env::var(SPLIT_ENV).is_ok_and(|v| v == "1");
+    GROUP.get_or_init(|| made(may_split));
+}
+
+/// The bulk cgroup, said in the log either way.
+fn made(may_split: bool) -> Option<BulkGroup> {
+    match BulkGroup::make(may_split) {
+        Ok(group) => {
+            tracing::info!(dir = %group.dir.display(), "flooding programs nobody types into run in this CPU cgroup");
+            Some(group)
+        }
+        Err(why) => {
+            tracing::info!("flooding programs are reniced only (no CPU cgroup: {why})");
+            None
+        }
+    }
 }
 
 impl BulkGroup {
-    fn make() -> Result<BulkGroup, String> {
+    fn make(may_split: bool) -> Result<BulkGroup, String> {
         let text = std::fs::read_to_string("/proc/self/cgroup").map_err(|e| e.to_string())?;
         let mounts = std::fs::read_to_string("/proc/self/mountinfo").map_err(|e| e.to_string())?;
+        let place = place(&text, &mounts, may_split, delegated)?;
+        if place.hierarchy.v2 {
+            give_cpu(&place)?;
+        }
         let Place {
             hierarchy,
             base,
             own,
-            split,
-        } = place(&text, &mounts, delegated)?;
-        // The parent's children get the controller once it has no
-        // processes of its own (they are in `node`): a process forked
-        // into it after the split makes the kernel refuse (EBUSY), and
-        // the next split moves it too.
-        for attempt in (0..10).rev() {
-            if !hierarchy.v2 {
-                break;
-            }
-            if split {
-                split_off(&base, &own)?;
-            }
-            match write(&base.join("cgroup.subtree_control"), "+cpu") {
-                Ok(()) => break,
-                Err(e) if split && attempt > 0 && e.raw_os_error() == Some(libc::EBUSY) => {}
-                Err(e) => return Err(format!("cannot enable cpu in {}: {e}", base.display())),
-            }
-        }
-        let dir = base.join(NAME);
+            ..
+        } = place;
+        let dir = base.join(BULK);
         match std::fs::create_dir(&dir) {
             Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
                 return Err(format!("cannot make {}: {e}", dir.display()));

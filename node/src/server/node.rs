@@ -71,6 +71,11 @@ impl Node {
         // Before any actor starts: a store that cannot be opened ends the
         // start with its message alone.
         let (store, restored) = open_store(config, &metrics)?;
+        if serve.signals {
+            // A node process of its own places itself in its CPU cgroups
+            // before its keeper starts (which then starts there).
+            termesh_actors::session::prepare_cpu();
+        }
         let (keeper, kept) = connect_keeper(config, serve.signals)?;
         WatchdogActor::new(
             stall.clone(),

@@ -22,9 +22,6 @@ pub(super) fn connect_keeper(
     Option<termesh_actors::keeper::Keeper>,
     Vec<termesh_actors::keeper::Held>,
 )> {
-    if signals {
-        termesh_actors::session::prepare_cpu();
-    }
     if !(signals && config.node.keeper && config.store.enabled) {
         if signals && termesh_actors::keeper::Keeper::listening(&config.node.data_dir) {
             // Its programs' sessions would show `lost` while they run on.

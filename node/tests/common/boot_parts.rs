@@ -31,7 +31,12 @@ pub fn kernel() -> Result<(PathBuf, Vec<PathBuf>), String> {
             modules.join("modules.dep").exists().then_some(version)
         })
         .collect();
-    versions.sort();
+    // By number: 6.1.0-57 after 6.1.0-9.
+    versions.sort_by_key(|v| {
+        v.split(|c: char| !c.is_ascii_digit())
+            .map(|n| n.parse::<u64>().unwrap_or(0))
+            .collect::<Vec<_>>()
+    });
     let version = versions
         .pop()
         .ok_or("no kernel with modules in /boot (Debian: linux-image-amd64)")?;

@@ -388,6 +388,22 @@ fn stop_ends_the_node_and_with_keeper_its_programs() {
     eventually("the node's exit", || node.try_wait().unwrap().is_some());
     assert!(!gone(program), "the program ran on under the keeper");
 
+    // The unit's command once its node stopped, run by hand: not a
+    // unit's control command, and the machine not shutting down, so it
+    // gives nothing back, stops nothing and reads no config (this one
+    // does not exist).
+    let out = Command::new(BIN)
+        .args(["stopped", "--config"])
+        .arg(data.path().join("no-such.toml"))
+        .env("XDG_RUNTIME_DIR", &run_dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success() && out.stdout.is_empty() && out.stderr.is_empty(),
+        "{out:?}"
+    );
+    assert!(!gone(program), "termesh stopped by hand ends no program");
+
     let (ok, out, err) = stop(true);
     assert!(
         ok && out.contains("no node of") && out.contains("stopped the PTY keeper"),

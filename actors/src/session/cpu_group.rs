@@ -13,16 +13,11 @@
 //! - cgroup v2: beside the node's cgroup when that is named `node` and its
 //!   parent offers `cpu` (systemd's `Delegate=cpu` with
 //!   `DelegateSubgroup=node`; docs/operations.md): the node enables `cpu`
-//!   for the parent's children and makes `termesh-bulk` there. Where
-//!   systemd delegated the node's cgroup itself (`Delegate=cpu`, marked
-//!   by its `delegate` xattr) but made no `node` subgroup (systemd before
-//!   254 ignores `DelegateSubgroup=`), the node makes it and moves its
-//!   cgroup's processes (itself, its keeper, their programs) there first:
-//!   v2 lets only a cgroup without processes give its children a
-//!   controller. `release` (the unit's `ExecStopPost`) takes `cpu` back
-//!   from the children once the node stopped, so that systemd may start
-//!   the next node in the unit's cgroup. Elsewhere v2 leaves the node's
-//!   cgroups alone.
+//!   for the parent's children and makes `termesh-bulk` there. Under a
+//!   systemd before 254, which makes no `node`, the node splits its
+//!   delegated unit cgroup into one at its start where the unit allows
+//!   it (`prepare`; how, and how the unit's stop undoes the controller:
+//!   `cgroup.rs`). Elsewhere v2 leaves the node's cgroups alone.
 //!
 //! Only programs in the node's own cgroup move: the bulk cgroup weighs
 //! as the node's cgroup does above it, so a program from elsewhere (a

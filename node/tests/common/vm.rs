@@ -256,9 +256,9 @@ impl Machine {
     fn ended(&self) -> String {
         let qemu = std::fs::read_to_string(self.dir.path().join("qemu.log")).unwrap_or_default();
         let log = self.log();
-        let tail: Vec<&str> = log.lines().rev().take(40).collect();
-        let tail: Vec<&str> = tail.into_iter().rev().collect();
-        format!("qemu: {}\nconsole:\n{}", qemu.trim(), tail.join("\n"))
+        let lines: Vec<&str> = log.lines().collect();
+        let tail = lines[lines.len().saturating_sub(40)..].join("\n");
+        format!("qemu: {}\nconsole:\n{tail}", qemu.trim())
     }
 
     /// Runs `script` with `sh` inside, as root; `Err` when the machine

@@ -85,6 +85,7 @@ impl StoreHandle {
         }
         let log = Arc::new(log);
         OutputLog::start_syncing(&log).map_err(log_err)?;
+        OutputLog::start_trimming(&log).map_err(log_err)?;
         let queue = Arc::new(Mutex::new(Queue::default()));
         let (live, _) = tokio::sync::broadcast::channel(LIVE_EVENTS);
         let cell = Mutex::new(Some(store));

@@ -26,7 +26,7 @@ use std::collections::HashMap;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{mpsc, Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 pub use format::Frame;
@@ -88,7 +88,22 @@ pub struct OutputLog {
     whole: AtomicBool,
     /// `metrics.log_error` is set: the next write that works clears it.
     failing: AtomicBool,
+    /// Files of trimmed segments go to the `log-trim` thread once it
+    /// runs (`start_trimming`); before, they are deleted where trimmed.
+    trimmer: OnceLock<mpsc::Sender<Trim>>,
 }
+
+/// Work for the `log-trim` thread.
+#[derive(Debug)]
+enum Trim {
+    /// Files of trimmed segments, to delete in order.
+    Delete(Vec<PathBuf>),
+    /// Answer once everything sent before is deleted.
+    Settle(mpsc::SyncSender<()>),
+}
+
+/// How long a clean stop waits for trimmed segments to be deleted.
+const SETTLE_WAIT: Duration = Duration::from_secs(10);
 
 thread_local! {
     /// The record being written (one per writing thread, not per session).
@@ -143,6 +158,7 @@ impl OutputLog {
             metrics,
             whole: AtomicBool::new(false),
             failing: AtomicBool::new(false),
+            trimmer: OnceLock::new(),
         };
         log.metrics.log_bytes.store(disk, Ordering::Relaxed);
         Ok((log, recovery))
@@ -224,9 +240,11 @@ impl OutputLog {
             Ok(grew) => {
                 self.metrics.log_bytes.fetch_add(grew, Ordering::Relaxed);
                 // The oldest segment may go now (a look at two numbers
-                // unless it does).
-                let freed = log.trim(self.keep_bytes.load(Ordering::Relaxed))?;
-                self.count_dropped(freed);
+                // unless it does); its files are deleted off this thread.
+                let dropped = log.trim(self.keep_bytes.load(Ordering::Relaxed));
+                drop(log);
+                self.count_dropped(dropped.bytes);
+                self.delete(dropped.files);
                 // One atomic read per frame; the error's lock only when
                 // writes come back.
                 if self.failing.swap(false, Ordering::AcqRel) {
@@ -244,6 +262,35 @@ impl OutputLog {
                 self.failed(data.len() as u64, &e);
                 Err(e)
             }
+        }
+    }
+
+    /// Deletes trimmed segments' files: on the `log-trim` thread once it
+    /// runs, here before (or if it is gone).
+    fn delete(&self, files: Vec<PathBuf>) {
+        if files.is_empty() {
+            return;
+        }
+        let files = match self.trimmer.get() {
+            Some(tx) => match tx.send(Trim::Delete(files)) {
+                Ok(()) => return,
+                Err(mpsc::SendError(Trim::Delete(files))) => files,
+                Err(_) => return,
+            },
+            None => files,
+        };
+        delete_files(&files);
+    }
+
+    /// Waits (a while at most) until the segments trimmed so far are
+    /// deleted: a clean stop leaves the log on disk as it counts it.
+    fn settle_trims(&self) {
+        let Some(tx) = self.trimmer.get() else {
+            return;
+        };
+        let (done, settled) = mpsc::sync_channel(1);
+        if tx.send(Trim::Settle(done)).is_ok() && settled.recv_timeout(SETTLE_WAIT).is_err() {
+            tracing::warn!(dir = %self.dir.display(), "output log: trimmed segments are still being deleted");
         }
     }
 
@@ -378,16 +425,17 @@ impl OutputLog {
     }
 
     /// Every session's log to at least `keep` bytes, whole segments.
-    pub fn trim_all(&self, keep: u64) -> io::Result<u64> {
+    pub fn trim_all(&self, keep: u64) -> u64 {
         let mut freed = 0;
         for id in self.ids() {
             if let Some(slot) = self.existing(&id) {
-                let f = slot.lock().unwrap_or_else(|p| p.into_inner()).trim(keep)?;
-                self.count_dropped(f);
-                freed += f;
+                let dropped = slot.lock().unwrap_or_else(|p| p.into_inner()).trim(keep);
+                self.count_dropped(dropped.bytes);
+                self.delete(dropped.files);
+                freed += dropped.bytes;
             }
         }
-        Ok(freed)
+        freed
     }
 
     /// Deletes the oldest segments until the log holds at most `max`
@@ -487,8 +535,10 @@ impl OutputLog {
     }
 
     /// A clean stop: every segment being written is indexed as it
-    /// stands and synced, so the next start reads indexes, not segments.
+    /// stands and synced, so the next start reads indexes, not segments,
+    /// and every trimmed one is deleted.
     pub fn checkpoint(&self) -> io::Result<()> {
+        self.settle_trims();
         for id in self.ids() {
             if let Some(slot) = self.existing(&id) {
                 slot.lock()
@@ -497,6 +547,33 @@ impl OutputLog {
             }
         }
         self.sync().map(|_| ())
+    }
+
+    /// Deletes trimmed segments' files on a thread of their own, below
+    /// the node's priority, until the log is dropped: unlinking a segment
+    /// of a few MiB with its pages cached takes a millisecond or more,
+    /// which the reader that trims (and every session whose reads share
+    /// its thread) would otherwise wait for.
+    pub fn start_trimming(log: &OutputLog) -> io::Result<()> {
+        let (tx, rx) = mpsc::channel();
+        std::thread::Builder::new()
+            .name("log-trim".into())
+            .spawn(move || {
+                crate::os::lower_priority(&[], 10);
+                // Ends once the log, and with it the sender, is dropped.
+                for job in rx {
+                    match job {
+                        Trim::Delete(files) => delete_files(&files),
+                        Trim::Settle(done) => {
+                            let _ = done.send(());
+                        }
+                    }
+                }
+            })?;
+        // Started once: a second call leaves the first thread in charge
+        // (its sender is kept; this one's thread ends at once).
+        let _ = log.trimmer.set(tx);
+        Ok(())
     }
 
     /// Syncs the log every `SYNC_EVERY` on a thread of its own, below the
@@ -518,6 +595,23 @@ impl OutputLog {
                 }
             })
             .map(|_| ())
+    }
+}
+
+impl Drop for OutputLog {
+    fn drop(&mut self) {
+        self.settle_trims();
+    }
+}
+
+/// Deletes trimmed segments' files in order; one that cannot be deleted
+/// is said (it stays on disk, outside the log, until a restart finds it
+/// and trims it again).
+fn delete_files(files: &[PathBuf]) {
+    for file in files {
+        if let Err(e) = session::remove_if_there(file) {
+            tracing::warn!(path = %file.display(), "output log: a trimmed segment cannot be deleted: {e}");
+        }
     }
 }
 

@@ -51,6 +51,14 @@ pub struct SessionLog {
     unsynced: Vec<u64>,
 }
 
+/// Segments taken out of a log by `trim`: their bytes, and their files
+/// to delete in order.
+#[derive(Debug, Default)]
+pub struct Dropped {
+    pub bytes: u64,
+    pub files: Vec<PathBuf>,
+}
+
 /// What opening a session's folder found and did.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Opened {
@@ -367,33 +375,54 @@ impl SessionLog {
         }
     }
 
-    /// Deletes the oldest segments while what stays holds at least
-    /// `keep` bytes; never the one being written. Answers the bytes
-    /// deleted.
-    pub fn trim(&mut self, keep: u64) -> io::Result<u64> {
-        let mut freed = 0;
+    /// Takes the oldest segments out of the log while what stays holds at
+    /// least `keep` bytes; never the one being written. Their files are
+    /// the caller's to delete (`OutputLog` hands them to its `log-trim`
+    /// thread: a reader that trims as it appends never waits for the
+    /// file system).
+    pub fn trim(&mut self, keep: u64) -> Dropped {
+        let mut dropped = Dropped::default();
         while self.segments.len() > 1 && self.bytes - self.segments[0].len >= keep {
-            freed += self.drop_oldest()?;
+            let Some(files) = self.oldest_files() else {
+                break;
+            };
+            dropped.files.extend(files);
+            dropped.bytes += self.take_oldest();
         }
-        Ok(freed)
+        dropped
     }
 
     /// Deletes the oldest segment (the one being written only when it is
     /// the last and the log is sealed); answers its bytes (0: none went).
+    /// A segment that cannot be deleted stays in the log.
     pub fn drop_oldest(&mut self) -> io::Result<u64> {
-        let Some(oldest) = self.segments.first() else {
+        let Some(files) = self.oldest_files() else {
             return Ok(0);
         };
-        if self.segments.len() == 1 && self.active.is_some() {
-            return Ok(0);
+        for file in &files {
+            remove_if_there(file)?;
         }
-        let (first, len) = (oldest.first_seq, oldest.len);
-        remove_if_there(&self.index_path(first))?;
-        remove_if_there(&self.segment_path(first))?;
-        self.segments.remove(0);
-        self.unsynced.retain(|f| *f != first);
-        self.bytes -= len;
-        Ok(len)
+        Ok(self.take_oldest())
+    }
+
+    /// The oldest segment's index and data files, index first (a crash
+    /// between the two leaves a segment to scan, never an index without
+    /// its segment); `None` when it may not go.
+    fn oldest_files(&self) -> Option<[PathBuf; 2]> {
+        let oldest = self.segments.first()?;
+        if self.segments.len() == 1 && self.active.is_some() {
+            return None;
+        }
+        let first = oldest.first_seq;
+        Some([self.index_path(first), self.segment_path(first)])
+    }
+
+    /// Forgets the oldest segment; answers its bytes.
+    fn take_oldest(&mut self) -> u64 {
+        let oldest = self.segments.remove(0);
+        self.unsynced.retain(|f| *f != oldest.first_seq);
+        self.bytes -= oldest.len;
+        oldest.len
     }
 
     /// Lets go of the descriptor and forgets the segments (after the

@@ -118,7 +118,14 @@ fn run(ops: Vec<Op>) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("output");
     let keep = 3 * SEGMENT;
-    let (mut log, _) = OutputLog::open(&path, SEGMENT, keep, Arc::default()).unwrap();
+    // Trimmed segments are deleted on the log's own thread, as in the
+    // node (a reopen reads what its drop left on disk).
+    let open = || {
+        let (log, _) = OutputLog::open(&path, SEGMENT, keep, Arc::default()).unwrap();
+        OutputLog::start_trimming(&log).unwrap();
+        log
+    };
+    let mut log = open();
     let mut model = Model::new();
     let mut next = [1u64; 3];
     for op in ops {
@@ -136,9 +143,7 @@ fn run(ops: Vec<Op>) {
             }
             Op::Reopen => {
                 drop(log);
-                log = OutputLog::open(&path, SEGMENT, keep, Arc::default())
-                    .unwrap()
-                    .0;
+                log = open();
             }
             Op::Tear { s, cut } => {
                 let id = id(s);
@@ -163,9 +168,7 @@ fn run(ops: Vec<Op>) {
                 f.set_len(keep_len).unwrap();
                 drop(f);
                 // Its index, if any, now describes more than there is.
-                log = OutputLog::open(&path, SEGMENT, keep, Arc::default())
-                    .unwrap()
-                    .0;
+                log = open();
                 // The model loses what no longer reads whole: whatever
                 // the log's newest segment lost.
                 let first =
@@ -182,7 +185,7 @@ fn run(ops: Vec<Op>) {
                 // Seqs never go back: the writer continues above.
             }
             Op::Trim => {
-                log.trim_all(keep).unwrap();
+                log.trim_all(keep);
                 follow_trim(&log, &mut model);
             }
             Op::Seal { s } => log.seal(&id(s)),
@@ -204,6 +207,23 @@ fn run(ops: Vec<Op>) {
         on_disk += log.bytes(&id(s));
     }
     assert_eq!(counted, on_disk);
+    // And every segment trimmed is deleted once the log settles.
+    drop(log);
+    let mut files = 0;
+    for s in 0..3 {
+        let Ok(entries) = std::fs::read_dir(path.join(format::folder_name(&id(s)))) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            if e.path().extension().is_some_and(|x| x == "log") {
+                files += e.metadata().unwrap().len();
+            }
+        }
+    }
+    assert_eq!(
+        files, on_disk,
+        "segment files on disk against the log's count"
+    );
 }
 
 proptest! {
@@ -312,4 +332,30 @@ fn over_the_budget_ended_sessions_lose_their_oldest_output_first() {
         log.metrics.log_dropped_bytes.load(Ordering::Relaxed),
         total - log.bytes_on_disk()
     );
+}
+
+#[test]
+fn a_trim_leaves_the_appending_thread_before_its_files_are_deleted() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("output");
+    let (log, _) = OutputLog::open(&path, SEGMENT, 2 * SEGMENT, Arc::default()).unwrap();
+    OutputLog::start_trimming(&log).unwrap();
+    // Hold the trim thread: it waits to hand over this answer.
+    let (held, release) = mpsc::sync_channel(0);
+    log.trimmer.get().unwrap().send(Trim::Settle(held)).unwrap();
+    let first = path.join("a").join(format::segment_name(1));
+    let oldest = |log: &OutputLog| log.after("a", 0, 1).unwrap()[0].seq;
+    for seq in 1..=100 {
+        log.append("a", seq, seq, &[b'x'; 1500]).unwrap();
+        if oldest(&log) != 1 {
+            break;
+        }
+    }
+    // The log no longer has the first segment, its file is still there:
+    // the append did not delete it.
+    assert_ne!(oldest(&log), 1, "the oldest segment never went");
+    assert!(first.exists(), "deleted on the appending thread");
+    release.recv().unwrap();
+    log.settle_trims();
+    assert!(!first.exists(), "deleted once the trim thread ran");
 }

@@ -20,16 +20,18 @@ mod scan;
 pub mod session;
 #[cfg(test)]
 mod tests;
+mod upkeep;
 pub mod view;
 
 use std::collections::HashMap;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{mpsc, Arc, Mutex, OnceLock, Weak};
+use std::sync::{mpsc, Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 pub use format::Frame;
+use upkeep::Trim;
 pub use view::{Page, View};
 
 use crate::metrics::Metrics;
@@ -92,18 +94,6 @@ pub struct OutputLog {
     /// runs (`start_trimming`); before, they are deleted where trimmed.
     trimmer: OnceLock<mpsc::Sender<Trim>>,
 }
-
-/// Work for the `log-trim` thread.
-#[derive(Debug)]
-enum Trim {
-    /// Files of trimmed segments, to delete in order.
-    Delete(Vec<PathBuf>),
-    /// Answer once everything sent before is deleted.
-    Settle(mpsc::SyncSender<()>),
-}
-
-/// How long a clean stop waits for trimmed segments to be deleted.
-const SETTLE_WAIT: Duration = Duration::from_secs(10);
 
 thread_local! {
     /// The record being written (one per writing thread, not per session).
@@ -262,35 +252,6 @@ impl OutputLog {
                 self.failed(data.len() as u64, &e);
                 Err(e)
             }
-        }
-    }
-
-    /// Deletes trimmed segments' files: on the `log-trim` thread once it
-    /// runs, here before (or if it is gone).
-    fn delete(&self, files: Vec<PathBuf>) {
-        if files.is_empty() {
-            return;
-        }
-        let files = match self.trimmer.get() {
-            Some(tx) => match tx.send(Trim::Delete(files)) {
-                Ok(()) => return,
-                Err(mpsc::SendError(Trim::Delete(files))) => files,
-                Err(_) => return,
-            },
-            None => files,
-        };
-        delete_files(&files);
-    }
-
-    /// Waits (a while at most) until the segments trimmed so far are
-    /// deleted: a clean stop leaves the log on disk as it counts it.
-    fn settle_trims(&self) {
-        let Some(tx) = self.trimmer.get() else {
-            return;
-        };
-        let (done, settled) = mpsc::sync_channel(1);
-        if tx.send(Trim::Settle(done)).is_ok() && settled.recv_timeout(SETTLE_WAIT).is_err() {
-            tracing::warn!(dir = %self.dir.display(), "output log: trimmed segments are still being deleted");
         }
     }
 
@@ -547,71 +508,6 @@ impl OutputLog {
             }
         }
         self.sync().map(|_| ())
-    }
-
-    /// Deletes trimmed segments' files on a thread of their own, below
-    /// the node's priority, until the log is dropped: unlinking a segment
-    /// of a few MiB with its pages cached takes a millisecond or more,
-    /// which the reader that trims (and every session whose reads share
-    /// its thread) would otherwise wait for.
-    pub fn start_trimming(log: &OutputLog) -> io::Result<()> {
-        let (tx, rx) = mpsc::channel();
-        std::thread::Builder::new()
-            .name("log-trim".into())
-            .spawn(move || {
-                crate::os::lower_priority(&[], 10);
-                // Ends once the log, and with it the sender, is dropped.
-                for job in rx {
-                    match job {
-                        Trim::Delete(files) => delete_files(&files),
-                        Trim::Settle(done) => {
-                            let _ = done.send(());
-                        }
-                    }
-                }
-            })?;
-        // Started once: a second call leaves the first thread in charge
-        // (its sender is kept; this one's thread ends at once).
-        let _ = log.trimmer.set(tx);
-        Ok(())
-    }
-
-    /// Syncs the log every `SYNC_EVERY` on a thread of its own, below the
-    /// node's priority, until the log is dropped.
-    pub fn start_syncing(log: &Arc<OutputLog>) -> io::Result<()> {
-        let weak: Weak<OutputLog> = Arc::downgrade(log);
-        std::thread::Builder::new()
-            .name("log-sync".into())
-            .spawn(move || {
-                crate::os::lower_priority(&[], 10);
-                loop {
-                    std::thread::sleep(SYNC_EVERY);
-                    let Some(log) = weak.upgrade() else {
-                        return;
-                    };
-                    if let Err(e) = log.sync() {
-                        log.sync_failed(&e);
-                    }
-                }
-            })
-            .map(|_| ())
-    }
-}
-
-impl Drop for OutputLog {
-    fn drop(&mut self) {
-        self.settle_trims();
-    }
-}
-
-/// Deletes trimmed segments' files in order; one that cannot be deleted
-/// is said (it stays on disk, outside the log, until a restart finds it
-/// and trims it again).
-fn delete_files(files: &[PathBuf]) {
-    for file in files {
-        if let Err(e) = session::remove_if_there(file) {
-            tracing::warn!(path = %file.display(), "output log: a trimmed segment cannot be deleted: {e}");
-        }
     }
 }
 

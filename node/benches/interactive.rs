@@ -6,8 +6,10 @@
 //! - the machine's limit: `cat` in a bare PTY, alone and beside the same
 //!   `yes` flood in another bare PTY read by a plain reader;
 //! - one node: typing alone; beside another session flooding that nobody
-//!   watches; with the flood subscribed on the same connection (acked as a
-//!   client does, like a console showing both);
+//!   watches, from its start or from a key this client typed into it (a
+//!   person who starts a build, then types elsewhere); with the flood
+//!   subscribed on the same connection (acked as a client does, like a
+//!   console showing both);
 //! - through a mirror (session on a, client on b), alone and with another
 //!   session of a flooding to the same client over the same link.
 //!
@@ -68,17 +70,19 @@ enum Phase {
     LimitFlood,
     Alone,
     Unwatched,
+    Started,
     Subscribed,
     MirrorAlone,
     MirrorFlood,
 }
 
 impl Phase {
-    const ALL: [Phase; 7] = [
+    const ALL: [Phase; 8] = [
         Phase::Limit,
         Phase::LimitFlood,
         Phase::Alone,
         Phase::Unwatched,
+        Phase::Started,
         Phase::Subscribed,
         Phase::MirrorAlone,
         Phase::MirrorFlood,
@@ -90,6 +94,7 @@ impl Phase {
             Phase::LimitFlood => "limit-flood",
             Phase::Alone => "alone",
             Phase::Unwatched => "unwatched",
+            Phase::Started => "started",
             Phase::Subscribed => "subscribed",
             Phase::MirrorAlone => "mirror",
             Phase::MirrorFlood => "mirror-flood",
@@ -102,6 +107,7 @@ impl Phase {
             Phase::LimitFlood => "limit: bare PTY beside `yes` read",
             Phase::Alone => "one node, typing alone",
             Phase::Unwatched => "one node, neighbour floods unwatched",
+            Phase::Started => "one node, a flood this client started",
             Phase::Subscribed => "one node, flood on the same connection",
             Phase::MirrorAlone => "mirror (a -> b), typing alone",
             Phase::MirrorFlood => "mirror, flood on the same link and conn",
@@ -110,7 +116,7 @@ impl Phase {
 
     fn target(self) -> &'static str {
         match self {
-            Phase::Alone | Phase::Unwatched => "target p99 < 2 ms",
+            Phase::Alone | Phase::Unwatched | Phase::Started => "target p99 < 2 ms",
             Phase::Subscribed => "target p99 < 3 ms",
             Phase::MirrorFlood => "target p99 < 4 ms",
             _ => "",
@@ -217,7 +223,19 @@ impl Flood {
 /// Paced keys into `cat` on node `on`, from a client of `target`; a `yes`
 /// neighbour on the same node, not watched or subscribed on the same
 /// connection, as `flood` says.
-async fn paced(target: &Target, on: &str, keys: usize, flood: Option<bool>) -> Vec<Duration> {
+/// The session flooding beside the one typed into.
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Neighbour {
+    /// From its start, nobody watching.
+    Unwatched,
+    /// Started by a key this client typed into it (a person starting a
+    /// build, then typing elsewhere), nobody watching.
+    Started,
+    /// From its start, subscribed on the typing connection.
+    Watched,
+}
+
+async fn paced(target: &Target, on: &str, keys: usize, flood: Option<Neighbour>) -> Vec<Duration> {
     let mut c = Client::connect(target).await.unwrap();
     let session = common::create_on(&mut c, Some(on), "stty raw -echo; exec cat").await;
     common::subscribe(&mut c, &session, Some(0)).await;
@@ -227,11 +245,25 @@ async fn paced(target: &Target, on: &str, keys: usize, flood: Option<bool>) -> V
         bytes: 0,
     };
     let flood_id = match flood {
-        Some(watched) => {
-            let id = common::create_on(&mut c, Some(on), &format!("exec {FLOOD}")).await;
-            if watched {
-                common::subscribe(&mut c, &id, None).await;
-                neighbour.session = Some(id.clone());
+        Some(kind) => {
+            let script = match kind {
+                Neighbour::Started => format!("read go; exec {FLOOD}"),
+                _ => format!("exec {FLOOD}"),
+            };
+            let id = common::create_on(&mut c, Some(on), &script).await;
+            match kind {
+                Neighbour::Watched => {
+                    common::subscribe(&mut c, &id, None).await;
+                    neighbour.session = Some(id.clone());
+                }
+                Neighbour::Started => c
+                    .send(&ClientMsg::Input {
+                        session: id.clone(),
+                        data: b"\n".to_vec(),
+                    })
+                    .await
+                    .unwrap(),
+                Neighbour::Unwatched => {}
             }
             Some(id)
         }
@@ -384,10 +416,11 @@ async fn main() {
                 Phase::Limit => bare(keys, false),
                 Phase::LimitFlood => bare(keys, true),
                 Phase::Alone => paced(&a, "a", keys, None).await,
-                Phase::Unwatched => paced(&a, "a", keys, Some(false)).await,
-                Phase::Subscribed => paced(&a, "a", keys, Some(true)).await,
+                Phase::Unwatched => paced(&a, "a", keys, Some(Neighbour::Unwatched)).await,
+                Phase::Started => paced(&a, "a", keys, Some(Neighbour::Started)).await,
+                Phase::Subscribed => paced(&a, "a", keys, Some(Neighbour::Watched)).await,
                 Phase::MirrorAlone => paced(&b, "a", keys, None).await,
-                Phase::MirrorFlood => paced(&b, "a", keys, Some(true)).await,
+                Phase::MirrorFlood => paced(&b, "a", keys, Some(Neighbour::Watched)).await,
             };
             times.sort();
             let during = counts.since(&cluster);

@@ -116,8 +116,14 @@ async fn wait_reniced(session: &str) {
 async fn a_flood_nobody_types_into_runs_at_a_lower_cpu_weight_until_typed_into() {
     let _one = FLOODS.lock().await;
     let node = TestNode::start();
+    // Typed into, it stops flooding (else, typed into and flooding on,
+    // it is bulk again once past its burst).
     let flood = node
-        .create(&["sh", "-c", "yes 'a flood nobody types into'; echo done"])
+        .create(&[
+            "sh",
+            "-c",
+            "yes 'a flood nobody types into' & read x; kill $!; exec sleep 600",
+        ])
         .await
         .id;
     let quiet = node
@@ -161,7 +167,7 @@ async fn a_flood_nobody_types_into_runs_at_a_lower_cpu_weight_until_typed_into()
     let mut c = node.client(OPERATOR).await;
     c.send(&ClientMsg::Input {
         session: flood.clone(),
-        data: b"x".to_vec(),
+        data: b"x\n".to_vec(),
     })
     .await
     .unwrap();
@@ -210,15 +216,18 @@ fn in_bulk_cgroup(session: &str) -> bool {
 }
 
 /// Numbered lines, paced to about 10 MB/s, until `stop` exists; then
-/// `end N`.
+/// `end N`. Once a line is typed into it, a line every 50 ms (a flood
+/// still flooding after a key is bulk again past its burst).
 const NUMBERED_FLOOD: &str = r#"
-import os, sys, time
-out, i = sys.stdout.buffer, 0
+import os, select, sys, time
+out, i, batch = sys.stdout.buffer, 0, 8000
 while not os.path.exists(sys.argv[1]):
-    out.write(b"".join(b"%d\n" % (i + k) for k in range(1, 8001)))
+    if batch > 1 and select.select([sys.stdin], [], [], 0)[0]:
+        batch = 1
+    out.write(b"".join(b"%d\n" % (i + k) for k in range(1, batch + 1)))
     out.flush()
-    i += 8000
-    time.sleep(0.005)
+    i += batch
+    time.sleep(0.005 if batch > 1 else 0.05)
 out.write(b"end %d\n" % i)
 out.flush()
 "#;
@@ -254,7 +263,7 @@ async fn a_floods_reads_go_to_the_bulk_thread_and_home_when_typed_into_losing_no
     typist
         .send(&ClientMsg::Input {
             session: flood.clone(),
-            data: b"x".to_vec(),
+            data: b"x\n".to_vec(),
         })
         .await
         .unwrap();
@@ -341,4 +350,32 @@ async fn typing_into_a_demoted_job_that_prints_nothing_more_gives_its_weight_bac
         },
     )
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_started_by_a_keystroke_is_bulk_once_past_its_burst() {
+    let _one = FLOODS.lock().await;
+    let node = TestNode::start();
+    // A build a person starts with a key: it floods from that key on.
+    let job = node
+        .create(&["sh", "-c", "read go; exec yes 'a build started by a key'"])
+        .await
+        .id;
+    let mut c = node.client(OPERATOR).await;
+    c.send(&ClientMsg::Input {
+        session: job.clone(),
+        data: b"\n".to_vec(),
+    })
+    .await
+    .unwrap();
+    let typed = std::time::Instant::now();
+    wait_reniced(&job).await;
+    // Typed into a moment ago, it would be interactive for
+    // `INTERACTIVE_FOR` by the key alone: its first screens are, the rest
+    // is a flood like any other.
+    let after = typed.elapsed();
+    assert!(
+        after < termesh_actors::session::bulk::INTERACTIVE_FOR,
+        "demoted {after:?} after the key: only once the key no longer counted"
+    );
 }

@@ -2,10 +2,13 @@
 //! program go first, and the CPU weight of a program that floods.
 //!
 //! A session is **interactive** while input reached it within
-//! `INTERACTIVE_FOR` (a person types, reads what came, types again); its
-//! output goes ahead of bulk output on each connection that typed into it
-//! (`front::connection::lanes`). A program that prints more than
-//! `BULK_RATE` over a second while nobody types into it is **bulk**: its
+//! `INTERACTIVE_FOR` (a person types, reads what came, types again) and
+//! it has printed less than `INTERACTIVE_BURST` since (`Burst`: a build
+//! started by a keystroke is bulk after its first screens); its output
+//! goes ahead of bulk output on each connection that typed into it
+//! (`front::connection::lanes`) and on the mesh (`cluster::peer::lane`).
+//! A program that is not interactive and prints more than `BULK_RATE`
+//! over a second is **bulk**: its
 //! output is read on the node's bulk thread (`pty::io::Lane`), and its
 //! terminal's foreground process group is demoted: nice `BULK_NICE`, and
 //! the `termesh-bulk` CPU cgroup where the node may use one
@@ -72,12 +75,48 @@ impl Typed {
     }
 }
 
+/// Output since a session's last input: with `Typed`, the interactive
+/// rule (input within `INTERACTIVE_FOR`, less than `INTERACTIVE_BURST`
+/// printed since).
+#[derive(Debug, Default, Clone)]
+pub struct Burst {
+    /// The input it counts from (`Typed::at`).
+    at: u64,
+    bytes: u64,
+}
+
+impl Burst {
+    /// Input came since the last look: the count starts again (answers
+    /// whether it did).
+    pub fn input_came(&mut self, typed: &Typed) -> bool {
+        let at = typed.at();
+        let came = at != self.at;
+        if came {
+            self.at = at;
+            self.bytes = 0;
+        }
+        came
+    }
+
+    /// The session is interactive now (before `count`ing what it prints
+    /// next).
+    pub fn interactive(&self, typed: &Typed) -> bool {
+        typed.recent() && self.bytes < INTERACTIVE_BURST
+    }
+
+    pub fn count(&mut self, len: usize) {
+        self.bytes += len as u64;
+    }
+}
+
 /// One session's output rate, and the group it reniced.
 #[derive(Debug)]
 pub struct Flow {
     since: Instant,
     bytes: u64,
-    /// Over `BULK_RATE` in the last full second, and not typed into since.
+    /// Output since the last input.
+    burst: Burst,
+    /// Over `BULK_RATE` in the last full second, and not interactive.
     bulk: bool,
     /// The group given `BULK_NICE`, while it is.
     niced: Option<i32>,
@@ -96,6 +135,7 @@ impl Default for Flow {
         Flow {
             since: Instant::now(),
             bytes: 0,
+            burst: Burst::default(),
             bulk: false,
             niced: None,
             moved: None,
@@ -116,11 +156,9 @@ impl Flow {
         pid: i32,
         foreground: impl FnOnce() -> Option<i32>,
     ) {
+        self.input(typed, pid);
         self.bytes += n as u64;
-        let typed_now = typed.recent();
-        if typed_now {
-            self.typed(pid);
-        }
+        self.burst.count(n);
         let elapsed = self.since.elapsed();
         if elapsed < Duration::from_secs(1) {
             return;
@@ -128,7 +166,7 @@ impl Flow {
         let rate = self.bytes as f64 / elapsed.as_secs_f64();
         self.since = Instant::now();
         self.bytes = 0;
-        self.bulk = is_bulk(rate, typed_now);
+        self.bulk = is_bulk(rate, self.burst.interactive(typed));
         // The job demoted has ended: a later one may be.
         if self.niced.is_some_and(|group| !in_session(group, pid)) {
             self.niced = None;
@@ -197,10 +235,22 @@ impl Flow {
         self.watching = false;
     }
 
-    /// Input reached the program: it is interactive; its job leaves the
-    /// bulk cgroup and gets nice 0 back, if it is still the program's (a
-    /// group id the job left behind may be another's now).
-    pub fn typed(&mut self, pid: i32) {
+    /// Looks for input since the last look: when some came, the program
+    /// is interactive (its rate is measured afresh from now, so it stays
+    /// so for a second at least); its job leaves the bulk cgroup and gets
+    /// nice 0 back, if it is still the program's (a group id the job left
+    /// behind may be another's now). Answers whether input came.
+    pub fn input(&mut self, typed: &Typed, pid: i32) -> bool {
+        if !self.burst.input_came(typed) {
+            return false;
+        }
+        self.since = Instant::now();
+        self.bytes = 0;
+        self.typed(pid);
+        true
+    }
+
+    fn typed(&mut self, pid: i32) {
         self.bulk = false;
         if let Some((group, from)) = self.moved.take() {
             if let (true, Some(bulk)) = (in_session(group, pid), super::cpu_group::bulk_group()) {
@@ -229,10 +279,10 @@ impl Flow {
     }
 }
 
-/// A second's output `rate` makes the program bulk: nobody typed into it
-/// lately.
-fn is_bulk(rate: f64, typed: bool) -> bool {
-    !typed && rate >= BULK_RATE as f64
+/// A second's output `rate` makes the program bulk unless it is
+/// interactive.
+fn is_bulk(rate: f64, interactive: bool) -> bool {
+    !interactive && rate >= BULK_RATE as f64
 }
 
 /// Group `group`'s leader is in the session `pid` leads.
@@ -290,6 +340,33 @@ mod tests {
         assert!(is_bulk(fast, false));
         assert!(!is_bulk(fast, true), "typed into");
         assert!(!is_bulk(BULK_RATE as f64 / 2.0, false), "a trickle");
+    }
+
+    #[test]
+    fn a_typed_session_is_interactive_until_its_burst() {
+        let t = Typed::default();
+        let mut b = Burst::default();
+        assert!(!b.input_came(&t), "no input yet");
+        assert!(!b.interactive(&t), "never typed into");
+        t.now();
+        assert!(b.input_came(&t));
+        assert!(!b.input_came(&t), "the same input, seen");
+        b.count(INTERACTIVE_BURST as usize - 1);
+        assert!(b.interactive(&t), "within its burst");
+        b.count(1);
+        assert!(
+            !b.interactive(&t),
+            "a build started by a keystroke, past its first screens"
+        );
+        // The next key starts the count again (`Typed` moves on by a
+        // millisecond at least).
+        let seen = t.at();
+        while t.at() == seen {
+            t.now();
+            std::hint::spin_loop();
+        }
+        assert!(b.input_came(&t));
+        assert!(b.interactive(&t), "typed into again");
     }
 
     #[test]

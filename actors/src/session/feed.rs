@@ -135,8 +135,7 @@ impl SessionActor {
         }
         ctx.run_later(TYPING_CHECK, |act, ctx| {
             act.flow.looked();
-            if act.shared.typed.recent() {
-                act.flow.typed(act.pid);
+            if act.flow.input(&act.shared.typed, act.pid) {
                 if let Some(terminal) = &act.terminal {
                     terminal.lane().set_bulk(false);
                 }

@@ -1,6 +1,6 @@
 //! Which of a link's two data streams carries a session's output to the
 //! peer's mirror: the fast one while someone types into the session, until
-//! it has printed `INTERACTIVE_BURST` since (`session::bulk`), the bulk
+//! it has printed `INTERACTIVE_BURST` since (`session::bulk::Burst`), the bulk
 //! one otherwise, so an echo never waits behind another session's flood
 //! queued on the link. The streams are
 //! read side by side at the peer, so a session changes streams only when
@@ -8,7 +8,7 @@
 //! seq, and nothing without a seq (an event, a resync) followed it.
 
 use crate::directory::registry::SessionHandle;
-use crate::session::bulk::{Typed, INTERACTIVE_BURST};
+use crate::session::bulk::{Burst, Typed};
 use crate::session::SubId;
 
 /// One of this node's sessions the peer mirrors.
@@ -16,9 +16,8 @@ pub struct Upstream {
     pub sub: SubId,
     pub handle: SessionHandle,
     typed: Typed,
-    /// The input `since` counts from, and the output bytes sent since.
-    typed_at: u64,
-    since: u64,
+    /// Output sent since the last input.
+    burst: Burst,
     lane: Lane,
 }
 
@@ -55,8 +54,7 @@ impl Upstream {
             sub,
             typed: handle.shared.typed.clone(),
             handle,
-            typed_at: 0,
-            since: 0,
+            burst: Burst::default(),
             lane: Lane::default(),
         }
     }
@@ -69,13 +67,9 @@ impl Upstream {
     /// Whether the next message (`seq` and `len`: an output frame's) takes
     /// the fast stream.
     pub fn fast(&mut self, seq: Option<u64>, len: usize) -> bool {
-        let at = self.typed.at();
-        if at != self.typed_at {
-            self.typed_at = at;
-            self.since = 0;
-        }
-        let interactive = self.typed.recent() && self.since < INTERACTIVE_BURST;
-        self.since += len as u64;
+        self.burst.input_came(&self.typed);
+        let interactive = self.burst.interactive(&self.typed);
+        self.burst.count(len);
         self.lane.pick(interactive, seq)
     }
 

@@ -21,7 +21,7 @@ pub struct Metrics {
     pub marks_answered: AtomicU64,
     pub pongless: AtomicU64,
     /// Sessions whose output is read on the bulk PTY thread now (their
-    /// programs flood and nobody types into them: `session::bulk`).
+    /// programs flood and are not interactive: `session::bulk`).
     pub bulk_readers: std::sync::Arc<AtomicI64>,
     /// Keystrokes and pastes queued for programs, and written to their
     /// terminals (the two differ by what is queued, or lost on the way).
@@ -239,7 +239,7 @@ const ROWS: &[Row] = &[
     (
         "termesh_bulk_sessions",
         "gauge",
-        "Sessions whose output is read on the bulk PTY thread: their programs flood and nobody types into them.",
+        "Sessions whose output is read on the bulk PTY thread: their programs flood and are not interactive (not typed into in 10 s, or 256 KiB printed since the last key).",
         |m| g(&m.bulk_readers),
     ),
     (

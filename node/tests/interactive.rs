@@ -216,13 +216,17 @@ fn in_bulk_cgroup(session: &str) -> bool {
 }
 
 /// Numbered lines, paced to about 10 MB/s, until `stop` exists; then
-/// `end N`. Once a line is typed into it, a line every 50 ms (a flood
-/// still flooding after a key is bulk again past its burst).
+/// `end N`. Once a line is typed into it, two more batches at that pace
+/// (the reads move home under a flood), then a line every 50 ms (about
+/// 110 KB since the key: it stays interactive, where a flood still
+/// flooding would be bulk again past its burst).
 const NUMBERED_FLOOD: &str = r#"
 import os, select, sys, time
-out, i, batch = sys.stdout.buffer, 0, 8000
+out, i, batch, slow_at = sys.stdout.buffer, 0, 8000, None
 while not os.path.exists(sys.argv[1]):
-    if batch > 1 and select.select([sys.stdin], [], [], 0)[0]:
+    if slow_at is None and select.select([sys.stdin], [], [], 0)[0]:
+        slow_at = i + 2 * batch
+    if slow_at is not None and i >= slow_at:
         batch = 1
     out.write(b"".join(b"%d\n" % (i + k) for k in range(1, batch + 1)))
     out.flush()
@@ -373,6 +377,9 @@ async fn a_flood_started_by_a_keystroke_is_bulk_once_past_its_burst() {
     // Typed into a moment ago, it would be interactive for
     // `INTERACTIVE_FOR` by the key alone: its first screens are, the rest
     // is a flood like any other.
+    // The bound is the rule's own (a key alone keeps a session
+    // interactive this long), not a speed: under the old rule this
+    // demotion came at 10.02 s.
     let after = typed.elapsed();
     assert!(
         after < termesh_actors::session::bulk::INTERACTIVE_FOR,

@@ -31,7 +31,8 @@ use nix::unistd::Pid;
 
 /// How long after its last input a session stays interactive.
 pub const INTERACTIVE_FOR: Duration = Duration::from_secs(10);
-/// Output over one second past which a program nobody types into is bulk.
+/// Output over one second past which a program that is not interactive is
+/// bulk.
 pub const BULK_RATE: u64 = 1 << 20;
 /// Output of a typed-into session since its last input past which it goes
 /// as bulk again (until the next input): a build started by a keystroke
@@ -156,15 +157,26 @@ impl Flow {
         pid: i32,
         foreground: impl FnOnce() -> Option<i32>,
     ) {
-        self.input(typed, pid);
+        self.output_at(n, typed, pid, foreground, Instant::now());
+    }
+
+    fn output_at(
+        &mut self,
+        n: usize,
+        typed: &Typed,
+        pid: i32,
+        foreground: impl FnOnce() -> Option<i32>,
+        now: Instant,
+    ) {
+        self.input_at(typed, pid, now);
         self.bytes += n as u64;
         self.burst.count(n);
-        let elapsed = self.since.elapsed();
+        let elapsed = now.saturating_duration_since(self.since);
         if elapsed < Duration::from_secs(1) {
             return;
         }
         let rate = self.bytes as f64 / elapsed.as_secs_f64();
-        self.since = Instant::now();
+        self.since = now;
         self.bytes = 0;
         self.bulk = is_bulk(rate, self.burst.interactive(typed));
         // The job demoted has ended: a later one may be.
@@ -208,8 +220,8 @@ impl Flow {
         }
     }
 
-    /// The program flooded over the last full second and nobody typed
-    /// into it since: its output is read on the bulk thread
+    /// The program flooded over the last full second and is not
+    /// interactive: its output is read on the bulk thread
     /// (`pty::io::Lane`).
     pub fn is_bulk(&self) -> bool {
         self.bulk
@@ -241,10 +253,14 @@ impl Flow {
     /// nice 0 back, if it is still the program's (a group id the job left
     /// behind may be another's now). Answers whether input came.
     pub fn input(&mut self, typed: &Typed, pid: i32) -> bool {
+        self.input_at(typed, pid, Instant::now())
+    }
+
+    fn input_at(&mut self, typed: &Typed, pid: i32, now: Instant) -> bool {
         if !self.burst.input_came(typed) {
             return false;
         }
-        self.since = Instant::now();
+        self.since = now;
         self.bytes = 0;
         self.typed(pid);
         true
@@ -367,6 +383,51 @@ mod tests {
         }
         assert!(b.input_came(&t));
         assert!(b.interactive(&t), "typed into again");
+    }
+
+    /// A key: `Typed` moves on (by a millisecond at least).
+    fn key(t: &Typed) {
+        let seen = t.at();
+        while t.at() == seen {
+            t.now();
+            std::hint::spin_loop();
+        }
+    }
+
+    #[test]
+    fn a_flood_started_by_a_key_is_bulk_at_its_first_second_past_the_burst() {
+        // No such process: nothing is reniced, only the rule runs.
+        let pid = i32::MAX;
+        let (t, mut f) = (Typed::default(), Flow::default());
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let out = |f: &mut Flow, n: usize, ms: u64| f.output_at(n, &t, pid, || None, at(ms));
+        key(&t);
+        out(&mut f, 100 << 10, 0);
+        out(&mut f, 100 << 10, 500);
+        assert!(!f.is_bulk(), "no second's rate yet");
+        out(&mut f, 2 << 20, 1_001);
+        assert!(f.is_bulk(), "typed a second ago, but 2 MiB since the key");
+
+        // A key brings it back at once and for a second at least, however
+        // much it prints meanwhile.
+        key(&t);
+        out(&mut f, 4 << 20, 1_100);
+        assert!(!f.is_bulk(), "typed into");
+        out(&mut f, 4 << 20, 2_050);
+        assert!(!f.is_bulk(), "the rate is measured afresh from the key");
+        out(&mut f, 1 << 20, 2_101);
+        assert!(f.is_bulk(), "a second past the key, past its burst");
+
+        // Typed into and printing less than its burst each time: never bulk.
+        let (t, mut f) = (Typed::default(), Flow::default());
+        for round in 0..5u64 {
+            key(&t);
+            let start = round * 1_100;
+            f.output_at(200 << 10, &t, pid, || None, at(start));
+            f.output_at(1 << 10, &t, pid, || None, at(start + 1_050));
+            assert!(!f.is_bulk(), "round {round}: a screen per key");
+        }
     }
 
     #[test]

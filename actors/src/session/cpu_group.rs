@@ -1,4 +1,4 @@
-//! The CPU cgroup of programs that flood while nobody types into them
+//! The CPU cgroup of programs that flood and are not interactive
 //! (`bulk`). Where the node may make cgroups, such a program's job moves
 //! into `termesh-bulk`, a cgroup whose tasks run only when nothing else
 //! wants a CPU (`cpu.idle`, else the smallest weight), and back into the

@@ -172,7 +172,7 @@ fn io_thread(
 type Registered = AsyncFd<Arc<FileDescriptor>>;
 
 /// Which of the node's I/O threads a session's reads run on: bulk while
-/// its program floods and nobody types into it (`bulk::Flow` says so),
+/// its program floods and is not interactive (`bulk::Flow` says so),
 /// back at once when a key is written. Shared by the session's terminal,
 /// its writer and its reader.
 #[derive(Debug, Clone)]

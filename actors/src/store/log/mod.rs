@@ -92,7 +92,7 @@ pub struct OutputLog {
     failing: AtomicBool,
     /// Files of trimmed segments go to the `log-trim` thread once it
     /// runs (`start_trimming`); before, they are deleted where trimmed.
-    trimmer: OnceLock<mpsc::Sender<Trim>>,
+    trimmer: OnceLock<mpsc::SyncSender<Trim>>,
 }
 
 thread_local! {
@@ -404,6 +404,9 @@ impl OutputLog {
     /// of running ones (never the segment being written), oldest output
     /// first by when it was read. Answers what it deleted.
     pub fn shed(&self, max: u64, ended: &std::collections::HashSet<String>) -> Shed {
+        // Segments trimmed before go first: a crash then cannot leave an
+        // older one on disk behind a hole this deletes.
+        self.settle_trims();
         let mut shed = Shed::default();
         for ended_pass in [true, false] {
             let mut heap = std::collections::BinaryHeap::new();
@@ -499,7 +502,6 @@ impl OutputLog {
     /// stands and synced, so the next start reads indexes, not segments,
     /// and every trimmed one is deleted.
     pub fn checkpoint(&self) -> io::Result<()> {
-        self.settle_trims();
         for id in self.ids() {
             if let Some(slot) = self.existing(&id) {
                 slot.lock()
@@ -507,7 +509,11 @@ impl OutputLog {
                     .checkpoint()?;
             }
         }
-        self.sync().map(|_| ())
+        let synced = self.sync().map(|_| ());
+        // Last: what the next start reads first is done whatever this
+        // waits for.
+        self.settle_trims();
+        synced
     }
 }
 

@@ -355,7 +355,29 @@ fn a_trim_leaves_the_appending_thread_before_its_files_are_deleted() {
     // the append did not delete it.
     assert_ne!(oldest(&log), 1, "the oldest segment never went");
     assert!(first.exists(), "deleted on the appending thread");
+    // With the thread still held, a queue's worth of trims waits; past
+    // it the appending thread deletes its own.
+    let next = oldest(&log) + 100;
+    for seq in next..next + 200 {
+        log.append("a", seq, seq, &[b'x'; 1500]).unwrap();
+    }
+    let left_behind = || {
+        let oldest = oldest(&log);
+        std::fs::read_dir(path.join("a"))
+            .unwrap()
+            .flatten()
+            .filter_map(|e| format::parse_segment_name(&e.file_name().to_string_lossy()))
+            .filter(|first| *first < oldest)
+            .count()
+    };
+    // The held answer may or may not have left the queue yet.
+    let waiting = left_behind();
+    assert!(
+        (upkeep::QUEUED_TRIMS - 1..=upkeep::QUEUED_TRIMS).contains(&waiting),
+        "{waiting} trimmed segments on disk with the trim thread held"
+    );
     release.recv().unwrap();
     log.settle_trims();
     assert!(!first.exists(), "deleted once the trim thread ran");
+    assert_eq!(left_behind(), 0);
 }

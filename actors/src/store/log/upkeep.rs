@@ -21,6 +21,11 @@ pub(super) enum Trim {
 
 /// How long a clean stop waits for trimmed segments to be deleted.
 const SETTLE_WAIT: Duration = Duration::from_secs(10);
+/// Trims waiting for the `log-trim` thread, at most: past it (the thread
+/// starved, or the file system slow to delete) the appending thread
+/// deletes its own, so the disk never holds more than this many segments
+/// beyond what the log counts.
+pub(super) const QUEUED_TRIMS: usize = 16;
 
 impl OutputLog {
     /// Deletes trimmed segments' files: on the `log-trim` thread once it
@@ -29,15 +34,16 @@ impl OutputLog {
         if files.is_empty() {
             return;
         }
-        let files = match self.trimmer.get() {
-            Some(tx) => match tx.send(Trim::Delete(files)) {
+        let job = match self.trimmer.get() {
+            Some(tx) => match tx.try_send(Trim::Delete(files)) {
                 Ok(()) => return,
-                Err(mpsc::SendError(Trim::Delete(files))) => files,
-                Err(_) => return,
+                Err(mpsc::TrySendError::Full(job) | mpsc::TrySendError::Disconnected(job)) => job,
             },
-            None => files,
+            None => Trim::Delete(files),
         };
-        delete_files(&files);
+        if let Trim::Delete(files) = job {
+            delete_files(&files);
+        }
     }
 
     /// Waits (a while at most) until the segments trimmed so far are
@@ -47,6 +53,7 @@ impl OutputLog {
             return;
         };
         let (done, settled) = mpsc::sync_channel(1);
+        // Waits for room in the queue too (the thread is taking from it).
         if tx.send(Trim::Settle(done)).is_ok() && settled.recv_timeout(SETTLE_WAIT).is_err() {
             tracing::warn!(dir = %self.dir.display(), "output log: trimmed segments are still being deleted");
         }
@@ -59,7 +66,7 @@ impl OutputLog {
     /// that trims (and every session whose reads share its thread) would
     /// otherwise wait for.
     pub fn start_trimming(log: &OutputLog) -> io::Result<()> {
-        let (tx, rx) = mpsc::channel();
+        let (tx, rx) = mpsc::sync_channel(QUEUED_TRIMS);
         std::thread::Builder::new()
             .name("log-trim".into())
             .spawn(move || {

@@ -357,7 +357,7 @@ async fn typing_into_a_demoted_job_that_prints_nothing_more_gives_its_weight_bac
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_flood_started_by_a_keystroke_is_bulk_once_past_its_burst() {
+async fn a_flood_started_by_a_keystroke_is_read_as_bulk_once_past_its_burst() {
     let _one = FLOODS.lock().await;
     let node = TestNode::start();
     // A build a person starts with a key: it floods from that key on.
@@ -373,16 +373,26 @@ async fn a_flood_started_by_a_keystroke_is_bulk_once_past_its_burst() {
     .await
     .unwrap();
     let typed = std::time::Instant::now();
-    wait_reniced(&job).await;
+    within(
+        PATIENCE,
+        "the key-started flood read on the bulk thread",
+        async {
+            while metric(&node.url(), "termesh_bulk_sessions").await < 1.0 {
+                poll_pause().await;
+            }
+        },
+    )
+    .await;
     // Typed into a moment ago, it would be interactive for
     // `INTERACTIVE_FOR` by the key alone: its first screens are, the rest
-    // is a flood like any other.
-    // The bound is the rule's own (a key alone keeps a session
-    // interactive this long), not a speed: under the old rule this
-    // demotion came at 10.02 s.
+    // is read like any flood. The bound is the rule's own, not a speed:
+    // under a rule by the key alone this came at 10 s.
     let after = typed.elapsed();
     assert!(
         after < termesh_actors::session::bulk::INTERACTIVE_FOR,
-        "demoted {after:?} after the key: only once the key no longer counted"
+        "read as bulk {after:?} after the key: only once the key no longer counted"
     );
+    // Its CPU weight is lowered too once nobody typed into it for that
+    // long (a lower weight lasts until the next key).
+    wait_reniced(&job).await;
 }

@@ -9,10 +9,14 @@
 //! (`front::connection::lanes`) and on the mesh (`cluster::peer::lane`).
 //! A program that is not interactive and prints more than `BULK_RATE`
 //! over a second is **bulk**: its
-//! output is read on the node's bulk thread (`pty::io::Lane`), and its
-//! terminal's foreground process group is demoted: nice `BULK_NICE`, and
-//! the `termesh-bulk` CPU cgroup where the node may use one
-//! (`cpu_group`). So on a saturated machine the program you type into
+//! output is read on the node's bulk thread (`pty::io::Lane`), and, once
+//! nobody typed into it for `INTERACTIVE_FOR`, its terminal's foreground
+//! process group is demoted: nice `BULK_NICE`, and the `termesh-bulk` CPU
+//! cgroup where the node may use one (`cpu_group`). The demotion waits
+//! for that because it lasts until the next key (a job starved by busy
+//! cores may print nothing to say its flood ended), and the program a
+//! person just typed into answers them at full weight once its flood
+//! ends. So on a saturated machine the program you type into
 //! (and the node serving you) runs first, while on an idle machine the
 //! flood is as fast as before. Input undoes it: the reads come home at
 //! once, and within `feed::TYPING_CHECK` (the session looks for input
@@ -191,7 +195,13 @@ impl Flow {
         {
             self.moved = None;
         }
-        if !self.bulk {
+        // Its reads go to the bulk thread past the burst; its CPU weight
+        // only once nobody typed into it for `INTERACTIVE_FOR`: a lower
+        // weight stays until the next key (a starved job may print
+        // nothing to say it stopped flooding), and a program a person
+        // just typed into must have its weight when its flood ends and it
+        // answers them.
+        if !self.bulk || typed.recent() {
             return;
         }
         let Some(group) = self

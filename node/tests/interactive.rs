@@ -383,11 +383,19 @@ async fn a_flood_started_by_a_keystroke_is_read_as_bulk_once_past_its_burst() {
         },
     )
     .await;
+    // Its CPU weight is not lowered while the key is recent (a lower
+    // weight lasts until the next key): read before the clock, so a nice
+    // value seen while the key counted must be 0.
+    let weights = nices(&job);
     // Typed into a moment ago, it would be interactive for
     // `INTERACTIVE_FOR` by the key alone: its first screens are, the rest
     // is read like any flood. The bound is the rule's own, not a speed:
     // under a rule by the key alone this came at 10 s.
     let after = typed.elapsed();
+    assert!(
+        weights.iter().all(|v| *v == 0),
+        "demoted {after:?} after the key: {weights:?}"
+    );
     assert!(
         after < termesh_actors::session::bulk::INTERACTIVE_FOR,
         "read as bulk {after:?} after the key: only once the key no longer counted"

@@ -3,7 +3,9 @@
 //! has queued, and that bulk output still arrives whole and in order; a
 //! flood nobody types into runs at a lower CPU weight (its processes in
 //! the bulk cgroup where the machine has one) and is read on the node's
-//! bulk thread, and typing brings both back, losing nothing.
+//! bulk thread, and typing brings both back, losing nothing; a flood
+//! started by a key is read as bulk and reniced past its first screens,
+//! and gets its weight back by itself when it ends.
 
 mod common;
 
@@ -357,12 +359,24 @@ async fn typing_into_a_demoted_job_that_prints_nothing_more_gives_its_weight_bac
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_flood_started_by_a_keystroke_is_read_as_bulk_once_past_its_burst() {
+async fn a_flood_started_by_a_keystroke_is_bulk_past_its_burst_until_it_ends() {
     let _one = FLOODS.lock().await;
     let node = TestNode::start();
-    // A build a person starts with a key: it floods from that key on.
+    let dir = tempfile::tempdir().unwrap();
+    let stop = dir.path().join("stop");
+    // A build a person starts with a key: it floods from that key on until
+    // `stop` is there, then the job stays, silent (no echo).
     let job = node
-        .create(&["sh", "-c", "read go; exec yes 'a build started by a key'"])
+        .create(&[
+            "sh",
+            "-c",
+            &format!(
+                "stty -echo; read go; \
+                 while [ ! -e {stop} ]; do yes 'a build started by a key' | head -c 1000000; done; \
+                 exec sleep 600",
+                stop = stop.display()
+            ),
+        ])
         .await
         .id;
     let mut c = node.client(OPERATOR).await;
@@ -383,24 +397,54 @@ async fn a_flood_started_by_a_keystroke_is_read_as_bulk_once_past_its_burst() {
         },
     )
     .await;
-    // Its CPU weight is not lowered while the key is recent (a lower
-    // weight lasts until the next key): read before the clock, so a nice
-    // value seen while the key counted must be 0.
-    let weights = nices(&job);
     // Typed into a moment ago, it would be interactive for
     // `INTERACTIVE_FOR` by the key alone: its first screens are, the rest
-    // is read like any flood. The bound is the rule's own, not a speed:
-    // under a rule by the key alone this came at 10 s.
+    // is read like any flood, and (where the node may give nice 0 back)
+    // its job gets a lower nice value. The bound is the rule's own, not a
+    // speed: under a rule by the key alone this came at 10 s.
+    let root = nix::unistd::geteuid().is_root();
+    if root {
+        wait_reniced(&job).await;
+    }
+    // Not in the bulk cgroup while the key counts (there a starved job
+    // may print nothing to say its flood ended): looked at before the
+    // clock, so what was seen while the key counted.
+    let cgroups = cpu_cgroup_v1_here();
+    let idle = cgroups
+        && session_pids(&job)
+            .iter()
+            .any(|p| cpu_cgroup_of(*p).ends_with("/termesh-bulk"));
     let after = typed.elapsed();
     assert!(
-        weights.iter().all(|v| *v == 0),
-        "demoted {after:?} after the key: {weights:?}"
-    );
-    assert!(
         after < termesh_actors::session::bulk::INTERACTIVE_FOR,
-        "read as bulk {after:?} after the key: only once the key no longer counted"
+        "read as bulk and reniced {after:?} after the key: only once the key no longer counted"
     );
-    // Its CPU weight is lowered too once nobody typed into it for that
-    // long (a lower weight lasts until the next key).
-    wait_reniced(&job).await;
+    assert!(!idle, "in the bulk cgroup {after:?} after the key");
+    if !root {
+        eprintln!("not root: a typed-into job keeps its nice value here");
+        assert!(nices(&job).iter().all(|v| *v == 0));
+        return;
+    }
+    // The flood ends with no key: the job gets its weight back by itself
+    // (a nice value starves nobody, so a job that prints little has
+    // stopped flooding), and its reads come home.
+    std::fs::write(&stop, "").unwrap();
+    within(PATIENCE, "the ended flood's weight back", async {
+        loop {
+            let n = nices(&job);
+            let calm = metric(&node.url(), "termesh_bulk_sessions").await < 1.0;
+            if calm && !n.is_empty() && n.iter().all(|v| *v == 0) {
+                return;
+            }
+            poll_pause().await;
+        }
+    })
+    .await;
+    // Only `sleep` is left (what was reniced was the job, not a yes that
+    // ended).
+    let comms: Vec<String> = session_pids(&job)
+        .iter()
+        .map(|p| std::fs::read_to_string(format!("/proc/{p}/comm")).unwrap_or_default())
+        .collect();
+    assert_eq!(comms, ["sleep\n"], "the flood is over");
 }

@@ -8,22 +8,34 @@
 //! goes ahead of bulk output on each connection that typed into it
 //! (`front::connection::lanes`) and on the mesh (`cluster::peer::lane`).
 //! A program that is not interactive and prints more than `BULK_RATE`
-//! over a second is **bulk**: its
-//! output is read on the node's bulk thread (`pty::io::Lane`), and, once
-//! nobody typed into it for `INTERACTIVE_FOR`, its terminal's foreground
-//! process group is demoted: nice `BULK_NICE`, and the `termesh-bulk` CPU
-//! cgroup where the node may use one (`cpu_group`). The demotion waits
-//! for that because it lasts until the next key (a job starved by busy
-//! cores may print nothing to say its flood ended), and the program a
-//! person just typed into answers them at full weight once its flood
-//! ends. So on a saturated machine the program you type into
-//! (and the node serving you) runs first, while on an idle machine the
-//! flood is as fast as before. Input undoes it: the reads come home at
-//! once, and within `feed::TYPING_CHECK` (the session looks for input
-//! while the job is demoted, since a starved job may print nothing) the
-//! group leaves the cgroup and gets nice 0 back where the node may lower
-//! a nice value (root, or `CAP_SYS_NICE`, or an `RLIMIT_NICE` that allows
-//! it); elsewhere a reniced group stays so until it exits (a shell's next
+//! over a second is **bulk**: its output is read on the node's bulk
+//! thread (`pty::io::Lane`) and its terminal's foreground process group
+//! is demoted, in two steps:
+//!
+//! - **nice** `BULK_NICE` at once, even while it was typed into within
+//!   `INTERACTIVE_FOR` (a build started by a key). A nice value lowers a
+//!   share but starves nobody (nice 10 beside nice 0 is about a tenth of
+//!   a core), so a job that prints little has stopped flooding: while
+//!   the job has only its nice value, the first second it is not bulk
+//!   gives nice 0 back, and a program a person just typed into answers
+//!   them at full weight once its flood ends. A typed-into job is reniced
+//!   only where the node may give nice 0 back (root, or `CAP_SYS_NICE`,
+//!   or an `RLIMIT_NICE` that allows it, which its programs inherit);
+//!   elsewhere it keeps its weight.
+//! - **the `termesh-bulk` CPU cgroup** (where the node may use one:
+//!   `cpu_group`; its tasks run only when nothing else wants a CPU),
+//!   once nobody typed into it for `INTERACTIVE_FOR`. A job starved there
+//!   may print nothing to say its flood ended, so this step, and the nice
+//!   value with it, lasts until the next key, and is never taken while a
+//!   key counts.
+//!
+//! So on a saturated machine the program you type into (and the node
+//! serving you) runs first, while on an idle machine the flood is as fast
+//! as before. Input undoes it: the reads come home at once, and within
+//! `feed::TYPING_CHECK` (the session looks for input while the job is
+//! demoted, since a starved job may print nothing) the group leaves the
+//! cgroup and gets nice 0 back where the node may lower a nice value;
+//! elsewhere a reniced group stays so until it exits (a shell's next
 //! command starts at the shell's own nice value, since the group reniced
 //! is the job that flooded).
 
@@ -123,7 +135,9 @@ pub struct Flow {
     burst: Burst,
     /// Over `BULK_RATE` in the last full second, and not interactive.
     bulk: bool,
-    /// The group given `BULK_NICE`, while it is.
+    /// The group given `BULK_NICE`, while it is. Alone (not `moved`), it
+    /// ends at the first second the program is not bulk: a nice value
+    /// starves nobody, so a job that prints little has stopped flooding.
     niced: Option<i32>,
     /// The group in the bulk cgroup (`cpu_group`) and the cgroup it came
     /// from, while it is there.
@@ -195,13 +209,16 @@ impl Flow {
         {
             self.moved = None;
         }
-        // Its reads go to the bulk thread past the burst; its CPU weight
-        // only once nobody typed into it for `INTERACTIVE_FOR`: a lower
-        // weight stays until the next key (a starved job may print
-        // nothing to say it stopped flooding), and a program a person
-        // just typed into must have its weight when its flood ends and it
-        // answers them.
-        if !self.bulk || typed.recent() {
+        // Its reads go to the bulk thread past the burst, and it gets a
+        // lower nice value, which ends with the flood (the module's doc);
+        // the bulk cgroup, where a starved job may print nothing to say
+        // it stopped flooding, only once nobody typed into it for
+        // `INTERACTIVE_FOR`.
+        let recent = typed.recent();
+        if !self.bulk && self.moved.is_none() {
+            self.give_nice_back(pid);
+        }
+        if !self.bulk || (recent && !may_lower_nice()) {
             return;
         }
         let Some(group) = self
@@ -220,6 +237,9 @@ impl Flow {
             );
             self.niced = Some(group);
         }
+        if recent {
+            return;
+        }
         if self.moved.is_none() {
             if let Some(bulk) = super::cpu_group::bulk_group() {
                 match bulk.enter(group) {
@@ -227,6 +247,24 @@ impl Flow {
                     Err(e) => tracing::debug!(group, "a flooding group stays in its cgroup: {e}"),
                 }
             }
+        }
+    }
+
+    /// A look while the job has a nice value only (not the bulk cgroup):
+    /// a second without output ends its flood too.
+    pub fn tick(&mut self, typed: &Typed, pid: i32, foreground: impl FnOnce() -> Option<i32>) {
+        self.tick_at(typed, pid, foreground, Instant::now());
+    }
+
+    fn tick_at(
+        &mut self,
+        typed: &Typed,
+        pid: i32,
+        foreground: impl FnOnce() -> Option<i32>,
+        now: Instant,
+    ) {
+        if self.niced.is_some() && self.moved.is_none() {
+            self.output_at(0, typed, pid, foreground, now);
         }
     }
 
@@ -285,6 +323,12 @@ impl Flow {
                 }
             }
         }
+        self.give_nice_back(pid);
+    }
+
+    /// The reniced group gets nice 0 back, if it is still the program's
+    /// (a group id the job left behind may be another's now).
+    fn give_nice_back(&mut self, pid: i32) {
         let Some(group) = self.niced else {
             return;
         };
@@ -303,6 +347,25 @@ impl Flow {
             }
         }
     }
+}
+
+/// This process may lower a nice value it raised (root, `CAP_SYS_NICE`,
+/// or an `RLIMIT_NICE` that reaches nice 0), asked once.
+fn may_lower_nice() -> bool {
+    static MAY: OnceLock<bool> = OnceLock::new();
+    *MAY.get_or_init(|| {
+        // `CAP_SYS_NICE` is bit 23 of the effective set.
+        let capable = std::fs::read_to_string("/proc/self/status")
+            .ok()
+            .and_then(|s| {
+                let caps = s.lines().find_map(|l| l.strip_prefix("CapEff:"))?;
+                u64::from_str_radix(caps.trim(), 16).ok()
+            })
+            .is_some_and(|caps| caps & (1 << 23) != 0);
+        // The limit is 20 - the lowest nice value allowed.
+        let limit = rustix::process::getrlimit(rustix::process::Resource::Nice).current;
+        capable || rustix::process::geteuid().is_root() || limit.is_none_or(|l| l >= 20)
+    })
 }
 
 /// A second's output `rate` makes the program bulk unless it is
@@ -438,6 +501,53 @@ mod tests {
             f.output_at(1 << 10, &t, pid, || None, at(start + 1_050));
             assert!(!f.is_bulk(), "round {round}: a screen per key");
         }
+    }
+
+    #[test]
+    fn a_key_started_flood_is_niced_until_it_stops_flooding() {
+        // A program leading a session of its own, as a session's is.
+        let mut leader = std::process::Command::new("setsid")
+            .args(["sleep", "30"])
+            .spawn()
+            .unwrap();
+        let pid = leader.id() as i32;
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let (t, mut f) = (Typed::default(), Flow::default());
+        let mut nice = Vec::new();
+        // `setsid` has made the session once `sleep` runs in it.
+        while !in_session(pid, pid) && t0.elapsed() < Duration::from_secs(10) {
+            std::thread::yield_now();
+        }
+        key(&t);
+        f.output_at(1 << 10, &t, pid, || None, at(0));
+        f.output_at(2 << 20, &t, pid, || None, at(1_001));
+        nice.push(crate::os::nice_of(pid));
+        let flooding = (f.is_bulk(), f.demoted());
+        // A quiet second: the flood ended, the weight comes back.
+        f.output_at(1 << 10, &t, pid, || None, at(2_002));
+        nice.push(crate::os::nice_of(pid));
+        let calm = (f.is_bulk(), f.demoted());
+        // Again, and this time it ends with no output at all.
+        f.output_at(2 << 20, &t, pid, || None, at(3_003));
+        nice.push(crate::os::nice_of(pid));
+        f.tick_at(&t, pid, || None, at(3_500));
+        nice.push(crate::os::nice_of(pid));
+        f.tick_at(&t, pid, || None, at(4_004));
+        nice.push(crate::os::nice_of(pid));
+        let silent = (f.is_bulk(), f.demoted());
+        let _ = leader.kill();
+        let _ = leader.wait();
+        if !may_lower_nice() {
+            // Not tried where nice 0 could not come back.
+            assert_eq!(nice, [Some(0); 5], "{flooding:?}");
+            return;
+        }
+        assert_eq!(flooding, (true, true), "2 MiB in a second past the key");
+        assert_eq!(calm, (false, false), "1 KiB in a second");
+        assert_eq!(silent, (false, false), "a second with no output");
+        let n = Some(BULK_NICE);
+        assert_eq!(nice, [n, Some(0), n, n, Some(0)]);
     }
 
     #[test]

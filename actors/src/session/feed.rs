@@ -124,28 +124,28 @@ impl SessionActor {
         self.carry_out(steps, ctx);
     }
 
-    /// Output `seq`, in the output log already (its reader put it there
-    /// before queuing it: a node killed now continues right after it).
     /// While the program's job is demoted, looks for input every
     /// `TYPING_CHECK`: a job starved by busy cores may print nothing, and
-    /// output is where `Flow` otherwise sees that someone typed.
+    /// output is where `Flow` otherwise sees that someone typed; and ends
+    /// a key-started flood's nice value after a second with no output.
     fn watch_typing(&mut self, ctx: &mut Context<Self>) {
         if !self.flow.watch_typing() {
             return;
         }
         ctx.run_later(TYPING_CHECK, |act, ctx| {
             act.flow.looked();
-            if act.flow.input(&act.shared.typed, act.pid) {
-                if let Some(terminal) = &act.terminal {
-                    terminal.lane().set_bulk(false);
-                }
-            }
-            if act.terminal.is_some() {
+            act.flow.input(&act.shared.typed, act.pid);
+            if let Some(terminal) = &act.terminal {
+                act.flow
+                    .tick(&act.shared.typed, act.pid, || terminal.foreground_group());
+                terminal.lane().set_bulk(act.flow.is_bulk());
                 act.watch_typing(ctx);
             }
         });
     }
 
+    /// Output `seq`, in the output log already (its reader put it there
+    /// before queuing it: a node killed now continues right after it).
     fn on_output(&mut self, seq: u64, data: Bytes, ctx: &mut Context<Self>) {
         let expected = self.publisher.last_seq() + 1;
         if seq < expected {

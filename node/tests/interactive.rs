@@ -448,3 +448,79 @@ async fn a_flood_started_by_a_keystroke_is_bulk_past_its_burst_until_it_ends() {
         .collect();
     assert_eq!(comms, ["sleep\n"], "the flood is over");
 }
+
+/// Keys are written by the connection's thread while nothing waits ahead
+/// of them (`session/pty/input.rs`): a paste the terminal cannot take at
+/// once is written in part and queued for the rest, and the pastes and
+/// keys sent while any of it waits queue behind it, though the program
+/// reading frees room in the terminal meanwhile: it reads every byte
+/// once, in the order sent. (Whether a key sent into that room jumps the
+/// queue is a race here; `input.rs`'s unit test makes it certain.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn input_the_terminal_cannot_take_at_once_arrives_whole_and_in_order() {
+    const PASTES: usize = 32;
+    const PASTE: usize = 60 << 10;
+    let node = TestNode::start();
+    let dir = tempfile::tempdir().unwrap();
+    let got = dir.path().join("got");
+    // Pastes of 60 KiB (the terminal takes a few KiB), each with a key.
+    let inputs: Vec<Vec<u8>> = (0..PASTES)
+        .flat_map(|i| {
+            let paste = (0..PASTE)
+                .map(|j| b'a' + ((i * 7 + j) % 26) as u8)
+                .collect();
+            [paste, format!("<{i}>").into_bytes()]
+        })
+        .collect();
+    let sent = inputs.concat();
+    let total = sent.len();
+    let job = node
+        .create(&[
+            "sh",
+            "-c",
+            &format!(
+                "stty raw -echo; exec head -c {total} > {got}",
+                got = got.display()
+            ),
+        ])
+        .await
+        .id;
+    // The terminal is raw before anything is sent (else its line
+    // discipline would hold 4 KiB lines).
+    within(PATIENCE, "the terminal raw", async {
+        while !session_pids(&job).iter().any(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c == "head\n")
+        }) {
+            poll_pause().await;
+        }
+    })
+    .await;
+    let mut c = node.client(OPERATOR).await;
+    for data in inputs {
+        c.send(&ClientMsg::Input {
+            session: job.clone(),
+            data,
+        })
+        .await
+        .unwrap();
+    }
+    let read = within(PATIENCE, "every byte read by the program", async {
+        loop {
+            if let Ok(data) = std::fs::read(&got) {
+                if data.len() >= total {
+                    return data;
+                }
+            }
+            poll_pause().await;
+        }
+    })
+    .await;
+    assert_eq!(read.len(), total);
+    if let Some(at) = read.iter().zip(&sent).position(|(r, s)| r != s) {
+        panic!(
+            "byte {at}: {:?} where {:?} was sent",
+            String::from_utf8_lossy(&read[at..(at + 16).min(total)]),
+            String::from_utf8_lossy(&sent[at..(at + 16).min(total)])
+        );
+    }
+}

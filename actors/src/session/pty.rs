@@ -25,106 +25,17 @@ use crate::keeper::Keeper;
 pub use io::{PtyIo, READ_CHUNK};
 pub use reaper::exit_info;
 
+mod input;
 mod io;
 mod reaper;
 mod seqs;
+
+pub use input::{InputTx, ToTerminal, INPUT_QUEUE_BYTES};
 
 pub use seqs::Sequencer;
 
 /// Frames queued between the reader and the session actor.
 const OUTPUT_QUEUE: usize = 32;
-/// Input queued for the writer, in bytes: a burst of keystrokes (hundreds
-/// of tiny messages at once, forwarded through a peer) fits; a client
-/// flooding a program that does not read its input is refused past it.
-pub const INPUT_QUEUE_BYTES: usize = 4 << 20;
-/// ...and in messages (each at most 64 KiB).
-const INPUT_QUEUE: usize = 16_384;
-
-/// What goes to the program's terminal, in the order it was asked for: a
-/// size set before the keys sent after it, so a program that reads a key
-/// and then its size sees the size asked for first.
-#[derive(Debug)]
-pub enum ToTerminal {
-    Keys(Bytes),
-    /// Keys whose writer says when the last byte is written (`send`).
-    Typed {
-        data: Bytes,
-        done: tokio::sync::oneshot::Sender<()>,
-    },
-    Size {
-        cols: u16,
-        rows: u16,
-    },
-}
-
-/// The sending side of a program's input queue, bounded in bytes.
-#[derive(Debug, Clone)]
-pub struct InputTx {
-    tx: mpsc::Sender<ToTerminal>,
-    queued: Arc<std::sync::atomic::AtomicUsize>,
-    /// When keys were last queued (the session reads it: `bulk`).
-    typed: super::bulk::Typed,
-}
-
-impl InputTx {
-    /// A queue whose program is gone (a session restored without one).
-    pub fn closed() -> InputTx {
-        let (tx, _) = mpsc::channel(1);
-        InputTx {
-            tx,
-            queued: Arc::default(),
-            typed: Default::default(),
-        }
-    }
-
-    /// Keys queued here mark `typed` (the session's, so it outlives this
-    /// run of the program).
-    pub fn share_typed(&mut self, typed: &super::bulk::Typed) {
-        self.typed = typed.clone();
-    }
-
-    /// Queues `data` without waiting; `Full` past `INPUT_QUEUE_BYTES` (one
-    /// message always fits an empty queue).
-    pub fn try_send(&self, data: Bytes) -> Result<(), mpsc::error::TrySendError<()>> {
-        self.push(data.len(), ToTerminal::Keys(data))
-    }
-
-    /// Queues `data` as `try_send` does; the receiver resolves once all of
-    /// it is written to the terminal (an error: the program is gone).
-    pub fn try_send_typed(
-        &self,
-        data: Bytes,
-    ) -> Result<tokio::sync::oneshot::Receiver<()>, mpsc::error::TrySendError<()>> {
-        let (done, written) = tokio::sync::oneshot::channel();
-        self.push(data.len(), ToTerminal::Typed { data, done })?;
-        Ok(written)
-    }
-
-    fn push(&self, n: usize, msg: ToTerminal) -> Result<(), mpsc::error::TrySendError<()>> {
-        use mpsc::error::TrySendError;
-        use std::sync::atomic::Ordering;
-        let queued = self.queued.load(Ordering::Acquire);
-        if queued > 0 && queued + n > INPUT_QUEUE_BYTES {
-            return Err(TrySendError::Full(()));
-        }
-        self.queued.fetch_add(n, Ordering::AcqRel);
-        self.typed.now();
-        self.tx.try_send(msg).map_err(|e| {
-            self.queued.fetch_sub(n, Ordering::AcqRel);
-            match e {
-                TrySendError::Full(_) => TrySendError::Full(()),
-                TrySendError::Closed(_) => TrySendError::Closed(()),
-            }
-        })
-    }
-
-    /// Queues a new size behind the keys queued so far; `false` when the
-    /// queue cannot take it (full, or the program is gone).
-    pub fn resize(&self, cols: u16, rows: u16) -> bool {
-        self.tx.try_send(ToTerminal::Size { cols, rows }).is_ok()
-    }
-}
-
 /// What is needed to start a session's program.
 #[derive(Debug, Clone)]
 pub struct SpawnSpec {
@@ -426,14 +337,9 @@ fn start_io(
     master.set_non_blocking(true).map_err(|e| pty_error(&e))?;
     let terminal = Terminal(Arc::new(master), io::Lane::default());
     let (event_tx, events) = mpsc::channel(OUTPUT_QUEUE);
-    let (tx, input_rx) = mpsc::channel(INPUT_QUEUE);
-    let input = InputTx {
-        tx,
-        queued: Arc::default(),
-        typed: Default::default(),
-    };
+    let direct = input::Direct::new(terminal.descriptor(), terminal.lane().clone(), io.written());
+    let (input, queue) = InputTx::new(Some(direct));
     let (guard_tx, guard_rx) = tokio::sync::watch::channel(Let::Held);
-    let queue = (input_rx, input.queued.clone());
     let (seqs, seqs_rx) = tokio::sync::watch::channel(None);
     let out = (event_tx, seqs_rx);
     io::start(io, &terminal, pid, child, out, queue, guard_rx).map_err(|e| pty_error(&e))?;
@@ -518,32 +424,5 @@ pub fn parse_signal(name: &str) -> Option<Signal> {
         "HUP" => Some(Signal::SIGHUP),
         "INT" => Some(Signal::SIGINT),
         _ => None,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_input_queue_takes_a_burst_of_keys_and_refuses_past_its_bytes() {
-        let (tx, _rx) = mpsc::channel(INPUT_QUEUE);
-        let input = InputTx {
-            tx,
-            queued: Arc::default(),
-            typed: Default::default(),
-        };
-        // Thousands of keystrokes nobody has written yet all wait.
-        for i in 0..5_000 {
-            input.try_send(Bytes::from(format!("k{i}\n"))).unwrap();
-        }
-        // Big pastes fill the bytes; one more is refused, not queued.
-        let paste = Bytes::from(vec![b'x'; 64 << 10]);
-        let mut taken = 0;
-        while input.try_send(paste.clone()).is_ok() {
-            taken += 1;
-            assert!(taken <= INPUT_QUEUE_BYTES / paste.len(), "bounded in bytes");
-        }
-        assert!(taken >= INPUT_QUEUE_BYTES / paste.len() - 1);
     }
 }

@@ -21,7 +21,8 @@
 //!   (`pty-io-bulk`, nice +10), taking the registration
 //!   there between two frames, and comes home the same way.
 //! - The writer drains the input channel that connections hold senders
-//!   of, so keystrokes never wait behind output work; a program that does
+//!   of (a key nothing waits ahead of is written by its sender instead:
+//!   `input`), so keystrokes never wait behind output work; a program that does
 //!   not read its input makes only its own writer wait (on a copy of the
 //!   master registered for writability while the terminal is full: the
 //!   one moment a session holds a second descriptor). A key written
@@ -48,6 +49,7 @@ use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 use tokio::sync::{mpsc, oneshot, watch};
 
+use super::input::Backlog;
 use super::seqs::Sequencer;
 use super::{reaper, ExitInfo, Let, PtyEvent, Terminal, ToTerminal};
 use crate::keeper::Kept;
@@ -131,6 +133,11 @@ impl PtyIo {
         Ok(bulk.as_ref().expect("started above").0.clone())
     }
 
+    /// The node's count of input bytes written to terminals.
+    pub(super) fn written(&self) -> Arc<AtomicU64> {
+        self.0.written.clone()
+    }
+
     /// The `pty-io` threads running now, the bulk one included (for tests
     /// and the docs' claim).
     pub fn threads(&self) -> usize {
@@ -174,7 +181,8 @@ type Registered = AsyncFd<Arc<FileDescriptor>>;
 /// Which of the node's I/O threads a session's reads run on: bulk while
 /// its program floods and is not interactive (`bulk::Flow` says so),
 /// back at once when a key is written. Shared by the session's terminal,
-/// its writer and its reader.
+/// its writer, its reader and the senders that write keys at once
+/// (`input`).
 #[derive(Debug, Clone)]
 pub struct Lane(Arc<watch::Sender<bool>>);
 
@@ -214,7 +222,7 @@ pub fn start(
         mpsc::Sender<PtyEvent>,
         watch::Receiver<Option<Arc<Sequencer>>>,
     ),
-    input: (mpsc::Receiver<ToTerminal>, Arc<AtomicUsize>),
+    input: (mpsc::Receiver<ToTerminal>, Arc<Backlog>),
     release: watch::Receiver<Let>,
 ) -> std::io::Result<()> {
     if matches!(child, Child::Own) {
@@ -264,7 +272,7 @@ fn read(fd: &FileDescriptor, buf: &mut [u8]) -> std::io::Result<usize> {
     Ok(rustix::io::read(fd, buf)?)
 }
 
-fn write(fd: &FileDescriptor, buf: &[u8]) -> std::io::Result<usize> {
+pub(super) fn write(fd: &FileDescriptor, buf: &[u8]) -> std::io::Result<usize> {
     Ok(rustix::io::write(fd, buf)?)
 }
 
@@ -434,7 +442,7 @@ async fn read_ready(master: &Registered, buf: &mut [u8]) -> std::io::Result<usiz
 /// sender of input is gone, or the session lets go.
 async fn write_task(
     (master, lane, written): (Arc<FileDescriptor>, Lane, Arc<AtomicU64>),
-    (mut rx, queued): (mpsc::Receiver<ToTerminal>, Arc<AtomicUsize>),
+    (mut rx, backlog): (mpsc::Receiver<ToTerminal>, Arc<Backlog>),
     mut release: watch::Receiver<Let>,
 ) {
     loop {
@@ -453,13 +461,14 @@ async fn write_task(
                 };
                 // The kernel sends SIGWINCH on a change.
                 let _ = rustix::termios::tcsetwinsize(master.as_fd(), size);
+                backlog.done();
                 continue;
             }
             Some(ToTerminal::Keys(data)) => (data, None),
             Some(ToTerminal::Typed { data, done }) => (data, Some(done)),
         };
         let (data, done) = data;
-        queued.fetch_sub(data.len(), Ordering::AcqRel);
+        backlog.taken(data.len());
         lane.set_bulk(false);
         termesh_transport::hops::pass("in_pty", &data);
         if let Err(e) = write_all(&master, &data).await {
@@ -468,6 +477,7 @@ async fn write_task(
             return;
         }
         written.fetch_add(data.len() as u64, Ordering::Relaxed);
+        backlog.done();
         if let Some(done) = done {
             let _ = done.send(());
         }

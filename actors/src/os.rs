@@ -357,6 +357,30 @@ pub fn lower_priority(names: &[&str], by: i32) {
     }
 }
 
+/// This process may lower a nice value it raised, as the node does when
+/// someone types into a job it reniced (`session::bulk`): probed once on
+/// a thread of its own, raised to nice 10 and lowered to 0 again. The
+/// kernel allows that with `CAP_SYS_NICE` in the initial user namespace
+/// (not a container's root without it) or an `RLIMIT_NICE` reaching 0,
+/// which the node's programs inherit.
+pub fn may_lower_nice() -> bool {
+    static MAY: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *MAY.get_or_init(|| {
+        let probe = std::thread::Builder::new()
+            .name("nice-probe".into())
+            .spawn(|| {
+                let tid = rustix::thread::gettid().as_raw_nonzero().get() as libc::id_t;
+                // SAFETY: plain integer arguments for the calling thread;
+                // no memory is passed.
+                unsafe {
+                    libc::setpriority(libc::PRIO_PROCESS, tid, 10) == 0
+                        && libc::setpriority(libc::PRIO_PROCESS, tid, 0) == 0
+                }
+            });
+        probe.ok().and_then(|p| p.join().ok()).unwrap_or(false)
+    })
+}
+
 /// The nice value of `pid`, from /proc (field 19 of `stat`).
 pub fn nice_of(pid: i32) -> Option<i32> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;

@@ -337,7 +337,7 @@ fn start_io(
     master.set_non_blocking(true).map_err(|e| pty_error(&e))?;
     let terminal = Terminal(Arc::new(master), io::Lane::default());
     let (event_tx, events) = mpsc::channel(OUTPUT_QUEUE);
-    let direct = input::Direct::new(terminal.descriptor(), terminal.lane().clone(), io.written());
+    let direct = input::Direct::new(&terminal.0, terminal.lane().clone(), io.written());
     let (input, queue) = InputTx::new(Some(direct));
     let (guard_tx, guard_rx) = tokio::sync::watch::channel(Let::Held);
     let (seqs, seqs_rx) = tokio::sync::watch::channel(None);

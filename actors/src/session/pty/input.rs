@@ -16,7 +16,7 @@
 //! anyone else's message.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use bytes::Bytes;
 use filedescriptor::FileDescriptor;
@@ -73,10 +73,16 @@ impl Backlog {
     }
 }
 
+/// The writer's end of a program's input queue.
+pub(super) type Queue = (mpsc::Receiver<ToTerminal>, Arc<Backlog>);
+
 /// The terminal a key nothing waits ahead of is written to at once.
 #[derive(Debug)]
 pub(super) struct Direct {
-    terminal: Arc<FileDescriptor>,
+    /// Not held open by this: a finished session's master closes when its
+    /// session and tasks let go of it (hanging up its background jobs),
+    /// though the directory keeps the session's input sender.
+    terminal: Weak<FileDescriptor>,
     lane: Lane,
     /// The node's count of bytes written to its programs.
     written: Arc<AtomicU64>,
@@ -85,23 +91,27 @@ pub(super) struct Direct {
 }
 
 impl Direct {
-    pub(super) fn new(terminal: Arc<FileDescriptor>, lane: Lane, written: Arc<AtomicU64>) -> Self {
+    pub(super) fn new(terminal: &Arc<FileDescriptor>, lane: Lane, written: Arc<AtomicU64>) -> Self {
         Direct {
-            terminal,
+            terminal: Arc::downgrade(terminal),
             lane,
             written,
             gate: Mutex::new(()),
         }
     }
 
-    /// Writes what the terminal takes of `data` now: how much that is.
+    /// Writes what the terminal takes of `data` now: how much that is
+    /// (none once the master is closed).
     fn write(&self, data: &[u8]) -> usize {
+        let Some(terminal) = self.terminal.upgrade() else {
+            return 0;
+        };
         termesh_transport::hops::pass("in_pty", data);
         // A key brings the reads home, as the writer's does.
         self.lane.set_bulk(false);
         let mut done = 0;
         while done < data.len() {
-            match io::write(&self.terminal, &data[done..]) {
+            match io::write(&terminal, &data[done..]) {
                 Ok(n) => done += n,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 // Full (the rest queues), or gone (the writer says so).
@@ -119,7 +129,7 @@ pub struct InputTx {
     tx: mpsc::Sender<ToTerminal>,
     backlog: Arc<Backlog>,
     /// When keys were last queued (the session reads it: `bulk`).
-    typed: super::super::bulk::Typed,
+    typed: crate::session::bulk::Typed,
     /// Where a key nothing waits ahead of is written at once (none: every
     /// key queues).
     direct: Option<Arc<Direct>>,
@@ -128,9 +138,7 @@ pub struct InputTx {
 impl InputTx {
     /// A queue of `INPUT_QUEUE` messages and its backlog, whose keys are
     /// written at once where `direct` is given.
-    pub(super) fn new(
-        direct: Option<Direct>,
-    ) -> (InputTx, (mpsc::Receiver<ToTerminal>, Arc<Backlog>)) {
+    pub(super) fn new(direct: Option<Direct>) -> (InputTx, Queue) {
         let (tx, rx) = mpsc::channel(INPUT_QUEUE);
         let backlog = Arc::new(Backlog::default());
         let input = InputTx {
@@ -149,7 +157,7 @@ impl InputTx {
 
     /// Keys queued here mark `typed` (the session's, so it outlives this
     /// run of the program).
-    pub fn share_typed(&mut self, typed: &super::super::bulk::Typed) {
+    pub fn share_typed(&mut self, typed: &crate::session::bulk::Typed) {
         self.typed = typed.clone();
     }
 
@@ -246,50 +254,52 @@ mod tests {
         assert!(taken >= INPUT_QUEUE_BYTES / paste.len() - 1);
     }
 
-    /// An input queue on a fresh terminal, with keys written at once, and
-    /// the terminal's slave.
-    fn on_terminal() -> (
-        InputTx,
-        (mpsc::Receiver<ToTerminal>, Arc<Backlog>),
-        std::os::fd::OwnedFd,
-    ) {
+    /// An input queue on a fresh raw terminal, with keys written at once,
+    /// and the terminal's master (the test holds it open) and slave.
+    fn on_terminal() -> (InputTx, Queue, Arc<FileDescriptor>, std::os::fd::OwnedFd) {
         let pty = nix::pty::openpty(None, None).unwrap();
+        // Raw before anything is written: the terminal holds bytes as they
+        // came.
+        let mut attrs = nix::sys::termios::tcgetattr(&pty.slave).unwrap();
+        nix::sys::termios::cfmakeraw(&mut attrs);
+        nix::sys::termios::tcsetattr(&pty.slave, nix::sys::termios::SetArg::TCSANOW, &attrs)
+            .unwrap();
         let mut master = FileDescriptor::new(pty.master);
         master.set_non_blocking(true).unwrap();
-        let direct = Direct::new(Arc::new(master), Lane::default(), Arc::default());
+        let master = Arc::new(master);
+        let direct = Direct::new(&master, Lane::default(), Arc::default());
         let (input, queue) = InputTx::new(Some(direct));
-        (input, queue, pty.slave)
+        (input, queue, master, pty.slave)
     }
 
-    /// What the terminal holds for its program now (raw mode: as written).
-    fn read_all(slave: &std::os::fd::OwnedFd) -> Vec<u8> {
-        let mut attrs = nix::sys::termios::tcgetattr(slave).unwrap();
-        nix::sys::termios::cfmakeraw(&mut attrs);
-        nix::sys::termios::tcsetattr(slave, nix::sys::termios::SetArg::TCSANOW, &attrs).unwrap();
-        let mut got = Vec::new();
-        let mut buf = [0u8; 4096];
-        loop {
+    /// The next `n` bytes the terminal gives its program (bounded: the
+    /// kernel passes a master's writes on to the slave on a worker).
+    fn read_exactly(slave: &std::os::fd::OwnedFd, n: usize) -> Vec<u8> {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        let mut got = vec![0u8; n];
+        let mut filled = 0;
+        while filled < n {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            assert!(!left.is_zero(), "{filled} of {n} bytes read");
             let mut fds = [nix::poll::PollFd::new(
                 std::os::fd::AsFd::as_fd(slave),
                 nix::poll::PollFlags::POLLIN,
             )];
-            if nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(200u16)).unwrap() == 0 {
-                return got;
+            let ms = u16::try_from(left.as_millis()).unwrap_or(u16::MAX);
+            if nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(ms)).unwrap() > 0 {
+                let fd = std::os::fd::AsRawFd::as_raw_fd(slave);
+                filled += nix::unistd::read(fd, &mut got[filled..]).unwrap();
             }
-            let n = nix::unistd::read(std::os::fd::AsRawFd::as_raw_fd(slave), &mut buf).unwrap();
-            got.extend_from_slice(&buf[..n]);
         }
+        got
     }
 
     #[test]
     fn a_key_nothing_waits_ahead_of_is_written_at_once_and_the_rest_keeps_its_order() {
-        let (input, (mut rx, backlog), slave) = on_terminal();
-        // Raw before anything is written, so the terminal holds bytes as
-        // they came.
-        assert!(read_all(&slave).is_empty());
+        let (input, (mut rx, backlog), master, slave) = on_terminal();
         input.try_send(Bytes::from_static(b"abc")).unwrap();
         assert!(rx.try_recv().is_err(), "written at once, not queued");
-        assert_eq!(read_all(&slave), b"abc");
+        assert_eq!(read_exactly(&slave, 3), b"abc");
 
         // A paste larger than the terminal takes: what it does not take
         // is queued, and a key and a size after it queue behind it.
@@ -297,17 +307,16 @@ mod tests {
         input.try_send(Bytes::from(paste.clone())).unwrap();
         input.try_send(Bytes::from_static(b"z")).unwrap();
         assert!(input.resize(100, 40));
-        // The program reads what was written: the terminal has room, but a
-        // key still queues behind what waits.
-        let took = read_all(&slave);
-        assert!(!took.is_empty() && took.len() < paste.len());
-        assert_eq!(took, paste[..took.len()]);
-        input.try_send(Bytes::from_static(b"y")).unwrap();
-        assert!(read_all(&slave).is_empty(), "nothing jumps the queue");
         let Ok(ToTerminal::Keys(rest)) = rx.try_recv() else {
             panic!("the paste's rest first");
         };
-        assert_eq!(&paste[took.len()..], &rest[..]);
+        let written = paste.len() - rest.len();
+        assert!(written > 0 && !rest.is_empty(), "{written} written at once");
+        assert_eq!(&paste[written..], &rest[..]);
+        // The program reads what was written: the terminal has room, but a
+        // key still queues behind what waits.
+        assert_eq!(read_exactly(&slave, written), paste[..written]);
+        input.try_send(Bytes::from_static(b"y")).unwrap();
         for want in [&b"z"[..], b"size", b"y"] {
             match rx.try_recv() {
                 Ok(ToTerminal::Keys(k)) => assert_eq!(&k[..], want),
@@ -330,6 +339,13 @@ mod tests {
         // Nothing waits: written at once again.
         input.try_send(Bytes::from_static(b"x")).unwrap();
         assert!(rx.try_recv().is_err());
-        assert_eq!(read_all(&slave), b"x");
+        assert_eq!(read_exactly(&slave, 1), b"x");
+
+        // The sender does not hold the master open: once the session and
+        // its tasks let go of it, a key goes to the queue (whose writer
+        // ends with the master, and the key is refused).
+        drop(master);
+        input.try_send(Bytes::from_static(b"v")).unwrap();
+        assert!(matches!(rx.try_recv(), Ok(ToTerminal::Keys(k)) if &k[..] == b"v"));
     }
 }

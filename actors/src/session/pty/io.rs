@@ -49,7 +49,7 @@ use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 use tokio::sync::{mpsc, oneshot, watch};
 
-use super::input::Backlog;
+use super::input::Queue;
 use super::seqs::Sequencer;
 use super::{reaper, ExitInfo, Let, PtyEvent, Terminal, ToTerminal};
 use crate::keeper::Kept;
@@ -222,7 +222,7 @@ pub fn start(
         mpsc::Sender<PtyEvent>,
         watch::Receiver<Option<Arc<Sequencer>>>,
     ),
-    input: (mpsc::Receiver<ToTerminal>, Arc<Backlog>),
+    input: Queue,
     release: watch::Receiver<Let>,
 ) -> std::io::Result<()> {
     if matches!(child, Child::Own) {
@@ -442,7 +442,7 @@ async fn read_ready(master: &Registered, buf: &mut [u8]) -> std::io::Result<usiz
 /// sender of input is gone, or the session lets go.
 async fn write_task(
     (master, lane, written): (Arc<FileDescriptor>, Lane, Arc<AtomicU64>),
-    (mut rx, backlog): (mpsc::Receiver<ToTerminal>, Arc<Backlog>),
+    (mut rx, backlog): Queue,
     mut release: watch::Receiver<Let>,
 ) {
     loop {

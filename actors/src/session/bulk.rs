@@ -9,7 +9,7 @@
 //! (`front::connection::lanes`) and on the mesh (`cluster::peer::lane`).
 //! A program that is not interactive and prints more than `BULK_RATE`
 //! over a second is **bulk**: its output is read on the node's bulk
-//! thread (`pty::io::Lane`) and its terminal's foreground process group
+//! thread (`pty::Lane`) and its terminal's foreground process group
 //! is demoted, in two steps:
 //!
 //! - **nice** `BULK_NICE` at once, even while it was typed into within

@@ -142,12 +142,37 @@ impl ReapGuard {
     }
 }
 
+/// Which of the node's I/O threads a session's reads run on: bulk while
+/// its program floods and is not interactive (`bulk::Flow` says so),
+/// back at once when a key is written. Shared by the session's terminal,
+/// its writer, its reader and the senders that write keys at once
+/// (`input`).
+#[derive(Debug, Clone)]
+pub struct Lane(Arc<tokio::sync::watch::Sender<bool>>);
+
+impl Default for Lane {
+    fn default() -> Self {
+        Lane(Arc::new(tokio::sync::watch::channel(false).0))
+    }
+}
+
+impl Lane {
+    /// Moves the reads to the bulk thread (`true`) or home.
+    pub fn set_bulk(&self, bulk: bool) {
+        // Asked on every frame: a read, and a write only on a change.
+        if *self.0.borrow() != bulk {
+            self.0
+                .send_if_modified(|now| std::mem::replace(now, bulk) != bulk);
+        }
+    }
+}
+
 /// A PTY's master: the one descriptor a session holds, shared by its I/O
 /// tasks (non-blocking reads and writes) and the session (size, the
-/// foreground group), with the lane its reads take (`io::Lane`). Closed
+/// foreground group), with the lane its reads take (`Lane`). Closed
 /// when the last holder lets go.
 #[derive(Debug, Clone)]
-pub struct Terminal(Arc<FileDescriptor>, io::Lane);
+pub struct Terminal(Arc<FileDescriptor>, Lane);
 
 impl Terminal {
     fn descriptor(&self) -> Arc<FileDescriptor> {
@@ -155,7 +180,7 @@ impl Terminal {
     }
 
     /// Which thread the program's output is read on.
-    pub fn lane(&self) -> &io::Lane {
+    pub fn lane(&self) -> &Lane {
         &self.1
     }
 
@@ -335,7 +360,7 @@ fn start_io(
     let kept = matches!(child, io::Child::Kept(_));
     let pty_error = |e: &dyn std::fmt::Display| SpawnError::Pty(e.to_string());
     master.set_non_blocking(true).map_err(|e| pty_error(&e))?;
-    let terminal = Terminal(Arc::new(master), io::Lane::default());
+    let terminal = Terminal(Arc::new(master), Lane::default());
     let (event_tx, events) = mpsc::channel(OUTPUT_QUEUE);
     let direct = input::Direct::new(&terminal.0, terminal.lane().clone(), io.written());
     let (input, queue) = InputTx::new(Some(direct));

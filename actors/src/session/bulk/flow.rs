@@ -163,7 +163,7 @@ impl Flow {
 
     /// The program flooded over the last full second and is not
     /// interactive: its output is read on the bulk thread
-    /// (`pty::io::Lane`).
+    /// (`pty::Lane`).
     pub fn is_bulk(&self) -> bool {
         self.bulk
     }

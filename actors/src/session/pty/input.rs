@@ -23,7 +23,7 @@ use filedescriptor::FileDescriptor;
 use tokio::sync::mpsc;
 use tokio::sync::mpsc::error::TrySendError;
 
-use super::io::{self, Lane};
+use super::Lane;
 
 /// Input queued for the writer, in bytes: a burst of keystrokes (hundreds
 /// of tiny messages at once, forwarded through a peer) fits; a client
@@ -111,9 +111,9 @@ impl Direct {
         self.lane.set_bulk(false);
         let mut done = 0;
         while done < data.len() {
-            match io::write(&terminal, &data[done..]) {
+            match rustix::io::write(&*terminal, &data[done..]) {
                 Ok(n) => done += n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(rustix::io::Errno::INTR) => {}
                 // Full (the rest queues), or gone (the writer says so).
                 Err(_) => break,
             }

@@ -51,7 +51,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use super::input::Queue;
 use super::seqs::Sequencer;
-use super::{reaper, ExitInfo, Let, PtyEvent, Terminal, ToTerminal};
+use super::{reaper, ExitInfo, Lane, Let, PtyEvent, Terminal, ToTerminal};
 use crate::keeper::Kept;
 
 /// Largest read from the PTY, and so the largest frame.
@@ -178,31 +178,6 @@ fn io_thread(
 /// the task that waits on it.
 type Registered = AsyncFd<Arc<FileDescriptor>>;
 
-/// Which of the node's I/O threads a session's reads run on: bulk while
-/// its program floods and is not interactive (`bulk::Flow` says so),
-/// back at once when a key is written. Shared by the session's terminal,
-/// its writer, its reader and the senders that write keys at once
-/// (`input`).
-#[derive(Debug, Clone)]
-pub struct Lane(Arc<watch::Sender<bool>>);
-
-impl Default for Lane {
-    fn default() -> Self {
-        Lane(Arc::new(watch::channel(false).0))
-    }
-}
-
-impl Lane {
-    /// Moves the reads to the bulk thread (`true`) or home.
-    pub fn set_bulk(&self, bulk: bool) {
-        // Asked on every frame: a read, and a write only on a change.
-        if *self.0.borrow() != bulk {
-            self.0
-                .send_if_modified(|now| std::mem::replace(now, bulk) != bulk);
-        }
-    }
-}
-
 /// Whose child the program is.
 pub enum Child {
     /// The node's: the node's SIGCHLD pass sees its exit, the waiter reaps.
@@ -272,7 +247,7 @@ fn read(fd: &FileDescriptor, buf: &mut [u8]) -> std::io::Result<usize> {
     Ok(rustix::io::read(fd, buf)?)
 }
 
-pub(super) fn write(fd: &FileDescriptor, buf: &[u8]) -> std::io::Result<usize> {
+fn write(fd: &FileDescriptor, buf: &[u8]) -> std::io::Result<usize> {
     Ok(rustix::io::write(fd, buf)?)
 }
 

@@ -22,11 +22,11 @@
 //!   there between two frames, and comes home the same way.
 //! - The writer drains the input channel that connections hold senders
 //!   of (a key nothing waits ahead of is written by its sender instead:
-//!   `input`), so keystrokes never wait behind output work; a program that does
-//!   not read its input makes only its own writer wait (on a copy of the
-//!   master registered for writability while the terminal is full: the
-//!   one moment a session holds a second descriptor). A key written
-//!   brings the reader home.
+//!   `input`), so keystrokes never wait behind output work; a program
+//!   that does not read its input makes only its own writer wait (on a
+//!   copy of the master registered for writability while the terminal is
+//!   full: the one moment a session holds a second descriptor). A key
+//!   written brings the reader home.
 //! - The waiter learns of the exit without reaping, so the program's pid,
 //!   and with it its process group id, stays reserved by the zombie; it
 //!   reaps only when the session drops its `ReapGuard`, after which the

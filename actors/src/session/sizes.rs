@@ -45,10 +45,19 @@ impl SizeClaims {
     }
 
     /// The session took `size` (from a resize, claimed or not): the most
-    /// recent claim of that size holds it.
+    /// recent claim on its way of that size holds it, else the most recent
+    /// sizer that asked for it (a size given back, landing at a mirror),
+    /// else nobody.
     pub fn resized(&mut self, size: Size) {
-        let claimed = self.pending.iter().rposition(|(_, s)| *s == size);
-        self.holder = claimed.map(|at| self.pending.remove(at).0);
+        self.holder = match self.pending.iter().rposition(|(_, s)| *s == size) {
+            Some(at) => Some(self.pending.remove(at).0),
+            None => self
+                .claims
+                .iter()
+                .rev()
+                .find(|(_, s)| *s == size)
+                .map(|c| c.0),
+        };
     }
 
     /// `sub` left: the size to go back to when it held the size and a
@@ -60,11 +69,15 @@ impl SizeClaims {
         }
     }
 
-    /// `sub` left: what that does to the size.
+    /// `sub` left: what that does to the size. One whose resize is still
+    /// on its way counts as the holder: that resize lands after it left
+    /// (a mirror hears of it from the owner later), and nobody would then
+    /// give the size back.
     pub fn leave(&mut self, sub: SubId) -> Left {
         self.claims.retain(|(s, _)| *s != sub);
+        let on_its_way = self.pending.iter().any(|(s, _)| *s == sub);
         self.pending.retain(|(s, _)| *s != sub);
-        if self.holder != Some(sub) {
+        if self.holder != Some(sub) && !on_its_way {
             return Left::Nothing;
         }
         self.holder = None;
@@ -141,6 +154,27 @@ mod tests {
         c.resized((60, 20));
         assert_eq!(c.holder(), Some(2));
         assert_eq!(c.left(2), Some((100, 30)));
+    }
+
+    #[test]
+    fn a_sizer_that_leaves_before_its_resize_lands_gives_the_size_back() {
+        let mut c = SizeClaims::default();
+        c.claim(1, (90, 30), (80, 24));
+        c.resized((90, 30));
+        // 2's resize is on its way when 2 leaves: back to 1's size, which
+        // lands after 2's.
+        c.claim(2, (50, 25), (90, 30));
+        assert_eq!(c.left(2), Some((90, 30)));
+        assert_eq!(c.holder(), Some(1));
+        // At a mirror both land later, 2's first: 1 holds its size again.
+        c.resized((50, 25));
+        assert_eq!(c.holder(), None);
+        c.resized((90, 30));
+        assert_eq!(c.holder(), Some(1));
+        assert_eq!(c.leave(1), Left::Nobody);
+        // The last one's on its way: nobody is left to give it to.
+        c.claim(3, (70, 20), (90, 30));
+        assert_eq!(c.leave(3), Left::Nobody);
     }
 
     #[test]

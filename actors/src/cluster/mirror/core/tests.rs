@@ -322,6 +322,43 @@ fn a_resume_here_asks_the_owner_to_repaint() {
     assert!(!c.take_asks().contains(&Ask::Repaint));
 }
 
+#[test]
+fn a_viewer_that_leaves_before_its_resize_comes_back_gives_the_size_back() {
+    let (mut c, rec) = live_with_two();
+    c.subscribe(sub(&rec, 2, None));
+    c.take_asks();
+    let claimed = |c: &mut MirrorCore<Rec>| -> Vec<Ask> {
+        let asks = c.take_asks();
+        asks.into_iter()
+            .filter(|a| matches!(a, Ask::ClaimSize { .. }))
+            .collect()
+    };
+    c.claim_size(2, (90, 30));
+    c.from_owner(event(EventKind::Resized { cols: 90, rows: 30 }));
+    c.claim_size(1, (50, 25));
+    claimed(&mut c);
+    // 1 leaves before the owner's resize to its size comes back here.
+    c.unsubscribe(1);
+    assert_eq!(
+        claimed(&mut c),
+        [Ask::ClaimSize {
+            size: Some((90, 30)),
+            apply: true
+        }]
+    );
+    c.from_owner(event(EventKind::Resized { cols: 50, rows: 25 }));
+    c.from_owner(event(EventKind::Resized { cols: 90, rows: 30 }));
+    // 2 leaves: nobody here sizes it any more.
+    c.unsubscribe(2);
+    assert_eq!(
+        claimed(&mut c),
+        [Ask::ClaimSize {
+            size: None,
+            apply: false
+        }]
+    );
+}
+
 /// What the test does next.
 #[derive(Debug, Clone)]
 enum Op {

@@ -44,6 +44,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 mod flow;
+mod host;
 
 pub use flow::Flow;
 

@@ -1,14 +1,15 @@
 //! One session's output rate and the CPU weight of its flooding job:
 //! bulk or not each second, the job's nice value and its move into the
-//! bulk cgroup, and giving both back (the rule: `bulk`'s doc).
+//! bulk cgroup, and giving both back (the rule: `bulk`'s doc). Plain
+//! logic: the system's part is a `Host`.
 
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use nix::unistd::Pid;
-
+use super::host::{Host, Os};
 use super::{is_bulk, Burst, Typed, BULK_NICE, CALM_RATE};
 
-/// One session's output rate, and the group it reniced.
+/// One session's output rate, and the weight its job has.
 #[derive(Debug)]
 pub struct Flow {
     since: Instant,
@@ -17,26 +18,41 @@ pub struct Flow {
     burst: Burst,
     /// Over `BULK_RATE` in the last full second, and not interactive.
     bulk: bool,
-    /// The group given `BULK_NICE`, while it is. Alone (not `moved`), it
-    /// ends at the first second under `CALM_RATE`: a nice value starves
-    /// nobody, so a job that prints little has stopped flooding.
-    niced: Option<Niced>,
-    /// The group in the bulk cgroup (`cpu_group`) and the cgroup it came
-    /// from, while it is there.
-    moved: Option<(i32, std::path::PathBuf)>,
-    /// Giving a group its nice value back was refused (no privilege):
-    /// not tried again.
-    cannot_restore: bool,
+    weight: Weight,
     /// The session looks for input on a timer (`watch_typing`).
     watching: bool,
 }
 
-/// A group given `BULK_NICE`, and the nice value its leader had (given
-/// back).
-#[derive(Debug, Clone, Copy)]
-struct Niced {
-    group: i32,
-    was: i32,
+/// The weight of the program's flooding job.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+enum Weight {
+    /// As the program started it.
+    #[default]
+    Full,
+    /// Process group `group` is demoted (with its nice value, in the bulk
+    /// cgroup, or both; never neither).
+    Demoted {
+        group: i32,
+        nice: Nice,
+        /// The cgroup it came from, while it is in the bulk cgroup
+        /// (`cpu_group`).
+        moved: Option<PathBuf>,
+    },
+}
+
+/// A demoted group's nice value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Nice {
+    /// Its own (the rule did not change it).
+    Own,
+    /// `BULK_NICE`, and the value its leader had (given back). Alone (not
+    /// moved), it ends at the first second under `CALM_RATE`: a nice
+    /// value starves nobody, so a job that prints little has stopped
+    /// flooding.
+    Lowered { was: i32 },
+    /// `BULK_NICE`, and giving the value back was refused (no privilege):
+    /// not tried again; it lasts as long as the group.
+    Kept,
 }
 
 impl Default for Flow {
@@ -46,9 +62,7 @@ impl Default for Flow {
             bytes: 0,
             burst: Burst::default(),
             bulk: false,
-            niced: None,
-            moved: None,
-            cannot_restore: false,
+            weight: Weight::Full,
             watching: false,
         }
     }
@@ -65,18 +79,19 @@ impl Flow {
         pid: i32,
         foreground: impl FnOnce() -> Option<i32>,
     ) {
-        self.output_at(n, typed, pid, foreground, Instant::now());
+        self.output_at(&mut Os, n, typed, pid, foreground, Instant::now());
     }
 
     fn output_at(
         &mut self,
+        host: &mut impl Host,
         n: usize,
         typed: &Typed,
         pid: i32,
         foreground: impl FnOnce() -> Option<i32>,
         now: Instant,
     ) {
-        self.input_at(typed, pid, now);
+        self.input_at(host, typed, pid, now);
         self.bytes += n as u64;
         self.burst.count(n);
         let elapsed = now.saturating_duration_since(self.since);
@@ -88,16 +103,8 @@ impl Flow {
         self.bytes = 0;
         self.bulk = is_bulk(rate, self.burst.interactive(typed));
         // The job demoted has ended: a later one may be.
-        if self.niced.is_some_and(|n| !in_session(n.group, pid)) {
-            self.niced = None;
-            self.cannot_restore = false;
-        }
-        if self
-            .moved
-            .as_ref()
-            .is_some_and(|(group, _)| !in_session(*group, pid))
-        {
-            self.moved = None;
+        if self.group().is_some_and(|g| !host.in_session(g, pid)) {
+            self.weight = Weight::Full;
         }
         // Its reads go to the bulk thread past the burst, and it gets a
         // lower nice value, which ends with the flood (the module's doc);
@@ -105,23 +112,25 @@ impl Flow {
         // it stopped flooding, only once nobody typed into it for
         // `INTERACTIVE_FOR`.
         let recent = typed.recent();
-        if rate < CALM_RATE as f64 && self.moved.is_none() {
-            self.give_nice_back(pid);
+        if rate < CALM_RATE as f64 && !self.moved() {
+            self.give_nice_back(host, pid);
         }
-        if !self.bulk || (recent && !crate::os::may_lower_nice()) {
+        if !self.bulk || (recent && !host.may_lower_nice()) {
             return;
         }
         let Some(group) = self
-            .niced
-            .map(|n| n.group)
-            .or(self.moved.as_ref().map(|(group, _)| *group))
-            .or_else(|| flooding_group(pid, foreground()))
+            .group()
+            .or_else(|| flooding_group(host, pid, foreground()))
         else {
             return;
         };
-        if self.niced.is_none() {
-            self.niced = lower(group);
-            if self.niced.is_some() {
+        let (mut nice, mut moved) = match std::mem::take(&mut self.weight) {
+            Weight::Full => (Nice::Own, None),
+            Weight::Demoted { nice, moved, .. } => (nice, moved),
+        };
+        if nice == Nice::Own {
+            nice = lower(host, group);
+            if nice != Nice::Own {
                 tracing::debug!(
                     pid,
                     group,
@@ -130,34 +139,34 @@ impl Flow {
                 );
             }
         }
-        if recent {
-            return;
-        }
-        if self.moved.is_none() {
-            if let Some(bulk) = crate::session::cpu_group::bulk_group() {
-                match bulk.enter(group) {
-                    Ok(from) => self.moved = Some((group, from)),
-                    Err(e) => tracing::debug!(group, "a flooding group stays in its cgroup: {e}"),
+        if !recent && moved.is_none() {
+            match host.enter_bulk(group) {
+                Some(Ok(from)) => moved = Some(from),
+                Some(Err(e)) => {
+                    tracing::debug!(group, "a flooding group stays in its cgroup: {e}")
                 }
+                None => {}
             }
         }
+        self.weight = Weight::demoted(group, nice, moved);
     }
 
     /// A look while the job has a nice value only (not the bulk cgroup):
     /// a second without output ends its flood too (`CALM_RATE`).
     pub fn tick(&mut self, typed: &Typed, pid: i32, foreground: impl FnOnce() -> Option<i32>) {
-        self.tick_at(typed, pid, foreground, Instant::now());
+        self.tick_at(&mut Os, typed, pid, foreground, Instant::now());
     }
 
     fn tick_at(
         &mut self,
+        host: &mut impl Host,
         typed: &Typed,
         pid: i32,
         foreground: impl FnOnce() -> Option<i32>,
         now: Instant,
     ) {
-        if self.niced.is_some() && self.moved.is_none() {
-            self.output_at(0, typed, pid, foreground, now);
+        if self.group().is_some() && !self.moved() {
+            self.output_at(host, 0, typed, pid, foreground, now);
         }
     }
 
@@ -172,7 +181,12 @@ impl Flow {
     /// cgroup): the session looks for input (`typed`) without waiting for
     /// output, which a job starved by busy cores may not make.
     pub fn demoted(&self) -> bool {
-        self.moved.is_some() || (self.niced.is_some() && !self.cannot_restore)
+        match &self.weight {
+            Weight::Full => false,
+            Weight::Demoted { nice, moved, .. } => {
+                moved.is_some() || matches!(nice, Nice::Lowered { .. })
+            }
+        }
     }
 
     /// A look for input should be set up: the job is demoted and none
@@ -194,53 +208,73 @@ impl Flow {
     /// its nice value back, if it is still the program's (a group id the
     /// job left behind may be another's now).
     pub fn input(&mut self, typed: &Typed, pid: i32) {
-        self.input_at(typed, pid, Instant::now());
+        self.input_at(&mut Os, typed, pid, Instant::now());
     }
 
-    fn input_at(&mut self, typed: &Typed, pid: i32, now: Instant) {
+    fn input_at(&mut self, host: &mut impl Host, typed: &Typed, pid: i32, now: Instant) {
         if !self.burst.input_came(typed) {
             return;
         }
         self.since = now;
         self.bytes = 0;
-        self.typed(pid);
-    }
-
-    fn typed(&mut self, pid: i32) {
         self.bulk = false;
-        if let Some((group, from)) = self.moved.take() {
-            if let (true, Some(bulk)) = (
-                in_session(group, pid),
-                crate::session::cpu_group::bulk_group(),
-            ) {
-                if let Err(e) = bulk.leave(group, &from) {
-                    tracing::debug!(group, "cannot move a group back to its cgroup: {e}");
+        if let Weight::Demoted { group, moved, .. } = &mut self.weight {
+            if let Some(from) = moved.take() {
+                if host.in_session(*group, pid) {
+                    if let Err(e) = host.leave_bulk(*group, &from) {
+                        tracing::debug!(group, "cannot move a group back to its cgroup: {e}");
+                    }
                 }
             }
         }
-        self.give_nice_back(pid);
+        self.give_nice_back(host, pid);
+    }
+
+    /// The demoted group, if any.
+    fn group(&self) -> Option<i32> {
+        match self.weight {
+            Weight::Full => None,
+            Weight::Demoted { group, .. } => Some(group),
+        }
+    }
+
+    fn moved(&self) -> bool {
+        matches!(&self.weight, Weight::Demoted { moved: Some(_), .. })
     }
 
     /// The reniced group gets its nice value back, if it is still the
     /// program's (a group id the job left behind may be another's now).
-    fn give_nice_back(&mut self, pid: i32) {
-        let Some(Niced { group, was }) = self.niced else {
+    fn give_nice_back(&mut self, host: &mut impl Host, pid: i32) {
+        let Weight::Demoted { group, nice, moved } = std::mem::take(&mut self.weight) else {
             return;
         };
-        if !in_session(group, pid) {
-            self.niced = None;
-            self.cannot_restore = false;
+        if !host.in_session(group, pid) {
             return;
         }
-        if self.cannot_restore {
-            return;
-        }
-        match renice(group, was) {
-            Ok(()) => self.niced = None,
-            Err(e) => {
-                tracing::debug!(group, "cannot give a reniced group nice 0 back: {e}");
-                self.cannot_restore = true;
-            }
+        let nice = match nice {
+            Nice::Lowered { was } => match host.renice(group, was) {
+                Ok(()) => Nice::Own,
+                Err(e) => {
+                    tracing::debug!(
+                        group,
+                        "cannot give a reniced group its nice value back: {e}"
+                    );
+                    Nice::Kept
+                }
+            },
+            other => other,
+        };
+        self.weight = Weight::demoted(group, nice, moved);
+    }
+}
+
+impl Weight {
+    /// `group` with `nice` and `moved`: `Full` when neither is changed.
+    fn demoted(group: i32, nice: Nice, moved: Option<PathBuf>) -> Weight {
+        if nice == Nice::Own && moved.is_none() {
+            Weight::Full
+        } else {
+            Weight::Demoted { group, nice, moved }
         }
     }
 }
@@ -250,54 +284,30 @@ impl Flow {
 /// reniced member by member, so one that is refused (another user's
 /// process in it) leaves the others reniced: they get their value back
 /// at once.
-fn lower(group: i32) -> Option<Niced> {
-    let was = crate::os::nice_of(group)?;
+fn lower(host: &mut impl Host, group: i32) -> Nice {
+    let Some(was) = host.nice_of(group) else {
+        return Nice::Own;
+    };
     if was >= BULK_NICE {
-        return None;
+        return Nice::Own;
     }
-    match renice(group, BULK_NICE) {
-        Ok(()) => Some(Niced { group, was }),
+    match host.renice(group, BULK_NICE) {
+        Ok(()) => Nice::Lowered { was },
         Err(e) => {
             tracing::debug!(group, "a flooding group keeps its CPU weight: {e}");
-            let _ = renice(group, was);
-            None
+            let _ = host.renice(group, was);
+            Nice::Own
         }
     }
 }
 
-/// A second's output `rate` makes the program bulk unless it is
-/// interactive.
-/// Group `group`'s leader is in the session `pid` leads.
-fn in_session(group: i32, pid: i32) -> bool {
-    nix::unistd::getsid(Some(Pid::from_raw(group))).is_ok_and(|s| s.as_raw() == pid)
-}
-
 /// The terminal's foreground group when it belongs to the program's
 /// session (a shell's running job), else the program's own group.
-fn flooding_group(pid: i32, foreground: Option<i32>) -> Option<i32> {
+fn flooding_group(host: &impl Host, pid: i32, foreground: Option<i32>) -> Option<i32> {
     match foreground {
-        Some(fg) if in_session(fg, pid) => Some(fg),
-        _ => in_session(pid, pid).then_some(pid),
+        Some(fg) if host.in_session(fg, pid) => Some(fg),
+        _ => host.in_session(pid, pid).then_some(pid),
     }
-}
-
-/// Gives process group `group` nice `nice`, and its session's autogroup
-/// too where the kernel schedules by autogroup (`kernel.sched_autogroup_
-/// enabled`, tasks outside any CPU cgroup: there a nice value weighs only
-/// against the same session's processes, and every session, the node's
-/// included, gets an equal share of the CPU).
-fn renice(group: i32, nice: i32) -> std::io::Result<()> {
-    let leader = rustix::process::Pid::from_raw(group).ok_or(std::io::ErrorKind::InvalidInput)?;
-    rustix::process::setpriority_pgrp(Some(leader), nice)?;
-    // Absent without autogroup support; refused like a nice value.
-    if let Ok(mut autogroup) = std::fs::OpenOptions::new()
-        .write(true)
-        .open(format!("/proc/{group}/autogroup"))
-    {
-        use std::io::Write;
-        let _ = autogroup.write_all(nice.to_string().as_bytes());
-    }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -320,7 +330,8 @@ mod tests {
         let (t, mut f) = (Typed::default(), Flow::default());
         let t0 = Instant::now();
         let at = |ms: u64| t0 + Duration::from_millis(ms);
-        let out = |f: &mut Flow, n: usize, ms: u64| f.output_at(n, &t, pid, || None, at(ms));
+        let out =
+            |f: &mut Flow, n: usize, ms: u64| f.output_at(&mut Os, n, &t, pid, || None, at(ms));
         key(&t);
         out(&mut f, 100 << 10, 0);
         out(&mut f, 100 << 10, 500);
@@ -343,8 +354,8 @@ mod tests {
         for round in 0..5u64 {
             key(&t);
             let start = round * 1_100;
-            f.output_at(200 << 10, &t, pid, || None, at(start));
-            f.output_at(1 << 10, &t, pid, || None, at(start + 1_050));
+            f.output_at(&mut Os, 200 << 10, &t, pid, || None, at(start));
+            f.output_at(&mut Os, 1 << 10, &t, pid, || None, at(start + 1_050));
             assert!(!f.is_bulk(), "round {round}: a screen per key");
         }
     }
@@ -362,34 +373,34 @@ mod tests {
         let (t, mut f) = (Typed::default(), Flow::default());
         let mut nice = Vec::new();
         // `setsid` has made the session once `sleep` runs in it.
-        while !in_session(pid, pid) {
+        while !Os.in_session(pid, pid) {
             assert!(t0.elapsed() < Duration::from_secs(30), "no session");
             std::thread::yield_now();
         }
         key(&t);
-        f.output_at(1 << 10, &t, pid, || None, at(0));
-        f.output_at(2 << 20, &t, pid, || None, at(1_001));
+        f.output_at(&mut Os, 1 << 10, &t, pid, || None, at(0));
+        f.output_at(&mut Os, 2 << 20, &t, pid, || None, at(1_001));
         nice.push(crate::os::nice_of(pid));
         let flooding = (f.is_bulk(), f.demoted());
         // A second slower than a flood but not calm: the weight stays low.
-        f.output_at(512 << 10, &t, pid, || None, at(2_002));
+        f.output_at(&mut Os, 512 << 10, &t, pid, || None, at(2_002));
         nice.push(crate::os::nice_of(pid));
         let slower = (f.is_bulk(), f.demoted());
         // A quiet second: the flood ended, the weight comes back.
-        f.output_at(1 << 10, &t, pid, || None, at(3_003));
+        f.output_at(&mut Os, 1 << 10, &t, pid, || None, at(3_003));
         nice.push(crate::os::nice_of(pid));
         let calm = (f.is_bulk(), f.demoted());
         // Again, and this time it ends with no output at all.
-        f.output_at(2 << 20, &t, pid, || None, at(4_004));
+        f.output_at(&mut Os, 2 << 20, &t, pid, || None, at(4_004));
         nice.push(crate::os::nice_of(pid));
-        f.tick_at(&t, pid, || None, at(4_500));
+        f.tick_at(&mut Os, &t, pid, || None, at(4_500));
         nice.push(crate::os::nice_of(pid));
-        f.tick_at(&t, pid, || None, at(5_005));
+        f.tick_at(&mut Os, &t, pid, || None, at(5_005));
         nice.push(crate::os::nice_of(pid));
         let silent = (f.is_bulk(), f.demoted());
         // A job its person niced themselves keeps its own value.
         rustix::process::setpriority_process(rustix::process::Pid::from_raw(pid), 19).unwrap();
-        f.output_at(2 << 20, &t, pid, || None, at(6_006));
+        f.output_at(&mut Os, 2 << 20, &t, pid, || None, at(6_006));
         nice.push(crate::os::nice_of(pid));
         let own = (f.is_bulk(), f.demoted());
         let _ = leader.kill();
@@ -409,24 +420,175 @@ mod tests {
         assert_eq!(nice, [n, n, Some(0), n, n, Some(0), Some(19)]);
     }
 
+    /// The system as the rule sees it: groups by their session and nice
+    /// value, what it refuses, the bulk cgroup's groups.
+    #[derive(Debug)]
+    struct Model {
+        /// Group -> (session, nice).
+        groups: std::collections::HashMap<i32, (i32, i32)>,
+        may_lower: bool,
+        /// `renice` to this value fails: after renicing the group when
+        /// `partly` (a member that is another user's was refused), else
+        /// before.
+        refuse: Option<i32>,
+        partly: bool,
+        /// The bulk cgroup's groups; `None`: the node has no bulk cgroup.
+        bulk: Option<Vec<i32>>,
+    }
+
+    impl Model {
+        fn new(groups: &[(i32, i32, i32)]) -> Model {
+            Model {
+                groups: groups.iter().map(|&(g, s, n)| (g, (s, n))).collect(),
+                may_lower: true,
+                refuse: None,
+                partly: false,
+                bulk: Some(Vec::new()),
+            }
+        }
+
+        fn nice(&self, group: i32) -> i32 {
+            self.groups[&group].1
+        }
+
+        fn moved(&self, group: i32) -> bool {
+            self.bulk.as_ref().is_some_and(|b| b.contains(&group))
+        }
+    }
+
+    impl Host for Model {
+        fn in_session(&self, group: i32, pid: i32) -> bool {
+            self.groups.get(&group).is_some_and(|&(s, _)| s == pid)
+        }
+        fn nice_of(&self, pid: i32) -> Option<i32> {
+            self.groups.get(&pid).map(|&(_, n)| n)
+        }
+        fn renice(&mut self, group: i32, nice: i32) -> std::io::Result<()> {
+            let refused = self.refuse == Some(nice);
+            let g = self
+                .groups
+                .get_mut(&group)
+                .ok_or(std::io::ErrorKind::NotFound)?;
+            if refused && !self.partly {
+                return Err(std::io::ErrorKind::PermissionDenied.into());
+            }
+            g.1 = nice;
+            match refused {
+                true => Err(std::io::ErrorKind::PermissionDenied.into()),
+                false => Ok(()),
+            }
+        }
+        fn may_lower_nice(&self) -> bool {
+            self.may_lower
+        }
+        fn enter_bulk(&mut self, group: i32) -> Option<std::io::Result<PathBuf>> {
+            let bulk = self.bulk.as_mut()?;
+            bulk.push(group);
+            Some(Ok(PathBuf::from("/node")))
+        }
+        fn leave_bulk(&mut self, group: i32, to: &std::path::Path) -> std::io::Result<()> {
+            assert_eq!(to, std::path::Path::new("/node"), "back where it came from");
+            self.bulk.as_mut().unwrap().retain(|&g| g != group);
+            Ok(())
+        }
+    }
+
+    /// A session whose program, pid 100, runs job group 200 in the
+    /// foreground.
+    const PID: i32 = 100;
+    const JOB: i32 = 200;
+
+    /// Feeds `f` a second of `bytes` at second `sec` (from `t0`).
+    fn second(f: &mut Flow, m: &mut Model, t: &Typed, t0: Instant, sec: u64, bytes: usize) {
+        let at = t0 + Duration::from_millis(sec * 1_001);
+        f.output_at(m, bytes, t, PID, || Some(JOB), at);
+    }
+
     #[test]
-    fn a_group_is_in_the_session_its_leader_is_in() {
-        // A group of its own whose leader lives while it is asked (the
-        // test's own group leader may have exited: a shell's `( ... ) &`).
-        use std::os::unix::process::CommandExt;
-        let mut leader = std::process::Command::new("sleep")
-            .arg("30")
-            .process_group(0)
-            .spawn()
-            .unwrap();
-        let group = leader.id() as i32;
-        let sid = nix::unistd::getsid(None).unwrap().as_raw();
-        let ours = in_session(group, sid);
-        let other = in_session(group, sid + 1);
-        let _ = leader.kill();
-        let _ = leader.wait();
-        assert!(ours, "the leader is in this process's session");
-        assert!(!other, "another session");
-        assert!(!in_session(group, sid), "a group whose leader is gone");
+    fn a_flood_nobody_types_into_moves_until_a_key_brings_it_back() {
+        let mut m = Model::new(&[(PID, PID, 0), (JOB, PID, 0)]);
+        let (t, mut f, t0) = (Typed::default(), Flow::default(), Instant::now());
+        f.since = t0;
+        second(&mut f, &mut m, &t, t0, 1, 2 << 20);
+        assert!(f.demoted());
+        assert_eq!((m.nice(JOB), m.moved(JOB)), (BULK_NICE, true), "the job");
+        assert_eq!((m.nice(PID), m.moved(PID)), (0, false), "its shell");
+        // Moved, it is not given its weight back for printing little (a
+        // starved job prints little).
+        second(&mut f, &mut m, &t, t0, 2, 0);
+        f.tick_at(&mut m, &t, PID, || Some(JOB), t0 + Duration::from_secs(3));
+        assert_eq!((m.nice(JOB), m.moved(JOB)), (BULK_NICE, true));
+        // A key: back at once.
+        key(&t);
+        f.input_at(&mut m, &t, PID, t0 + Duration::from_secs(4));
+        assert_eq!((m.nice(JOB), m.moved(JOB)), (0, false));
+        assert!(!f.demoted() && !f.is_bulk());
+    }
+
+    #[test]
+    fn a_flood_typed_into_is_niced_only_and_only_where_it_comes_back() {
+        let mut m = Model::new(&[(PID, PID, 0), (JOB, PID, 0)]);
+        let (t, mut f, t0) = (Typed::default(), Flow::default(), Instant::now());
+        f.since = t0;
+        key(&t);
+        f.input_at(&mut m, &t, PID, t0);
+        second(&mut f, &mut m, &t, t0, 1, 2 << 20);
+        assert_eq!((m.nice(JOB), m.moved(JOB)), (BULK_NICE, false));
+        second(&mut f, &mut m, &t, t0, 2, 2 << 20);
+        assert_eq!(
+            (m.nice(JOB), m.moved(JOB)),
+            (BULK_NICE, false),
+            "a key counts"
+        );
+        second(&mut f, &mut m, &t, t0, 3, 1 << 10);
+        assert_eq!(m.nice(JOB), 0, "calm");
+        // A node that may not lower a nice value leaves it alone.
+        m.may_lower = false;
+        second(&mut f, &mut m, &t, t0, 4, 2 << 20);
+        assert!(f.is_bulk());
+        assert_eq!((m.nice(JOB), m.moved(JOB)), (0, false));
+    }
+
+    #[test]
+    fn a_refused_renice_is_undone_and_a_refused_give_back_kept_until_the_job_ends() {
+        let mut m = Model::new(&[(PID, PID, 0), (JOB, PID, 2)]);
+        m.bulk = None;
+        let (t, mut f, t0) = (Typed::default(), Flow::default(), Instant::now());
+        f.since = t0;
+        // Lowering refused for one member: the others get theirs back.
+        (m.refuse, m.partly) = (Some(BULK_NICE), true);
+        second(&mut f, &mut m, &t, t0, 1, 2 << 20);
+        assert_eq!(m.nice(JOB), 2);
+        assert!(!f.demoted());
+        // Allowed the next second; its own value is what comes back, but
+        // that is refused: kept, not tried again, not watched.
+        (m.refuse, m.partly) = (None, false);
+        second(&mut f, &mut m, &t, t0, 2, 2 << 20);
+        assert_eq!(m.nice(JOB), BULK_NICE);
+        m.refuse = Some(2);
+        second(&mut f, &mut m, &t, t0, 3, 0);
+        assert!(!f.demoted(), "kept is not demoted for the rule");
+        m.refuse = None;
+        second(&mut f, &mut m, &t, t0, 4, 0);
+        assert_eq!(m.nice(JOB), BULK_NICE, "not tried again");
+        // The job ends; the next one floods and is lowered afresh.
+        m.groups.remove(&JOB);
+        m.groups.insert(JOB + 1, (PID, 0));
+        let at = t0 + Duration::from_millis(5 * 1_001);
+        f.output_at(&mut m, 2 << 20, &t, PID, || Some(JOB + 1), at);
+        assert_eq!(m.nice(JOB + 1), BULK_NICE);
+        assert!(f.demoted());
+    }
+
+    #[test]
+    fn a_job_its_person_niced_keeps_its_value() {
+        let mut m = Model::new(&[(PID, PID, 0), (JOB, PID, 19)]);
+        m.bulk = None;
+        let (t, mut f, t0) = (Typed::default(), Flow::default(), Instant::now());
+        f.since = t0;
+        second(&mut f, &mut m, &t, t0, 1, 2 << 20);
+        assert!(f.is_bulk() && !f.demoted());
+        second(&mut f, &mut m, &t, t0, 2, 0);
+        assert_eq!(m.nice(JOB), 19);
     }
 }

@@ -136,6 +136,9 @@ impl SessionActor {
     /// input queue, in order with the keys queued before it, as a client's
     /// resize goes.
     pub(super) fn give_size_back(&mut self, (cols, rows): (u16, u16)) {
+        if !self.core.resizable() {
+            return;
+        }
         let applied = self.input.as_ref().is_some_and(|i| i.resize(cols, rows));
         self.apply_size(cols, rows, applied);
     }

@@ -45,19 +45,22 @@ impl SizeClaims {
     }
 
     /// The session took `size` (from a resize, claimed or not): the most
-    /// recent claim on its way of that size holds it, else the most recent
-    /// sizer that asked for it (a size given back, landing at a mirror),
-    /// else nobody.
+    /// recent claim on its way of that size holds it, else nobody. Every
+    /// other claim of that size on its way has landed too (a session
+    /// resized to the size it has already ignores the resize).
     pub fn resized(&mut self, size: Size) {
-        self.holder = match self.pending.iter().rposition(|(_, s)| *s == size) {
-            Some(at) => Some(self.pending.remove(at).0),
-            None => self
-                .claims
-                .iter()
-                .rev()
-                .find(|(_, s)| *s == size)
-                .map(|c| c.0),
-        };
+        let claimed = self.pending.iter().rposition(|(_, s)| *s == size);
+        self.holder = claimed.map(|at| self.pending[at].0);
+        self.pending.retain(|(_, s)| *s != size);
+    }
+
+    /// The size `leave` gave back is on its way, not applied yet (a
+    /// mirror asks the owner for it): when it lands, its holder still
+    /// holds it.
+    pub fn giving_back(&mut self, size: Size) {
+        if let Some(holder) = self.holder {
+            self.pending.push((holder, size));
+        }
     }
 
     /// `sub` left: the size to go back to when it held the size and a
@@ -167,6 +170,7 @@ mod tests {
         assert_eq!(c.left(2), Some((90, 30)));
         assert_eq!(c.holder(), Some(1));
         // At a mirror both land later, 2's first: 1 holds its size again.
+        c.giving_back((90, 30));
         c.resized((50, 25));
         assert_eq!(c.holder(), None);
         c.resized((90, 30));
@@ -175,6 +179,34 @@ mod tests {
         // The last one's on its way: nobody is left to give it to.
         c.claim(3, (70, 20), (90, 30));
         assert_eq!(c.leave(3), Left::Nobody);
+    }
+
+    #[test]
+    fn claims_of_one_size_all_land_with_its_one_resize() {
+        let mut c = SizeClaims::default();
+        c.claim(1, (100, 30), (80, 24));
+        c.claim(2, (100, 30), (80, 24));
+        // The second resize to the size the session has is ignored.
+        c.resized((100, 30));
+        assert_eq!(c.holder(), Some(2));
+        // Another node's viewer, REST: nobody here holds the size, and
+        // 1 leaving, its claim long landed, changes nothing.
+        c.resized((120, 40));
+        assert_eq!(c.left(1), None);
+        assert_eq!(c.holder(), None);
+    }
+
+    #[test]
+    fn an_unclaimed_resize_to_an_older_sizers_size_is_nobodys() {
+        let mut c = SizeClaims::default();
+        c.claim(1, (100, 30), (80, 24));
+        c.resized((100, 30));
+        c.claim(2, (60, 20), (100, 30));
+        c.resized((60, 20));
+        // REST sets 1's size again: 1 leaving does not undo it.
+        c.resized((100, 30));
+        assert_eq!(c.left(1), None);
+        assert_eq!(c.left(2), None);
     }
 
     #[test]

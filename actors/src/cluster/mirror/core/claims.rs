@@ -28,7 +28,10 @@ impl<S: Sink> MirrorCore<S> {
     pub(super) fn sizer_left(&mut self, sub: SubId) {
         let before = self.claims.latest();
         match self.claims.leave(sub) {
-            Left::Back(size) => self.ask_size(Some(size), true),
+            Left::Back(size) => {
+                self.claims.giving_back(size);
+                self.ask_size(Some(size), true);
+            }
             _ if self.claims.latest() != before => self.ask_size(self.claims.latest(), false),
             _ => {}
         }

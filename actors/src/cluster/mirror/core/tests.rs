@@ -326,37 +326,34 @@ fn a_resume_here_asks_the_owner_to_repaint() {
 fn a_viewer_that_leaves_before_its_resize_comes_back_gives_the_size_back() {
     let (mut c, rec) = live_with_two();
     c.subscribe(sub(&rec, 2, None));
-    c.take_asks();
+    c.subscribe(sub(&rec, 3, None));
     let claimed = |c: &mut MirrorCore<Rec>| -> Vec<Ask> {
         let asks = c.take_asks();
         asks.into_iter()
             .filter(|a| matches!(a, Ask::ClaimSize { .. }))
             .collect()
     };
+    let resized = |c: &mut MirrorCore<Rec>, cols, rows| {
+        c.from_owner(event(EventKind::Resized { cols, rows }));
+    };
+    c.claim_size(3, (70, 20));
+    resized(&mut c, 70, 20);
     c.claim_size(2, (90, 30));
-    c.from_owner(event(EventKind::Resized { cols: 90, rows: 30 }));
+    resized(&mut c, 90, 30);
     c.claim_size(1, (50, 25));
     claimed(&mut c);
     // 1 leaves before the owner's resize to its size comes back here.
     c.unsubscribe(1);
-    assert_eq!(
-        claimed(&mut c),
-        [Ask::ClaimSize {
-            size: Some((90, 30)),
-            apply: true
-        }]
-    );
-    c.from_owner(event(EventKind::Resized { cols: 50, rows: 25 }));
-    c.from_owner(event(EventKind::Resized { cols: 90, rows: 30 }));
-    // 2 leaves: nobody here sizes it any more.
+    let back = |size| Ask::ClaimSize {
+        size: Some(size),
+        apply: true,
+    };
+    assert_eq!(claimed(&mut c), [back((90, 30))]);
+    resized(&mut c, 50, 25);
+    resized(&mut c, 90, 30);
+    // 2 holds the size again: its leaving gives 3 its size back.
     c.unsubscribe(2);
-    assert_eq!(
-        claimed(&mut c),
-        [Ask::ClaimSize {
-            size: None,
-            apply: false
-        }]
-    );
+    assert_eq!(claimed(&mut c), [back((70, 20))]);
 }
 
 /// What the test does next.

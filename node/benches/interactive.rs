@@ -6,8 +6,9 @@
 //! - the machine's limit: `cat` in a bare PTY, alone and beside the same
 //!   `yes` flood in another bare PTY read by a plain reader;
 //! - one node: typing alone; beside another session flooding that nobody
-//!   watches, from its start or from a key this client typed into it (a
-//!   person who starts a build, then types elsewhere); with the flood
+//!   watches, from its start (on another session thread of the node, or
+//!   on the same one) or from a key this client typed into it (a person
+//!   who starts a build, then types elsewhere); with the flood
 //!   subscribed on the same connection (acked as a client does, like a
 //!   console showing both);
 //! - through a mirror (session on a, client on b), alone and with another
@@ -70,6 +71,7 @@ enum Phase {
     LimitFlood,
     Alone,
     Unwatched,
+    Shared,
     Started,
     Subscribed,
     MirrorAlone,
@@ -77,11 +79,12 @@ enum Phase {
 }
 
 impl Phase {
-    const ALL: [Phase; 8] = [
+    const ALL: [Phase; 9] = [
         Phase::Limit,
         Phase::LimitFlood,
         Phase::Alone,
         Phase::Unwatched,
+        Phase::Shared,
         Phase::Started,
         Phase::Subscribed,
         Phase::MirrorAlone,
@@ -94,6 +97,7 @@ impl Phase {
             Phase::LimitFlood => "limit-flood",
             Phase::Alone => "alone",
             Phase::Unwatched => "unwatched",
+            Phase::Shared => "shared",
             Phase::Started => "started",
             Phase::Subscribed => "subscribed",
             Phase::MirrorAlone => "mirror",
@@ -107,6 +111,7 @@ impl Phase {
             Phase::LimitFlood => "limit: bare PTY beside `yes` read",
             Phase::Alone => "one node, typing alone",
             Phase::Unwatched => "one node, neighbour floods unwatched",
+            Phase::Shared => "one node, unwatched, same session thread",
             Phase::Started => "one node, a flood this client started",
             Phase::Subscribed => "one node, flood on the same connection",
             Phase::MirrorAlone => "mirror (a -> b), typing alone",
@@ -116,7 +121,7 @@ impl Phase {
 
     fn target(self) -> &'static str {
         match self {
-            Phase::Alone | Phase::Unwatched | Phase::Started => "target p99 < 2 ms",
+            Phase::Alone | Phase::Unwatched | Phase::Shared | Phase::Started => "target p99 < 2 ms",
             Phase::Subscribed => "target p99 < 3 ms",
             Phase::MirrorFlood => "target p99 < 4 ms",
             _ => "",
@@ -196,6 +201,12 @@ fn bare(keys: usize, flood: bool) -> Vec<Duration> {
     times
 }
 
+/// A node's session threads: one per core (`directory::registry`), on
+/// this machine as the nodes see it.
+fn session_threads() -> usize {
+    std::thread::available_parallelism().map_or(2, |n| n.get())
+}
+
 /// The flood's messages that reach the client: acked as a client does,
 /// every quarter window.
 struct Flood {
@@ -228,6 +239,11 @@ impl Flood {
 enum Neighbour {
     /// From its start, nobody watching.
     Unwatched,
+    /// As `Unwatched`, its session on the same session thread as the one
+    /// typed into (a node runs its sessions on one thread per core, taken
+    /// in turn: with several sessions per core, a flood often shares the
+    /// thread of a session someone types into).
+    Shared,
     /// Started by a key this client typed into it (a person starting a
     /// build, then typing elsewhere), nobody watching.
     Started,
@@ -246,6 +262,18 @@ async fn paced(target: &Target, on: &str, keys: usize, flood: Option<Neighbour>)
     };
     let flood_id = match flood {
         Some(kind) => {
+            // The sessions made in between take the other threads.
+            let spacers = match kind {
+                Neighbour::Shared => session_threads() - 1,
+                _ => 0,
+            };
+            let mut made = Vec::new();
+            for _ in 0..spacers {
+                made.push(common::create_on(&mut c, Some(on), "exec sleep 1000").await);
+            }
+            for id in made {
+                common::remove(&mut c, id).await;
+            }
             let script = match kind {
                 Neighbour::Started => format!("read go; exec {FLOOD}"),
                 _ => format!("exec {FLOOD}"),
@@ -263,7 +291,7 @@ async fn paced(target: &Target, on: &str, keys: usize, flood: Option<Neighbour>)
                     })
                     .await
                     .unwrap(),
-                Neighbour::Unwatched => {}
+                Neighbour::Unwatched | Neighbour::Shared => {}
             }
             Some(id)
         }
@@ -417,6 +445,7 @@ async fn main() {
                 Phase::LimitFlood => bare(keys, true),
                 Phase::Alone => paced(&a, "a", keys, None).await,
                 Phase::Unwatched => paced(&a, "a", keys, Some(Neighbour::Unwatched)).await,
+                Phase::Shared => paced(&a, "a", keys, Some(Neighbour::Shared)).await,
                 Phase::Started => paced(&a, "a", keys, Some(Neighbour::Started)).await,
                 Phase::Subscribed => paced(&a, "a", keys, Some(Neighbour::Watched)).await,
                 Phase::MirrorAlone => paced(&b, "a", keys, None).await,

@@ -61,7 +61,9 @@ impl SessionActor {
     }
 
     /// Applies read events until the intake stops (seqs to reserve, or a
-    /// snapshot pins a full ring); reads more once all are applied.
+    /// snapshot pins a full ring) or its turn ends (`TURN_BYTES`: the
+    /// thread's other sessions run, then this one goes on); reads more
+    /// once all are applied.
     pub(super) fn take_in(&mut self, ctx: &mut Context<Self>) {
         #[cfg(feature = "fault-injection")]
         if HOLD_INTAKE.load(Ordering::SeqCst) {
@@ -80,6 +82,11 @@ impl SessionActor {
                 Next::Reserve(upto) => return self.reserve(upto, ctx),
                 Next::Wait => return,
                 Next::Read => return self.pull(ctx),
+                Next::Yield => {
+                    let later = tokio::task::yield_now().into_actor(self);
+                    ctx.spawn(later.map(|(), act, ctx| act.take_in(ctx)));
+                    return;
+                }
             }
         }
     }

@@ -15,6 +15,12 @@ use crate::session::pty::PtyEvent;
 /// ahead, so output never waits for the disk while it keeps up.
 pub const SEQ_BLOCK: u64 = 4096;
 
+/// Output applied in one turn of the session's thread: past it, with more
+/// read, the session lets the thread's other sessions run first (a flood
+/// read in batches of up to 16 frames of 64 KiB would otherwise keep a
+/// session typed into on the same thread waiting for all of them).
+pub const TURN_BYTES: usize = 64 * 1024;
+
 /// Why intake stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Stop {
@@ -34,6 +40,8 @@ pub struct Intake {
     seq_limit: u64,
     /// A reservation is on its way to the disk.
     reserving: bool,
+    /// Output applied since the session last let others run.
+    turn: usize,
 }
 
 /// What to do next with the PTY's events.
@@ -49,6 +57,9 @@ pub enum Next {
     Wait,
     /// Everything read is applied: read more.
     Read,
+    /// A turn's output is applied (`TURN_BYTES`): let the thread's other
+    /// work run, then go on.
+    Yield,
 }
 
 impl Intake {
@@ -58,6 +69,7 @@ impl Intake {
             stop: Stop::Open,
             seq_limit,
             reserving: false,
+            turn: 0,
         }
     }
 
@@ -69,8 +81,15 @@ impl Intake {
     /// The next thing to do, given the last seq sent and whether an output
     /// of that many bytes would evict pinned frames.
     pub fn next(&mut self, last_seq: u64, would_pause: impl Fn(usize) -> bool) -> Next {
-        let Some(event) = self.held.pop_front() else {
+        if self.held.is_empty() {
             self.stop = Stop::Open;
+            return Next::Read;
+        }
+        if self.turn >= TURN_BYTES {
+            self.turn = 0;
+            return Next::Yield;
+        }
+        let Some(event) = self.held.pop_front() else {
             return Next::Read;
         };
         if let PtyEvent::Output { data, .. } = &event {
@@ -85,6 +104,9 @@ impl Intake {
                 self.stop = Stop::Snapshot;
                 return Next::Wait;
             }
+        }
+        if let PtyEvent::Output { data, .. } = &event {
+            self.turn += data.len();
         }
         self.stop = Stop::Open;
         Next::Apply(event)

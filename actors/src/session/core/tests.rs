@@ -307,6 +307,7 @@ proptest! {
                         break;
                     }
                     Next::Wait | Next::Read => break,
+                    Next::Yield => {}
                 }
             }
         }
@@ -329,10 +330,36 @@ proptest! {
                 }
                 Next::Apply(_) => applied.push(None),
                 Next::Reserve(upto) => reserving = Some(upto),
-                Next::Wait => {}
+                Next::Wait | Next::Yield => {}
                 Next::Read => break,
             }
         }
         prop_assert_eq!(applied, read_bytes);
     }
+}
+
+#[test]
+fn a_flood_lets_the_thread_go_after_each_turn_of_output() {
+    let mut intake = Intake::new(u64::MAX);
+    let frame = |seq: u64| PtyEvent::Output {
+        seq,
+        data: Bytes::from(vec![b'y'; 40 << 10]),
+    };
+    intake.read((1..=4).map(frame));
+    let mut steps = Vec::new();
+    loop {
+        match intake.next(0, |_| false) {
+            Next::Apply(PtyEvent::Output { seq, .. }) => steps.push(format!("out{seq}")),
+            Next::Yield => steps.push("yield".into()),
+            Next::Read => break,
+            other => panic!("{other:?}"),
+        }
+    }
+    // 80 KiB is past a turn: the thread's other sessions run; nothing is
+    // held back or lost, and a turn that ends with everything applied
+    // reads on.
+    assert_eq!(steps, ["out1", "out2", "yield", "out3", "out4"]);
+    intake.read([frame(5)]);
+    assert!(matches!(intake.next(0, |_| false), Next::Yield));
+    assert!(matches!(intake.next(0, |_| false), Next::Apply(_)));
 }

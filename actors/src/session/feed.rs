@@ -83,8 +83,13 @@ impl SessionActor {
                 Next::Wait => return,
                 Next::Read => return self.pull(ctx),
                 Next::Yield => {
-                    let later = tokio::task::yield_now().into_actor(self);
-                    ctx.spawn(later.map(|(), act, ctx| act.take_in(ctx)));
+                    // An empty task of the thread's own finishes only once
+                    // this session's task has let the thread go, behind
+                    // the sessions woken before it (a `yield_now` would
+                    // not: actix polls a context again at once whenever
+                    // it spawned something meanwhile).
+                    let turn = actix_rt::spawn(async {}).into_actor(self);
+                    ctx.spawn(turn.map(|_, act, ctx| act.take_in(ctx)));
                     return;
                 }
             }

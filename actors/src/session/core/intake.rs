@@ -89,9 +89,7 @@ impl Intake {
             self.turn = 0;
             return Next::Yield;
         }
-        let Some(event) = self.held.pop_front() else {
-            return Next::Read;
-        };
+        let event = self.held.pop_front().expect("not empty: looked above");
         if let PtyEvent::Output { data, .. } = &event {
             let len = data.len();
             if last_seq >= self.seq_limit {
@@ -104,9 +102,7 @@ impl Intake {
                 self.stop = Stop::Snapshot;
                 return Next::Wait;
             }
-        }
-        if let PtyEvent::Output { data, .. } = &event {
-            self.turn += data.len();
+            self.turn += len;
         }
         self.stop = Stop::Open;
         Next::Apply(event)

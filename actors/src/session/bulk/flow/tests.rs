@@ -193,6 +193,13 @@ impl Host for Model {
 const PID: i32 = 100;
 const JOB: i32 = 200;
 
+/// Nobody typed yet, and a flow whose seconds count from the instant
+/// returned.
+fn start() -> (Typed, Flow, Instant) {
+    let (f, t0) = (Flow::default(), Instant::now());
+    (Typed::default(), Flow { since: t0, ..f }, t0)
+}
+
 /// Feeds `f` a second of `bytes` at second `sec` (from `t0`).
 fn second(f: &mut Flow, m: &mut Model, t: &Typed, t0: Instant, sec: u64, bytes: usize) {
     let at = t0 + Duration::from_millis(sec * 1_001);
@@ -202,8 +209,7 @@ fn second(f: &mut Flow, m: &mut Model, t: &Typed, t0: Instant, sec: u64, bytes: 
 #[test]
 fn a_flood_nobody_types_into_moves_until_a_key_brings_it_back() {
     let mut m = Model::new(&[(PID, PID, 0), (JOB, PID, 0)]);
-    let (t, mut f, t0) = (Typed::default(), Flow::default(), Instant::now());
-    f.since = t0;
+    let (t, mut f, t0) = start();
     second(&mut f, &mut m, &t, t0, 1, 2 << 20);
     assert!(f.demoted());
     assert_eq!((m.nice(JOB), m.moved(JOB)), (BULK_NICE, true), "the job");
@@ -223,8 +229,7 @@ fn a_flood_nobody_types_into_moves_until_a_key_brings_it_back() {
 #[test]
 fn a_flood_typed_into_is_niced_only_and_only_where_it_comes_back() {
     let mut m = Model::new(&[(PID, PID, 0), (JOB, PID, 0)]);
-    let (t, mut f, t0) = (Typed::default(), Flow::default(), Instant::now());
-    f.since = t0;
+    let (t, mut f, t0) = start();
     key(&t);
     f.input_at(&mut m, &t, PID, t0);
     second(&mut f, &mut m, &t, t0, 1, 2 << 20);
@@ -248,8 +253,7 @@ fn a_flood_typed_into_is_niced_only_and_only_where_it_comes_back() {
 fn a_refused_renice_is_undone_and_a_refused_give_back_kept_until_the_job_ends() {
     let mut m = Model::new(&[(PID, PID, 0), (JOB, PID, 2)]);
     m.bulk = None;
-    let (t, mut f, t0) = (Typed::default(), Flow::default(), Instant::now());
-    f.since = t0;
+    let (t, mut f, t0) = start();
     // Lowering refused for one member: the others get theirs back.
     (m.refuse, m.partly) = (Some(BULK_NICE), true);
     second(&mut f, &mut m, &t, t0, 1, 2 << 20);
@@ -279,8 +283,7 @@ fn a_refused_renice_is_undone_and_a_refused_give_back_kept_until_the_job_ends() 
 fn a_job_its_person_niced_keeps_its_value() {
     let mut m = Model::new(&[(PID, PID, 0), (JOB, PID, 19)]);
     m.bulk = None;
-    let (t, mut f, t0) = (Typed::default(), Flow::default(), Instant::now());
-    f.since = t0;
+    let (t, mut f, t0) = start();
     second(&mut f, &mut m, &t, t0, 1, 2 << 20);
     assert!(f.is_bulk() && !f.demoted());
     assert_eq!(m.nice(JOB), 19);
@@ -290,8 +293,7 @@ fn a_job_its_person_niced_keeps_its_value() {
 fn a_flood_the_cgroup_refuses_has_its_nice_value_only() {
     let mut m = Model::new(&[(PID, PID, 0), (JOB, PID, 0)]);
     m.refuse_move = true;
-    let (t, mut f, t0) = (Typed::default(), Flow::default(), Instant::now());
-    f.since = t0;
+    let (t, mut f, t0) = start();
     second(&mut f, &mut m, &t, t0, 1, 2 << 20);
     assert_eq!((m.nice(JOB), m.moved(JOB)), (BULK_NICE, false));
     assert!(f.demoted());

@@ -357,6 +357,17 @@ pub fn lower_priority(names: &[&str], by: i32) {
     }
 }
 
+/// Gives the calling thread the nice value `by` steps below the process's
+/// (0: the process's own): whether the kernel took it (going back up needs
+/// `CAP_SYS_NICE` or an `RLIMIT_NICE` reaching it).
+pub fn renice_thread(by: i32) -> bool {
+    let base = nice_of(std::process::id() as i32).unwrap_or(0);
+    let tid = rustix::thread::gettid().as_raw_nonzero().get() as libc::id_t;
+    // SAFETY: plain integer arguments for the calling thread; no memory is
+    // passed.
+    unsafe { libc::setpriority(libc::PRIO_PROCESS, tid, (base + by).min(19)) == 0 }
+}
+
 /// This process may lower a nice value it raised, as the node does when
 /// someone types into a job it reniced (`session::bulk`): probed once on
 /// a thread of its own, raised to nice 10 and lowered to 0 again. The

@@ -1,6 +1,7 @@
-//! A signal that interrupts the PTY I/O threads while they wait is not the
-//! end of output. The test installs a handler without SA_RESTART and
-//! signals every `pty-io` thread while it waits for readiness (in an
+//! A signal that interrupts the thread a PTY's I/O runs on while it waits
+//! is not the end of output. The test installs a handler without
+//! SA_RESTART and signals that thread (a session's, as a node runs its
+//! sessions: a current-thread runtime) while it waits for readiness (in an
 //! `epoll_wait`), then types. Its own test binary: the handler is
 //! process-wide.
 #![allow(unsafe_code)] // sigaction and tgkill, to interrupt one thread.
@@ -45,6 +46,27 @@ fn threads_waiting(name: &str) -> Vec<i32> {
     }
 }
 
+/// The name of the thread the PTY's tasks run on.
+const THREAD: &str = "pty-home";
+
+/// A thread named `THREAD` running a current-thread runtime until the
+/// sender is dropped.
+fn session_thread() -> (tokio::runtime::Handle, tokio::sync::oneshot::Sender<()>) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let handle = runtime.handle().clone();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    std::thread::Builder::new()
+        .name(THREAD.into())
+        .spawn(move || {
+            let _ = runtime.block_on(stopped);
+        })
+        .unwrap();
+    (handle, stop)
+}
+
 #[test]
 fn an_interrupted_read_is_not_end_of_output() {
     let action = SigAction::new(
@@ -56,8 +78,9 @@ fn an_interrupted_read_is_not_end_of_output() {
     unsafe { sigaction(Signal::SIGUSR1, &action) }.unwrap();
 
     let io = termesh_actors::session::pty::PtyIo::default();
+    let (thread, _stop) = session_thread();
     let mut pty = spawn(
-        &io,
+        (&io, &thread),
         &SpawnSpec {
             command: vec!["sh".into(), "-c".into(), "echo ready; exec cat".into()],
             cwd: None,
@@ -98,7 +121,7 @@ fn an_interrupted_read_is_not_end_of_output() {
     };
     wait_for("ready", &mut seen);
     for round in 0..3 {
-        for tid in threads_waiting("pty-io") {
+        for tid in threads_waiting(THREAD) {
             // SAFETY: tgkill with this process's id and one of its threads.
             let sent =
                 unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), tid, libc::SIGUSR1) };

@@ -201,7 +201,7 @@ fn bare(keys: usize, flood: bool) -> Vec<Duration> {
     times
 }
 
-/// A node's session threads: one per core (`directory::registry`), on
+/// A node's session threads: one per core (`directory::homes`), on
 /// this machine as the nodes see it.
 fn session_threads() -> usize {
     std::thread::available_parallelism().map_or(2, |n| n.get())

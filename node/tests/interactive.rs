@@ -2,8 +2,9 @@
 //! overtakes the bulk output of another session that the same connection
 //! has queued, and that bulk output still arrives whole and in order; a
 //! flood nobody types into runs at a lower CPU weight (its processes in
-//! the bulk cgroup where the machine has one) and is read on the node's
-//! bulk thread, and typing brings both back, losing nothing; a flood
+//! the bulk cgroup where the machine has one, while someone types on the
+//! node) and is read on the node's bulk thread, and typing brings both
+//! back, losing nothing; a flood
 //! started by a key is read as bulk and reniced past its first screens,
 //! and gets its weight back by itself when it ends.
 
@@ -139,10 +140,31 @@ async fn a_flood_nobody_types_into_runs_at_a_lower_cpu_weight_until_typed_into()
         nices(&quiet)
     );
     let cgroups = cpu_cgroup_v1_here();
+    // Nobody types on the node: the flood took its nice value and would
+    // have taken the bulk cgroup in the same second, and its reads run on
+    // the bulk thread at the node's own weight.
+    assert!(
+        !(cgroups && in_bulk_cgroup(&flood)),
+        "alone on the node, a flood stays in the node's cgroup"
+    );
+    let own = termesh_actors::os::nice_of(std::process::id() as i32).unwrap();
+    wait_bulk_thread(
+        own,
+        "the bulk thread at the node's weight while nobody types",
+    )
+    .await;
+    // Someone types into another session: the flood's reads weigh less,
+    // and it moves to the bulk cgroup.
+    let typist = Typist::start(node.client(OPERATOR).await, &quiet);
+    wait_bulk_thread(
+        own + 10,
+        "the bulk thread at nice +10 beside someone typing",
+    )
+    .await;
     if cgroups {
         within(
             PATIENCE,
-            "the flood's processes in the bulk cgroup",
+            "the flood's processes in the bulk cgroup beside someone typing",
             async {
                 while !in_bulk_cgroup(&flood) {
                     poll_pause().await;
@@ -151,13 +173,29 @@ async fn a_flood_nobody_types_into_runs_at_a_lower_cpu_weight_until_typed_into()
         )
         .await;
         assert!(
-            session_pids(&quiet)
-                .iter()
-                .all(|p| !cpu_cgroup_of(*p).ends_with("/termesh-bulk")),
+            !any_in_bulk_cgroup(&quiet),
             "a quiet program stays where it was"
         );
     } else {
         eprintln!("no cgroup v1 cpu controller for root here: the bulk cgroup is not checked");
+    }
+    // Once nobody has typed on the node for `INTERACTIVE_FOR`, the flood
+    // leaves the bulk cgroup and its reads weigh as the node's again
+    // (where the node may take a nice value back).
+    drop(typist);
+    if cgroups {
+        wait_out_of_bulk_cgroup(
+            &flood,
+            "the flood back in the node's cgroup once nobody types",
+        )
+        .await;
+    }
+    if termesh_actors::os::may_lower_nice() {
+        wait_bulk_thread(
+            own,
+            "the bulk thread back at the node's weight once nobody types",
+        )
+        .await;
     }
 
     // Typed into, it is interactive: the node gives it nice 0 back where
@@ -184,20 +222,55 @@ async fn a_flood_nobody_types_into_runs_at_a_lower_cpu_weight_until_typed_into()
     )
     .await;
     if cgroups {
-        within(
-            PATIENCE,
-            "the typed-into flood out of the bulk cgroup",
-            async {
-                while session_pids(&flood)
-                    .iter()
-                    .any(|p| cpu_cgroup_of(*p).ends_with("/termesh-bulk"))
-                {
-                    poll_pause().await;
-                }
-            },
-        )
-        .await;
+        wait_out_of_bulk_cgroup(&flood, "the typed-into flood out of the bulk cgroup").await;
     }
+}
+
+/// Some process of `session` is in the bulk cgroup.
+fn any_in_bulk_cgroup(session: &str) -> bool {
+    session_pids(session)
+        .iter()
+        .any(|p| cpu_cgroup_of(*p).ends_with("/termesh-bulk"))
+}
+
+/// Until no process of `session` is in the bulk cgroup.
+async fn wait_out_of_bulk_cgroup(session: &str, what: &str) {
+    within(PATIENCE, what, async {
+        while any_in_bulk_cgroup(session) {
+            poll_pause().await;
+        }
+    })
+    .await;
+}
+
+/// Until the process's bulk reader threads (one per node; a stopped
+/// node's ends soon after it) all have nice `nice`, one at least.
+async fn wait_bulk_thread(nice: i32, what: &str) {
+    let nices = || -> Vec<Option<i32>> {
+        std::fs::read_dir("/proc/self/task")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|task| {
+                std::fs::read_to_string(task.path().join("comm"))
+                    .is_ok_and(|comm| comm.trim_end() == "pty-io-bulk")
+            })
+            .map(|task| {
+                let tid = task.file_name().to_string_lossy().parse().ok()?;
+                termesh_actors::os::nice_of(tid)
+            })
+            .collect()
+    };
+    within(PATIENCE, what, async {
+        loop {
+            let now = nices();
+            if !now.is_empty() && now.iter().all(|n| *n == Some(nice)) {
+                return;
+            }
+            poll_pause().await;
+        }
+    })
+    .await;
 }
 
 /// Root on a machine whose `cpu` controller is on cgroup v1 (as this
@@ -309,6 +382,10 @@ async fn typing_into_a_demoted_job_that_prints_nothing_more_gives_its_weight_bac
         return;
     }
     let node = TestNode::start();
+    // Someone types on the node throughout: the job goes to the bulk
+    // cgroup where the machine has one.
+    let cat = node.create(&["cat"]).await.id;
+    let _typist = Typist::start(node.client(OPERATOR).await, &cat);
     // A flood of a few seconds, then the same group silent (no echo).
     let job = node
         .create(&[
@@ -345,12 +422,7 @@ async fn typing_into_a_demoted_job_that_prints_nothing_more_gives_its_weight_bac
         PATIENCE,
         "the typed-into job's weight back without output",
         async {
-            while nices(&job).iter().any(|v| *v != 0)
-                || (cgroups
-                    && session_pids(&job)
-                        .iter()
-                        .any(|p| cpu_cgroup_of(*p).ends_with("/termesh-bulk")))
-            {
+            while nices(&job).iter().any(|v| *v != 0) || (cgroups && any_in_bulk_cgroup(&job)) {
                 poll_pause().await;
             }
         },
@@ -411,10 +483,7 @@ async fn a_flood_started_by_a_keystroke_is_bulk_past_its_burst_until_it_ends() {
     // may print nothing to say its flood ended): looked at before the
     // clock, so what was seen while the key counted.
     let cgroups = cpu_cgroup_v1_here();
-    let idle = cgroups
-        && session_pids(&job)
-            .iter()
-            .any(|p| cpu_cgroup_of(*p).ends_with("/termesh-bulk"));
+    let idle = cgroups && any_in_bulk_cgroup(&job);
     let after = typed.elapsed();
     assert!(
         after < termesh_actors::session::bulk::INTERACTIVE_FOR,

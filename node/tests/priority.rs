@@ -10,7 +10,7 @@
 mod common;
 
 use common::binary::BinaryNode;
-use common::binary::{create, list};
+use common::binary::{client, create, list};
 use common::*;
 use termesh_actors::os::nice_of;
 use termesh_node::client::Client;
@@ -323,6 +323,10 @@ async fn the_units_layout_keeps_keeper_and_programs_in_the_nodes_cgroup_across_r
     assert_eq!(nice_of(pid), Some(-10));
     let oom = oom_adj(pid) == -900;
     let sleeper = create(&node, "exec sleep 100000").await;
+    // Someone types on the node (into a program that reads its input):
+    // the bulk cgroup is for floods beside them.
+    let typed = create(&node, "exec cat").await;
+    let typist = Typist::start(client(&node).await, &typed.id);
     let flood = create(&node, "exec yes a flood nobody types into").await;
     let program = program_of(&sleeper.id).await;
     let keeper = keeper_pid(&node.data).expect("the node started its keeper");
@@ -362,6 +366,7 @@ async fn the_units_layout_keeps_keeper_and_programs_in_the_nodes_cgroup_across_r
     )
     .await;
 
+    drop(typist);
     // `systemctl restart termesh`: SIGTERM to the node alone, then the
     // unit's ExecStart again in the same cgroup.
     let node = node.restart("");
@@ -370,7 +375,7 @@ async fn the_units_layout_keeps_keeper_and_programs_in_the_nodes_cgroup_across_r
     let listed = within(PATIENCE, "the sessions taken up", async {
         loop {
             let sessions = list(&node).await;
-            if sessions.len() == 2 && sessions.iter().all(|s| s.status == SessionStatus::Running) {
+            if sessions.len() == 3 && sessions.iter().all(|s| s.status == SessionStatus::Running) {
                 return sessions;
             }
             poll_pause().await;

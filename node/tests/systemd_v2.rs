@@ -155,7 +155,6 @@ fn the_shipped_unit_weighs_floods_on_cgroup_v2_with_a_systemd_before_254() {
         "-c",
         "echo $$ > /var/lib/termesh/typed.pid; while read -r l; do echo \"got $l\"; done",
     ]);
-    cli.typed(&typed, "one", WAIT);
     let flood_session = cli.ok(&[
         "new",
         "--",
@@ -163,6 +162,9 @@ fn the_shipped_unit_weighs_floods_on_cgroup_v2_with_a_systemd_before_254() {
         "-c",
         "exec yes a flood nobody types into",
     ]);
+    // Someone types on the node: the bulk cgroup is for floods beside
+    // them (for `INTERACTIVE_FOR` after the key).
+    cli.typed(&typed, "one", WAIT);
     let flood = m.until("the flood's pid", |m| {
         let out = m.run(&["pgrep", "-x", "yes"]);
         let pid = String::from_utf8_lossy(&out.stdout).trim().to_string();

@@ -1,13 +1,20 @@
 //! Two nodes in one process share nothing a node stops with: each runs
-//! its sessions' PTY I/O on threads of its own, which end with it, and the
-//! other node's sessions go on echoing and have their exits seen. (Its own
-//! test binary: it counts the process's `pty-io` threads.)
+//! its sessions and their PTY I/O on threads of its own (`sessions`, one
+//! per core), which end with it, and the other node's sessions go on
+//! echoing and have their exits seen. (Its own test binary: it counts the
+//! process's threads by name.)
 
 mod common;
 
 use common::*;
+use termesh_actors::directory::homes::THREAD_NAME;
 use termesh_node::client::Client;
 use termesh_transport::{ClientMsg, SessionStatus};
+
+/// A node's session threads: one per core.
+fn per_node() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
 
 /// The process's threads named `name`.
 fn threads(name: &str) -> usize {
@@ -39,15 +46,16 @@ async fn type_line(node: &TestNode, session: &str, line: &str) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stopped_node_takes_its_pty_threads_and_leaves_the_other_working() {
-    assert_eq!(threads("pty-io"), 0, "no node has started a session yet");
+async fn a_stopped_node_takes_its_session_threads_and_leaves_the_other_working() {
+    let n = per_node();
+    assert_eq!(threads(THREAD_NAME), 0, "no node has started yet");
     let a = TestNode::start();
+    wait_threads(THREAD_NAME, n, "node a's session threads").await;
     let b = TestNode::start();
+    wait_threads(THREAD_NAME, 2 * n, "node b's session threads beside a's").await;
     let on_a = a.create(&["cat"]).await;
-    wait_threads("pty-io", 2, "node a's two pty-io threads").await;
     let echo = b.create(&["cat"]).await;
     let exits = b.create(&["sh", "-c", "read line; exit $line"]).await;
-    wait_threads("pty-io", 4, "node b's two pty-io threads beside a's").await;
     type_line(&a, &on_a.id, "from-a").await;
     wait_output(&a, &on_a.id, "from-a").await;
 
@@ -55,7 +63,7 @@ async fn a_stopped_node_takes_its_pty_threads_and_leaves_the_other_working() {
         .await
         .unwrap()
         .expect("node a stops");
-    wait_threads("pty-io", 2, "node a's pty-io threads to end with it").await;
+    wait_threads(THREAD_NAME, n, "node a's session threads to end with it").await;
     assert_eq!(
         threads("pty-reaper"),
         1,
@@ -76,5 +84,5 @@ async fn a_stopped_node_takes_its_pty_threads_and_leaves_the_other_working() {
         .await
         .unwrap()
         .expect("node b stops");
-    wait_threads("pty-io", 0, "node b's pty-io threads to end with it").await;
+    wait_threads(THREAD_NAME, 0, "node b's session threads to end with it").await;
 }

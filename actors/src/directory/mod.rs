@@ -6,6 +6,7 @@
 
 pub mod bells;
 pub mod create;
+pub mod homes;
 pub mod hook;
 pub mod registry;
 pub mod restore;

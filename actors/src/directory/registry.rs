@@ -1,5 +1,5 @@
-//! `Registry`: the node's session directory. It creates sessions (on a
-//! round-robin pool of session arbiters, one per core), removes them, and
+//! `Registry`: the node's session directory. It creates sessions (on the
+//! node's session threads, one per core, in turn: `homes`), removes them, and
 //! tells watchers what changed. Connections read the directory directly
 //! (a read-mostly map behind a lock) so a keystroke never waits for a
 //! message round trip; only this actor writes it.
@@ -12,6 +12,7 @@ use actix::prelude::*;
 use termesh_transport::{ErrorCode, SessionInfo, SessionStatus};
 
 use crate::directory::create::{check_create, check_cwd, CreateDefaults, CreateSpec};
+use crate::directory::homes::{Home, Homes};
 use crate::directory::watch::{Coalescer, WatchQueue};
 pub use crate::directory::watch::{WatchEvent, WatchReady};
 use crate::error::ApiError;
@@ -28,6 +29,8 @@ pub struct SessionHandle {
     /// The PTY writer's queue: input goes here directly.
     pub input: crate::session::pty::InputTx,
     pub shared: Arc<SessionShared>,
+    /// The thread the session and its PTY's tasks run on.
+    pub home: Home,
 }
 
 impl std::fmt::Debug for SessionHandle {
@@ -165,8 +168,7 @@ pub struct Registry {
     pub(crate) config: RegistryConfig,
     pub(crate) dir: Directory,
     pub(crate) metrics: Arc<Metrics>,
-    pub(crate) arbiters: Vec<Arbiter>,
-    pub(crate) next_arbiter: usize,
+    pub(crate) homes: Homes,
     watchers: HashMap<u64, Watcher>,
     /// Ids of sessions whose program is being started off this thread,
     /// with the names they will carry (revived ones included).
@@ -189,8 +191,7 @@ impl Registry {
             config,
             dir,
             metrics,
-            arbiters: (0..cores).map(|_| Arbiter::new()).collect(),
-            next_arbiter: 0,
+            homes: Homes::start(cores),
             watchers: HashMap::new(),
             starting: HashMap::new(),
         }
@@ -287,7 +288,7 @@ impl Registry {
         &mut self,
         id: Arc<str>,
         spec: CreateSpec,
-        mut pty: pty::Pty,
+        (mut pty, home): (pty::Pty, Home),
         ctx: &mut Context<Self>,
     ) -> SessionInfo {
         let now = crate::session::now_ms();
@@ -334,13 +335,11 @@ impl Registry {
         );
         pty.input.share_typed(&shared.typed);
         let input = pty.input.clone();
-        let arbiter = &self.arbiters[self.next_arbiter % self.arbiters.len()];
-        self.next_arbiter += 1;
         let (settings, metrics) = (self.config.settings.clone(), self.metrics.clone());
         let changed = ctx.address().recipient();
         let session_shared = shared.clone();
         let size = (spec.cols, spec.rows);
-        let addr = SessionActor::start_in_arbiter(&arbiter.handle(), move |_| {
+        let addr = SessionActor::start_in_arbiter(&home.arbiter, move |_| {
             SessionActor::new(session_shared, pty, size, settings, metrics, changed)
         });
         self.dir.insert(SessionHandle {
@@ -348,6 +347,7 @@ impl Registry {
             addr,
             input,
             shared: shared.clone(),
+            home,
         });
         Metrics::gauge(&self.metrics.sessions, 1);
         tracing::info!(session = %id, command = ?spec.command, "session created");
@@ -377,21 +377,21 @@ pub fn name_taken(name: &str, other: &str) -> ApiError {
     ))
 }
 
-/// Checks the cwd and starts the program (under `keeper` when given):
-/// blocking work (a `stat`, a fork and exec, the keeper's answer), run off
-/// every actor thread.
+/// Checks the cwd and starts the program (under `keeper` when given),
+/// its PTY's tasks on `home`: blocking work (a `stat`, a fork and exec,
+/// the keeper's answer), run off every actor thread.
 pub(crate) fn spawn_program(
     id: &str,
     spec: &SpawnSpec,
-    io: &pty::PtyIo,
+    (io, home): (&pty::PtyIo, &tokio::runtime::Handle),
     keeper: Option<&crate::keeper::Keeper>,
 ) -> Result<pty::Pty, ApiError> {
     if let Some(cwd) = &spec.cwd {
         check_cwd(cwd)?;
     }
     let spawned = match keeper {
-        Some(keeper) => pty::spawn_kept(io, keeper, id, spec),
-        None => pty::spawn(io, spec),
+        Some(keeper) => pty::spawn_kept((io, home), keeper, id, spec),
+        None => pty::spawn((io, home), spec),
     };
     spawned.map_err(|e| {
         if e.is_internal() {
@@ -425,8 +425,10 @@ impl Handler<Create> for Registry {
         let thread_id = id.clone();
         let keeper = self.config.keeper.clone();
         let io = self.config.settings.pty_io.clone();
+        let home = self.homes.next();
+        let runtime = home.runtime.clone();
         let work = actix_rt::task::spawn_blocking(move || {
-            spawn_program(&thread_id, &spawn, &io, keeper.as_ref())
+            spawn_program(&thread_id, &spawn, (&io, &runtime), keeper.as_ref())
         });
         Box::pin(work.into_actor(self).then(move |spawned, act, ctx| {
             act.starting.remove(&id);
@@ -435,7 +437,7 @@ impl Handler<Create> for Registry {
                     ApiError::new(ErrorCode::Internal, format!("session start failed: {e}"))
                 })
                 .and_then(|r| r)
-                .map(|pty| act.start_session(id, spec, pty, ctx));
+                .map(|pty| act.start_session(id, spec, (pty, home), ctx));
             // Nobody hears of the session (the client, watchers, the
             // other nodes) before its record is on disk: a session anyone
             // was told about survives a crash.

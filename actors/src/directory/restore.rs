@@ -11,6 +11,7 @@ use std::time::Duration;
 use actix::prelude::*;
 use termesh_transport::SessionStatus;
 
+use crate::directory::homes::Home;
 use crate::directory::registry::{Registry, SessionHandle, WatchEvent};
 use crate::keeper::Held;
 use crate::metrics::Metrics;
@@ -73,14 +74,19 @@ impl Handler<Restore> for Registry {
 impl Registry {
     /// The program the keeper held for `id`, taken up when the session
     /// was running and is not here already; released otherwise.
-    fn take_up(&self, id: &Arc<str>, held: Option<Held>, was_running: bool) -> Option<Pty> {
+    fn take_up(
+        &self,
+        (id, home): (&Arc<str>, &Home),
+        held: Option<Held>,
+        was_running: bool,
+    ) -> Option<Pty> {
         let (held, keeper) = (held?, self.config.keeper.as_ref()?);
         if !was_running || self.dir.get(id).is_some() {
             keeper.release(&held.id);
             return None;
         }
         match pty::adopt(
-            &self.config.settings.pty_io,
+            (&self.config.settings.pty_io, &home.runtime),
             keeper,
             &held.id,
             held.pid,
@@ -131,7 +137,8 @@ impl Registry {
         let info = &stored.info;
         let id: Arc<str> = info.id.as_str().into();
         let was_running = info.status == SessionStatus::Running;
-        let mut pty = self.take_up(&id, held, was_running);
+        let home = self.homes.next();
+        let mut pty = self.take_up((&id, &home), held, was_running);
         if self.dir.get(&id).is_some() {
             return None;
         }
@@ -185,12 +192,10 @@ impl Registry {
             .map_or_else(crate::session::pty::InputTx::closed, |p: &Pty| {
                 p.input.clone()
             });
-        let arbiter = &self.arbiters[self.next_arbiter % self.arbiters.len()];
-        self.next_arbiter += 1;
         let (settings, metrics) = (self.config.settings.clone(), self.metrics.clone());
         let changed = ctx.address().recipient();
         let session_shared = shared.clone();
-        let addr = SessionActor::start_in_arbiter(&arbiter.handle(), move |_| {
+        let addr = SessionActor::start_in_arbiter(&home.arbiter, move |_| {
             SessionActor::restored(session_shared, stored, pty, settings, metrics, changed)
         });
         self.dir.insert(SessionHandle {
@@ -198,6 +203,7 @@ impl Registry {
             addr,
             input,
             shared: shared.clone(),
+            home,
         });
         Metrics::gauge(&self.metrics.sessions, 1);
         let info = self.persist(&shared);

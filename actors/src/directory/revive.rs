@@ -37,6 +37,8 @@ impl Handler<Revive> for Registry {
         let thread_id = id.clone();
         let keeper = self.config.keeper.clone();
         let io = self.config.settings.pty_io.clone();
+        // The new run's PTY tasks run on the session's thread, as the last's.
+        let home = handle.home.runtime.clone();
         let work = async move {
             // The last run's program is released first (its end made
             // durable), or the keeper refuses a second program of this id.
@@ -51,7 +53,7 @@ impl Handler<Revive> for Registry {
                 // task: until it lands, the keeper still holds that run.
                 let deadline = std::time::Instant::now() + RELEASE_WAIT;
                 loop {
-                    match spawn_program(&thread_id, &spec, &io, keeper.as_ref()) {
+                    match spawn_program(&thread_id, &spec, (&io, &home), keeper.as_ref()) {
                         Err(e)
                             if e.message.contains("already holds a program")
                                 && std::time::Instant::now() < deadline =>

@@ -24,10 +24,15 @@
 //!   (`os::may_lower_nice`); elsewhere it keeps its weight.
 //! - **the `termesh-bulk` CPU cgroup** (where the node may use one:
 //!   `cpu_group`; its tasks run only when nothing else wants a CPU),
-//!   once nobody typed into it for `INTERACTIVE_FOR`. A job starved there
-//!   may print nothing to say its flood ended, so this step, and the nice
-//!   value with it, lasts until the next key, and is never taken while a
-//!   key counts.
+//!   once nobody typed into it for `INTERACTIVE_FOR`, and only while
+//!   someone typed into another of the node's sessions within it: alone
+//!   on the node, a flood there would wait behind the node's own work
+//!   for it (its reads, shipping it) and run a quarter slower for nobody's
+//!   sake (docs/benchmarks.md, issue 32). A job starved there may print
+//!   nothing to say its flood ended, so this step, and the nice value
+//!   with it, lasts until the next key into it, or until nobody has typed
+//!   on the node for `INTERACTIVE_FOR` (it leaves and keeps its nice
+//!   value while it floods); it is never taken while a key counts.
 //!
 //! So on a saturated machine the program you type into (and the node
 //! serving you) runs first, while on an idle machine the flood is as fast

@@ -200,7 +200,7 @@ impl SessionActor {
         pty.take_seqs(seqs.clone());
         self.seqs = Some(seqs);
         self.pid = pty.pid;
-        self.flow = Default::default();
+        self.flow = bulk::Flow::new(self.settings.pty_io.typed());
         self.reap_guard = Some(pty.reap_guard);
         self.terminal = Some(pty.terminal);
         self.input = Some(pty.input);
@@ -252,6 +252,7 @@ impl SessionActor {
         changed: Recipient<SessionChanged>,
     ) -> Self {
         let settings_agent = settings.agents.of(&shared.command);
+        let flow = bulk::Flow::new(settings.pty_io.typed());
         SessionActor {
             id: shared.id.clone(),
             core: SessionCore::running(false, settings.kill_grace, u64::MAX),
@@ -274,7 +275,7 @@ impl SessionActor {
             next_mark: 1,
             screen: ScreenCache::default(),
             last_output: std::time::Instant::now(),
-            flow: Default::default(),
+            flow,
             cold: false,
             warm_counted: false,
             released: None,

@@ -19,6 +19,7 @@ use filedescriptor::FileDescriptor;
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use portable_pty::{native_pty_system, PtySize};
+use tokio::runtime::Handle;
 use tokio::sync::mpsc;
 
 use crate::keeper::Keeper;
@@ -244,13 +245,14 @@ impl std::fmt::Debug for Pty {
 
 /// Opens a PTY (portable-pty), starts the program in it as a session
 /// leader with the slave as its controlling terminal, and starts the PTY's
-/// I/O: the program is the node's child and ends with it.
-pub fn spawn(io: &PtyIo, spec: &SpawnSpec) -> Result<Pty, SpawnError> {
+/// I/O on `thread` (its session's): the program is the node's child
+/// and ends with it.
+pub fn spawn((io, thread): (&PtyIo, &Handle), spec: &SpawnSpec) -> Result<Pty, SpawnError> {
     let env = child_env(&spec.env);
     let cwd = spec.cwd.clone().or_else(home);
     let (pid, master) = start_in_terminal(&spec.command, &env, cwd.as_deref(), spec.size())?;
     crate::os::reset_for_child(pid);
-    start_io(io, pid, master, io::Child::Own).inspect_err(|_| {
+    start_io((io, thread), pid, master, io::Child::Own).inspect_err(|_| {
         // Nobody would read it or reap it: it goes now.
         let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
         let _ = nix::sys::wait::waitpid(Pid::from_raw(pid), None);
@@ -260,7 +262,7 @@ pub fn spawn(io: &PtyIo, spec: &SpawnSpec) -> Result<Pty, SpawnError> {
 /// Starts the program under the node's PTY keeper (`keeper`), which holds
 /// it and its terminal across the node's restarts.
 pub fn spawn_kept(
-    io: &PtyIo,
+    (io, thread): (&PtyIo, &Handle),
     keeper: &Keeper,
     id: &str,
     spec: &SpawnSpec,
@@ -276,20 +278,21 @@ pub fn spawn_kept(
                 reason,
             },
         })?;
-    adopt(io, keeper, id, pid, master)
+    adopt((io, thread), keeper, id, pid, master)
 }
 
 /// Takes up a program the keeper holds (started by this node or by an
 /// earlier run of it): `master` is the keeper's copy of its PTY master.
 pub fn adopt(
-    io: &PtyIo,
+    (io, thread): (&PtyIo, &Handle),
     keeper: &Keeper,
     id: &str,
     pid: i32,
     master: OwnedFd,
 ) -> Result<Pty, SpawnError> {
     let child = io::Child::Kept(keeper.watch(id));
-    start_io(io, pid, FileDescriptor::new(master), child).inspect_err(|_| keeper.release(id))
+    start_io((io, thread), pid, FileDescriptor::new(master), child)
+        .inspect_err(|_| keeper.release(id))
 }
 
 /// Opens a PTY and starts `command` in it (the node's and the keeper's
@@ -350,9 +353,9 @@ pub fn start_in_terminal(
 }
 
 /// Starts the reader, writer and exit waiter on `master` (made
-/// non-blocking: the session's one descriptor).
+/// non-blocking: the session's one descriptor), on `thread`.
 fn start_io(
-    io: &PtyIo,
+    (io, thread): (&PtyIo, &Handle),
     pid: i32,
     mut master: FileDescriptor,
     child: io::Child,
@@ -363,11 +366,12 @@ fn start_io(
     let terminal = Terminal(Arc::new(master), Lane::default());
     let (event_tx, events) = mpsc::channel(OUTPUT_QUEUE);
     let direct = input::Direct::new(&terminal.0, terminal.lane().clone(), io.written());
-    let (input, queue) = InputTx::new(Some(direct));
+    let (input, queue) = InputTx::new(Some(direct), io.typed());
     let (guard_tx, guard_rx) = tokio::sync::watch::channel(Let::Held);
     let (seqs, seqs_rx) = tokio::sync::watch::channel(None);
     let out = (event_tx, seqs_rx);
-    io::start(io, &terminal, pid, child, out, queue, guard_rx).map_err(|e| pty_error(&e))?;
+    io::start((io, thread), &terminal, pid, child, out, queue, guard_rx)
+        .map_err(|e| pty_error(&e))?;
     Ok(Pty {
         pid,
         terminal,

@@ -596,3 +596,37 @@ pub async fn stored_events(node: &TestNode, session: &str, after: u64) -> Vec<se
     .await
     .unwrap()
 }
+
+/// Someone typing on a node: a key into `session` every second (at most
+/// `TYPIST_KEYS`), until dropped. The node's bulk cgroup is for floods
+/// beside someone typing on the node (`session::bulk`).
+pub struct Typist(tokio::task::JoinHandle<()>);
+
+/// The most keys a `Typist` sends (ten minutes of them).
+const TYPIST_KEYS: usize = 600;
+
+impl Typist {
+    /// Types into `session` through `client` from now on.
+    pub fn start(mut client: Client, session: &str) -> Typist {
+        let session = session.to_string();
+        Typist(tokio::spawn(async move {
+            let mut every = tokio::time::interval(Duration::from_secs(1));
+            for _ in 0..TYPIST_KEYS {
+                every.tick().await;
+                let key = ClientMsg::Input {
+                    session: session.clone(),
+                    data: b"k".to_vec(),
+                };
+                if client.send(&key).await.is_err() {
+                    return;
+                }
+            }
+        }))
+    }
+}
+
+impl Drop for Typist {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}

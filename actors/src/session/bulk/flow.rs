@@ -22,6 +22,9 @@ pub struct Flow {
     weight: Weight,
     /// The session looks for input on a timer (`watch_typing`).
     watching: bool,
+    /// When input last reached any session of the node: the bulk cgroup
+    /// only while someone types on the node.
+    node: Typed,
 }
 
 /// The weight of the program's flooding job.
@@ -56,8 +59,9 @@ enum Nice {
     Kept,
 }
 
-impl Default for Flow {
-    fn default() -> Self {
+impl Flow {
+    /// A session's flow on a node whose input `node` marks.
+    pub fn new(node: Typed) -> Flow {
         Flow {
             since: Instant::now(),
             bytes: 0,
@@ -65,11 +69,10 @@ impl Default for Flow {
             bulk: false,
             weight: Weight::Full,
             watching: false,
+            node,
         }
     }
-}
 
-impl Flow {
     /// `n` bytes of output from the program (`pid` leads its session;
     /// `foreground` asks its terminal's foreground group, only when it is
     /// needed): once a second, decides bulk or not.
@@ -93,6 +96,7 @@ impl Flow {
         now: Instant,
     ) {
         self.input_at(host, typed, pid, now);
+        self.node_quiet(host, pid);
         self.bytes += n as u64;
         self.burst.count(n);
         let elapsed = now.saturating_duration_since(self.since);
@@ -111,7 +115,7 @@ impl Flow {
         // lower nice value, which ends with the flood (the module's doc);
         // the bulk cgroup, where a starved job may print nothing to say
         // it stopped flooding, only once nobody typed into it for
-        // `INTERACTIVE_FOR`.
+        // `INTERACTIVE_FOR`, and while someone types on the node.
         let recent = typed.recent();
         if rate < CALM_RATE as f64 && !self.moved() {
             self.give_nice_back(host, pid);
@@ -140,7 +144,7 @@ impl Flow {
                 );
             }
         }
-        if !recent && moved.is_none() {
+        if !recent && moved.is_none() && self.node.recent() {
             match host.enter_bulk(group) {
                 Some(Ok(from)) => moved = Some(from),
                 Some(Err(e)) => {
@@ -152,8 +156,10 @@ impl Flow {
         self.weight = Weight::demoted(group, nice, moved);
     }
 
-    /// A look while the job has a nice value only (not the bulk cgroup):
-    /// a second without output ends its flood too (`CALM_RATE`).
+    /// A look while the job is demoted: with a nice value only (not the
+    /// bulk cgroup), a second without output ends its flood too
+    /// (`CALM_RATE`); in the bulk cgroup, it leaves once nobody types on
+    /// the node.
     pub fn tick(&mut self, typed: &Typed, pid: i32, foreground: impl FnOnce() -> Option<i32>) {
         self.tick_at(&mut Os, typed, pid, foreground, Instant::now());
     }
@@ -168,6 +174,8 @@ impl Flow {
     ) {
         if self.group().is_some() && !self.moved() {
             self.output_at(host, 0, typed, pid, foreground, now);
+        } else {
+            self.node_quiet(host, pid);
         }
     }
 
@@ -219,6 +227,23 @@ impl Flow {
         self.since = now;
         self.bytes = 0;
         self.bulk = false;
+        self.leave_bulk(host, pid);
+        self.give_nice_back(host, pid);
+    }
+
+    /// Nobody typed on the node within `INTERACTIVE_FOR`: a job in the
+    /// bulk cgroup leaves it (nobody waits for a CPU it would take, and
+    /// there the node's own work for the flood, its reads and shipping,
+    /// waits behind it), keeping its nice value until it calms down.
+    fn node_quiet(&mut self, host: &mut impl Host, pid: i32) {
+        if self.moved() && !self.node.recent() {
+            self.leave_bulk(host, pid);
+        }
+    }
+
+    /// The demoted group leaves the bulk cgroup, if it is still the
+    /// program's.
+    fn leave_bulk(&mut self, host: &mut impl Host, pid: i32) {
         if let Weight::Demoted { group, moved, .. } = &mut self.weight {
             if let Some(from) = moved.take() {
                 if host.in_session(*group, pid) {
@@ -229,7 +254,6 @@ impl Flow {
             }
         }
         self.weight = std::mem::take(&mut self.weight).normal();
-        self.give_nice_back(host, pid);
     }
 
     /// The demoted group, if any.

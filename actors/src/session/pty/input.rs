@@ -2,7 +2,7 @@
 //! (`InputTx`, bounded in bytes), and the key written at once by its
 //! sender while nothing waits ahead of it.
 //!
-//! The writer task (`io`) drains the queue on a `pty-io` thread. A key
+//! The writer task (`io`) drains the queue on its session's thread. A key
 //! sent while the queue is empty and nothing is half written is written
 //! to the terminal by the thread that took it (the connection's, or the
 //! peer link's): a non-blocking write of a few bytes, which wakes the
@@ -24,6 +24,7 @@ use tokio::sync::mpsc;
 use tokio::sync::mpsc::error::TrySendError;
 
 use super::Lane;
+use crate::session::bulk::Typed;
 
 /// Input queued for the writer, in bytes: a burst of keystrokes (hundreds
 /// of tiny messages at once, forwarded through a peer) fits; a client
@@ -128,8 +129,10 @@ impl Direct {
 pub struct InputTx {
     tx: mpsc::Sender<ToTerminal>,
     backlog: Arc<Backlog>,
-    /// When keys were last queued (the session reads it: `bulk`).
-    typed: crate::session::bulk::Typed,
+    /// When keys were last queued (the session reads it: `bulk`), and
+    /// when they were last queued on any of the node's programs.
+    typed: Typed,
+    node_typed: Typed,
     /// Where a key nothing waits ahead of is written at once (none: every
     /// key queues).
     direct: Option<Arc<Direct>>,
@@ -137,14 +140,15 @@ pub struct InputTx {
 
 impl InputTx {
     /// A queue of `INPUT_QUEUE` messages and its backlog, whose keys are
-    /// written at once where `direct` is given.
-    pub(super) fn new(direct: Option<Direct>) -> (InputTx, Queue) {
+    /// written at once where `direct` is given and mark `node_typed`.
+    pub(super) fn new(direct: Option<Direct>, node_typed: Typed) -> (InputTx, Queue) {
         let (tx, rx) = mpsc::channel(INPUT_QUEUE);
         let backlog = Arc::new(Backlog::default());
         let input = InputTx {
             tx,
             backlog: backlog.clone(),
             typed: Default::default(),
+            node_typed,
             direct: direct.map(Arc::new),
         };
         (input, (rx, backlog))
@@ -152,12 +156,12 @@ impl InputTx {
 
     /// A queue whose program is gone (a session restored without one).
     pub fn closed() -> InputTx {
-        InputTx::new(None).0
+        InputTx::new(None, Typed::default()).0
     }
 
     /// Keys queued here mark `typed` (the session's, so it outlives this
     /// run of the program).
-    pub fn share_typed(&mut self, typed: &crate::session::bulk::Typed) {
+    pub fn share_typed(&mut self, typed: &Typed) {
         self.typed = typed.clone();
     }
 
@@ -172,7 +176,7 @@ impl InputTx {
         if self.backlog.messages.load(Ordering::Acquire) > 0 || self.tx.is_closed() {
             return self.queue(data.len(), ToTerminal::Keys(data));
         }
-        self.typed.now();
+        self.mark_typed();
         let written = direct.write(&data);
         if written == data.len() {
             return Ok(());
@@ -201,6 +205,11 @@ impl InputTx {
         self.push(0, ToTerminal::Size { cols, rows }).is_ok()
     }
 
+    fn mark_typed(&self) {
+        self.typed.now();
+        self.node_typed.now();
+    }
+
     /// Queues `msg` of `n` bytes, holding the gate.
     fn push(&self, n: usize, msg: ToTerminal) -> Result<(), TrySendError<()>> {
         let _gate = self
@@ -220,7 +229,7 @@ impl InputTx {
         self.backlog.bytes.fetch_add(n, Ordering::AcqRel);
         self.backlog.messages.fetch_add(1, Ordering::AcqRel);
         if n > 0 {
-            self.typed.now();
+            self.mark_typed();
         }
         self.tx.try_send(msg).map_err(|e| {
             self.backlog.bytes.fetch_sub(n, Ordering::AcqRel);
@@ -239,7 +248,7 @@ mod tests {
 
     #[test]
     fn the_input_queue_takes_a_burst_of_keys_and_refuses_past_its_bytes() {
-        let (input, _rx) = InputTx::new(None);
+        let (input, _rx) = InputTx::new(None, Typed::default());
         // Thousands of keystrokes nobody has written yet all wait.
         for i in 0..5_000 {
             input.try_send(Bytes::from(format!("k{i}\n"))).unwrap();
@@ -252,6 +261,24 @@ mod tests {
             assert!(taken <= INPUT_QUEUE_BYTES / paste.len(), "bounded in bytes");
         }
         assert!(taken >= INPUT_QUEUE_BYTES / paste.len() - 1);
+    }
+
+    #[test]
+    fn a_key_written_or_queued_marks_its_session_and_the_node() {
+        let (node, session) = (Typed::default(), Typed::default());
+        let (mut input, _rx) = InputTx::new(None, node.clone());
+        input.share_typed(&session);
+        input.resize(100, 30);
+        assert_eq!((node.at(), session.at()), (0, 0), "a size is no key");
+        input.try_send(Bytes::from_static(b"k")).unwrap();
+        assert!(node.recent() && session.recent(), "queued");
+
+        let (mut input, _queue, _master, _slave) = on_terminal();
+        let (node, session) = (Typed::default(), Typed::default());
+        input.node_typed = node.clone();
+        input.share_typed(&session);
+        input.try_send(Bytes::from_static(b"k")).unwrap();
+        assert!(node.recent() && session.recent(), "written at once");
     }
 
     /// An input queue on a fresh raw terminal, with keys written at once,
@@ -268,7 +295,7 @@ mod tests {
         master.set_non_blocking(true).unwrap();
         let master = Arc::new(master);
         let direct = Direct::new(&master, Lane::default(), Arc::default());
-        let (input, queue) = InputTx::new(Some(direct));
+        let (input, queue) = InputTx::new(Some(direct), Typed::default());
         (input, queue, master, pty.slave)
     }
 

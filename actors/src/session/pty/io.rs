@@ -1,10 +1,11 @@
 //! A session's PTY I/O without threads or descriptors of its own: the
-//! master is non-blocking and registered once with one of the small
-//! runtimes its node shares (`PtyIo`: `PTY_IO_THREADS`, a thread each); each
+//! master is non-blocking and registered once with the runtime of its
+//! session's thread (its home, where the session's actor runs); the
 //! session's reader, writer and exit waiter are tasks there, so ten
 //! thousand sessions cost ten thousand sets of tasks and one descriptor
 //! each (the master), not thirty thousand threads or four descriptors
-//! each.
+//! each, and an echo is read, logged and applied by its session without
+//! another thread woken in between.
 //!
 //! - The reader reads into a buffer whose filled part is split off as the
 //!   frame (no copy between the read and every subscriber), and passes it
@@ -15,10 +16,10 @@
 //!   output goes out at once. Each frame gets its seq and is in the output
 //!   log before it is queued (`seqs`): a node killed with frames queued
 //!   loses none. After a large frame the reader yields, so a flood's
-//!   reads take turns with the keystrokes of sessions on the same thread.
+//!   reads take turns with the other sessions on the same thread.
 //!   The reader alone holds the master's registration (for readability);
-//!   while its session is bulk (`Lane`) it runs on the bulk thread
-//!   (`pty-io-bulk`, nice +10), taking the registration
+//!   while its session is bulk (`Lane`) it runs on the node's one bulk
+//!   thread (`pty-io-bulk`, nice +10, `PtyIo`), taking the registration
 //!   there between two frames, and comes home the same way.
 //! - The writer drains the input channel that connections hold senders
 //!   of (a key nothing waits ahead of is written by its sender instead:
@@ -38,7 +39,7 @@
 
 use std::io::ErrorKind;
 use std::os::fd::AsFd;
-use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::BytesMut;
@@ -53,6 +54,7 @@ use super::input::Queue;
 use super::seqs::Sequencer;
 use super::{reaper, ExitInfo, Lane, Let, PtyEvent, Terminal, ToTerminal};
 use crate::keeper::Kept;
+use crate::session::bulk::Typed;
 
 /// Largest read from the PTY, and so the largest frame.
 pub const READ_CHUNK: usize = 64 * 1024;
@@ -61,44 +63,33 @@ pub const READ_CHUNK: usize = 64 * 1024;
 const FULL_RETRY: std::time::Duration = std::time::Duration::from_millis(5);
 /// First read size: an idle session touches no more memory than this.
 const MIN_CHUNK: usize = 4 * 1024;
-/// Threads that run the sessions' PTY tasks, each a runtime of its own
-/// that a session's three tasks stay on: reads and writes are short
-/// non-blocking calls, so one thread keeps up with floods that the session
-/// actors (which run elsewhere) cannot follow anyway; a second keeps a
-/// flood's reads from delaying the keystrokes of half the sessions. Not
-/// one two-worker runtime: its workers wake each other for every task
-/// woken from outside (a keystroke), and on a busy two-core machine the
-/// woken one could preempt the other and leave it waiting behind the
-/// store's background thread for a scheduler tick (echo p99 through a
-/// mirror: 1-2.5 ms samples, seen with `perf sched`).
-const PTY_IO_THREADS: usize = 2;
-/// How far below the process the bulk readers' thread runs: a flood's
-/// reads (and the kernel's copying done in their name) weigh a tenth of a
-/// keystroke's path on a busy core, and as much as ever on an idle one.
-/// A nice value, not the idle class: the reader holds its session's seqs
-/// and log locks while it writes a frame, and an idle-class thread
-/// preempted there could hold them for as long as the cores stay busy.
+/// How far below the process the bulk readers' thread runs while someone
+/// types on the node (`weigh_bulk_thread`): a flood's reads (and the
+/// kernel's copying done in their name) weigh a tenth of a keystroke's
+/// path on a busy core. A nice value, not the idle class: the reader
+/// holds its session's seqs and log locks while it writes a frame, and an
+/// idle-class thread preempted there could hold them for as long as the
+/// cores stay busy.
 const BULK_NICE_STEPS: i32 = 10;
 
-/// A node's PTY I/O threads (`PTY_IO_THREADS`), started with its first
-/// session. Every task on them holds a clone, so the threads end once the
-/// node has let go and the last session's tasks have ended: two nodes in
-/// one process share none of them.
+/// What a node's PTYs share: the bulk readers' thread, started with the
+/// first bulk session, and the counts for the node's metrics. Every task
+/// holds a clone, so the thread ends once the node has let go and the
+/// last session's tasks have ended: two nodes in one process share none.
 #[derive(Clone, Debug, Default)]
 pub struct PtyIo(Arc<Threads>);
 
 #[derive(Debug, Default)]
 struct Threads {
-    /// Each thread's runtime, and the sender whose drop ends it.
-    running: Mutex<Vec<(tokio::runtime::Handle, oneshot::Sender<()>)>>,
-    next: AtomicUsize,
     /// The thread bulk sessions' readers run on (`BULK_NICE_STEPS` below
-    /// the process), started with the first.
+    /// the process), and the sender whose drop ends it.
     bulk: Mutex<Option<(tokio::runtime::Handle, oneshot::Sender<()>)>>,
     /// The readers on it now (`termesh_bulk_sessions`).
     on_bulk: Arc<AtomicI64>,
     /// Input bytes written to terminals (`termesh_input_written_bytes_total`).
     written: Arc<AtomicU64>,
+    /// When input last reached any of the node's programs (`bulk::Flow`).
+    typed: Typed,
 }
 
 impl PtyIo {
@@ -112,23 +103,11 @@ impl PtyIo {
         }))
     }
 
-    /// The runtime a new session's tasks run on (in turn). A failure to
-    /// start the threads is returned (the create fails) and tried again by
-    /// the next.
-    fn runtime(&self) -> std::io::Result<tokio::runtime::Handle> {
-        let mut all = self.0.running.lock().unwrap_or_else(|p| p.into_inner());
-        while all.len() < PTY_IO_THREADS {
-            all.push(io_thread("pty-io", 0)?);
-        }
-        let turn = self.0.next.fetch_add(1, Ordering::Relaxed) % all.len();
-        Ok(all[turn].0.clone())
-    }
-
     /// The runtime of the bulk readers' thread.
     fn bulk_runtime(&self) -> std::io::Result<tokio::runtime::Handle> {
         let mut bulk = self.0.bulk.lock().unwrap_or_else(|p| p.into_inner());
         if bulk.is_none() {
-            *bulk = Some(io_thread("pty-io-bulk", BULK_NICE_STEPS)?);
+            *bulk = Some(bulk_thread()?);
         }
         Ok(bulk.as_ref().expect("started above").0.clone())
     }
@@ -138,25 +117,16 @@ impl PtyIo {
         self.0.written.clone()
     }
 
-    /// The `pty-io` threads running now, the bulk one included (for tests
-    /// and the docs' claim).
-    pub fn threads(&self) -> usize {
-        self.0.running.lock().map_or(0, |all| all.len())
-            + self
-                .0
-                .bulk
-                .lock()
-                .map_or(0, |bulk| usize::from(bulk.is_some()))
+    /// When input last reached any of the node's programs.
+    pub fn typed(&self) -> Typed {
+        self.0.typed.clone()
     }
 }
 
-/// A thread named `name`, `nice_steps` below the process, running a
-/// current-thread runtime until its sender is dropped (with the last
-/// `PtyIo`).
-fn io_thread(
-    name: &str,
-    nice_steps: i32,
-) -> std::io::Result<(tokio::runtime::Handle, oneshot::Sender<()>)> {
+/// The bulk readers' thread (`pty-io-bulk`, at the process's nice value
+/// until someone types: `weigh_bulk_thread`), running a current-thread
+/// runtime until its sender is dropped (with the last `PtyIo`).
+fn bulk_thread() -> std::io::Result<(tokio::runtime::Handle, oneshot::Sender<()>)> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_io()
         .enable_time()
@@ -164,14 +134,52 @@ fn io_thread(
     let handle = rt.handle().clone();
     let (stop, stopped) = oneshot::channel::<()>();
     std::thread::Builder::new()
-        .name(name.into())
+        .name("pty-io-bulk".into())
         .spawn(move || {
-            if nice_steps > 0 {
-                crate::os::lower_priority(&[], nice_steps);
-            }
             let _ = rt.block_on(stopped);
         })?;
     Ok((handle, stop))
+}
+
+/// Where the bulk thread's nice value stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BulkNice {
+    /// The process's own.
+    Base,
+    /// `BULK_NICE_STEPS` below it.
+    Lowered,
+    /// Lowered, and taking it back up was refused: not tried again.
+    Kept,
+}
+
+thread_local! {
+    /// The bulk thread's (a reader on it weighs it before each read).
+    static BULK_NICE: std::cell::Cell<BulkNice> = const { std::cell::Cell::new(BulkNice::Base) };
+}
+
+/// Called on the bulk thread before each read: its nice value is
+/// `BULK_NICE_STEPS` below the process's while someone typed on the node
+/// within `INTERACTIVE_FOR` (`typed`), and the process's own otherwise,
+/// where the node may take it back up. On a node nobody types on, a
+/// flood's reads then weigh as much as the node's own work for it
+/// (shipping it): at nice 10 they were the slowest stage of that
+/// pipeline, a tenth to a quarter off the flood's rate for nobody's sake
+/// (docs/benchmarks.md, issue 32).
+fn weigh_bulk_thread(typed: &Typed) {
+    BULK_NICE.with(|state| {
+        let next = match (state.get(), typed.recent()) {
+            (BulkNice::Base, true) => match crate::os::renice_thread(BULK_NICE_STEPS) {
+                true => BulkNice::Lowered,
+                false => BulkNice::Base,
+            },
+            (BulkNice::Lowered, false) => match crate::os::renice_thread(0) {
+                true => BulkNice::Base,
+                false => BulkNice::Kept,
+            },
+            (same, _) => same,
+        };
+        state.set(next);
+    });
 }
 
 /// The master, registered for one kind of readiness with the runtime of
@@ -187,9 +195,9 @@ pub enum Child {
 }
 
 /// Starts the reader and writer on `terminal` (non-blocking) and the
-/// waiter for `pid`.
+/// waiter for `pid`, on `home`.
 pub fn start(
-    io: &PtyIo,
+    (io, home): (&PtyIo, &tokio::runtime::Handle),
     terminal: &Terminal,
     pid: i32,
     child: Child,
@@ -203,7 +211,7 @@ pub fn start(
     if matches!(child, Child::Own) {
         reaper::start()?;
     }
-    let rt = io.runtime()?;
+    let rt = home.clone();
     let _in_runtime = rt.enter();
     let master = crate::os::register_owned(terminal.descriptor(), Interest::READABLE)?;
     let reader = Reader {
@@ -316,6 +324,9 @@ async fn read_task(mut r: Reader, master: Registered) {
                     r.lane = watch::channel(r.on_bulk).1;
                 }
             }
+        }
+        if r.on_bulk {
+            weigh_bulk_thread(&r.io.0.typed);
         }
         buf.clear();
         buf.resize(r.want, 0);
@@ -550,8 +561,8 @@ async fn wait_kept(mut kept: Kept, tx: mpsc::Sender<PtyEvent>, mut release: watc
 }
 
 /// Releases a kept program on a blocking thread: telling the keeper can
-/// wait up to its socket timeout, and this `pty-io` thread runs other
-/// sessions' reads and writes.
+/// wait up to its socket timeout, and this thread runs its sessions' actors
+/// and their PTYs' reads and writes.
 fn release_off_thread(kept: Kept) {
     drop(tokio::task::spawn_blocking(move || kept.release()));
 }

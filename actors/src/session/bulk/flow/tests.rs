@@ -17,7 +17,7 @@ fn key(t: &Typed) {
 fn a_flood_started_by_a_key_is_bulk_at_its_first_second_past_the_burst() {
     // No such process: nothing is reniced, only the rule runs.
     let pid = i32::MAX;
-    let (t, mut f) = (Typed::default(), Flow::default());
+    let (t, mut f) = (Typed::default(), Flow::new(Typed::default()));
     let t0 = Instant::now();
     let at = |ms: u64| t0 + Duration::from_millis(ms);
     let out = |f: &mut Flow, n: usize, ms: u64| f.output_at(&mut Os, n, &t, pid, || None, at(ms));
@@ -39,7 +39,7 @@ fn a_flood_started_by_a_key_is_bulk_at_its_first_second_past_the_burst() {
     assert!(f.is_bulk(), "a second past the key, past its burst");
 
     // Typed into and printing less than its burst each time: never bulk.
-    let (t, mut f) = (Typed::default(), Flow::default());
+    let (t, mut f) = (Typed::default(), Flow::new(Typed::default()));
     for round in 0..5u64 {
         key(&t);
         let start = round * 1_100;
@@ -59,7 +59,7 @@ fn a_key_started_flood_is_niced_until_it_stops_flooding() {
     let pid = leader.id() as i32;
     let t0 = Instant::now();
     let at = |ms: u64| t0 + Duration::from_millis(ms);
-    let (t, mut f) = (Typed::default(), Flow::default());
+    let (t, mut f) = (Typed::default(), Flow::new(Typed::default()));
     let mut nice = Vec::new();
     // `setsid` has made the session once `sleep` runs in it.
     while !Os.in_session(pid, pid) {
@@ -193,10 +193,12 @@ impl Host for Model {
 const PID: i32 = 100;
 const JOB: i32 = 200;
 
-/// Nobody typed yet, and a flow whose seconds count from the instant
-/// returned.
+/// Nobody typed into the session yet (someone types into another of the
+/// node's), and a flow whose seconds count from the instant returned.
 fn start() -> (Typed, Flow, Instant) {
-    let (f, t0) = (Flow::default(), Instant::now());
+    let node = Typed::default();
+    key(&node);
+    let (f, t0) = (Flow::new(node), Instant::now());
     (Typed::default(), Flow { since: t0, ..f }, t0)
 }
 
@@ -300,5 +302,41 @@ fn a_flood_the_cgroup_refuses_has_its_nice_value_only() {
     // Not moved, so a calm second ends it, with no key.
     second(&mut f, &mut m, &t, t0, 2, 1 << 10);
     assert_eq!(m.nice(JOB), 0);
+    assert!(!f.demoted());
+}
+
+#[test]
+fn the_bulk_cgroup_is_only_for_floods_beside_someone_typing_on_the_node() {
+    let mut m = Model::new(&[(PID, PID, 0), (JOB, PID, 0)]);
+    let (t, mut f, t0) = start();
+    let someone = f.node.clone();
+    // Nobody types on the node: the flood has its nice value only.
+    f.node = Typed::default();
+    second(&mut f, &mut m, &t, t0, 1, 2 << 20);
+    assert_eq!((m.nice(JOB), m.moved(JOB)), (BULK_NICE, false), "alone");
+    // Someone types into another session: it moves at its next second.
+    f.node = someone;
+    second(&mut f, &mut m, &t, t0, 2, 2 << 20);
+    assert_eq!(
+        (m.nice(JOB), m.moved(JOB)),
+        (BULK_NICE, true),
+        "beside a key"
+    );
+    // They stop: at the next look it leaves, keeping its nice value while
+    // it floods, and a calm second gives that back too.
+    f.node = Typed::default();
+    f.tick_at(
+        &mut m,
+        &t,
+        PID,
+        || Some(JOB),
+        t0 + Duration::from_millis(2_100),
+    );
+    assert_eq!((m.nice(JOB), m.moved(JOB)), (BULK_NICE, false), "quiet");
+    assert!(f.demoted());
+    second(&mut f, &mut m, &t, t0, 3, 2 << 20);
+    assert_eq!((m.nice(JOB), m.moved(JOB)), (BULK_NICE, false), "flooding");
+    second(&mut f, &mut m, &t, t0, 4, 1 << 10);
+    assert_eq!((m.nice(JOB), m.moved(JOB)), (0, false), "calm");
     assert!(!f.demoted());
 }

@@ -133,12 +133,15 @@ async fn the_store_runs_below_the_node() {
         }
     })
     .await;
-    // The node's request threads keep its priority.
+    // The node's request threads and session threads keep its priority.
     let others: Vec<i32> = std::fs::read_dir(format!("/proc/{pid}/task"))
         .unwrap()
         .flatten()
         .filter(|t| {
-            std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.starts_with("actix-rt"))
+            std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| {
+                c.starts_with("actix-rt")
+                    || c.trim_end() == termesh_actors::directory::homes::THREAD_NAME
+            })
         })
         .filter_map(|t| nice_of(t.file_name().to_string_lossy().parse().ok()?))
         .collect();

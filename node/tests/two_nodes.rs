@@ -58,12 +58,22 @@ async fn a_stopped_node_takes_its_session_threads_and_leaves_the_other_working()
     let exits = b.create(&["sh", "-c", "read line; exit $line"]).await;
     type_line(&a, &on_a.id, "from-a").await;
     wait_output(&a, &on_a.id, "from-a").await;
+    let a_program = session_pids(&on_a.id);
+    assert_eq!(a_program.len(), 1, "node a's `cat`");
 
     tokio::task::spawn_blocking(move || a.node.stop())
         .await
         .unwrap()
         .expect("node a stops");
     wait_threads(THREAD_NAME, n, "node a's session threads to end with it").await;
+    // Its program was killed with it and reaped, by its waiter or, when
+    // its thread stopped first, by the process's reaper: no zombie left.
+    within(PATIENCE, "node a's program reaped", async {
+        while std::path::Path::new(&format!("/proc/{}", a_program[0])).exists() {
+            poll_pause().await;
+        }
+    })
+    .await;
     assert_eq!(
         threads("pty-reaper"),
         1,

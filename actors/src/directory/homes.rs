@@ -11,7 +11,9 @@ use actix::{Arbiter, ArbiterHandle};
 /// the PTY's tasks, spawned from other threads).
 #[derive(Clone, Debug)]
 pub struct Home {
+    /// Where the session's actor starts.
     pub arbiter: ArbiterHandle,
+    /// Where its PTY's reader, writer and exit waiter are spawned.
     pub runtime: tokio::runtime::Handle,
 }
 
@@ -45,7 +47,9 @@ impl Homes {
 }
 
 /// The threads end with the node's registry: a node stopped in a process
-/// that goes on (tests, an embedding program) leaves none behind.
+/// that goes on (tests, an embedding program) leaves none behind. A PTY
+/// waiter dropped with its thread before it reaped leaves its program to
+/// the process's reaper (`pty::reaper::orphan`).
 impl Drop for Homes {
     fn drop(&mut self) {
         for (arbiter, _) in &self.all {

@@ -96,6 +96,14 @@ impl BulkGroup {
             }
             _ => {}
         }
+        // What an earlier run of the node moved here goes back to the
+        // node's cgroup: this run knows nothing of it, so could never move
+        // it back, and moves it again if it floods beside someone typing.
+        if let Ok(left) = std::fs::read_to_string(dir.join("cgroup.procs")) {
+            for pid in left.lines() {
+                let _ = write(&own.join("cgroup.procs"), pid);
+            }
+        }
         let least = if hierarchy.v2 {
             ("cpu.weight", "1")
         } else {

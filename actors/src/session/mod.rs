@@ -89,7 +89,8 @@ pub struct SessionSettings {
     pub store: Option<crate::store::StoreHandle>,
     /// The node's budget for warming screen models in the background.
     pub warmth: warmth::Warmth,
-    /// The node's PTY I/O threads.
+    /// What the node's PTYs share: the bulk reader thread, the node's
+    /// typing, the input count.
     pub pty_io: pty::PtyIo,
     /// What the node knows of agents (built in, and `[[agents]]`).
     pub agents: agent::Agents,

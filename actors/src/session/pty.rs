@@ -30,6 +30,7 @@ mod input;
 mod io;
 mod reaper;
 mod seqs;
+mod weight;
 
 pub use input::{InputTx, ToTerminal, INPUT_QUEUE_BYTES};
 
@@ -143,7 +144,8 @@ impl ReapGuard {
     }
 }
 
-/// Which of the node's I/O threads a session's reads run on: bulk while
+/// Which thread a session's reads run on, its own or the node's bulk
+/// thread: bulk while
 /// its program floods and is not interactive (`bulk::Flow` says so),
 /// back at once when a key is written. Shared by the session's terminal,
 /// its writer, its reader and the senders that write keys at once

@@ -273,11 +273,12 @@ mod tests {
         input.try_send(Bytes::from_static(b"k")).unwrap();
         assert!(node.recent() && session.recent(), "queued");
 
-        let (mut input, _queue, _master, _slave) = on_terminal();
+        let (mut input, (mut rx, _), _master, _slave) = on_terminal();
         let (node, session) = (Typed::default(), Typed::default());
         input.node_typed = node.clone();
         input.share_typed(&session);
         input.try_send(Bytes::from_static(b"k")).unwrap();
+        assert!(rx.try_recv().is_err(), "written at once, not queued");
         assert!(node.recent() && session.recent(), "written at once");
     }
 

@@ -19,7 +19,8 @@
 //!   reads take turns with the other sessions on the same thread.
 //!   The reader alone holds the master's registration (for readability);
 //!   while its session is bulk (`Lane`) it runs on the node's one bulk
-//!   thread (`pty-io-bulk`, nice +10, `PtyIo`), taking the registration
+//!   thread (`pty-io-bulk`, `PtyIo`; nice +10 while someone types on the
+//!   node: `weight`), taking the registration
 //!   there between two frames, and comes home the same way.
 //! - The writer drains the input channel that connections hold senders
 //!   of (a key nothing waits ahead of is written by its sender instead:
@@ -52,6 +53,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use super::input::Queue;
 use super::seqs::Sequencer;
+use super::weight;
 use super::{reaper, ExitInfo, Lane, Let, PtyEvent, Terminal, ToTerminal};
 use crate::keeper::Kept;
 use crate::session::bulk::Typed;
@@ -63,14 +65,6 @@ pub const READ_CHUNK: usize = 64 * 1024;
 const FULL_RETRY: std::time::Duration = std::time::Duration::from_millis(5);
 /// First read size: an idle session touches no more memory than this.
 const MIN_CHUNK: usize = 4 * 1024;
-/// How far below the process the bulk readers' thread runs while someone
-/// types on the node (`weigh_bulk_thread`): a flood's reads (and the
-/// kernel's copying done in their name) weigh a tenth of a keystroke's
-/// path on a busy core. A nice value, not the idle class: the reader
-/// holds its session's seqs and log locks while it writes a frame, and an
-/// idle-class thread preempted there could hold them for as long as the
-/// cores stay busy.
-const BULK_NICE_STEPS: i32 = 10;
 
 /// What a node's PTYs share: the bulk readers' thread, started with the
 /// first bulk session, and the counts for the node's metrics. Every task
@@ -81,8 +75,8 @@ pub struct PtyIo(Arc<Threads>);
 
 #[derive(Debug, Default)]
 struct Threads {
-    /// The thread bulk sessions' readers run on (`BULK_NICE_STEPS` below
-    /// the process), and the sender whose drop ends it.
+    /// The thread bulk sessions' readers run on (`weight`), and the
+    /// sender whose drop ends it.
     bulk: Mutex<Option<(tokio::runtime::Handle, oneshot::Sender<()>)>>,
     /// The readers on it now (`termesh_bulk_sessions`).
     on_bulk: Arc<AtomicI64>,
@@ -93,8 +87,9 @@ struct Threads {
 }
 
 impl PtyIo {
-    /// Threads that count their readers on the bulk thread in `on_bulk`
-    /// and the input written in `written` (the node's metrics).
+    /// What a node's PTYs share, counting the readers on the bulk thread
+    /// in `on_bulk` and the input written in `written` (the node's
+    /// metrics).
     pub fn counting(on_bulk: Arc<AtomicI64>, written: Arc<AtomicU64>) -> PtyIo {
         PtyIo(Arc::new(Threads {
             on_bulk,
@@ -123,8 +118,8 @@ impl PtyIo {
     }
 }
 
-/// The bulk readers' thread (`pty-io-bulk`, at the process's nice value
-/// until someone types: `weigh_bulk_thread`), running a current-thread
+/// The bulk readers' thread (`pty-io-bulk`, lowered while someone types:
+/// `weight`), running a current-thread
 /// runtime until its sender is dropped (with the last `PtyIo`).
 fn bulk_thread() -> std::io::Result<(tokio::runtime::Handle, oneshot::Sender<()>)> {
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -136,50 +131,10 @@ fn bulk_thread() -> std::io::Result<(tokio::runtime::Handle, oneshot::Sender<()>
     std::thread::Builder::new()
         .name("pty-io-bulk".into())
         .spawn(move || {
+            weight::start();
             let _ = rt.block_on(stopped);
         })?;
     Ok((handle, stop))
-}
-
-/// Where the bulk thread's nice value stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum BulkNice {
-    /// The process's own.
-    Base,
-    /// `BULK_NICE_STEPS` below it.
-    Lowered,
-    /// Lowered, and taking it back up was refused: not tried again.
-    Kept,
-}
-
-thread_local! {
-    /// The bulk thread's (a reader on it weighs it before each read).
-    static BULK_NICE: std::cell::Cell<BulkNice> = const { std::cell::Cell::new(BulkNice::Base) };
-}
-
-/// Called on the bulk thread before each read: its nice value is
-/// `BULK_NICE_STEPS` below the process's while someone typed on the node
-/// within `INTERACTIVE_FOR` (`typed`), and the process's own otherwise,
-/// where the node may take it back up. On a node nobody types on, a
-/// flood's reads then weigh as much as the node's own work for it
-/// (shipping it): at nice 10 they were the slowest stage of that
-/// pipeline, a tenth to a quarter off the flood's rate for nobody's sake
-/// (docs/benchmarks.md, issue 32).
-fn weigh_bulk_thread(typed: &Typed) {
-    BULK_NICE.with(|state| {
-        let next = match (state.get(), typed.recent()) {
-            (BulkNice::Base, true) => match crate::os::renice_thread(BULK_NICE_STEPS) {
-                true => BulkNice::Lowered,
-                false => BulkNice::Base,
-            },
-            (BulkNice::Lowered, false) => match crate::os::renice_thread(0) {
-                true => BulkNice::Base,
-                false => BulkNice::Kept,
-            },
-            (same, _) => same,
-        };
-        state.set(next);
-    });
 }
 
 /// The master, registered for one kind of readiness with the runtime of
@@ -239,7 +194,7 @@ pub fn start(
     Ok(())
 }
 
-/// `task`, keeping the node's threads alive while it runs.
+/// `task`, keeping the node's bulk thread alive while it runs.
 fn held<F: std::future::Future<Output = ()>>(
     io: &PtyIo,
     task: F,
@@ -326,7 +281,7 @@ async fn read_task(mut r: Reader, master: Registered) {
             }
         }
         if r.on_bulk {
-            weigh_bulk_thread(&r.io.0.typed);
+            weight::weigh(&r.io.0.typed);
         }
         buf.clear();
         buf.resize(r.want, 0);
@@ -520,7 +475,10 @@ async fn released(release: &mut watch::Receiver<Let>) -> Let {
 }
 
 /// Tells the session of the exit, then reaps once it lets go of its guard.
+/// Dropped before it reaped (its session's thread stopped with its node),
+/// it leaves the reaping to the process's reaper.
 async fn wait_task(pid: i32, tx: mpsc::Sender<PtyEvent>, mut release: watch::Receiver<Let>) {
+    let unreaped = Unreaped(pid);
     let info = reaper::exited(pid).await.unwrap_or(ExitInfo {
         code: 1,
         signal: None,
@@ -530,7 +488,17 @@ async fn wait_task(pid: i32, tx: mpsc::Sender<PtyEvent>, mut release: watch::Rec
     // the zombie: at once, as the reaper saw it exit (an answer without an
     // exit only comes when the reaper is gone, and then so is the node).
     released(&mut release).await;
+    std::mem::forget(unreaped);
     while let Err(nix::errno::Errno::EINTR) = waitpid(Pid::from_raw(pid), None) {}
+}
+
+/// The node's own child, not reaped yet by its waiter.
+struct Unreaped(i32);
+
+impl Drop for Unreaped {
+    fn drop(&mut self) {
+        reaper::orphan(self.0);
+    }
 }
 
 /// Tells the session of the exit the keeper reports (or that the keeper,

@@ -13,10 +13,10 @@
 //! started any other way (tokio, std) are never reaped from under their
 //! owners.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 
-use nix::sys::wait::{waitid, Id, WaitPidFlag, WaitStatus};
+use nix::sys::wait::{waitid, waitpid, Id, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::oneshot;
@@ -28,6 +28,9 @@ const PASS_GAP: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// Programs whose exit is awaited, by pid.
 static WAITING: Mutex<BTreeMap<i32, oneshot::Sender<ExitInfo>>> = Mutex::new(BTreeMap::new());
+/// Programs whose waiter is gone before it reaped them (its node's
+/// session threads stopped): reaped here once they exit.
+static ORPHANS: Mutex<BTreeSet<i32>> = Mutex::new(BTreeSet::new());
 
 /// Starts the process's SIGCHLD listener (once; a failure is returned,
 /// and tried again by the next create). It runs on a thread of its own,
@@ -75,6 +78,36 @@ pub fn exited(pid: i32) -> oneshot::Receiver<ExitInfo> {
     rx
 }
 
+/// Reaps `pid` (a child of this process whose waiter is gone) once it
+/// has exited: now, or at a later pass. Its session is gone with its
+/// waiter, so nothing signals its group any more.
+pub fn orphan(pid: i32) {
+    lock().remove(&pid);
+    if !reap(pid) {
+        orphans().insert(pid);
+        // An exit between the look and the insert was seen by a pass that
+        // did not know the pid yet.
+        if reap(pid) {
+            orphans().remove(&pid);
+        }
+    }
+}
+
+fn orphans() -> std::sync::MutexGuard<'static, BTreeSet<i32>> {
+    ORPHANS.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Reaps `pid` if it has exited (or is no child of ours any more).
+fn reap(pid: i32) -> bool {
+    loop {
+        match waitpid(Pid::from_raw(pid), Some(WaitPidFlag::WNOHANG)) {
+            Err(nix::errno::Errno::EINTR) => continue,
+            Ok(WaitStatus::StillAlive) => return false,
+            _ => return true,
+        }
+    }
+}
+
 fn lock() -> std::sync::MutexGuard<'static, BTreeMap<i32, oneshot::Sender<ExitInfo>>> {
     WAITING.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -83,6 +116,12 @@ fn look_all() {
     let pids: Vec<i32> = lock().keys().copied().collect();
     for pid in pids {
         look(pid);
+    }
+    let gone: Vec<i32> = orphans().iter().copied().collect();
+    for pid in gone {
+        if reap(pid) {
+            orphans().remove(&pid);
+        }
     }
 }
 
@@ -121,5 +160,33 @@ pub fn exit_info(result: nix::Result<WaitStatus>) -> Option<ExitInfo> {
             code: 1,
             signal: None,
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_program_whose_waiter_is_gone_is_reaped_once_it_exits() {
+        start().unwrap();
+        // Its `Child` is forgotten: the reaper, not std, reaps it.
+        let child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let pid = child.id() as i32;
+        std::mem::forget(child);
+        let proc_dir = std::path::PathBuf::from(format!("/proc/{pid}"));
+        orphan(pid);
+        assert!(proc_dir.exists(), "running: not reaped yet");
+        nix::sys::signal::kill(Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL).unwrap();
+        // The reaper's pass on its SIGCHLD reaps it: polled, bounded above.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while proc_dir.exists() {
+            assert!(std::time::Instant::now() < deadline, "still a zombie");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert!(!orphans().contains(&pid));
     }
 }

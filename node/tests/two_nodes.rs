@@ -58,6 +58,12 @@ async fn a_stopped_node_takes_its_session_threads_and_leaves_the_other_working()
     let exits = b.create(&["sh", "-c", "read line; exit $line"]).await;
     type_line(&a, &on_a.id, "from-a").await;
     wait_output(&a, &on_a.id, "from-a").await;
+    // Their PTYs' tasks run on those threads: none of their own.
+    assert_eq!(
+        threads("pty-io"),
+        0,
+        "no PTY thread beside the session threads"
+    );
     let a_program = session_pids(&on_a.id);
     assert_eq!(a_program.len(), 1, "node a's `cat`");
 

@@ -1,8 +1,8 @@
 //! The node's directory of sessions: the registry actor that creates,
 //! restores (taking up programs the PTY keeper held), revives and removes
-//! them, the checks of create requests, the
-//! agent hook secret, and the watch queues that tell clients and peers of
-//! changes.
+//! them, the table of sessions everyone reads, the checks of create
+//! requests, the agent hook secret, and the watch queues that tell
+//! clients and peers of changes.
 
 pub mod bells;
 pub mod create;
@@ -11,4 +11,5 @@ pub mod hook;
 pub mod registry;
 pub mod restore;
 pub mod revive;
+pub mod table;
 pub mod watch;

@@ -76,7 +76,8 @@ impl Registry {
     /// was running and is not here already; released otherwise.
     fn take_up(
         &self,
-        (id, home): (&Arc<str>, &Home),
+        id: &Arc<str>,
+        home: &Home,
         held: Option<Held>,
         was_running: bool,
     ) -> Option<Pty> {
@@ -138,7 +139,7 @@ impl Registry {
         let id: Arc<str> = info.id.as_str().into();
         let was_running = info.status == SessionStatus::Running;
         let home = self.homes.next();
-        let mut pty = self.take_up((&id, &home), held, was_running);
+        let mut pty = self.take_up(&id, &home, held, was_running);
         if self.dir.get(&id).is_some() {
             return None;
         }

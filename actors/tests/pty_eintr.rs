@@ -6,6 +6,8 @@
 //! process-wide.
 #![allow(unsafe_code)] // sigaction and tgkill, to interrupt one thread.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -49,24 +51,6 @@ fn threads_waiting(name: &str) -> Vec<i32> {
 /// The name of the thread the PTY's tasks run on.
 const THREAD: &str = "pty-home";
 
-/// A thread named `THREAD` running a current-thread runtime until the
-/// sender is dropped.
-fn session_thread() -> (tokio::runtime::Handle, tokio::sync::oneshot::Sender<()>) {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let handle = runtime.handle().clone();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    std::thread::Builder::new()
-        .name(THREAD.into())
-        .spawn(move || {
-            let _ = runtime.block_on(stopped);
-        })
-        .unwrap();
-    (handle, stop)
-}
-
 #[test]
 fn an_interrupted_read_is_not_end_of_output() {
     let action = SigAction::new(
@@ -78,7 +62,7 @@ fn an_interrupted_read_is_not_end_of_output() {
     unsafe { sigaction(Signal::SIGUSR1, &action) }.unwrap();
 
     let io = termesh_actors::session::pty::PtyIo::default();
-    let (thread, _stop) = session_thread();
+    let (thread, _stop) = common::session_thread(THREAD);
     let mut pty = spawn(
         (&io, &thread),
         &SpawnSpec {

@@ -28,6 +28,7 @@ pub use reaper::exit_info;
 
 mod input;
 mod io;
+mod reads;
 mod reaper;
 mod seqs;
 mod weight;
@@ -456,4 +457,17 @@ pub fn parse_signal(name: &str) -> Option<Signal> {
         "INT" => Some(Signal::SIGINT),
         _ => None,
     }
+}
+
+/// A fresh raw terminal for unit tests: its master, non-blocking, and its
+/// slave. Raw before anything is written, so it holds bytes as they came.
+#[cfg(test)]
+fn raw_terminal() -> (FileDescriptor, std::os::fd::OwnedFd) {
+    let pty = nix::pty::openpty(None, None).unwrap();
+    let mut attrs = nix::sys::termios::tcgetattr(&pty.slave).unwrap();
+    nix::sys::termios::cfmakeraw(&mut attrs);
+    nix::sys::termios::tcsetattr(&pty.slave, nix::sys::termios::SetArg::TCSANOW, &attrs).unwrap();
+    let mut master = FileDescriptor::new(pty.master);
+    master.set_non_blocking(true).unwrap();
+    (master, pty.slave)
 }

@@ -285,19 +285,11 @@ mod tests {
     /// An input queue on a fresh raw terminal, with keys written at once,
     /// and the terminal's master (the test holds it open) and slave.
     fn on_terminal() -> (InputTx, Queue, Arc<FileDescriptor>, std::os::fd::OwnedFd) {
-        let pty = nix::pty::openpty(None, None).unwrap();
-        // Raw before anything is written: the terminal holds bytes as they
-        // came.
-        let mut attrs = nix::sys::termios::tcgetattr(&pty.slave).unwrap();
-        nix::sys::termios::cfmakeraw(&mut attrs);
-        nix::sys::termios::tcsetattr(&pty.slave, nix::sys::termios::SetArg::TCSANOW, &attrs)
-            .unwrap();
-        let mut master = FileDescriptor::new(pty.master);
-        master.set_non_blocking(true).unwrap();
+        let (master, slave) = crate::session::pty::raw_terminal();
         let master = Arc::new(master);
         let direct = Direct::new(&master, Lane::default(), Arc::default());
         let (input, queue) = InputTx::new(Some(direct), Typed::default());
-        (input, queue, master, pty.slave)
+        (input, queue, master, slave)
     }
 
     /// The next `n` bytes the terminal gives its program (bounded: the

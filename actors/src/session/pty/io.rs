@@ -13,7 +13,9 @@
 //!   reader waits, the kernel buffer fills and the program's writes block.
 //!   After a read, whatever is already waiting joins the same frame, up to
 //!   `READ_CHUNK`, so a flood becomes a few large frames while interactive
-//!   output goes out at once. Each frame gets its seq and is in the output
+//!   output goes out at once; it reads only what the kernel already holds
+//!   (`reads`: a read that finds nothing would hold the thread until the
+//!   terminal's flush worker ran). Each frame gets its seq and is in the output
 //!   log before it is queued (`seqs`): a node killed with frames queued
 //!   loses none. After a large frame the reader yields, so a flood's
 //!   reads take turns with the other sessions on the same thread.
@@ -47,11 +49,11 @@ use bytes::BytesMut;
 use filedescriptor::FileDescriptor;
 use nix::sys::wait::waitpid;
 use nix::unistd::Pid;
-use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::input::Queue;
+use super::reads::{self, read_ready, Registered};
 use super::seqs::Sequencer;
 use super::weight;
 use super::{reaper, ExitInfo, Lane, Let, PtyEvent, Terminal, ToTerminal};
@@ -137,10 +139,6 @@ fn bulk_thread() -> std::io::Result<(tokio::runtime::Handle, oneshot::Sender<()>
     Ok((handle, stop))
 }
 
-/// The master, registered for one kind of readiness with the runtime of
-/// the task that waits on it.
-type Registered = AsyncFd<Arc<FileDescriptor>>;
-
 /// Whose child the program is.
 pub enum Child {
     /// The node's: the node's SIGCHLD pass sees its exit, the waiter reaps.
@@ -204,10 +202,6 @@ fn held<F: std::future::Future<Output = ()>>(
         task.await;
         drop(io);
     }
-}
-
-fn read(fd: &FileDescriptor, buf: &mut [u8]) -> std::io::Result<usize> {
-    Ok(rustix::io::read(fd, buf)?)
 }
 
 fn write(fd: &FileDescriptor, buf: &[u8]) -> std::io::Result<usize> {
@@ -309,8 +303,7 @@ async fn read_task(mut r: Reader, master: Registered) {
             if filled == buf.len() {
                 buf.resize((buf.len() * 2).min(READ_CHUNK), 0);
             }
-            match read(master.get_ref(), &mut buf[filled..]) {
-                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            match reads::read_waiting(&master, &mut buf[filled..]) {
                 // Nothing more waiting (or the end, which the next read sees).
                 Ok(0) | Err(_) => break,
                 Ok(n) => filled += n,
@@ -362,19 +355,6 @@ impl Drop for Counted {
 async fn lane_changed(lane: &mut watch::Receiver<bool>) {
     if lane.changed().await.is_err() {
         std::future::pending::<()>().await;
-    }
-}
-
-/// One read once the PTY is readable.
-async fn read_ready(master: &Registered, buf: &mut [u8]) -> std::io::Result<usize> {
-    loop {
-        let mut ready = master.readable().await?;
-        match ready.try_io(|fd| read(fd.get_ref(), buf)) {
-            Ok(Err(e)) if e.kind() == ErrorKind::Interrupted => {}
-            Ok(result) => return result,
-            // Would block: readiness was cleared, wait for the next edge.
-            Err(_would_block) => {}
-        }
     }
 }
 

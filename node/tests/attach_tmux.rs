@@ -1,6 +1,7 @@
 //! `termesh attach` driven in tmux as a person would, with tmux reporting
 //! the outer terminal's state: modes restored on detach and on a signal,
-//! ended and removed sessions, the prefix key and pastes, read-only.
+//! ended and removed sessions, the prefix key and pastes, read-only, and
+//! the node's marks answered behind a flood.
 
 mod common;
 
@@ -357,4 +358,37 @@ async fn a_notice_over_vims_command_line_gives_the_line_back_when_it_goes() {
     .await;
     pane.keys(&["C-]", "d"]);
     assert_eq!(pane.exit_code().await, 0);
+}
+
+/// `termesh attach` answers the node's marks behind a flood it shows, as a
+/// browser does (so the node knows how much it has read, and a flood held
+/// for it waits behind the echo of what its person types), and the flood
+/// arrives whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attach_answers_the_marks_behind_a_flood_and_shows_it_whole() {
+    let node = TestNode::start();
+    let session = node
+        .create(&[
+            "sh",
+            "-c",
+            "echo ready; read go; head -c 4000000 /dev/zero | tr '\\0' 'y' | fold -w 100; \
+             echo flood-end; exec sleep 100000",
+        ])
+        .await
+        .id;
+    let pane = attach(&node, OPERATOR, 100, 30, &session);
+    pane.wait_for("ready").await;
+    let answered = wire::metric(&node.url(), "termesh_output_marks_answered_total").await;
+    pane.type_text("go");
+    pane.keys(&["Enter"]);
+    pane.wait_for("flood-end").await;
+    assert!(
+        wire::metric(&node.url(), "termesh_output_marks_answered_total").await > answered,
+        "the attach answered the pings behind the flood"
+    );
+    assert_eq!(
+        wire::metric(&node.url(), "termesh_pongless_connections_total").await,
+        0.0,
+        "the attach answers pings"
+    );
 }

@@ -2,14 +2,12 @@
 //! a node runs its sessions): one runs `yes`, whose output is taken as
 //! fast as it comes, and the other `cat`. Each key typed into `cat` is
 //! echoed while the flood goes on: the flood's reads take turns with the
-//! other session's tasks, and never hold the thread (in the kernel or in
-//! a loop) until the flood pauses, for it never does.
+//! other session's tasks rather than keep the thread until the flood
+//! pauses, for it never does.
 
 mod common;
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 use termesh_actors::session::pty::{spawn, PtyEvent, PtyIo, Sequencer, SpawnSpec};
@@ -52,26 +50,21 @@ async fn keys_are_echoed_between_a_floods_reads_on_one_session_thread() {
 
     let mut flood = spawn((&io, &thread), &program("exec yes flood")).unwrap();
     flood.take_seqs(unlimited("flood"));
-    let flooded = Arc::new(AtomicU64::new(0));
-    let counted = flooded.clone();
+    // Bytes of the flood taken so far.
+    let (counted, mut flooded) = tokio::sync::watch::channel(0usize);
     let drain = tokio::spawn(async move {
         while let Some(event) = flood.events.recv().await {
             match event {
-                PtyEvent::Output { data, .. } => {
-                    counted.fetch_add(data.len() as u64, Ordering::Relaxed);
-                }
+                PtyEvent::Output { data, .. } => counted.send_modify(|n| *n += data.len()),
                 other => panic!("the flood stopped: {other:?}"),
             }
         }
     });
     // The flood is under way before anything is typed.
-    tokio::time::timeout(BOUND, async {
-        while flooded.load(Ordering::Relaxed) < 1 << 20 {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await
-    .expect("the flood's first MiB");
+    tokio::time::timeout(BOUND, flooded.wait_for(|n| *n >= 1 << 20))
+        .await
+        .expect("the flood's first MiB in time")
+        .expect("the flood's drain ended");
 
     let mut typed = spawn(
         (&io, &thread),
@@ -81,7 +74,7 @@ async fn keys_are_echoed_between_a_floods_reads_on_one_session_thread() {
     typed.take_seqs(unlimited("typed"));
     let mut seen = String::new();
     wait_for(&mut typed.events, &mut seen, "ready").await;
-    let before = flooded.load(Ordering::Relaxed);
+    let before = *flooded.borrow();
     for key in 0..20 {
         let word = format!("<key{key}>");
         typed
@@ -92,7 +85,7 @@ async fn keys_are_echoed_between_a_floods_reads_on_one_session_thread() {
     }
     // The flood went on all the while: the echoes came between its reads,
     // not after it.
-    let during = flooded.load(Ordering::Relaxed) - before;
+    let during = *flooded.borrow() - before;
     assert!(during > 0, "the flood paused while keys were echoed");
     assert!(!drain.is_finished(), "the flood ended");
     drain.abort();

@@ -11,5 +11,5 @@ pub mod hook;
 pub mod registry;
 pub mod restore;
 pub mod revive;
-pub mod table;
+mod table;
 pub mod watch;

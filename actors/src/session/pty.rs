@@ -217,6 +217,10 @@ impl AsRawFd for Lent {
     }
 }
 
+/// The master, registered for one kind of readiness with the runtime of
+/// the task that waits on it.
+type Registered = tokio::io::unix::AsyncFd<Arc<FileDescriptor>>;
+
 /// A running PTY program; its I/O is started by `spawn`.
 pub struct Pty {
     /// Process id of the program, which is also its process group id

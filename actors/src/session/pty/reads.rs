@@ -1,27 +1,26 @@
-//! Reads of a session's PTY master that never hold its thread in the
-//! kernel.
+//! Reads of a session's PTY master that do not wait for the terminal's
+//! flush worker.
 //!
 //! A read of the master that finds its line discipline empty waits, even
 //! non-blocking, for the terminal's flush worker to move over what the
 //! program wrote (Linux's `n_tty_read` flushes that work before it
-//! answers `EAGAIN`). Under a flood that is every read after the first
-//! of a wake-up: tens of microseconds each, once per 4 KiB, in which no
-//! other session on the thread runs (measured: 19,000 such waits in three
-//! 64 MiB rounds, a third of the reader's time). So a read is made only
-//! while the line discipline holds something (`FIONREAD`); the flush
-//! worker's push of the rest wakes the reader again, and until then its
-//! thread does other work. A read that gets anything returns at once
-//! (the master's `VMIN` is 1).
+//! answers `EAGAIN`). A flood's reader drained each wake-up with reads
+//! until `EAGAIN`, so it waited there about once per 5 KiB, 110 us each,
+//! with every other session on its thread waiting too (docs/benchmarks.md,
+//! issue 32, fifteenth stop: 2.9 s of such waits in three 64 MiB rounds).
+//! So a read is made only while the line discipline holds something
+//! (`FIONREAD`); the worker's push of the rest wakes the reader again, and
+//! until then its thread does other work. A read that gets anything
+//! returns at once (the master's `VMIN` is 1). What is left: `epoll`'s
+//! own poll of the master flushes the same way when it finds the line
+//! discipline empty (a wake-up for bytes a read here already took): 0.67 s
+//! in the same rounds.
 
 use std::io::ErrorKind;
-use std::sync::Arc;
 
 use filedescriptor::FileDescriptor;
-use tokio::io::unix::AsyncFd;
 
-/// The master, registered for one kind of readiness with the runtime of
-/// the task that waits on it.
-pub type Registered = AsyncFd<Arc<FileDescriptor>>;
+use super::Registered;
 
 /// Whether the line discipline holds bytes to read now (`true` when the
 /// kernel will not say: the read then is as it was).
@@ -77,21 +76,22 @@ mod tests {
     /// slave.
     fn terminal() -> (Registered, std::os::fd::OwnedFd) {
         let (master, slave) = crate::session::pty::raw_terminal();
-        let master = crate::os::register_owned(Arc::new(master), tokio::io::Interest::READABLE);
+        let master = std::sync::Arc::new(master);
+        let master = crate::os::register_owned(master, tokio::io::Interest::READABLE);
         (master.unwrap(), slave)
     }
 
     /// Reads as the session's reader does (a wake-up, then what waits)
-    /// until the end, bounded.
-    async fn read_to_end(master: &Registered) -> Vec<u8> {
+    /// until the end, bounded: the bytes, and how it ended.
+    async fn read_to_end(master: &Registered) -> (Vec<u8>, std::io::Result<usize>) {
         let mut got = Vec::new();
         let mut buf = vec![0u8; 64 << 10];
         let deadline = std::time::Duration::from_secs(60);
-        tokio::time::timeout(deadline, async {
+        let end = tokio::time::timeout(deadline, async {
             loop {
                 match read_ready(master, &mut buf).await {
-                    Ok(0) | Err(_) => return,
-                    Ok(n) => got.extend_from_slice(&buf[..n]),
+                    Ok(n) if n > 0 => got.extend_from_slice(&buf[..n]),
+                    end => return end,
                 }
                 loop {
                     match read_waiting(master, &mut buf) {
@@ -103,27 +103,48 @@ mod tests {
         })
         .await
         .unwrap_or_else(|_| panic!("no end after {} bytes", got.len()));
-        got
+        (got, end)
     }
 
-    #[tokio::test(flavor = "current_thread")]
-    async fn reads_take_only_what_waits_and_everything_before_the_hang_up() {
+    /// A program that writes `data` to its terminal and closes it, on a
+    /// thread of its own; the terminal's reader reads it all.
+    async fn written_and_read(data: &[u8], read_while_written: bool) {
         let (master, slave) = terminal();
-        let mut buf = [0u8; 16];
-        assert_eq!(read_waiting(&master, &mut buf).unwrap(), 0, "nothing waits");
-
-        // A program that writes 4 MiB and closes its terminal, while the
-        // reader (on this thread) comes and goes: every byte arrives, in
-        // order, and then the end.
-        let data: Vec<u8> = (0..4u32 << 20).map(|i| b'a' + (i % 23) as u8).collect();
-        let written = data.clone();
+        let written = data.to_vec();
+        let (done, finished) = std::sync::mpsc::channel();
         let writer = std::thread::spawn(move || {
             let mut file = std::fs::File::from(slave);
             std::io::Write::write_all(&mut file, &written).unwrap();
+            drop(file);
+            let _ = done.send(());
         });
-        let got = read_to_end(&master).await;
+        if !read_while_written {
+            // All of it is in the terminal's buffers (most not yet moved to
+            // the line discipline) when the hang-up comes.
+            let bound = std::time::Duration::from_secs(60);
+            finished
+                .recv_timeout(bound)
+                .expect("the terminal took it unread");
+        }
+        let (got, end) = read_to_end(&master).await;
         writer.join().unwrap();
         assert_eq!(got.len(), data.len());
         assert!(got == data, "the bytes came out of order");
+        // Linux answers the last slave's close with EIO on the master.
+        assert_eq!(end.unwrap_err().raw_os_error(), Some(libc::EIO));
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn reads_take_everything_written_before_the_hang_up_in_order() {
+        let (master, _slave) = terminal();
+        let mut buf = [0u8; 16];
+        assert_eq!(read_waiting(&master, &mut buf).unwrap(), 0, "nothing waits");
+        // Written while the reader (on this thread) comes and goes.
+        let flood: Vec<u8> = (0..4u32 << 20).map(|i| b'a' + (i % 23) as u8).collect();
+        written_and_read(&flood, true).await;
+        // Written and hung up before the first read: the line discipline
+        // holds 4 KiB, the rest waits in the terminal's buffer (which
+        // takes about 18 KiB unread).
+        written_and_read(&flood[..8 << 10], false).await;
     }
 }

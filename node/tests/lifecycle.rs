@@ -73,9 +73,17 @@ async fn the_program_leads_its_own_terminal_and_inherits_nothing() {
         .unwrap()
         .parse()
         .unwrap();
-    within(PATIENCE, "the exec of sleep", async {
-        while std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default() != "sleep\n"
-        {
+    // Not only exec'd (its name changes before its start-up runs, which
+    // may hold a locale file open for a moment) but asleep in its sleep.
+    let sleeps = [libc::SYS_clock_nanosleep, libc::SYS_nanosleep].map(|n| n.to_string());
+    within(PATIENCE, "sleep asleep", async {
+        loop {
+            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            let call = std::fs::read_to_string(format!("/proc/{pid}/syscall")).unwrap_or_default();
+            let call = call.split(' ').next().unwrap_or("");
+            if comm == "sleep\n" && sleeps.iter().any(|s| s == call) {
+                break;
+            }
             poll_pause().await;
         }
     })

@@ -17,8 +17,8 @@
 //!   nothing would hold the thread until the terminal's flush worker
 //!   ran), so a flood's frames are what one wake-up finds, 7 KiB on
 //!   average under `cat` (30 KiB when reads waited for the worker).
-//!   Each frame gets its seq and is in the output log before it is queued (`seqs`): a node killed with frames queued
-//!   loses none. After a large frame the reader yields, so a flood's
+//!   Each frame gets its seq and is in the output log before it is
+//!   queued (`seqs`): a node killed with frames queued loses none. After a large frame the reader yields, so a flood's
 //!   reads take turns with the other sessions on the same thread.
 //!   The reader alone holds the master's registration (for readability);
 //!   while its session is bulk (`Lane`) it runs on the node's one bulk

@@ -92,15 +92,27 @@ pub async fn run(cluster: &Cluster, mib: usize, runs: &[Flood], rounds: usize) {
     super::flood::payload(&file, mib);
     let bytes = std::fs::metadata(&file).unwrap().len() as usize;
     let mut rates: Vec<Vec<f64>> = vec![Vec::new(); runs.len()];
+    let mut cpus: Vec<Vec<f64>> = vec![Vec::new(); runs.len()];
+    let me = [std::process::id()];
     for _ in 0..rounds {
         for (i, flood) in runs.iter().enumerate() {
             super::settle(&pids).await;
+            // The nodes' CPU in a node's round; the bench's own (the relay
+            // and its reader) in a relay's.
+            let whose: &[u32] = match flood {
+                Flood::Node | Flood::Mirror => &pids,
+                _ => &me,
+            };
+            let cpu = || whose.iter().map(|p| super::cpu_ms(*p)).sum::<f64>();
+            let before = cpu();
             if let Some(time) = round(cluster, *flood, &file, bytes).await {
                 rates[i].push(bytes as f64 / time.as_secs_f64() / 1e6);
+                cpus[i].push((cpu() - before) / mib.max(1) as f64);
             }
         }
     }
     let medians: Vec<Option<f64>> = rates.iter_mut().map(|v| median(v)).collect();
+    let cpu_medians: Vec<Option<f64>> = cpus.iter_mut().map(|v| median(v)).collect();
     let of = |flood: Flood| {
         runs.iter()
             .position(|f| *f == flood)
@@ -132,6 +144,14 @@ pub async fn run(cluster: &Cluster, mib: usize, runs: &[Flood], rounds: usize) {
             flood.label(),
             parts.join(", ")
         );
+    }
+    println!("  CPU ms per MiB while it ran, median (the nodes'; for a relay, the bench's: relay and reader)");
+    for (i, flood) in runs.iter().enumerate() {
+        if let (Some(cpu), Flood::Relay | Flood::Relay2 | Flood::Node | Flood::Mirror) =
+            (cpu_medians[i], flood)
+        {
+            println!("    {:<22} {cpu:7.1}", flood.label());
+        }
     }
 }
 

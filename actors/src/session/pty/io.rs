@@ -12,14 +12,16 @@
 //!   on through a bounded channel: when the session falls behind, the
 //!   reader waits, the kernel buffer fills and the program's writes block.
 //!   After a read, whatever is already waiting joins the same frame, up to
-//!   `READ_CHUNK`, while interactive output goes out at once. It reads
-//!   only what the kernel already holds (`reads`: a read that finds
-//!   nothing would hold the thread until the terminal's flush worker
-//!   ran), so a flood's frames are what one wake-up finds, 7 KiB on
-//!   average under `cat` (30 KiB when reads waited for the worker).
-//!   Each frame gets its seq and is in the output log before it is
-//!   queued (`seqs`): a node killed with frames queued loses none. After a large frame the reader yields, so a flood's
-//!   reads take turns with the other sessions on the same thread.
+//!   `READ_CHUNK`. It reads only what the kernel already holds (`reads`:
+//!   a read that finds nothing would hold the thread until the
+//!   terminal's flush worker ran), so at home a frame is what one wake-up
+//!   finds (7 KiB on average under a `cat` flood) and an echo goes out as
+//!   read. On the bulk thread a frame reads on for up to `LINGER` until
+//!   it holds `BULK_FRAME` (`reads::gather`; a key brings the reads home
+//!   and the frame out at once). Each frame gets its seq and is in the
+//!   output log before it is queued (`seqs`): a node killed with frames
+//!   queued loses none. After a large frame the reader yields, so a
+//!   flood's reads take turns with the other sessions on the same thread.
 //!   The reader alone holds the master's registration (for readability);
 //!   while its session is bulk (`Lane`) it runs on the node's one bulk
 //!   thread (`pty-io-bulk`, `PtyIo`; nice +10 while someone types on the
@@ -54,7 +56,7 @@ use tokio::io::Interest;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::input::Queue;
-use super::reads::{self, read_ready};
+use super::reads::{self, read_ready, Gathered};
 use super::seqs::Sequencer;
 use super::weight;
 use super::{reaper, ExitInfo, Lane, Let, PtyEvent, Registered, Terminal, ToTerminal};
@@ -66,6 +68,19 @@ pub const READ_CHUNK: usize = 64 * 1024;
 /// Between two tries at a full terminal when no descriptor is left to
 /// wait on it with.
 const FULL_RETRY: std::time::Duration = std::time::Duration::from_millis(5);
+/// On the bulk thread a frame gathers its flood's reads up to this size
+/// (`reads::gather`), or for at most `LINGER`. A frame of what one wake-up
+/// found is 7 KiB on average, and each pays its log write and every
+/// subscriber's and connection's work once: on a connection that also
+/// shows a session someone types into, that work stood in front of the
+/// echoes (docs/benchmarks.md, issue 32, sixteenth stop). At home frames
+/// go out as read: there a flood is under a second old or typed into,
+/// and a frame held back there stalls the read, ship and ack pipeline a
+/// short flood's rate depends on (the same stop).
+pub const BULK_FRAME: usize = 32 * 1024;
+/// How long a bulk frame waits for more: its viewers see it this much
+/// later at most.
+pub const LINGER: std::time::Duration = std::time::Duration::from_millis(2);
 /// First read size: an idle session touches no more memory than this.
 const MIN_CHUNK: usize = 4 * 1024;
 
@@ -297,18 +312,19 @@ async fn read_task(mut r: Reader, master: Registered) {
         } else {
             r.want
         };
-        // What is already waiting joins the frame; the buffer grows only
-        // while it is full and more comes (a keystroke's echo never makes
-        // a small frame hold a 64 KiB allocation while it sits in the ring).
-        while filled < READ_CHUNK {
-            if filled == buf.len() {
-                buf.resize((buf.len() * 2).min(READ_CHUNK), 0);
-            }
-            match reads::read_waiting(&master, &mut buf[filled..]) {
-                // Nothing more waiting (or the end, which the next read sees).
-                Ok(0) | Err(_) => break,
-                Ok(n) => filled += n,
-            }
+        reads::take_waiting(&master, &mut buf, &mut filled, READ_CHUNK);
+        // On the bulk thread a frame waits a moment for more of its flood
+        // (its viewers see it up to `LINGER` later).
+        let mut end = Gathered::Frame;
+        if r.on_bulk && filled < BULK_FRAME {
+            let until = tokio::time::Instant::now() + LINGER;
+            end = tokio::select! {
+                end = reads::gather(&master, &mut buf, &mut filled, (BULK_FRAME, until)) => end,
+                // Released, or typed into (its reads go home): what was
+                // read goes out now.
+                _ = released(&mut r.release) => Gathered::Frame,
+                _ = lane_changed(&mut r.lane) => Gathered::Frame,
+            };
         }
         let data = buf.split_to(filled).freeze();
         termesh_transport::hops::pass("out_read", &data);
@@ -325,6 +341,9 @@ async fn read_task(mut r: Reader, master: Registered) {
         };
         if r.tx.send(PtyEvent::Output { seq, data }).await.is_err() {
             return;
+        }
+        if end == Gathered::End {
+            break;
         }
         if filled >= READ_CHUNK / 2 {
             // A flood's reads take turns with the other sessions' tasks on

@@ -18,6 +18,7 @@
 
 use std::io::ErrorKind;
 
+use bytes::BytesMut;
 use filedescriptor::FileDescriptor;
 
 use super::Registered;
@@ -66,6 +67,56 @@ pub fn read_waiting(master: &Registered, buf: &mut [u8]) -> std::io::Result<usiz
             result => return result,
         }
     }
+}
+
+/// Adds what is already waiting to `buf[..*filled]`, growing `buf` (up
+/// to `limit`) only while it is full and more comes (a keystroke's echo
+/// never makes a small frame hold a large allocation while it sits in the
+/// ring). Stops at the end too, which the next `read_ready` reads.
+pub fn take_waiting(master: &Registered, buf: &mut BytesMut, filled: &mut usize, limit: usize) {
+    while *filled < limit {
+        if *filled == buf.len() {
+            buf.resize((buf.len() * 2).clamp(1, limit), 0);
+        }
+        match read_waiting(master, &mut buf[*filled..]) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => *filled += n,
+        }
+    }
+}
+
+/// What `gather` ended on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gathered {
+    /// `want` bytes, or the deadline passed first.
+    Frame,
+    /// The PTY ended (EOF, or EIO at a hang-up): what was read goes out,
+    /// and reading stops.
+    End,
+}
+
+/// Reads on, as the program prints, until `buf[..*filled]` holds `want`
+/// bytes or `until` has passed: a flood's frame is many wake-ups' bytes,
+/// not one's, so each frame's cost (its log write, every subscriber's
+/// delivery, each connection's message) is paid once per `want` bytes.
+pub async fn gather(
+    master: &Registered,
+    buf: &mut BytesMut,
+    filled: &mut usize,
+    (want, until): (usize, tokio::time::Instant),
+) -> Gathered {
+    while *filled < want {
+        if *filled == buf.len() {
+            buf.resize((buf.len() * 2).clamp(1, want), 0);
+        }
+        match tokio::time::timeout_at(until, read_ready(master, &mut buf[*filled..])).await {
+            Err(_elapsed) => return Gathered::Frame,
+            Ok(Ok(0) | Err(_)) => return Gathered::End,
+            Ok(Ok(n)) => *filled += n,
+        }
+        take_waiting(master, buf, filled, want);
+    }
+    Gathered::Frame
 }
 
 #[cfg(test)]
@@ -146,5 +197,92 @@ mod tests {
         // holds 4 KiB, the rest waits in the terminal's buffer (which
         // takes about 18 KiB unread).
         written_and_read(&flood[..8 << 10], false).await;
+    }
+
+    /// A program that writes `pieces` KiB, a KiB at a time with a pause
+    /// after each (so each is its own wake-up), and says so when it has;
+    /// then waits for `done` and closes its terminal.
+    fn printer(
+        slave: std::os::fd::OwnedFd,
+        pieces: usize,
+    ) -> (
+        std::thread::JoinHandle<Vec<u8>>,
+        std::sync::mpsc::Receiver<()>,
+        std::sync::mpsc::Sender<()>,
+    ) {
+        let (done, wait) = std::sync::mpsc::channel::<()>();
+        let (written, all_written) = std::sync::mpsc::channel::<()>();
+        let writer = std::thread::spawn(move || {
+            let mut file = std::fs::File::from(slave);
+            let mut all = Vec::new();
+            for i in 0..pieces {
+                let piece = vec![b'a' + (i % 26) as u8; 1024];
+                std::io::Write::write_all(&mut file, &piece).unwrap();
+                all.extend_from_slice(&piece);
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            let _ = written.send(());
+            let _ = wait.recv_timeout(std::time::Duration::from_secs(120));
+            all
+        });
+        (writer, all_written, done)
+    }
+
+    /// `gather` until `after` (it must end by itself well before the
+    /// test's bound).
+    async fn gathered(
+        master: &Registered,
+        want: usize,
+        after: std::time::Duration,
+    ) -> (Vec<u8>, Gathered) {
+        let mut buf = BytesMut::new();
+        buf.resize(1024, 0);
+        let mut filled = 0;
+        let until = tokio::time::Instant::now() + after;
+        let bound = std::time::Duration::from_secs(60);
+        let end = tokio::time::timeout(bound, gather(master, &mut buf, &mut filled, (want, until)))
+            .await
+            .expect("gather ended by itself");
+        (buf[..filled].to_vec(), end)
+    }
+
+    const BOUND: std::time::Duration = std::time::Duration::from_secs(60);
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_frame_gathers_many_wake_ups_until_it_is_full() {
+        let (master, slave) = terminal();
+        let (writer, _, done) = printer(slave, 48);
+        let (got, end) = gathered(&master, 32 << 10, std::time::Duration::from_secs(600)).await;
+        assert_eq!(end, Gathered::Frame);
+        assert_eq!(got.len(), 32 << 10, "exactly as much as was wanted");
+        let _ = done.send(());
+        let all = writer.join().unwrap();
+        assert!(got[..] == all[..32 << 10], "in order, nothing lost");
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_frame_goes_out_at_its_time_or_at_the_end() {
+        // Its time: what was read goes out, short of the size wanted.
+        let (master, slave) = terminal();
+        let (writer, all_written, done) = printer(slave, 10);
+        all_written.recv_timeout(BOUND).expect("written in time");
+        let (got, end) = gathered(&master, 32 << 10, std::time::Duration::from_millis(50)).await;
+        assert_eq!(end, Gathered::Frame);
+        assert!(!got.is_empty(), "what was there was read");
+        // The rest (none, unless the terminal was slow to hand it over) is
+        // read after it, up to the end.
+        let _ = done.send(());
+        let all = writer.join().unwrap();
+        let (rest, _) = read_to_end(&master).await;
+        assert!([got, rest].concat() == all, "in order, nothing lost");
+
+        // The end: what was read goes out, and the end is said.
+        let (master, slave) = terminal();
+        let (writer, _, done) = printer(slave, 5);
+        let _ = done.send(());
+        let all = writer.join().unwrap();
+        let (got, end) = gathered(&master, 32 << 10, std::time::Duration::from_secs(600)).await;
+        assert_eq!(end, Gathered::End);
+        assert!(got == all, "all {} bytes before the end", all.len());
     }
 }

@@ -1,0 +1,140 @@
+//! A flood's reads on the node's bulk thread (issue 32): a flood nobody
+//! types into is read there, in frames that gather a moment's reads, and
+//! comes home when typed into; either way, and when it ends there, its
+//! output arrives whole and in order.
+
+mod common;
+
+use common::wire::metric;
+use common::*;
+use termesh_transport::ClientMsg;
+
+/// One flood at a time in this file: the bulk readers' gauge is looked
+/// at while a flood runs.
+static FLOODS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Numbered lines, paced to about 10 MB/s, until `stop` exists; then
+/// `end N`. Once a line is typed into it, two more batches at that pace
+/// (the reads move home under a flood), then a line every 50 ms (about
+/// 110 KB since the key: it stays interactive, where a flood still
+/// flooding would be bulk again past its burst).
+const NUMBERED_FLOOD: &str = r#"
+import os, select, sys, time
+out, i, batch, slow_at = sys.stdout.buffer, 0, 8000, None
+while not os.path.exists(sys.argv[1]):
+    if slow_at is None and select.select([sys.stdin], [], [], 0)[0]:
+        slow_at = i + 2 * batch
+    if slow_at is not None and i >= slow_at:
+        batch = 1
+    out.write(b"".join(b"%d\n" % (i + k) for k in range(1, batch + 1)))
+    out.flush()
+    i += batch
+    time.sleep(0.005 if batch > 1 else 0.05)
+out.write(b"end %d\n" % i)
+out.flush()
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_floods_reads_go_to_the_bulk_thread_and_home_when_typed_into_losing_nothing() {
+    let _one = FLOODS.lock().await;
+    let node = TestNode::start();
+    let stop = node.data_dir.path().join("stop");
+    let script = format!(
+        "stty -echo; exec python3 -c '{NUMBERED_FLOOD}' {}",
+        stop.display()
+    );
+    let flood = node.create(&["sh", "-c", &script]).await.id;
+    let mut c = node.client(OPERATOR).await;
+    subscribe(&mut c, &flood, Some(0), 1 << 20).await.unwrap();
+    let reading = {
+        let flood = flood.clone();
+        tokio::spawn(async move {
+            let mut s = Stream::new(1 << 20);
+            pump_to_exit(&mut c, &flood, &mut s, "the numbered flood's end").await;
+            s
+        })
+    };
+    let bulk_readers = || async { metric(&node.url(), "termesh_bulk_sessions").await };
+    within(PATIENCE, "the flood read on the bulk thread", async {
+        while bulk_readers().await < 1.0 {
+            poll_pause().await;
+        }
+    })
+    .await;
+    let mut typist = node.client(OPERATOR).await;
+    typist
+        .send(&ClientMsg::Input {
+            session: flood.clone(),
+            data: b"x\n".to_vec(),
+        })
+        .await
+        .unwrap();
+    within(PATIENCE, "the typed-into flood read at home again", async {
+        while bulk_readers().await > 0.0 {
+            poll_pause().await;
+        }
+    })
+    .await;
+    std::fs::write(&stop, b"").unwrap();
+    let s = within(PATIENCE, "the flood's reader", reading)
+        .await
+        .unwrap();
+    assert!(s.errors.is_empty(), "{:?}", s.errors);
+
+    // Every line once and in order across both moves.
+    assert_numbered(s.data);
+}
+
+/// `NUMBERED_FLOOD`'s output arrived whole: every line once and in
+/// order, up to its last.
+fn assert_numbered(data: Vec<u8>) {
+    let text = String::from_utf8(data).unwrap();
+    let mut want = 1u64;
+    let mut end = None;
+    for line in text.split("\r\n").filter(|l| !l.is_empty()) {
+        if let Some(n) = line.strip_prefix("end ") {
+            end = Some(n.parse::<u64>().unwrap());
+            break;
+        }
+        assert_eq!(line, want.to_string(), "line {want}");
+        want += 1;
+    }
+    assert_eq!(end, Some(want - 1), "the flood's last line");
+    assert!(want > 100_000, "a flood of {want} lines");
+}
+
+/// On the bulk thread a frame gathers reads for a moment: a flood that
+/// ends there (its last frame cut short by the end) arrives whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_that_ends_on_the_bulk_thread_arrives_whole() {
+    let _one = FLOODS.lock().await;
+    let node = TestNode::start();
+    let stop = node.data_dir.path().join("stop");
+    let script = format!(
+        "stty -echo; exec python3 -c '{NUMBERED_FLOOD}' {}",
+        stop.display()
+    );
+    let flood = node.create(&["sh", "-c", &script]).await.id;
+    let mut c = node.client(OPERATOR).await;
+    subscribe(&mut c, &flood, Some(0), 1 << 20).await.unwrap();
+    let reading = {
+        let flood = flood.clone();
+        tokio::spawn(async move {
+            let mut s = Stream::new(1 << 20);
+            pump_to_exit(&mut c, &flood, &mut s, "the numbered flood's end").await;
+            s
+        })
+    };
+    within(PATIENCE, "the flood read on the bulk thread", async {
+        while metric(&node.url(), "termesh_bulk_sessions").await < 1.0 {
+            poll_pause().await;
+        }
+    })
+    .await;
+    std::fs::write(&stop, b"").unwrap();
+    let s = within(PATIENCE, "the flood's reader", reading)
+        .await
+        .unwrap();
+    assert!(s.errors.is_empty(), "{:?}", s.errors);
+    assert_numbered(s.data);
+}

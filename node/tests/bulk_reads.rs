@@ -13,8 +13,9 @@ use termesh_transport::ClientMsg;
 /// at while a flood runs.
 static FLOODS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// Numbered lines, paced to about 10 MB/s, until `stop` exists; then
-/// `end N`. Once a line is typed into it, two more batches at that pace
+/// Numbered lines, paced to about 10 MB/s, until `stop` exists; then one
+/// more batch and `end N` in one write, and an exit at once (the terminal
+/// hangs up right behind them, within a gathering frame). Once a line is typed into it, two more batches at that pace
 /// (the reads move home under a flood), then a line every 50 ms (about
 /// 110 KB since the key: it stays interactive, where a flood still
 /// flooding would be bulk again past its burst).
@@ -30,8 +31,10 @@ while not os.path.exists(sys.argv[1]):
     out.flush()
     i += batch
     time.sleep(0.005 if batch > 1 else 0.05)
-out.write(b"end %d\n" % i)
+last = b"".join(b"%d\n" % (i + k) for k in range(1, batch + 1))
+out.write(last + b"end %d\n" % (i + batch))
 out.flush()
+os._exit(0)
 "#;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

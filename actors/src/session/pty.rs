@@ -32,6 +32,7 @@ mod reads;
 mod reaper;
 mod seqs;
 mod weight;
+mod writes;
 
 pub use input::{InputTx, ToTerminal, INPUT_QUEUE_BYTES};
 

@@ -27,7 +27,7 @@
 //!   thread (`pty-io-bulk`, `PtyIo`; nice +10 while someone types on the
 //!   node: `weight`), taking the registration
 //!   there between two frames, and comes home the same way.
-//! - The writer drains the input channel that connections hold senders
+//! - The writer (`writes`) drains the input channel that connections hold senders
 //!   of (a key nothing waits ahead of is written by its sender instead:
 //!   `input`), so keystrokes never wait behind output work; a program
 //!   that does not read its input makes only its own writer wait (on a
@@ -44,12 +44,10 @@
 //!   stops) ends the tasks and leaves a kept program running.
 
 use std::io::ErrorKind;
-use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::BytesMut;
-use filedescriptor::FileDescriptor;
 use nix::sys::wait::waitpid;
 use nix::unistd::Pid;
 use tokio::io::Interest;
@@ -59,27 +57,27 @@ use super::input::Queue;
 use super::reads::{self, read_ready, Gathered};
 use super::seqs::Sequencer;
 use super::weight;
-use super::{reaper, ExitInfo, Lane, Let, PtyEvent, Registered, Terminal, ToTerminal};
+use super::writes;
+use super::{reaper, ExitInfo, Let, PtyEvent, Registered, Terminal};
 use crate::keeper::Kept;
 use crate::session::bulk::Typed;
 
 /// Largest read from the PTY, and so the largest frame.
 pub const READ_CHUNK: usize = 64 * 1024;
-/// Between two tries at a full terminal when no descriptor is left to
-/// wait on it with.
-const FULL_RETRY: std::time::Duration = std::time::Duration::from_millis(5);
 /// On the bulk thread a frame gathers its flood's reads up to this size
 /// (`reads::gather`), or for at most `LINGER`. A frame of what one wake-up
 /// found is 7 KiB on average, and each pays its log write and every
 /// subscriber's and connection's work once: on a connection that also
 /// shows a session someone types into, that work stood in front of the
 /// echoes (docs/benchmarks.md, issue 32, sixteenth stop). At home frames
-/// go out as read: there a flood is under a second old or typed into,
+/// go out as read: there a flood is under a second old or typed into
+/// (within its burst: `bulk`),
 /// and a frame held back there stalls the read, ship and ack pipeline a
 /// short flood's rate depends on (the same stop).
 pub const BULK_FRAME: usize = 32 * 1024;
-/// How long a bulk frame waits for more: its viewers see it this much
-/// later at most.
+/// How long a bulk frame waits for more: its viewers see it about this
+/// much later (tokio's timer ticks in milliseconds, and the bulk thread
+/// runs at a lower weight while someone types).
 pub const LINGER: std::time::Duration = std::time::Duration::from_millis(2);
 /// First read size: an idle session touches no more memory than this.
 const MIN_CHUNK: usize = 4 * 1024;
@@ -200,7 +198,7 @@ pub fn start(
         terminal.lane().clone(),
         io.0.written.clone(),
     );
-    rt.spawn(held(io, write_task(writer, input, release.clone())));
+    rt.spawn(held(io, writes::write_task(writer, input, release.clone())));
     match child {
         Child::Own => rt.spawn(held(io, wait_task(pid, events, release))),
         Child::Kept(kept) => rt.spawn(held(io, wait_kept(kept, events, release))),
@@ -218,10 +216,6 @@ fn held<F: std::future::Future<Output = ()>>(
         task.await;
         drop(io);
     }
-}
-
-fn write(fd: &FileDescriptor, buf: &[u8]) -> std::io::Result<usize> {
-    Ok(rustix::io::write(fd, buf)?)
 }
 
 /// What a session's reader carries from one thread to another.
@@ -248,6 +242,13 @@ impl Reader {
         } else {
             Ok(self.home.clone())
         }
+    }
+
+    /// Goes on reading here with the master registered anew: a hang-up
+    /// it saw is over (`reads::read_ready`).
+    fn renew(self, master: Registered) {
+        let bulk = self.on_bulk;
+        self.move_to(tokio::runtime::Handle::current(), master, bulk);
     }
 
     /// Goes on reading on `rt`: the registration leaves this runtime's
@@ -294,13 +295,21 @@ async fn read_task(mut r: Reader, master: Registered) {
             weight::weigh(&r.io.0.typed);
         }
         buf.clear();
-        buf.resize(r.want, 0);
+        // On the bulk thread a frame gathers up to `BULK_FRAME`: room for
+        // it at once, not a copy at each doubling.
+        let room = if r.on_bulk {
+            r.want.max(BULK_FRAME)
+        } else {
+            r.want
+        };
+        buf.resize(room, 0);
         let got = tokio::select! {
             got = read_ready(&master, &mut buf) => got,
             _ = released(&mut r.release) => return,
             _ = lane_changed(&mut r.lane) => continue,
         };
         let mut filled = match got {
+            Err(e) if e.kind() == ErrorKind::WouldBlock => return r.renew(master),
             // Linux reports EIO once the last slave fd closes: that is EOF.
             Ok(0) | Err(_) => break,
             Ok(n) => n,
@@ -342,8 +351,10 @@ async fn read_task(mut r: Reader, master: Registered) {
         if r.tx.send(PtyEvent::Output { seq, data }).await.is_err() {
             return;
         }
-        if end == Gathered::End {
-            break;
+        match end {
+            Gathered::Frame => {}
+            Gathered::End => break,
+            Gathered::Renew => return r.renew(master),
         }
         if filled >= READ_CHUNK / 2 {
             // A flood's reads take turns with the other sessions' tasks on
@@ -378,97 +389,8 @@ async fn lane_changed(lane: &mut watch::Receiver<bool>) {
     }
 }
 
-/// Writes keys and sets sizes in the order they were queued; a key
-/// written brings the reads home from the bulk thread. Ends when every
-/// sender of input is gone, or the session lets go.
-async fn write_task(
-    (master, lane, written): (Arc<FileDescriptor>, Lane, Arc<AtomicU64>),
-    (mut rx, backlog): Queue,
-    mut release: watch::Receiver<Let>,
-) {
-    loop {
-        let next = tokio::select! {
-            next = rx.recv() => next,
-            _ = released(&mut release) => return,
-        };
-        let data = match next {
-            None => return,
-            Some(ToTerminal::Size { cols, rows }) => {
-                let size = rustix::termios::Winsize {
-                    ws_row: rows,
-                    ws_col: cols,
-                    ws_xpixel: 0,
-                    ws_ypixel: 0,
-                };
-                // The kernel sends SIGWINCH on a change.
-                let _ = rustix::termios::tcsetwinsize(master.as_fd(), size);
-                backlog.done();
-                continue;
-            }
-            Some(ToTerminal::Keys(data)) => (data, None),
-            Some(ToTerminal::Typed { data, done }) => (data, Some(done)),
-        };
-        let (data, done) = data;
-        backlog.taken(data.len());
-        lane.set_bulk(false);
-        termesh_transport::hops::pass("in_pty", &data);
-        if let Err(e) = write_all(&master, &data).await {
-            // The terminal is gone: input has nowhere to go.
-            tracing::debug!("the terminal takes no more input: {e}");
-            return;
-        }
-        written.fetch_add(data.len() as u64, Ordering::Relaxed);
-        backlog.done();
-        if let Some(done) = done {
-            let _ = done.send(());
-        }
-    }
-}
-
-/// Writes all of `data`: at once while the terminal takes it; when it is
-/// full (a program that does not read its input), through a copy of the
-/// master registered for writability while it lasts (the reader holds
-/// the master's registration, and may be on another thread).
-async fn write_all(master: &Arc<FileDescriptor>, data: &[u8]) -> std::io::Result<()> {
-    let mut rest = data;
-    let mut waiting: Option<Registered> = None;
-    while !rest.is_empty() {
-        let Some(registered) = &waiting else {
-            match write(master, rest) {
-                Ok(n) => rest = &rest[n..],
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) if e.kind() == ErrorKind::WouldBlock => match writability(master) {
-                    Ok(registered) => waiting = Some(registered),
-                    // No descriptor to spare (the node at its limit): the
-                    // terminal is tried again a little later.
-                    Err(e) => {
-                        tracing::debug!("writing to a full terminal without a wait for it: {e}");
-                        tokio::time::sleep(FULL_RETRY).await;
-                    }
-                },
-                Err(e) => return Err(e),
-            }
-            continue;
-        };
-        let mut ready = registered.writable().await?;
-        match ready.try_io(|fd| write(fd.get_ref(), rest)) {
-            Ok(Ok(n)) => rest = &rest[n..],
-            Ok(Err(e)) if e.kind() == ErrorKind::Interrupted => {}
-            Ok(Err(e)) => return Err(e),
-            Err(_would_block) => {}
-        }
-    }
-    Ok(())
-}
-
-/// A copy of `master` registered for writability.
-fn writability(master: &FileDescriptor) -> std::io::Result<Registered> {
-    let copy = Arc::new(master.try_clone().map_err(std::io::Error::other)?);
-    crate::os::register_owned(copy, Interest::WRITABLE)
-}
-
 /// Once the session has let go of its `ReapGuard`: how.
-async fn released(release: &mut watch::Receiver<Let>) -> Let {
+pub(super) async fn released(release: &mut watch::Receiver<Let>) -> Let {
     while release.changed().await.is_ok() {}
     let how = *release.borrow();
     how

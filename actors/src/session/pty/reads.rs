@@ -35,10 +35,17 @@ fn read(fd: &FileDescriptor, buf: &mut [u8]) -> std::io::Result<usize> {
 
 /// One read once the PTY holds something, or has closed (a hang-up is
 /// read, whatever waits behind it flushed by that read).
+///
+/// `ErrorKind::WouldBlock` when a hang-up seen is over (the program
+/// closed its terminal and opened it again before the hang-up was read):
+/// tokio keeps a registration's "closed" for good, so `master` would be
+/// ready at once forever and its reader spin; the caller registers the
+/// master anew.
 pub async fn read_ready(master: &Registered, buf: &mut [u8]) -> std::io::Result<usize> {
     loop {
         let mut ready = master.readable().await?;
-        if !ready.ready().is_read_closed() && !waiting(master.get_ref()) {
+        let closed = ready.ready().is_read_closed();
+        if !closed && !waiting(master.get_ref()) {
             // The worker's push wakes this again. Cleared only if no
             // readiness came since it was seen, so none is lost.
             ready.clear_ready();
@@ -47,6 +54,7 @@ pub async fn read_ready(master: &Registered, buf: &mut [u8]) -> std::io::Result<
         match ready.try_io(|fd| read(fd.get_ref(), buf)) {
             Ok(Err(e)) if e.kind() == ErrorKind::Interrupted => {}
             Ok(result) => return result,
+            Err(_would_block) if closed => return Err(ErrorKind::WouldBlock.into()),
             // Would block: readiness was cleared, wait for the next edge.
             Err(_would_block) => {}
         }
@@ -93,6 +101,9 @@ pub enum Gathered {
     /// The PTY ended (EOF, or EIO at a hang-up): what was read goes out,
     /// and reading stops.
     End,
+    /// A hang-up seen is over: what was read goes out, and the master is
+    /// registered anew (`read_ready`).
+    Renew,
 }
 
 /// Reads on, as the program prints, until `buf[..*filled]` holds `want`
@@ -111,6 +122,7 @@ pub async fn gather(
         }
         match tokio::time::timeout_at(until, read_ready(master, &mut buf[*filled..])).await {
             Err(_elapsed) => return Gathered::Frame,
+            Ok(Err(e)) if e.kind() == ErrorKind::WouldBlock => return Gathered::Renew,
             Ok(Ok(0) | Err(_)) => return Gathered::End,
             Ok(Ok(n)) => *filled += n,
         }
@@ -255,9 +267,12 @@ mod tests {
         let (got, end) = gathered(&master, 32 << 10, std::time::Duration::from_secs(600)).await;
         assert_eq!(end, Gathered::Frame);
         assert_eq!(got.len(), 32 << 10, "exactly as much as was wanted");
+        // The rest is read before the writer is waited for: the terminal
+        // may not take it all unread.
         let _ = done.send(());
+        let (rest, _) = read_to_end(&master).await;
         let all = writer.join().unwrap();
-        assert!(got[..] == all[..32 << 10], "in order, nothing lost");
+        assert!([got, rest].concat() == all, "in order, nothing lost");
     }
 
     #[tokio::test(flavor = "current_thread")]
@@ -266,14 +281,14 @@ mod tests {
         let (master, slave) = terminal();
         let (writer, all_written, done) = printer(slave, 10);
         all_written.recv_timeout(BOUND).expect("written in time");
-        let (got, end) = gathered(&master, 32 << 10, std::time::Duration::from_millis(50)).await;
+        let (got, end) = gathered(&master, 32 << 10, std::time::Duration::from_secs(1)).await;
         assert_eq!(end, Gathered::Frame);
         assert!(!got.is_empty(), "what was there was read");
         // The rest (none, unless the terminal was slow to hand it over) is
         // read after it, up to the end.
         let _ = done.send(());
-        let all = writer.join().unwrap();
         let (rest, _) = read_to_end(&master).await;
+        let all = writer.join().unwrap();
         assert!([got, rest].concat() == all, "in order, nothing lost");
 
         // The end: what was read goes out, and the end is said.
@@ -284,5 +299,44 @@ mod tests {
         let (got, end) = gathered(&master, 32 << 10, std::time::Duration::from_secs(600)).await;
         assert_eq!(end, Gathered::End);
         assert!(got == all, "all {} bytes before the end", all.len());
+    }
+
+    /// A program that closes its terminal and opens it again before the
+    /// hang-up is read: the reader is told (not left ready at once
+    /// forever, which would spin it), and a new registration reads on.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_hang_up_that_is_over_asks_for_a_new_registration() {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::fs::OpenOptionsExt;
+        let (master, slave) = terminal();
+        let path = std::fs::read_link(format!("/proc/self/fd/{}", slave.as_raw_fd())).unwrap();
+        drop(slave);
+        tokio::time::timeout(BOUND, async {
+            while !master.readable().await.unwrap().ready().is_read_closed() {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await
+        .expect("the hang-up seen");
+        let mut slave = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_NOCTTY)
+            .open(&path)
+            .unwrap();
+        let mut buf = [0u8; 64];
+        let said = tokio::time::timeout(BOUND, read_ready(&master, &mut buf))
+            .await
+            .expect("an answer, not a spin");
+        assert_eq!(said.unwrap_err().kind(), ErrorKind::WouldBlock);
+
+        let fd = master.into_inner();
+        let master = crate::os::register_owned(fd, tokio::io::Interest::READABLE).unwrap();
+        std::io::Write::write_all(&mut slave, b"again").unwrap();
+        let n = tokio::time::timeout(BOUND, read_ready(&master, &mut buf))
+            .await
+            .expect("read after the new registration")
+            .unwrap();
+        assert_eq!(&buf[..n], b"again");
     }
 }

@@ -146,6 +146,13 @@ impl ReapGuard {
     }
 }
 
+/// Once the session has let go of its `ReapGuard`: how.
+async fn released(release: &mut tokio::sync::watch::Receiver<Let>) -> Let {
+    while release.changed().await.is_ok() {}
+    let how = *release.borrow();
+    how
+}
+
 /// Which thread a session's reads run on, its own or the node's bulk
 /// thread: bulk while
 /// its program floods and is not interactive (`bulk::Flow` says so),

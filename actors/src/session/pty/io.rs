@@ -58,7 +58,7 @@ use super::reads::{self, read_ready, Gathered};
 use super::seqs::Sequencer;
 use super::weight;
 use super::writes;
-use super::{reaper, ExitInfo, Let, PtyEvent, Registered, Terminal};
+use super::{reaper, released, ExitInfo, Let, PtyEvent, Registered, Terminal};
 use crate::keeper::Kept;
 use crate::session::bulk::Typed;
 
@@ -387,13 +387,6 @@ async fn lane_changed(lane: &mut watch::Receiver<bool>) {
     if lane.changed().await.is_err() {
         std::future::pending::<()>().await;
     }
-}
-
-/// Once the session has let go of its `ReapGuard`: how.
-pub(super) async fn released(release: &mut watch::Receiver<Let>) -> Let {
-    while release.changed().await.is_ok() {}
-    let how = *release.borrow();
-    how
 }
 
 /// Tells the session of the exit, then reaps once it lets go of its guard.

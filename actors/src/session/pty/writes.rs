@@ -12,8 +12,7 @@ use tokio::io::Interest;
 use tokio::sync::watch;
 
 use super::input::Queue;
-use super::io::released;
-use super::{Lane, Let, Registered, ToTerminal};
+use super::{released, Lane, Let, Registered, ToTerminal};
 
 /// Between two tries at a full terminal when no descriptor is left to
 /// wait on it with.

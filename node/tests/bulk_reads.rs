@@ -37,73 +37,89 @@ out.flush()
 os._exit(0)
 "#;
 
+/// `NUMBERED_FLOOD` running in a session of `node`, read whole by a
+/// subscriber of its own from the start.
+struct NumberedFlood {
+    id: String,
+    stop: std::path::PathBuf,
+    reading: tokio::task::JoinHandle<Stream>,
+}
+
+impl NumberedFlood {
+    async fn start(node: &TestNode) -> NumberedFlood {
+        let stop = node.data_dir.path().join("stop");
+        let script = format!(
+            "stty -echo; exec python3 -c '{NUMBERED_FLOOD}' {}",
+            stop.display()
+        );
+        let id = node.create(&["sh", "-c", &script]).await.id;
+        let mut c = node.client(OPERATOR).await;
+        subscribe(&mut c, &id, Some(0), 1 << 20).await.unwrap();
+        let flood = id.clone();
+        let reading = tokio::spawn(async move {
+            let mut s = Stream::new(1 << 20);
+            pump_to_exit(&mut c, &flood, &mut s, "the numbered flood's end").await;
+            s
+        });
+        NumberedFlood { id, stop, reading }
+    }
+
+    /// Ends the flood; its output arrived whole: every line once and in
+    /// order, up to its last.
+    async fn end_and_check(self) {
+        std::fs::write(&self.stop, b"").unwrap();
+        let s = within(PATIENCE, "the flood's reader", self.reading)
+            .await
+            .unwrap();
+        assert!(s.errors.is_empty(), "{:?}", s.errors);
+        let text = String::from_utf8(s.data).unwrap();
+        let mut want = 1u64;
+        let mut end = None;
+        for line in text.split("\r\n").filter(|l| !l.is_empty()) {
+            if let Some(n) = line.strip_prefix("end ") {
+                end = Some(n.parse::<u64>().unwrap());
+                break;
+            }
+            assert_eq!(line, want.to_string(), "line {want}");
+            want += 1;
+        }
+        assert_eq!(end, Some(want - 1), "the flood's last line");
+        assert!(want > 100_000, "a flood of {want} lines");
+    }
+}
+
+/// Waits until the node's bulk thread reads some session (`on_bulk`)
+/// or none (`what` names the wait).
+async fn wait_bulk_readers(node: &TestNode, on_bulk: bool, what: &str) {
+    within(PATIENCE, what, async {
+        loop {
+            let n = metric(&node.url(), "termesh_bulk_sessions").await;
+            if (n >= 1.0) == on_bulk {
+                return;
+            }
+            poll_pause().await;
+        }
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_floods_reads_go_to_the_bulk_thread_and_home_when_typed_into_losing_nothing() {
     let _one = FLOODS.lock().await;
     let node = TestNode::start();
-    let stop = node.data_dir.path().join("stop");
-    let script = format!(
-        "stty -echo; exec python3 -c '{NUMBERED_FLOOD}' {}",
-        stop.display()
-    );
-    let flood = node.create(&["sh", "-c", &script]).await.id;
-    let mut c = node.client(OPERATOR).await;
-    subscribe(&mut c, &flood, Some(0), 1 << 20).await.unwrap();
-    let reading = {
-        let flood = flood.clone();
-        tokio::spawn(async move {
-            let mut s = Stream::new(1 << 20);
-            pump_to_exit(&mut c, &flood, &mut s, "the numbered flood's end").await;
-            s
-        })
-    };
-    let bulk_readers = || async { metric(&node.url(), "termesh_bulk_sessions").await };
-    within(PATIENCE, "the flood read on the bulk thread", async {
-        while bulk_readers().await < 1.0 {
-            poll_pause().await;
-        }
-    })
-    .await;
+    let flood = NumberedFlood::start(&node).await;
+    wait_bulk_readers(&node, true, "the flood read on the bulk thread").await;
     let mut typist = node.client(OPERATOR).await;
     typist
         .send(&ClientMsg::Input {
-            session: flood.clone(),
+            session: flood.id.clone(),
             data: b"x\n".to_vec(),
         })
         .await
         .unwrap();
-    within(PATIENCE, "the typed-into flood read at home again", async {
-        while bulk_readers().await > 0.0 {
-            poll_pause().await;
-        }
-    })
-    .await;
-    std::fs::write(&stop, b"").unwrap();
-    let s = within(PATIENCE, "the flood's reader", reading)
-        .await
-        .unwrap();
-    assert!(s.errors.is_empty(), "{:?}", s.errors);
-
+    wait_bulk_readers(&node, false, "the typed-into flood read at home again").await;
     // Every line once and in order across both moves.
-    assert_numbered(s.data);
-}
-
-/// `NUMBERED_FLOOD`'s output arrived whole: every line once and in
-/// order, up to its last.
-fn assert_numbered(data: Vec<u8>) {
-    let text = String::from_utf8(data).unwrap();
-    let mut want = 1u64;
-    let mut end = None;
-    for line in text.split("\r\n").filter(|l| !l.is_empty()) {
-        if let Some(n) = line.strip_prefix("end ") {
-            end = Some(n.parse::<u64>().unwrap());
-            break;
-        }
-        assert_eq!(line, want.to_string(), "line {want}");
-        want += 1;
-    }
-    assert_eq!(end, Some(want - 1), "the flood's last line");
-    assert!(want > 100_000, "a flood of {want} lines");
+    flood.end_and_check().await;
 }
 
 /// On the bulk thread a frame gathers reads for a moment: a flood that
@@ -112,32 +128,7 @@ fn assert_numbered(data: Vec<u8>) {
 async fn a_flood_that_ends_on_the_bulk_thread_arrives_whole() {
     let _one = FLOODS.lock().await;
     let node = TestNode::start();
-    let stop = node.data_dir.path().join("stop");
-    let script = format!(
-        "stty -echo; exec python3 -c '{NUMBERED_FLOOD}' {}",
-        stop.display()
-    );
-    let flood = node.create(&["sh", "-c", &script]).await.id;
-    let mut c = node.client(OPERATOR).await;
-    subscribe(&mut c, &flood, Some(0), 1 << 20).await.unwrap();
-    let reading = {
-        let flood = flood.clone();
-        tokio::spawn(async move {
-            let mut s = Stream::new(1 << 20);
-            pump_to_exit(&mut c, &flood, &mut s, "the numbered flood's end").await;
-            s
-        })
-    };
-    within(PATIENCE, "the flood read on the bulk thread", async {
-        while metric(&node.url(), "termesh_bulk_sessions").await < 1.0 {
-            poll_pause().await;
-        }
-    })
-    .await;
-    std::fs::write(&stop, b"").unwrap();
-    let s = within(PATIENCE, "the flood's reader", reading)
-        .await
-        .unwrap();
-    assert!(s.errors.is_empty(), "{:?}", s.errors);
-    assert_numbered(s.data);
+    let flood = NumberedFlood::start(&node).await;
+    wait_bulk_readers(&node, true, "the flood read on the bulk thread").await;
+    flood.end_and_check().await;
 }

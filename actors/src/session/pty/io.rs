@@ -323,7 +323,7 @@ async fn read_task(mut r: Reader, master: Registered) {
         };
         reads::take_waiting(&master, &mut buf, &mut filled, READ_CHUNK);
         // On the bulk thread a frame waits a moment for more of its flood
-        // (its viewers see it up to `LINGER` later).
+        // (its viewers see it about `LINGER` later).
         let mut end = Gathered::Frame;
         if r.on_bulk && filled < BULK_FRAME {
             let until = tokio::time::Instant::now() + LINGER;

@@ -83,13 +83,18 @@ pub fn read_waiting(master: &Registered, buf: &mut [u8]) -> std::io::Result<usiz
 /// ring). Stops at the end too, which the next `read_ready` reads.
 pub fn take_waiting(master: &Registered, buf: &mut BytesMut, filled: &mut usize, limit: usize) {
     while *filled < limit {
-        if *filled == buf.len() {
-            buf.resize((buf.len() * 2).clamp(1, limit), 0);
-        }
+        grow(buf, *filled, limit);
         match read_waiting(master, &mut buf[*filled..]) {
             Ok(0) | Err(_) => return,
             Ok(n) => *filled += n,
         }
+    }
+}
+
+/// Room to read into past `filled`: a full `buf` doubles, up to `limit`.
+fn grow(buf: &mut BytesMut, filled: usize, limit: usize) {
+    if filled == buf.len() {
+        buf.resize((buf.len() * 2).clamp(1, limit), 0);
     }
 }
 
@@ -117,9 +122,7 @@ pub async fn gather(
     (want, until): (usize, tokio::time::Instant),
 ) -> Gathered {
     while *filled < want {
-        if *filled == buf.len() {
-            buf.resize((buf.len() * 2).clamp(1, want), 0);
-        }
+        grow(buf, *filled, want);
         match tokio::time::timeout_at(until, read_ready(master, &mut buf[*filled..])).await {
             Err(_elapsed) => return Gathered::Frame,
             Ok(Err(e)) if e.kind() == ErrorKind::WouldBlock => return Gathered::Renew,

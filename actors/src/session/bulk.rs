@@ -8,7 +8,7 @@
 //! goes ahead of bulk output on each connection that typed into it
 //! (`front::connection::lanes`) and on the mesh (`cluster::peer::lane`).
 //! A program that is not interactive and prints more than `BULK_RATE`
-//! over a second (as soon as it has: `Flow`) is **bulk**: its output is read on the node's bulk
+//! over a second is **bulk**: its output is read on the node's bulk
 //! thread (`pty::Lane`) and its terminal's foreground process group
 //! is demoted, in two steps:
 //!

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use super::host::{Host, Os};
-use super::{is_bulk, Burst, Typed, BULK_NICE, BULK_RATE, CALM_RATE};
+use super::{is_bulk, Burst, Typed, BULK_NICE, CALM_RATE};
 
 /// One session's output rate, and the weight its job has.
 #[derive(Debug)]
@@ -75,8 +75,7 @@ impl Flow {
 
     /// `n` bytes of output from the program (`pid` leads its session;
     /// `foreground` asks its terminal's foreground group, only when it is
-    /// needed): once a second, decides bulk or not (bulk as soon as the
-    /// second holds `BULK_RATE`).
+    /// needed): once a second, decides bulk or not.
     pub fn output(
         &mut self,
         n: usize,
@@ -101,14 +100,10 @@ impl Flow {
         self.bytes += n as u64;
         self.burst.count(n);
         let elapsed = now.saturating_duration_since(self.since);
-        // A second's worth already, before the second is over: over the
-        // rate now (a 32 MiB `cat` is done in well under a second, and
-        // its frames would stay small at home for all of it).
-        let early = !self.bulk && self.bytes >= BULK_RATE;
-        if elapsed < Duration::from_secs(1) && !early {
+        if elapsed < Duration::from_secs(1) {
             return;
         }
-        let rate = self.bytes as f64 / elapsed.as_secs_f64().max(1e-3);
+        let rate = self.bytes as f64 / elapsed.as_secs_f64();
         self.since = now;
         self.bytes = 0;
         self.bulk = is_bulk(rate, self.burst.interactive(typed));

@@ -14,7 +14,7 @@ fn key(t: &Typed) {
 }
 
 #[test]
-fn a_flood_is_bulk_once_past_its_burst_and_a_seconds_worth() {
+fn a_flood_started_by_a_key_is_bulk_at_its_first_second_past_the_burst() {
     // No such process: nothing is reniced, only the rule runs.
     let pid = i32::MAX;
     let (t, mut f) = (Typed::default(), Flow::new(Typed::default()));
@@ -28,22 +28,15 @@ fn a_flood_is_bulk_once_past_its_burst_and_a_seconds_worth() {
     out(&mut f, 2 << 20, 1_001);
     assert!(f.is_bulk(), "typed a second ago, but 2 MiB since the key");
 
-    // A key brings it back at once; the count starts again from it.
+    // A key brings it back at once and for a second at least, however
+    // much it prints meanwhile.
     key(&t);
-    out(&mut f, 200 << 10, 1_100);
-    assert!(!f.is_bulk(), "typed into, within its burst");
-    out(&mut f, 200 << 10, 1_150);
-    assert!(!f.is_bulk(), "past its burst, but not a second's worth yet");
-    out(&mut f, 700 << 10, 1_200);
-    assert!(f.is_bulk(), "past its burst, and 1 MiB within the second");
-
-    // Nobody typed: bulk as soon as a second's worth has come, before the
-    // second ends (a 32 MiB `cat` is over well within one).
-    let (t, mut f) = (Typed::default(), Flow::new(Typed::default()));
-    f.output_at(&mut Os, 512 << 10, &t, pid, || None, at(10));
-    assert!(!f.is_bulk(), "half a second's worth");
-    f.output_at(&mut Os, 512 << 10, &t, pid, || None, at(20));
-    assert!(f.is_bulk(), "a second's worth in 20 ms");
+    out(&mut f, 4 << 20, 1_100);
+    assert!(!f.is_bulk(), "typed into");
+    out(&mut f, 4 << 20, 2_050);
+    assert!(!f.is_bulk(), "the rate is measured afresh from the key");
+    out(&mut f, 1 << 20, 2_101);
+    assert!(f.is_bulk(), "a second past the key, past its burst");
 
     // Typed into and printing less than its burst each time: never bulk.
     let (t, mut f) = (Typed::default(), Flow::new(Typed::default()));

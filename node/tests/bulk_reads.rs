@@ -15,10 +15,11 @@ static FLOODS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Numbered lines, paced to about 10 MB/s, until `stop` exists; then one
 /// more batch and `end N` in one write, and an exit at once (the terminal
-/// hangs up right behind them, within a gathering frame). Once a line is typed into it, two more batches at that pace
-/// (the reads move home under a flood), then a line every 50 ms (about
-/// 110 KB since the key: it stays interactive, where a flood still
-/// flooding would be bulk again past its burst).
+/// hangs up right behind them, within a gathering frame). Once a line is
+/// typed into it, two more batches at that pace (the reads move home
+/// under a flood), then a line every 50 ms (about 110 KB since the key:
+/// it stays interactive, where a flood still flooding would be bulk again
+/// past its burst).
 const NUMBERED_FLOOD: &str = r#"
 import os, select, sys, time
 out, i, batch, slow_at = sys.stdout.buffer, 0, 8000, None

@@ -93,6 +93,7 @@ pub async fn run(cluster: &Cluster, mib: usize, runs: &[Flood], rounds: usize) {
     let bytes = std::fs::metadata(&file).unwrap().len() as usize;
     let mut rates: Vec<Vec<f64>> = vec![Vec::new(); runs.len()];
     let mut cpus: Vec<Vec<f64>> = vec![Vec::new(); runs.len()];
+    let mut machine: Vec<Vec<Machine>> = vec![Vec::new(); runs.len()];
     let me = [std::process::id()];
     for _ in 0..rounds {
         for (i, flood) in runs.iter().enumerate() {
@@ -104,13 +105,16 @@ pub async fn run(cluster: &Cluster, mib: usize, runs: &[Flood], rounds: usize) {
                 _ => &me,
             };
             let cpu = || whose.iter().map(|p| super::cpu_ms(*p)).sum::<f64>();
-            let before = cpu();
+            let (before, ticks) = (cpu(), Ticks::now());
             if let Some(time) = round(cluster, *flood, &file, bytes).await {
                 rates[i].push(bytes as f64 / time.as_secs_f64() / 1e6);
                 cpus[i].push((cpu() - before) / mib.max(1) as f64);
+                machine[i].push(ticks.since(mib));
             }
         }
     }
+    // In run order, before `median` sorts them.
+    let in_order = rates.clone();
     let medians: Vec<Option<f64>> = rates.iter_mut().map(|v| median(v)).collect();
     let cpu_medians: Vec<Option<f64>> = cpus.iter_mut().map(|v| median(v)).collect();
     let of = |flood: Flood| {
@@ -118,13 +122,13 @@ pub async fn run(cluster: &Cluster, mib: usize, runs: &[Flood], rounds: usize) {
             .position(|f| *f == flood)
             .and_then(|i| medians[i])
     };
-    println!("  {mib} MiB of `cat`, median MB/s (rounds)");
+    println!("  {mib} MiB of `cat`, median MB/s (rounds in run order)");
     for (i, flood) in runs.iter().enumerate() {
         let Some(rate) = medians[i] else {
             println!("    {:<22} not timed: every round resynced", flood.label());
             continue;
         };
-        let parts: Vec<String> = rates[i].iter().map(|r| format!("{r:.0}")).collect();
+        let parts: Vec<String> = in_order[i].iter().map(|r| format!("{r:.0}")).collect();
         let ratio = match flood.base() {
             Some((base, held)) => match of(base) {
                 Some(floor) => {
@@ -155,6 +159,78 @@ pub async fn run(cluster: &Cluster, mib: usize, runs: &[Flood], rounds: usize) {
             (cpu_medians[i], flood)
         {
             println!("    {:<22} {cpu:7.1}", flood.label());
+        }
+    }
+    print_machine(runs, &mut machine);
+}
+
+/// The whole machine's CPU time (all processes, the kernel's workers too)
+/// in one round: what a flood costs the host per MiB, and whether the
+/// round was bound by CPU (busy near 100%) or by waits (idle CPU left).
+#[derive(Debug, Clone, Copy)]
+struct Machine {
+    ms_per_mib: f64,
+    busy: f64,
+}
+
+/// `/proc/stat`'s first line: ticks busy and in all, every CPU together.
+#[derive(Debug, Clone, Copy)]
+struct Ticks {
+    busy: u64,
+    all: u64,
+}
+
+impl Ticks {
+    fn now() -> Ticks {
+        let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+        let line = stat.lines().next().unwrap_or_default();
+        // user nice system idle iowait irq softirq steal (guest time is
+        // counted in user already).
+        let f: Vec<u64> = line
+            .split_whitespace()
+            .skip(1)
+            .take(8)
+            .filter_map(|t| t.parse().ok())
+            .collect();
+        let all: u64 = f.iter().sum();
+        let waiting = f.get(3).copied().unwrap_or(0) + f.get(4).copied().unwrap_or(0);
+        Ticks {
+            busy: all.saturating_sub(waiting),
+            all,
+        }
+    }
+
+    /// The round since `self`, of `mib` MiB (ticks are 10 ms: USER_HZ).
+    fn since(self, mib: usize) -> Machine {
+        let now = Ticks::now();
+        let busy = now.busy.saturating_sub(self.busy);
+        let all = now.all.saturating_sub(self.all);
+        Machine {
+            ms_per_mib: busy as f64 * 10.0 / mib.max(1) as f64,
+            busy: busy as f64 / all.max(1) as f64,
+        }
+    }
+}
+
+/// Each kind's median machine figures, and the rate its CPU per MiB
+/// would allow were every CPU busy with it.
+fn print_machine(runs: &[Flood], machine: &mut [Vec<Machine>]) {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    println!(
+        "  the machine while it ran, median: CPU ms per MiB (every process and \
+         kernel worker), busy share of its {cpus} CPUs, and the MB/s that CPU per \
+         MiB allows with all {cpus} busy"
+    );
+    for (i, flood) in runs.iter().enumerate() {
+        let mut per_mib: Vec<f64> = machine[i].iter().map(|m| m.ms_per_mib).collect();
+        let mut busy: Vec<f64> = machine[i].iter().map(|m| m.busy).collect();
+        if let (Some(ms), Some(busy)) = (median(&mut per_mib), median(&mut busy)) {
+            let ceiling = cpus as f64 * 1000.0 / ms * 1.048_576;
+            println!(
+                "    {:<22} {ms:7.1}  busy {:3.0}%  allows {ceiling:5.0}",
+                flood.label(),
+                busy * 100.0
+            );
         }
     }
 }

@@ -20,7 +20,11 @@
 //! through a mirror beside the raw PTY and beside a bare relay (the same
 //! PTY read and forwarded over a loopback socket, nothing else: the
 //! machine's floor for shipping output to another process; for the
-//! mirror, forwarded once more by a third thread).
+//! mirror, forwarded once more by a third thread). Beside each flood's
+//! rate: the nodes' CPU per MiB, and the whole machine's (every process
+//! and kernel worker), how busy its CPUs were, and the rate that CPU per
+//! MiB allows with every CPU busy (a round near 100% busy is bound by
+//! CPU, one well under it by waits).
 //!
 //!     cargo bench -p termesh-node --bench interactive
 //!

@@ -15,6 +15,7 @@ use termesh_transport::{ClientMsg, CreateRequest, ServerMsg};
 
 pub mod cluster;
 pub mod flood;
+pub mod machine;
 pub mod pty;
 pub mod relay;
 pub mod socket_floor;
@@ -334,8 +335,7 @@ pub fn cpu_ms(pid: u32) -> f64 {
             .unwrap_or(0.0)
     };
     // utime and stime are fields 14 and 15 (1-based), 11 and 12 after ')'.
-    // In USER_HZ, which Linux fixes at 100 for /proc.
-    (ticks(11) + ticks(12)) * 10.0
+    (ticks(11) + ticks(12)) * machine::TICK_MS
 }
 
 /// Waits (at most 20 s) until the processes `pids` together use under 4%

@@ -1,12 +1,14 @@
 //! A flood's throughput in alternating rounds (`--bench interactive`): a
 //! file `cat` through the raw PTY, through bare relays of one and two
 //! hops, through one node and through a mirror, each beside the floor it
-//! is held to.
+//! is held to, with the processes' CPU per MiB and the whole machine's
+//! (`machine`).
 
 use std::path::Path;
 use std::time::Duration;
 
 use super::cluster::Cluster;
+use super::machine::{Pooled, Ticks};
 use super::socket_floor::{relay_pty, Hops};
 
 /// What a server that stores, frames and paces output may cost over a
@@ -93,7 +95,7 @@ pub async fn run(cluster: &Cluster, mib: usize, runs: &[Flood], rounds: usize) {
     let bytes = std::fs::metadata(&file).unwrap().len() as usize;
     let mut rates: Vec<Vec<f64>> = vec![Vec::new(); runs.len()];
     let mut cpus: Vec<Vec<f64>> = vec![Vec::new(); runs.len()];
-    let mut machine: Vec<Vec<Machine>> = vec![Vec::new(); runs.len()];
+    let mut machine = vec![Pooled::default(); runs.len()];
     let me = [std::process::id()];
     for _ in 0..rounds {
         for (i, flood) in runs.iter().enumerate() {
@@ -109,14 +111,12 @@ pub async fn run(cluster: &Cluster, mib: usize, runs: &[Flood], rounds: usize) {
             if let Some(time) = round(cluster, *flood, &file, bytes).await {
                 rates[i].push(bytes as f64 / time.as_secs_f64() / 1e6);
                 cpus[i].push((cpu() - before) / mib.max(1) as f64);
-                machine[i].push(ticks.since(mib));
+                machine[i].add(ticks, bytes);
             }
         }
     }
-    // In run order, before `median` sorts them.
-    let in_order = rates.clone();
-    let medians: Vec<Option<f64>> = rates.iter_mut().map(|v| median(v)).collect();
-    let cpu_medians: Vec<Option<f64>> = cpus.iter_mut().map(|v| median(v)).collect();
+    let medians: Vec<Option<f64>> = rates.iter().map(|v| median(v)).collect();
+    let cpu_medians: Vec<Option<f64>> = cpus.iter().map(|v| median(v)).collect();
     let of = |flood: Flood| {
         runs.iter()
             .position(|f| *f == flood)
@@ -128,7 +128,7 @@ pub async fn run(cluster: &Cluster, mib: usize, runs: &[Flood], rounds: usize) {
             println!("    {:<22} not timed: every round resynced", flood.label());
             continue;
         };
-        let parts: Vec<String> = in_order[i].iter().map(|r| format!("{r:.0}")).collect();
+        let parts: Vec<String> = rates[i].iter().map(|r| format!("{r:.0}")).collect();
         let ratio = match flood.base() {
             Some((base, held)) => match of(base) {
                 Some(floor) => {
@@ -161,75 +161,25 @@ pub async fn run(cluster: &Cluster, mib: usize, runs: &[Flood], rounds: usize) {
             println!("    {:<22} {cpu:7.1}", flood.label());
         }
     }
-    print_machine(runs, &mut machine);
+    print_machine(runs, &machine);
 }
 
-/// The whole machine's CPU time (all processes, the kernel's workers too)
-/// in one round: what a flood costs the host per MiB, and whether the
-/// round was bound by CPU (busy near 100%) or by waits (idle CPU left).
-#[derive(Debug, Clone, Copy)]
-struct Machine {
-    ms_per_mib: f64,
-    busy: f64,
-}
-
-/// `/proc/stat`'s first line: ticks busy and in all, every CPU together.
-#[derive(Debug, Clone, Copy)]
-struct Ticks {
-    busy: u64,
-    all: u64,
-}
-
-impl Ticks {
-    fn now() -> Ticks {
-        let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-        let line = stat.lines().next().unwrap_or_default();
-        // user nice system idle iowait irq softirq steal (guest time is
-        // counted in user already).
-        let f: Vec<u64> = line
-            .split_whitespace()
-            .skip(1)
-            .take(8)
-            .filter_map(|t| t.parse().ok())
-            .collect();
-        let all: u64 = f.iter().sum();
-        let waiting = f.get(3).copied().unwrap_or(0) + f.get(4).copied().unwrap_or(0);
-        Ticks {
-            busy: all.saturating_sub(waiting),
-            all,
-        }
-    }
-
-    /// The round since `self`, of `mib` MiB (ticks are 10 ms: USER_HZ).
-    fn since(self, mib: usize) -> Machine {
-        let now = Ticks::now();
-        let busy = now.busy.saturating_sub(self.busy);
-        let all = now.all.saturating_sub(self.all);
-        Machine {
-            ms_per_mib: busy as f64 * 10.0 / mib.max(1) as f64,
-            busy: busy as f64 / all.max(1) as f64,
-        }
-    }
-}
-
-/// Each kind's median machine figures, and the rate its CPU per MiB
-/// would allow were every CPU busy with it.
-fn print_machine(runs: &[Flood], machine: &mut [Vec<Machine>]) {
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+/// Each kind's machine figures, pooled over its rounds.
+fn print_machine(runs: &[Flood], machine: &[Pooled]) {
+    let cpus = super::machine::cpus();
     println!(
-        "  the machine while it ran, median: CPU ms per MiB (every process and \
-         kernel worker), busy share of its {cpus} CPUs, and the MB/s that CPU per \
-         MiB allows with all {cpus} busy"
+        "  the machine while it ran, pooled over the rounds: CPU ms per MiB (every \
+         process and kernel worker), busy share of its {cpus} CPUs, and the MB/s \
+         that CPU per MiB allows with all {cpus} busy"
     );
-    for (i, flood) in runs.iter().enumerate() {
-        let mut per_mib: Vec<f64> = machine[i].iter().map(|m| m.ms_per_mib).collect();
-        let mut busy: Vec<f64> = machine[i].iter().map(|m| m.busy).collect();
-        if let (Some(ms), Some(busy)) = (median(&mut per_mib), median(&mut busy)) {
-            let ceiling = cpus as f64 * 1000.0 / ms * 1.048_576;
+    for (flood, pooled) in runs.iter().zip(machine) {
+        if let Some(f) = pooled.figures(cpus) {
             println!(
-                "    {:<22} {ms:7.1}  busy {:3.0}%  allows {ceiling:5.0}",
+                "    {:<22} {:7.1}  busy {:3.0}%  allows {:5.0}",
                 flood.label(),
-                busy * 100.0
+                f.ms_per_mib,
+                f.busy * 100.0,
+                f.allows
             );
         }
     }
@@ -258,7 +208,8 @@ async fn round(cluster: &Cluster, flood: Flood, file: &Path, bytes: usize) -> Op
 }
 
 /// The median, `None` when there is none (every round resynced).
-fn median(v: &mut [f64]) -> Option<f64> {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v.get(v.len() / 2).copied()
+fn median(v: &[f64]) -> Option<f64> {
+    let mut sorted = v.to_vec();
+    sorted.sort_by(|a, b| a.total_cmp(b));
+    sorted.get(sorted.len() / 2).copied()
 }

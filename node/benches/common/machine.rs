@@ -6,17 +6,16 @@
 //!
 //! Busy time is the CPUs' time that passed (the clock's) less their
 //! idle time (`/proc/stat`'s idle and iowait, which `/proc/uptime`
-//! agrees with; time a hypervisor gave elsewhere counts as busy), not `/proc/stat`'s busy ticks: under a PTY flood those
-//! miss about a third of it (a Python reader of `cat` in a PTY on two
-//! CPUs: busy ticks of 280-400 ms in rounds where the reader, `cat` and
-//! the kworkers alone used 385-472 ms of CPU).
+//! agrees with; time a hypervisor gave elsewhere counts as busy), not
+//! `/proc/stat`'s busy ticks: under a PTY flood those miss about a third
+//! of it (a Python reader of `cat` in a PTY on two CPUs: busy ticks of
+//! 280-400 ms in rounds where the reader, `cat` and the kworkers alone
+//! used 385-472 ms of CPU).
 
 use std::time::Instant;
 
 /// Milliseconds in one `/proc` tick (USER_HZ, which Linux fixes at 100).
 pub const TICK_MS: f64 = 10.0;
-/// Megabytes (10^6 bytes) in a MiB.
-const MB_PER_MIB: f64 = (1u64 << 20) as f64 / 1e6;
 /// Bytes in a MiB.
 const MIB: f64 = (1u64 << 20) as f64;
 
@@ -36,15 +35,9 @@ impl Ticks {
         if fields.next() != Some("cpu") {
             return None;
         }
-        // user nice system idle iowait
-        let f: Vec<u64> = fields
-            .take(5)
-            .map(str::parse)
-            .collect::<Result<_, _>>()
-            .ok()?;
-        let [_user, _nice, _system, idle, iowait] = f[..] else {
-            return None;
-        };
+        // user nice system idle iowait: the last two.
+        let mut waiting = fields.skip(3).map(str::parse::<u64>);
+        let (idle, iowait) = (waiting.next()?.ok()?, waiting.next()?.ok()?);
         Some(Ticks {
             idle: idle + iowait,
             at: Instant::now(),
@@ -96,7 +89,7 @@ impl Pooled {
         Some(Figures {
             ms_per_mib,
             busy: busy_ms / passed_ms,
-            allows: cpus as f64 * 1000.0 / ms_per_mib * MB_PER_MIB,
+            allows: cpus as f64 * 1000.0 / ms_per_mib * MIB / 1e6,
         })
     }
 }

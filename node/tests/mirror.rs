@@ -113,6 +113,16 @@ async fn ten_viewers_on_one_node_cost_one_copy_over_the_link() {
     );
     assert!(output as u64 > numbered_lines(LINES).len() as u64);
     assert!(ratio < 1.1, "{ratio:.3}x the output crossed the link");
+    // Loopback carries 64 KiB datagrams: the link's path MTU search goes
+    // past Ethernet's 1,500 bytes, where QUIC's defaults stop it.
+    let mtu = "termesh_peer_path_mtu_bytes{node=\"a\",peer=\"b\"}";
+    within(PATIENCE, "a path MTU past Ethernet's", async {
+        while cluster.metric(0, mtu) <= 1500.0 {
+            poll_pause().await;
+        }
+    })
+    .await;
+    println!("a->b path MTU {} bytes", cluster.metric(0, mtu));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

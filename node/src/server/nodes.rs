@@ -85,7 +85,7 @@ pub fn metrics(state: &AppState) -> String {
         return out;
     }
     type Get = fn(&termesh_actors::cluster::peer::LinkStats) -> f64;
-    let series: [(&str, &str, &str, Get); 10] = [
+    let series: [(&str, &str, &str, Get); 11] = [
         (
             "termesh_peer_up",
             "gauge",
@@ -145,6 +145,12 @@ pub fn metrics(state: &AppState) -> String {
             "counter",
             "QUIC packets to the peer declared lost (and sent again).",
             |s| s.totals().lost_packets as f64,
+        ),
+        (
+            "termesh_peer_path_mtu_bytes",
+            "gauge",
+            "The largest UDP payload the link sends now, as its path MTU search found it (0 while down).",
+            |s| s.path_mtu() as f64,
         ),
     ];
     for (name, kind, help, get) in series {

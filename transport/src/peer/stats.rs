@@ -70,6 +70,14 @@ impl LinkStats {
         b.open.values().fold(b.ended, LinkTotals::add)
     }
 
+    /// The largest UDP payload the link's open connection sends now, as
+    /// its path MTU search found it (0 while none is open).
+    pub fn path_mtu(&self) -> u16 {
+        let b = self.bytes.lock().unwrap_or_else(|e| e.into_inner());
+        let mtus = b.open.values().map(|c| c.stats().path.current_mtu);
+        mtus.max().unwrap_or(0)
+    }
+
     /// Counts `conn` from now until [`LinkStats::conn_ended`].
     pub(crate) fn conn_opened(&self, conn: &quinn::Connection) {
         let mut b = self.bytes.lock().unwrap_or_else(|e| e.into_inner());

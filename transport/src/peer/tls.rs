@@ -224,13 +224,13 @@ impl Identity {
         let socket = udp_socket(addr).map_err(cannot)?;
         let runtime = quinn::default_runtime()
             .ok_or_else(|| TlsError::Setup("no async runtime for the QUIC endpoint".into()))?;
-        let mut endpoint = quinn::Endpoint::new(
-            quinn::EndpointConfig::default(),
-            Some(self.server_config()?),
-            socket,
-            runtime,
-        )
-        .map_err(cannot)?;
+        let mut config = quinn::EndpointConfig::default();
+        config
+            .max_udp_payload_size(MAX_DATAGRAM)
+            .expect("within QUIC's bounds");
+        let mut endpoint =
+            quinn::Endpoint::new(config, Some(self.server_config()?), socket, runtime)
+                .map_err(cannot)?;
         endpoint.set_default_client_config(self.client_config()?);
         Ok(endpoint)
     }
@@ -261,6 +261,26 @@ pub fn provider() -> Arc<CryptoProvider> {
 /// its way.
 pub const MAX_PEER_UNI_STREAMS: usize = super::REPLY_STREAMS + 3;
 
+/// The largest UDP payload the mesh accepts, and the top of its path MTU
+/// search. quinn's defaults stop the search at 1,452 bytes and make each
+/// endpoint refuse more than 1,472, so a link whose path carries larger
+/// datagrams (loopback, a LAN's 9,000-byte jumbo frames) paid QUIC's
+/// per-packet work (packet building, header protection, acks, loss
+/// bookkeeping) for every 1.4 KB of a flood. The top is not QUIC's 65,527:
+/// quinn hands the kernel up to `GSO_BATCH` datagrams in one send, and
+/// Linux refuses a send of more than 64 KiB (65,507 bytes of UDP payload
+/// over IPv4) whole, so larger datagrams would lose every full batch. The
+/// search starts from QUIC's 1,200 and keeps what the path carries; a
+/// probe larger than the path is lost (or refused by the sending host) and
+/// costs only itself (docs/benchmarks.md, issue 32, nineteenth stop).
+pub const MAX_DATAGRAM: u16 = 6_500;
+
+/// The most datagrams quinn 0.11 puts in one send (its
+/// `MAX_TRANSMIT_SEGMENTS`).
+const GSO_BATCH: usize = 10;
+
+const _: () = assert!(GSO_BATCH * MAX_DATAGRAM as usize <= 65_507);
+
 /// QUIC keeps the link alive itself (its pings cost the application
 /// nothing). Its idle timeout is only a backstop: the peer breaker, which
 /// discounts this node's own stalls, decides first that a peer is gone.
@@ -272,6 +292,9 @@ fn transport() -> Arc<quinn::TransportConfig> {
     t.max_concurrent_bidi_streams(1u32.into());
     t.max_concurrent_uni_streams((MAX_PEER_UNI_STREAMS as u32).into());
     t.keep_alive_interval(Some(Duration::from_secs(2)));
+    let mut mtu = quinn::MtuDiscoveryConfig::default();
+    mtu.upper_bound(MAX_DATAGRAM);
+    t.mtu_discovery_config(Some(mtu));
     t.max_idle_timeout(Some(
         Duration::from_secs(60)
             .try_into()

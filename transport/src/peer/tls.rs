@@ -275,8 +275,10 @@ pub const MAX_PEER_UNI_STREAMS: usize = super::REPLY_STREAMS + 3;
 /// costs only itself (docs/benchmarks.md, issue 32, nineteenth stop).
 pub const MAX_DATAGRAM: u16 = 6_500;
 
-/// The most datagrams quinn 0.11 puts in one send (its
-/// `MAX_TRANSMIT_SEGMENTS`).
+/// The most datagrams quinn 0.11 puts in one send (its private
+/// `MAX_TRANSMIT_SEGMENTS`). Should a later quinn send more, whole batches
+/// would be lost: `node/tests/mirror.rs` fails on the bytes its flood then
+/// takes over the link.
 const GSO_BATCH: usize = 10;
 
 const _: () = assert!(GSO_BATCH * MAX_DATAGRAM as usize <= 65_507);

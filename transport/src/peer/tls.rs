@@ -225,6 +225,7 @@ impl Identity {
         let runtime = quinn::default_runtime()
             .ok_or_else(|| TlsError::Setup("no async runtime for the QUIC endpoint".into()))?;
         let mut config = quinn::EndpointConfig::default();
+        // MAX_DATAGRAM lies within QUIC's 1,200-65,527 (asserted below it).
         config
             .max_udp_payload_size(MAX_DATAGRAM)
             .expect("within QUIC's bounds");
@@ -282,6 +283,7 @@ pub const MAX_DATAGRAM: u16 = 6_500;
 const GSO_BATCH: usize = 10;
 
 const _: () = assert!(GSO_BATCH * MAX_DATAGRAM as usize <= 65_507);
+const _: () = assert!(MAX_DATAGRAM >= 1_200 && MAX_DATAGRAM <= 65_527);
 
 /// QUIC keeps the link alive itself (its pings cost the application
 /// nothing). Its idle timeout is only a backstop: the peer breaker, which

@@ -225,7 +225,8 @@ impl Identity {
         let runtime = quinn::default_runtime()
             .ok_or_else(|| TlsError::Setup("no async runtime for the QUIC endpoint".into()))?;
         let mut config = quinn::EndpointConfig::default();
-        // MAX_DATAGRAM lies within QUIC's 1,200-65,527 (asserted below it).
+        // MAX_DATAGRAM lies within QUIC's 1,200-65,527 (asserted where it
+        // is defined).
         config
             .max_udp_payload_size(MAX_DATAGRAM)
             .expect("within QUIC's bounds");

@@ -32,7 +32,8 @@
 //! round) change the size; `TERMESH_BENCH_PHASES` picks phases by name
 //! (comma-separated, e.g. `alone,subscribed`); `TERMESH_BENCH_MIB` (32)
 //! the throughput payload, 0 to leave throughput out, and
-//! `TERMESH_BENCH_FLOOD_ROUNDS` (5) its rounds (medians are printed),
+//! `TERMESH_BENCH_FLOOD_ROUNDS` (15: a round's rate varies up to 2x on
+//! this host) its rounds (medians are printed),
 //! `TERMESH_BENCH_FLOODS` which of them run (`raw,relay,relay2,node,mirror`);
 //! `TERMESH_BENCH_CONFIG` is added to both nodes' configs (`\n` for
 //! newlines).
@@ -491,6 +492,6 @@ async fn main() {
     if mib == 0 {
         return;
     }
-    let flood_rounds = env_or("TERMESH_BENCH_FLOOD_ROUNDS", 5);
+    let flood_rounds = env_or("TERMESH_BENCH_FLOOD_ROUNDS", 15);
     common::throughput::run(&cluster, mib, &floods, flood_rounds).await;
 }

@@ -12,8 +12,12 @@ use super::machine::{Pooled, Ticks};
 use super::socket_floor::{relay_pty, Hops};
 
 /// What a server that stores, frames and paces output may cost over a
-/// bare relay of as many hops.
+/// bare relay of as many hops (the project's own floor, stricter than
+/// the raw PTY's on a host whose relays outrun its raw reader).
 pub const FLOOR_TARGET: f64 = 0.9;
+/// Issue 32's targets against the raw PTY: one node, and through a
+/// mirror.
+pub const RAW_TARGETS: (f64, f64) = (1.0, 0.95);
 
 /// One kind of round.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,13 +59,19 @@ impl Flood {
         }
     }
 
-    /// What its rate is compared with, and whether `FLOOR_TARGET` applies.
-    fn base(self) -> Option<(Flood, bool)> {
+    /// What its rate is compared with, each with its target if any.
+    fn bases(self) -> Vec<(Flood, Option<f64>)> {
         match self {
-            Flood::Raw => None,
-            Flood::Relay | Flood::Relay2 => Some((Flood::Raw, false)),
-            Flood::Node => Some((Flood::Relay, true)),
-            Flood::Mirror => Some((Flood::Relay2, true)),
+            Flood::Raw => vec![],
+            Flood::Relay | Flood::Relay2 => vec![(Flood::Raw, None)],
+            Flood::Node => vec![
+                (Flood::Raw, Some(RAW_TARGETS.0)),
+                (Flood::Relay, Some(FLOOR_TARGET)),
+            ],
+            Flood::Mirror => vec![
+                (Flood::Raw, Some(RAW_TARGETS.1)),
+                (Flood::Relay2, Some(FLOOR_TARGET)),
+            ],
         }
     }
 }
@@ -129,25 +139,23 @@ pub async fn run(cluster: &Cluster, mib: usize, runs: &[Flood], rounds: usize) {
             continue;
         };
         let parts: Vec<String> = rates[i].iter().map(|r| format!("{r:.0}")).collect();
-        let ratio = match flood.base() {
-            Some((base, held)) => match of(base) {
-                Some(floor) => {
-                    let target = if held {
-                        format!(", target >= {FLOOR_TARGET:.2}x")
-                    } else {
-                        String::new()
-                    };
-                    format!("  {:.2}x {}{target}", rate / floor, base.label())
-                }
-                None => format!("  (no {} round to compare with)", base.name()),
-            },
-            None => String::new(),
-        };
         println!(
-            "    {:<22} {rate:7.1}  [{}]{ratio}",
+            "    {:<22} {rate:7.1}  [{}]",
             flood.label(),
             parts.join(", ")
         );
+        for (base, target) in flood.bases() {
+            let Some(floor) = of(base) else {
+                continue;
+            };
+            let ratio = rate / floor;
+            let verdict = match target {
+                Some(t) if ratio >= t => format!(", target >= {t:.2}x: met"),
+                Some(t) => format!(", target >= {t:.2}x: not met"),
+                None => String::new(),
+            };
+            println!("      {ratio:.2}x {}{verdict}", base.label());
+        }
     }
     // In 10 ms steps (`cpu_ms`): about 0.3 ms per MiB of a 32 MiB round.
     println!(

@@ -34,6 +34,7 @@ need asciinema asciinema
 need curl curl
 need ip iproute2
 need setpriv util-linux
+need fincore util-linux-extra
 need systemctl systemd
 need systemd-nspawn systemd-container
 # The virtual machine's parts, without what they recommend (a GUI, firmware).

@@ -30,8 +30,11 @@
 //!
 //! `TERMESH_BENCH_ROUNDS` (3) and `TERMESH_BENCH_KEYS` (300 per phase and
 //! round) change the size; `TERMESH_BENCH_PHASES` picks phases by name
-//! (comma-separated, e.g. `alone,subscribed`); `TERMESH_BENCH_MIB` (32)
-//! the throughput payload, 0 to leave throughput out, and
+//! (comma-separated, e.g. `alone,subscribed`); `TERMESH_BENCH_MIB`
+//! (`32,128`) the throughput payloads, each its own rounds (32 MiB is a
+//! short flood, under half a second here, read at home as the key that
+//! started it counts; 128 MiB a sustained one, past its first second on
+//! the bulk thread), 0 to leave throughput out, and
 //! `TERMESH_BENCH_FLOOD_ROUNDS` (15: a round's rate varies up to 2x on
 //! this host) its rounds (medians are printed),
 //! `TERMESH_BENCH_FLOODS` which of them run (`raw,relay,relay2,node,mirror`);
@@ -415,7 +418,7 @@ fn print_phase(phase: Phase, pooled: &mut [Duration], p99s: &mut [Duration]) {
 async fn main() {
     let rounds = env_or("TERMESH_BENCH_ROUNDS", 3);
     let keys = env_or("TERMESH_BENCH_KEYS", 300);
-    let mib = env_or("TERMESH_BENCH_MIB", 32);
+    let mibs = payloads(std::env::var("TERMESH_BENCH_MIB").ok().as_deref());
     // Checked before anything runs: a misspelt round fails at once.
     let floods = common::throughput::floods(std::env::var("TERMESH_BENCH_FLOODS").ok().as_deref());
     let picked = std::env::var("TERMESH_BENCH_PHASES").ok();
@@ -489,9 +492,25 @@ async fn main() {
         "  back-to-back echo, one node              {}",
         common::p50_p99(&back)
     );
-    if mib == 0 {
-        return;
-    }
     let flood_rounds = env_or("TERMESH_BENCH_FLOOD_ROUNDS", 15);
-    common::throughput::run(&cluster, mib, &floods, flood_rounds).await;
+    for mib in mibs {
+        common::throughput::run(&cluster, mib, &floods, flood_rounds).await;
+    }
+}
+
+/// The throughput payloads in MiB `TERMESH_BENCH_MIB` names
+/// (comma-separated; none for 0; 32 and 128 when unset).
+fn payloads(list: Option<&str>) -> Vec<usize> {
+    let Some(list) = list else {
+        return vec![32, 128];
+    };
+    let mibs: Vec<usize> = list
+        .split(',')
+        .map(|m| {
+            m.trim().parse().unwrap_or_else(|_| {
+                panic!("TERMESH_BENCH_MIB: {m:?} is not a size in MiB (e.g. 32,128)")
+            })
+        })
+        .collect();
+    mibs.into_iter().filter(|m| *m > 0).collect()
 }

@@ -159,14 +159,19 @@ pub async fn run(cluster: &Cluster, mib: usize, runs: &[Flood], rounds: usize) {
     }
     // In 10 ms steps (`cpu_ms`): about 0.3 ms per MiB of a 32 MiB round.
     println!(
-        "  CPU ms per MiB while it ran, median \
-         (the nodes'; for a relay, the bench's: relay and reader)"
+        "  CPU ms per MiB while it ran, median (rounds in run order; \
+         the nodes'; for a relay, the bench's: relay and reader)"
     );
     for (i, flood) in runs.iter().enumerate() {
         if let (Some(cpu), Flood::Relay | Flood::Relay2 | Flood::Node | Flood::Mirror) =
             (cpu_medians[i], flood)
         {
-            println!("    {:<22} {cpu:7.1}", flood.label());
+            let parts: Vec<String> = cpus[i].iter().map(|c| format!("{c:.0}")).collect();
+            println!(
+                "    {:<22} {cpu:7.1}  [{}]",
+                flood.label(),
+                parts.join(", ")
+            );
         }
     }
     print_machine(runs, &machine);

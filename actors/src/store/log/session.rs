@@ -487,11 +487,11 @@ impl Unsynced {
             }
         };
         if let Some(file) = self.open {
-            keep(file.sync_data());
+            keep(file.sync_data().map(|()| uncache(&file)));
         }
         for path in self.files {
             match File::open(&path) {
-                Ok(f) => keep(f.sync_data()),
+                Ok(f) => keep(f.sync_data().map(|()| uncache(&f))),
                 // Deleted by retention since: nothing to keep.
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {}
                 Err(e) => keep(Err(e)),
@@ -499,6 +499,14 @@ impl Unsynced {
         }
         result
     }
+}
+
+/// Lets the page cache drop what of `file` is on disk now (synced):
+/// output is written once and read back rarely (history pages, grep),
+/// so the log does not take a page of fresh memory for every byte the
+/// node ever kept.
+fn uncache(file: &File) {
+    let _ = rustix::fs::fadvise(file, 0, None, rustix::fs::Advice::DontNeed);
 }
 
 /// Makes `dir` (and missing parents) the node user's alone.

@@ -381,3 +381,54 @@ fn a_trim_leaves_the_appending_thread_before_its_files_are_deleted() {
     assert!(!first.exists(), "deleted once the trim thread ran");
     assert_eq!(left_behind(), 0);
 }
+
+/// Bytes of `path` in the page cache now (util-linux's `fincore`, which
+/// deploy/test.sh installs).
+fn cached_bytes(path: &std::path::Path) -> u64 {
+    let out = std::process::Command::new("fincore")
+        .args(["--bytes", "--noheadings", "--raw", "-o", "RES"])
+        .arg(path)
+        .output()
+        .expect("fincore (util-linux-extra) runs: bash deploy/test.sh installs it");
+    assert!(out.status.success(), "fincore {}: {out:?}", path.display());
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("fincore said {text:?}"))
+}
+
+#[test]
+fn synced_output_leaves_the_page_cache_and_reads_back_from_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("output");
+    let (log, _) = OutputLog::open(&path, 512 << 10, u64::MAX, Arc::default()).unwrap();
+    // Two segments of 512 KiB: one sealed, one being written.
+    let frame: Vec<u8> = (0..8192u32).map(|i| (i % 251) as u8).collect();
+    for seq in 1..=96 {
+        log.append("a", seq, seq, &frame).unwrap();
+    }
+    let segments = || -> Vec<std::path::PathBuf> {
+        std::fs::read_dir(path.join("a"))
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "log"))
+            .collect()
+    };
+    assert!(
+        segments().len() >= 2,
+        "a sealed segment and the one written"
+    );
+    let written: u64 = segments().iter().map(|p| cached_bytes(p)).sum();
+    assert!(
+        written > 400 << 10,
+        "written output is cached until synced: {written} bytes"
+    );
+    log.sync().unwrap();
+    let left: u64 = segments().iter().map(|p| cached_bytes(p)).sum();
+    assert_eq!(left, 0, "synced output stays in the page cache");
+    // Read back (from the disk now), whole and in order.
+    let frames = log.after("a", 0, usize::MAX).unwrap();
+    assert_eq!(frames.len(), 96);
+    assert!(frames.iter().all(|f| f.data[..] == frame[..]));
+}

@@ -357,7 +357,7 @@ impl SessionLog {
             if std::mem::take(&mut active.dirty) {
                 match active.file.as_ref().map(|o| o.file.try_clone()) {
                     Some(Ok(file)) => out.open = Some(file),
-                    _ => out.files.push(self.dir.join(format::segment_name(first))),
+                    _ => out.active_path = Some(self.dir.join(format::segment_name(first))),
                 }
                 out.active = true;
             }
@@ -463,8 +463,11 @@ fn open_for_append(path: &Path, open: &AtomicU64) -> io::Result<Open> {
 /// Segment files to sync, taken from a session's log (`unsynced`).
 #[derive(Debug, Default)]
 pub struct Unsynced {
-    /// The segment being written, by a copy of its descriptor.
+    /// The segment being written, by a copy of its descriptor...
     open: Option<File>,
+    /// ...or by its name, when its descriptor could not be copied.
+    active_path: Option<PathBuf>,
+    /// Segments sealed since the last sync.
     files: Vec<PathBuf>,
     /// The segment being written is among them.
     pub active: bool,
@@ -472,7 +475,7 @@ pub struct Unsynced {
 
 impl Unsynced {
     pub fn is_empty(&self) -> bool {
-        self.open.is_none() && self.files.is_empty()
+        self.open.is_none() && self.active_path.is_none() && self.files.is_empty()
     }
 
     /// Syncs every one, the rest too when one fails; answers the first
@@ -487,11 +490,21 @@ impl Unsynced {
             }
         };
         if let Some(file) = self.open {
-            keep(file.sync_data().map(|()| uncache(&file)));
+            keep(file.sync_data());
         }
-        for path in self.files {
+        let sealed = self.files.into_iter().map(|path| (path, true));
+        for (path, sealed) in self
+            .active_path
+            .map(|p| (p, false))
+            .into_iter()
+            .chain(sealed)
+        {
             match File::open(&path) {
-                Ok(f) => keep(f.sync_data().map(|()| uncache(&f))),
+                Ok(f) => keep(f.sync_data().map(|()| {
+                    if sealed {
+                        uncache(&f);
+                    }
+                })),
                 // Deleted by retention since: nothing to keep.
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {}
                 Err(e) => keep(Err(e)),
@@ -501,10 +514,13 @@ impl Unsynced {
     }
 }
 
-/// Lets the page cache drop what of `file` is on disk now (synced):
+/// Lets the page cache drop a sealed segment, on disk now (synced):
 /// output is written once and read back rarely (history pages, grep),
 /// so the log does not take a page of fresh memory for every byte the
-/// node ever kept.
+/// node ever kept. Never the segment being written: its last page,
+/// dropped, would be read back from the disk by the next append to it
+/// (an echo's frame waited for that read: docs/benchmarks.md, issue 32,
+/// twentieth stop).
 fn uncache(file: &File) {
     let _ = rustix::fs::fadvise(file, 0, None, rustix::fs::Advice::DontNeed);
 }

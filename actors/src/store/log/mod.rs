@@ -481,7 +481,7 @@ impl OutputLog {
             if unsynced.is_empty() {
                 continue;
             }
-            let active = unsynced.active;
+            let active = unsynced.active();
             match unsynced.sync() {
                 Ok(()) => synced += 1,
                 Err(e) => {

@@ -359,7 +359,6 @@ impl SessionLog {
                     Some(Ok(file)) => out.open = Some(file),
                     _ => out.active_path = Some(self.dir.join(format::segment_name(first))),
                 }
-                out.active = true;
             }
             if active.last_write.elapsed() >= idle {
                 release(active.file.take(), open);
@@ -469,13 +468,16 @@ pub struct Unsynced {
     active_path: Option<PathBuf>,
     /// Segments sealed since the last sync.
     files: Vec<PathBuf>,
-    /// The segment being written is among them.
-    pub active: bool,
 }
 
 impl Unsynced {
     pub fn is_empty(&self) -> bool {
-        self.open.is_none() && self.active_path.is_none() && self.files.is_empty()
+        !self.active() && self.files.is_empty()
+    }
+
+    /// The segment being written is among them.
+    pub fn active(&self) -> bool {
+        self.open.is_some() || self.active_path.is_some()
     }
 
     /// Syncs every one, the rest too when one fails; answers the first
@@ -492,25 +494,23 @@ impl Unsynced {
         if let Some(file) = self.open {
             keep(file.sync_data());
         }
-        let sealed = self.files.into_iter().map(|path| (path, true));
-        for (path, sealed) in self
-            .active_path
-            .map(|p| (p, false))
-            .into_iter()
-            .chain(sealed)
-        {
-            match File::open(&path) {
-                Ok(f) => keep(f.sync_data().map(|()| {
-                    if sealed {
-                        uncache(&f);
-                    }
-                })),
-                // Deleted by retention since: nothing to keep.
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                Err(e) => keep(Err(e)),
-            }
+        if let Some(path) = self.active_path {
+            keep(sync_path(&path).map(drop));
+        }
+        for path in self.files {
+            keep(sync_path(&path).map(|f| f.as_ref().map_or((), uncache)));
         }
         result
+    }
+}
+
+/// Syncs the segment at `path`: its file, `None` when retention deleted
+/// it since (nothing to keep).
+fn sync_path(path: &Path) -> io::Result<Option<File>> {
+    match File::open(path) {
+        Ok(f) => f.sync_data().map(|()| Some(f)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
     }
 }
 

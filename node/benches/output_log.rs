@@ -13,7 +13,12 @@
 //! - recovery after kill -9: start to serving, against the GB kept;
 //! - reading one session's 64 MiB: the newest page, and every page
 //!   through the store's read request (what history and search page
-//!   through), beside `cat` of the segment files.
+//!   through), beside `cat` of the segment files. Each reading pass
+//!   starts with the session's segments out of the page cache, as a
+//!   client meets older output (the node drops sealed segments from it
+//!   once synced); `TERMESH_BENCH_LOG_WARM=1` leaves them cached. On a
+//!   slow disk: run the bench in a blkio cgroup that throttles reads
+//!   (docs/benchmarks.md, issue 32, twenty-first stop).
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -208,6 +213,16 @@ async fn search_all(target: &Target, session: &str) -> (f64, usize, f64) {
     (all, pages, start.elapsed().as_secs_f64())
 }
 
+/// Drops a session's segment files (`dir`) from the page cache: each is
+/// synced first, since the kernel keeps dirty pages.
+fn uncache(dir: &Path) {
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let file = std::fs::File::open(entry.path()).unwrap();
+        file.sync_data().unwrap();
+        rustix::fs::fadvise(&file, 0, None, rustix::fs::Advice::DontNeed).unwrap();
+    }
+}
+
 async fn first_session(target: &Target) -> String {
     let mut c = Client::connect(target).await.unwrap();
     match c.request(ClientMsg::list).await.unwrap() {
@@ -347,13 +362,29 @@ fn main() {
     let (node, ms) = kill9_restart(node, "");
     point(&format!("after kill -9 ({ms:.0} ms to serve)"), &node);
     let id = rt.block_on(first_session(&node.target));
-    let (bytes, all, first) = rt.block_on(read_all(&node.target, &id));
     let seg_dir = std::fs::read_dir(node.dir.path().join("output"))
         .unwrap()
         .flatten()
         .find(|e| e.file_name().to_string_lossy() == id)
         .map(|e| e.path())
         .unwrap();
+    let warm = std::env::var_os("TERMESH_BENCH_LOG_WARM").is_some();
+    let cold = || {
+        if !warm {
+            uncache(&seg_dir)
+        }
+    };
+    println!(
+        "  reading passes {}",
+        if warm {
+            "with the segments as cached"
+        } else {
+            "from the disk (segments out of the page cache before each)"
+        }
+    );
+    cold();
+    let (bytes, all, first) = rt.block_on(read_all(&node.target, &id));
+    cold();
     let cat_start = Instant::now();
     let status = std::process::Command::new("sh")
         .arg("-c")
@@ -371,6 +402,7 @@ fn main() {
         cat * 1000.0
     );
     for rows in [1_000, 10_000] {
+        cold();
         let (lines, pages, first, all) = rt.block_on(walk_history(&node.target, &id, rows));
         println!(
             "  its history in pages of {rows} rows: first page {:.1} ms; all {lines} lines in {pages} pages {:.0} ms",
@@ -378,6 +410,7 @@ fn main() {
             all * 1000.0
         );
     }
+    cold();
     let (all, pages, render) = rt.block_on(search_all(&node.target, &id));
     println!(
         "  a search through all of it (the attach's /, a text not there): {pages} raw pages of 1 MiB in {:.0} ms; a hit's page rendered in {:.0} ms",

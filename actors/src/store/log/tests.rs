@@ -382,6 +382,25 @@ fn a_trim_leaves_the_appending_thread_before_its_files_are_deleted() {
     assert_eq!(left_behind(), 0);
 }
 
+/// A log in a fresh directory (under `output`) with segments of
+/// `segment` bytes, and `frames` frames of 8 KiB appended to session `a`
+/// (seqs from 1): the directory, the log and the frame.
+fn written(segment: u64, frames: u64) -> (tempfile::TempDir, OutputLog, Vec<u8>) {
+    let dir = tempfile::tempdir().unwrap();
+    let (log, _) = OutputLog::open(
+        &dir.path().join("output"),
+        segment,
+        u64::MAX,
+        Arc::default(),
+    )
+    .unwrap();
+    let frame: Vec<u8> = (0..8192u32).map(|i| (i % 251) as u8).collect();
+    for seq in 1..=frames {
+        log.append("a", seq, seq, &frame).unwrap();
+    }
+    (dir, log, frame)
+}
+
 /// Bytes of `path` in the page cache now (util-linux's `fincore`, which
 /// deploy/test.sh installs).
 fn cached_bytes(path: &std::path::Path) -> u64 {
@@ -399,14 +418,9 @@ fn cached_bytes(path: &std::path::Path) -> u64 {
 
 #[test]
 fn synced_sealed_output_leaves_the_page_cache_and_reads_back_from_disk() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("output");
-    let (log, _) = OutputLog::open(&path, 512 << 10, u64::MAX, Arc::default()).unwrap();
     // Two segments of 512 KiB: one sealed, one being written.
-    let frame: Vec<u8> = (0..8192u32).map(|i| (i % 251) as u8).collect();
-    for seq in 1..=96 {
-        log.append("a", seq, seq, &frame).unwrap();
-    }
+    let (dir, log, frame) = written(512 << 10, 96);
+    let path = dir.path().join("output");
     let segments = || -> Vec<std::path::PathBuf> {
         std::fs::read_dir(path.join("a"))
             .unwrap()
@@ -440,4 +454,37 @@ fn synced_sealed_output_leaves_the_page_cache_and_reads_back_from_disk() {
     let frames = log.after("a", 0, usize::MAX).unwrap();
     assert_eq!(frames.len(), 96);
     assert!(frames.iter().all(|f| f.data[..] == frame[..]));
+}
+
+/// Read syscalls this thread has made (`syscr` of /proc/thread-self/io).
+fn reads_by_this_thread() -> u64 {
+    let io = std::fs::read_to_string("/proc/thread-self/io").expect("Linux's per-thread io");
+    io.lines()
+        .find_map(|l| l.strip_prefix("syscr: "))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("a syscr line")
+}
+
+#[test]
+fn a_backward_page_reads_its_blocks_in_one_read_not_one_each() {
+    // 3 MiB: about 48 blocks of 64 KiB in one segment.
+    let (_dir, log, frame) = written(8 << 20, 384);
+    log.sync().unwrap();
+    // The first page loads the segment's blocks; the second is measured.
+    let newest = log.before("a", u64::MAX, 1 << 20).unwrap();
+    assert_eq!(newest.frames.len(), 128);
+    let first = newest.frames[0].seq;
+    // Reading the count is itself reads.
+    let at = reads_by_this_thread();
+    let counting = reads_by_this_thread() - at;
+    let at = reads_by_this_thread();
+    let page = log.before("a", first, 1 << 20).unwrap();
+    let reads = reads_by_this_thread() - at - counting;
+    let seqs: Vec<u64> = page.frames.iter().map(|f| f.seq).collect();
+    assert_eq!(seqs, (first - 128..first).collect::<Vec<_>>());
+    assert!(page.more);
+    assert!(page.frames.iter().all(|f| f.data[..] == frame[..]));
+    // One read for the 1 MiB the page takes, one more for the block that
+    // straddles its edge: 17 blocks read one at a time were 17 reads.
+    assert!(reads <= 3, "{reads} reads for one page of 1 MiB");
 }

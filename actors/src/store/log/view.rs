@@ -15,6 +15,13 @@ use super::scan;
 pub use super::scan::read_up_to;
 use super::session::{Segment, SessionLog};
 
+/// The most a backward read takes at once. Blocks are read newest first,
+/// so a read of one block (64 KiB) at a time, at falling offsets, got no
+/// readahead from the kernel: on a disk that does few operations a
+/// second, a search's backward scan ran at 64 KiB per operation
+/// (docs/benchmarks.md, issue 32, twenty-first stop).
+const SPAN: u64 = 1 << 20;
+
 #[derive(Debug, Clone)]
 pub struct View {
     dir: PathBuf,
@@ -68,7 +75,7 @@ impl View {
                 0
             };
             for k in first_block..blocks.len() {
-                for frame in self.read_block(segment, &blocks, k)? {
+                for frame in self.read_blocks(segment, &blocks, k..k + 1)? {
                     if frame.seq < target {
                         continue;
                     }
@@ -96,8 +103,18 @@ impl View {
             let Some(last) = blocks.iter().rposition(|e| e.seq < before) else {
                 continue;
             };
-            for k in (0..=last).rev() {
-                let frames = self.read_block(segment, &blocks, k)?;
+            // Blocks `j..k` are read next, in one read as large as what
+            // the page may still take.
+            let mut k = last + 1;
+            while k > 0 {
+                let want = (max_bytes.saturating_sub(bytes) as u64).clamp(1, SPAN);
+                let end = block_end(segment, &blocks, k - 1);
+                let mut j = k - 1;
+                while j > 0 && end.saturating_sub(blocks[j - 1].offset) <= want {
+                    j -= 1;
+                }
+                let frames = self.read_blocks(segment, &blocks, j..k)?;
+                k = j;
                 for frame in frames.into_iter().rev().filter(|f| f.seq < before) {
                     if !newest_first.is_empty() && bytes + frame.data.len() > max_bytes {
                         newest_first.reverse();
@@ -143,14 +160,15 @@ impl View {
         Ok(cache.put(path, segment.len, entries))
     }
 
-    fn read_block(
+    /// The frames of blocks `range` (consecutive), in one read.
+    fn read_blocks(
         &self,
         segment: &Segment,
         blocks: &[IndexEntry],
-        k: usize,
+        range: std::ops::Range<usize>,
     ) -> io::Result<Vec<Frame>> {
-        let start = blocks[k].offset;
-        let end = blocks.get(k + 1).map_or(segment.len, |e| e.offset);
+        let start = blocks[range.start].offset;
+        let end = block_end(segment, blocks, range.end - 1);
         if end <= start {
             return Ok(Vec::new());
         }
@@ -167,4 +185,9 @@ impl View {
         format::scan(&bytes, |frame, _| frames.push(frame));
         Ok(frames)
     }
+}
+
+/// Where block `k` of `segment` ends.
+fn block_end(segment: &Segment, blocks: &[IndexEntry], k: usize) -> u64 {
+    blocks.get(k + 1).map_or(segment.len, |e| e.offset)
 }

@@ -53,18 +53,20 @@ pub fn render(
             wants_more: false,
         };
     }
-    // The newest frames whose newlines leave room for `rows` lines.
+    // The newest frames whose rows (by `estimate_rows`) leave room for
+    // `rows` lines. A frame that starts mid-line may wrap once more than
+    // counted alone: a row each.
     let mut start = frames.len() - 1;
-    let mut newlines = count_newlines(&frames[start].data);
+    let mut estimated = estimate_rows(&frames[start].data, cols) + 1;
     while start > 0 {
-        let n = count_newlines(&frames[start - 1].data);
-        if newlines + n >= rows {
+        let n = estimate_rows(&frames[start - 1].data, cols) + 1;
+        if estimated + n >= rows {
             break;
         }
-        newlines += n;
+        estimated += n;
         start -= 1;
     }
-    let all_fit = start == 0 && newlines + 1 < rows;
+    let all_fit = start == 0 && estimated + 1 < rows;
     // Wrapped rows may still make it too many: the fewest oldest frames
     // to drop, found in a few renders (fewer frames, fewer rows).
     let too_many = |lines: &[String]| lines.len() > rows || bytes(lines) > MAX_PAGE_BYTES;
@@ -105,8 +107,68 @@ pub fn render(
     }
 }
 
-fn count_newlines(data: &[u8]) -> usize {
-    memchr::memchr_iter(b'\n', data).count()
+/// The rows `data` moves down at `cols` columns, estimated without a
+/// terminal: a cursor that only prints, wraps past the last column, goes
+/// down a row at a line feed (keeping its column: under `stty raw` a bare
+/// line feed does) and back to the first column at a carriage return;
+/// escape sequences and UTF-8 continuation bytes take no column, a tab
+/// runs to the next multiple of 8. It starts at the first column, so a
+/// frame that starts mid-line may wrap once more than counted here. For
+/// printed text it is the count a render gives, so a page of wrapped lines
+/// is rendered once, not in a search over its frames (each step a
+/// render); where it is short (wide characters, cursor moves), the search
+/// still finds the page.
+fn estimate_rows(data: &[u8], cols: u16) -> usize {
+    let cols = usize::from(cols.max(1));
+    let (mut rows, mut col) = (0, 0);
+    let mut escape = Escape::None;
+    for &b in data {
+        escape = match (escape, b) {
+            (Escape::None, 0x1b) => Escape::Start,
+            (Escape::None, b'\n') => {
+                rows += 1;
+                Escape::None
+            }
+            (Escape::None, b'\r') => {
+                col = 0;
+                Escape::None
+            }
+            (Escape::None, b'\t') => {
+                col = ((col / 8 + 1) * 8).min(cols);
+                Escape::None
+            }
+            (Escape::None, 0x20..=0x7e | 0xc0..=0xff) => {
+                // The wrap waits for a glyph past the last column.
+                if col == cols {
+                    rows += 1;
+                    col = 0;
+                }
+                col += 1;
+                Escape::None
+            }
+            (Escape::None, _) => Escape::None,
+            (Escape::Start, b'[') => Escape::Csi,
+            (Escape::Start, b']') => Escape::Osc,
+            (Escape::Start, _) => Escape::None,
+            (Escape::Csi, 0x40..=0x7e) => Escape::None,
+            (Escape::Osc, 0x07) => Escape::None,
+            (Escape::Osc, 0x1b) => Escape::Start,
+            (state, _) => state,
+        };
+    }
+    rows
+}
+
+/// Where `estimate_rows` is in an escape sequence.
+#[derive(Clone, Copy)]
+enum Escape {
+    None,
+    /// After ESC.
+    Start,
+    /// A control sequence, up to its final byte.
+    Csi,
+    /// An operating system command, up to BEL or ESC \.
+    Osc,
 }
 
 fn bytes(lines: &[String]) -> usize {
@@ -131,7 +193,15 @@ pub fn render_bytes(data: &[u8], cols: u16, screen_rows: u16) -> Vec<String> {
     render_lines(std::slice::from_ref(&frame), cols, screen_rows)
 }
 
+#[cfg(test)]
+thread_local! {
+    /// `render_lines` calls on this thread (a page's renders, in tests).
+    static RENDERS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
 fn render_lines(frames: &[Frame], cols: u16, screen_rows: u16) -> Vec<String> {
+    #[cfg(test)]
+    RENDERS.with(|r| r.set(r.get() + 1));
     let mut model = ScreenModel::new(cols, screen_rows, 0, 0);
     let mut out = Vec::new();
     for frame in frames {
@@ -246,32 +316,101 @@ mod tests {
 mod flood_tests {
     use super::*;
 
-    #[test]
-    fn pages_of_a_flood_in_large_frames_hold_every_line() {
-        // What `seq 1 30000` gives a PTY reader: CRLF lines in 64 KiB
-        // frames that split lines.
-        let text: String = (1..=30_000).map(|i| format!("{i}\r\n")).collect();
-        let all: Vec<Frame> = text
-            .as_bytes()
-            .chunks(64 << 10)
-            .enumerate()
+    /// `text` as a PTY reader's frames of `size` bytes (lines split
+    /// between them), seqs from 1.
+    fn read_in(text: &str, size: usize) -> Vec<Frame> {
+        let frames = text.as_bytes().chunks(size).enumerate();
+        frames
             .map(|(i, c)| Frame {
                 seq: i as u64 + 1,
                 at_ms: 0,
                 data: c.to_vec().into(),
             })
-            .collect();
-        let mut before = u64::MAX;
-        let mut lines: Vec<String> = Vec::new();
+            .collect()
+    }
+
+    /// Every page of `all` at `cols` columns, walked back from the newest
+    /// as a client does, its lines oldest first.
+    fn walk_back(all: &[Frame], cols: u16, rows: usize) -> Vec<String> {
+        let (mut before, mut lines) = (u64::MAX, Vec::new());
         loop {
             let given: Vec<Frame> = all.iter().filter(|f| f.seq < before).cloned().collect();
-            let page = render(&given, 120, 30, 10_000, false);
+            let page = render(&given, cols, 30, rows, false);
             lines.splice(0..0, page.lines);
             if !page.more {
-                break;
+                return lines;
             }
             before = page.first_seq;
         }
+    }
+
+    #[test]
+    fn rows_are_estimated_as_a_terminal_wraps_plain_text() {
+        let long = "x".repeat(200);
+        assert_eq!(estimate_rows(format!("{long}\r\n").as_bytes(), 80), 3);
+        assert_eq!(estimate_rows(b"short\r\n\r\n", 80), 2);
+        // Exactly the width: one row (the wrap waits for the next glyph).
+        let full = "y".repeat(80);
+        assert_eq!(estimate_rows(format!("{full}\r\n").as_bytes(), 80), 1);
+        // Colours, a title and UTF-8 take no column; a tab runs to 8.
+        let styled = format!("\x1b]0;title\x07\x1b[1;31m{}\x1b[0m\r\n", "é".repeat(81));
+        assert_eq!(estimate_rows(styled.as_bytes(), 80), 2);
+        assert_eq!(
+            estimate_rows(format!("{}\tz\n", "a".repeat(75)).as_bytes(), 80),
+            2
+        );
+        // A spinner's redraws over one line: the widest, not their sum.
+        let spinner = format!(
+            "{}\r{}\r{}\n",
+            "a".repeat(60),
+            "b".repeat(60),
+            "c".repeat(10)
+        );
+        assert_eq!(estimate_rows(spinner.as_bytes(), 80), 1);
+        // A line not ended yet: its wrapped rows, not its first.
+        assert_eq!(estimate_rows(long.as_bytes(), 80), 2);
+        // Bare line feeds keep the column: 82-column lines run on.
+        let raw = format!("{}\n", "r".repeat(82)).repeat(4);
+        assert_eq!(estimate_rows(raw.as_bytes(), 80), 4 + 328 / 80);
+        // As a render counts them.
+        for text in [raw, styled, spinner, format!("{long}\r\n{full}\r\n")] {
+            let rendered = render_bytes(text.as_bytes(), 80, 24).len();
+            assert_eq!(estimate_rows(text.as_bytes(), 80), rendered, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn a_page_of_wrapped_lines_in_small_frames_is_rendered_once() {
+        // A log's 82-column lines at 80 columns, in the 7 KiB frames a
+        // PTY reader's wake-ups give, lines split between frames.
+        let line = format!("{}\r\n", "z".repeat(82));
+        let text = line.repeat(3_000);
+        let all = read_in(&text, 7_000);
+        RENDERS.with(|r| r.set(0));
+        let page = render(&all, 80, 24, 1_000, false);
+        assert_eq!(RENDERS.with(|r| r.get()), 1, "one render, no search");
+        assert!(page.lines.len() <= 1_000);
+        // Whole frames: short of full by less than one more frame's rows
+        // and its split line's reserve.
+        let frame_rows = estimate_rows(&all[0].data, 80) + 1;
+        assert!(
+            page.lines.len() + frame_rows + 1 >= 1_000,
+            "{} lines",
+            page.lines.len()
+        );
+        // Walked back, every row once.
+        let rows = walk_back(&all, 80, 1_000);
+        assert_eq!(rows.len(), 6_000);
+        assert_eq!(rows.concat(), "z".repeat(82 * 3_000));
+    }
+
+    #[test]
+    fn pages_of_a_flood_in_large_frames_hold_every_line() {
+        // What `seq 1 30000` gives a PTY reader: CRLF lines in 64 KiB
+        // frames that split lines.
+        let text: String = (1..=30_000).map(|i| format!("{i}\r\n")).collect();
+        let all = read_in(&text, 64 << 10);
+        let lines = walk_back(&all, 120, 10_000);
         let want: String = (1..=30_000).map(|i| i.to_string()).collect();
         assert_eq!(lines.concat(), want);
     }

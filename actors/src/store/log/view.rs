@@ -1,8 +1,9 @@
 //! Reading one session's log without holding its lock: a `View` is its
 //! segments as they stood when it was taken (lengths of whole records
-//! only, so a read never meets a record being written), read a block at
-//! a time: forwards from a seq, backwards from a seq, or its tail. A
-//! segment deleted by retention meanwhile reads as empty.
+//! only, so a read never meets a record being written), read by blocks:
+//! forwards from a seq a block at a time, backwards from a seq (or its
+//! tail) up to `SPAN` of blocks per read. A segment deleted by retention
+//! meanwhile reads as empty.
 
 use std::fs::File;
 use std::io;
@@ -15,7 +16,8 @@ use super::scan;
 pub use super::scan::read_up_to;
 use super::session::{Segment, SessionLog};
 
-/// The most a backward read takes at once. Blocks are read newest first,
+/// The most a backward read takes at once (a single block larger than
+/// this is read whole, alone). Blocks are read newest first,
 /// so a read of one block (64 KiB) at a time, at falling offsets, got no
 /// readahead from the kernel: on a disk that does few operations a
 /// second, a search's backward scan ran at 64 KiB per operation
@@ -181,8 +183,14 @@ impl View {
         let mut bytes = vec![0u8; (end - start) as usize];
         let got = read_up_to(&file, &mut bytes, start)?;
         bytes.truncate(got);
+        // Each block on its own: a damaged record hides the rest of its
+        // block only, as when blocks were read one at a time.
         let mut frames = Vec::new();
-        format::scan(&bytes, |frame, _| frames.push(frame));
+        for b in range {
+            let from = ((blocks[b].offset - start) as usize).min(bytes.len());
+            let to = ((block_end(segment, blocks, b) - start) as usize).min(bytes.len());
+            format::scan(&bytes[from..to.max(from)], |frame, _| frames.push(frame));
+        }
         Ok(frames)
     }
 }

@@ -492,3 +492,22 @@ fn a_backward_page_reads_its_blocks_in_one_read_not_one_each() {
     // the same 17 blocks were 17 reads.
     assert!(reads <= 3, "{reads} reads for one page of 1 MiB");
 }
+
+#[test]
+fn a_damaged_record_in_a_backward_read_hides_only_the_rest_of_its_block() {
+    // 40 frames of 8 KiB: 5 blocks, one read backwards.
+    let (dir, log, frame) = written(8 << 20, 40);
+    log.sync().unwrap();
+    // A byte of the first record's data flipped: its CRC fails.
+    let path = dir.path().join("output/a").join(format::segment_name(1));
+    let at = format::HEADER + format::RECORD as u64 + 100;
+    let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&file, &[frame[100] ^ 0xff], at).unwrap();
+    let page = log.before("a", u64::MAX, 1 << 20).unwrap();
+    let seqs: Vec<u64> = page.frames.iter().map(|f| f.seq).collect();
+    // The first block (its first record at least) is lost; the four
+    // blocks after it, scanned as one, would have been lost with it.
+    let from = 41 - seqs.len() as u64;
+    assert_eq!(seqs, (from..=40).collect::<Vec<_>>());
+    assert!((2..=10).contains(&from), "{} frames read", seqs.len());
+}

@@ -40,9 +40,21 @@ async fn log_in(b: &Browser, url: &str, token: &str, role: &str) {
 async fn open_terminal(b: &Browser, session: &str) {
     let open = format!("#sessions tr[data-session='{session}'] button");
     b.click(fantoccini::Locator::Css(&open)).await;
-    b.wait_js(
+    // On a timeout, what the page knew of it (this once failed in CI
+    // under load, and not again in 9 runs here, 3 of them beside two busy loops).
+    let explain = format!(
+        "const s = window.termesh; const t = s.terms.get('{session}'); \
+         const lines = []; if (t) {{ const b = t.xterm.buffer.active; \
+         for (let i = 0; i < b.length; i++) {{ const l = b.getLine(i).translateToString(true); \
+         if (l) lines.push(l); }} }} \
+         return JSON.stringify({{ opened: !!t, active: s.active && s.active.session, \
+         ready: s.ready, ws: s.ws && s.ws.readyState, \
+         link: document.getElementById('link').textContent, lines: lines.slice(-20) }});"
+    );
+    b.wait_js_explained(
         "the terminal's first screen",
         &format!("const t = window.termesh.terms.get('{session}'); return t && t.lastSeq !== null"),
+        &explain,
     )
     .await;
 }

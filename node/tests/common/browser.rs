@@ -127,17 +127,29 @@ impl Browser {
 
     /// Polls `script` until it returns something truthy, and returns it.
     pub async fn wait_js(&self, what: &str, script: &str) -> Value {
-        within(PATIENCE, what, async {
-            loop {
-                let v = self.js(script).await;
-                if !matches!(v, Value::Null | Value::Bool(false)) && v != json!(0) && v != json!("")
-                {
-                    return v;
-                }
-                page_pause().await;
+        within(PATIENCE, what, self.poll_js(script)).await
+    }
+
+    /// As `wait_js`; if it times out, the failure also says what
+    /// `explain` (a script) finds in the page then.
+    pub async fn wait_js_explained(&self, what: &str, script: &str, explain: &str) -> Value {
+        match tokio::time::timeout(PATIENCE, self.poll_js(script)).await {
+            Ok(v) => v,
+            Err(_) => panic!(
+                "timed out after {PATIENCE:?} waiting for: {what}; the page: {}",
+                self.js(explain).await
+            ),
+        }
+    }
+
+    async fn poll_js(&self, script: &str) -> Value {
+        loop {
+            let v = self.js(script).await;
+            if !matches!(v, Value::Null | Value::Bool(false)) && v != json!(0) && v != json!("") {
+                return v;
             }
-        })
-        .await
+            page_pause().await;
+        }
     }
 
     pub async fn find(&self, css: &str) -> Element {

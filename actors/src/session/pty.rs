@@ -31,6 +31,7 @@ mod io;
 mod reads;
 mod reaper;
 mod seqs;
+mod spin;
 mod weight;
 mod writes;
 

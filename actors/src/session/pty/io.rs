@@ -14,9 +14,11 @@
 //!   After a read, whatever is already waiting joins the same frame, up to
 //!   `READ_CHUNK`. It reads only what the kernel already holds (`reads`:
 //!   a read that finds nothing would hold the thread until the
-//!   terminal's flush worker ran), so at home a frame is what one wake-up
-//!   finds (7 KiB on average under a `cat` flood) and an echo goes out as
-//!   read. On the bulk thread a frame reads on for up to `LINGER` until
+//!   terminal's flush worker ran), and after a run of reads that found
+//!   the line discipline full it waits up to `spin::SPIN` on its CPU for
+//!   the worker's next push rather than parking (`spin`), so at home a
+//!   flood's frame is what the reader takes while the program prints, up
+//!   to `READ_CHUNK`, and an echo goes out as read. On the bulk thread a frame reads on for up to `LINGER` until
 //!   it holds `BULK_FRAME` (`reads::gather`; a key brings the reads home
 //!   and the frame out at once). Each frame gets its seq and is in the
 //!   output log before it is queued (`seqs`): a node killed with frames
@@ -56,6 +58,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use super::input::Queue;
 use super::reads::{self, read_ready, Gathered};
 use super::seqs::Sequencer;
+use super::spin::Spin;
 use super::weight;
 use super::writes;
 use super::{reaper, released, ExitInfo, Let, PtyEvent, Registered, Terminal};
@@ -66,7 +69,7 @@ use crate::session::bulk::Typed;
 pub const READ_CHUNK: usize = 64 * 1024;
 /// On the bulk thread a frame gathers its flood's reads up to this size
 /// (`reads::gather`), or for at most `LINGER`. A frame of what one wake-up
-/// found is 7 KiB on average, and each pays its log write and every
+/// found was 7 KiB on average (before `spin`), and each pays its log write and every
 /// subscriber's and connection's work once: on a connection that also
 /// shows a session someone types into, that work stood in front of the
 /// echoes (docs/benchmarks.md, issue 32, sixteenth stop). At home frames
@@ -191,6 +194,7 @@ pub fn start(
         seqs,
         given: None,
         want: MIN_CHUNK,
+        spin: Spin::default(),
     };
     rt.spawn(held(io, read_task(reader, master)));
     let writer = (
@@ -232,6 +236,8 @@ struct Reader {
     given: Option<Arc<Sequencer>>,
     /// The next read's size.
     want: usize,
+    /// When it waits on its CPU for the terminal's next push (`spin`).
+    spin: Spin,
 }
 
 impl Reader {
@@ -321,14 +327,15 @@ async fn read_task(mut r: Reader, master: Registered) {
         } else {
             r.want
         };
-        reads::take_waiting(&master, &mut buf, &mut filled, READ_CHUNK);
+        r.spin.woke(filled);
+        reads::take_waiting(&master, &mut buf, &mut filled, (READ_CHUNK, &mut r.spin));
         // On the bulk thread a frame waits a moment for more of its flood
         // (its viewers see it about `LINGER` later).
         let mut end = Gathered::Frame;
         if r.on_bulk && filled < BULK_FRAME {
             let until = tokio::time::Instant::now() + LINGER;
             end = tokio::select! {
-                end = reads::gather(&master, &mut buf, &mut filled, (BULK_FRAME, until)) => end,
+                end = reads::gather(&master, &mut buf, &mut filled, (BULK_FRAME, until, &mut r.spin)) => end,
                 // Released, or typed into (its reads go home): what was
                 // read goes out now.
                 _ = released(&mut r.release) => Gathered::Frame,

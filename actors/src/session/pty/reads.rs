@@ -17,10 +17,12 @@
 //! in the same rounds.
 
 use std::io::ErrorKind;
+use std::time::Duration;
 
 use bytes::BytesMut;
 use filedescriptor::FileDescriptor;
 
+use super::spin::{Spin, SPIN};
 use super::Registered;
 
 /// Whether the line discipline holds bytes to read now (`true` when the
@@ -80,13 +82,42 @@ pub fn read_waiting(master: &Registered, buf: &mut [u8]) -> std::io::Result<usiz
 /// Adds what is already waiting to `buf[..*filled]`, growing `buf` (up
 /// to `limit`) only while it is full and more comes (a keystroke's echo
 /// never makes a small frame hold a large allocation while it sits in the
-/// ring). Stops at the end too, which the next `read_ready` reads.
-pub fn take_waiting(master: &Registered, buf: &mut BytesMut, filled: &mut usize, limit: usize) {
+/// ring). When a run of reads emptied a full line discipline, waits up to
+/// `SPIN` on this CPU for the flush worker's next push (`spin`). Stops at
+/// the end too, which the next `read_ready` reads.
+pub fn take_waiting(
+    master: &Registered,
+    buf: &mut BytesMut,
+    filled: &mut usize,
+    (limit, spin): (usize, &mut Spin),
+) {
+    take_waiting_within(master, buf, filled, (limit, spin, SPIN));
+}
+
+fn take_waiting_within(
+    master: &Registered,
+    buf: &mut BytesMut,
+    filled: &mut usize,
+    (limit, spin, bound): (usize, &mut Spin, Duration),
+) {
     while *filled < limit {
         grow(buf, *filled, limit);
         match read_waiting(master, &mut buf[*filled..]) {
-            Ok(0) | Err(_) => return,
-            Ok(n) => *filled += n,
+            Err(_) => return,
+            Ok(0) => {
+                if !spin.worth_waiting() {
+                    return;
+                }
+                let pushed = super::spin::within(bound, || waiting(master.get_ref()));
+                spin.waited(pushed);
+                if !pushed {
+                    return;
+                }
+            }
+            Ok(n) => {
+                *filled += n;
+                spin.took(n);
+            }
         }
     }
 }
@@ -119,7 +150,7 @@ pub async fn gather(
     master: &Registered,
     buf: &mut BytesMut,
     filled: &mut usize,
-    (want, until): (usize, tokio::time::Instant),
+    (want, until, spin): (usize, tokio::time::Instant, &mut Spin),
 ) -> Gathered {
     while *filled < want {
         grow(buf, *filled, want);
@@ -127,15 +158,19 @@ pub async fn gather(
             Err(_elapsed) => return Gathered::Frame,
             Ok(Err(e)) if e.kind() == ErrorKind::WouldBlock => return Gathered::Renew,
             Ok(Ok(0) | Err(_)) => return Gathered::End,
-            Ok(Ok(n)) => *filled += n,
+            Ok(Ok(n)) => {
+                *filled += n;
+                spin.woke(n);
+            }
         }
-        take_waiting(master, buf, filled, want);
+        take_waiting(master, buf, filled, (want, spin));
     }
     Gathered::Frame
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::spin::LDISC;
     use super::*;
 
     /// A fresh raw terminal: its master registered for reading, and its
@@ -255,9 +290,13 @@ mod tests {
         let mut filled = 0;
         let until = tokio::time::Instant::now() + after;
         let bound = std::time::Duration::from_secs(60);
-        let end = tokio::time::timeout(bound, gather(master, &mut buf, &mut filled, (want, until)))
-            .await
-            .expect("gather ended by itself");
+        let mut spin = Spin::default();
+        let end = tokio::time::timeout(
+            bound,
+            gather(master, &mut buf, &mut filled, (want, until, &mut spin)),
+        )
+        .await
+        .expect("gather ended by itself");
         (buf[..filled].to_vec(), end)
     }
 
@@ -341,5 +380,58 @@ mod tests {
             .expect("read after the new registration")
             .unwrap();
         assert_eq!(&buf[..n], b"again");
+    }
+
+    /// What `take_waiting` adds after a wake-up's first read, with a wait
+    /// for the flush worker bounded by `bound`, and how many waits it made.
+    async fn taken(master: &Registered, bound: Duration) -> (Vec<u8>, usize) {
+        let mut buf = BytesMut::new();
+        buf.resize(64 << 10, 0);
+        let mut filled = tokio::time::timeout(BOUND, read_ready(master, &mut buf))
+            .await
+            .expect("the first bytes came")
+            .unwrap();
+        let mut spin = Spin::default();
+        spin.woke(filled);
+        take_waiting_within(master, &mut buf, &mut filled, (64 << 10, &mut spin, bound));
+        (buf[..filled].to_vec(), spin.waits)
+    }
+
+    /// A raw terminal's slave with `data` written to it (all of it taken
+    /// unread by the terminal).
+    fn written(data: &[u8]) -> (Registered, std::fs::File) {
+        let (master, slave) = terminal();
+        let mut slave = std::fs::File::from(slave);
+        std::io::Write::write_all(&mut slave, data).unwrap();
+        (master, slave)
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_reader_that_empties_a_full_line_discipline_waits_for_the_next_push() {
+        // Two full line disciplines and a bit (the terminal takes about
+        // 9 KiB unread): the first read takes one, the flush worker
+        // moves each of the rest over only once the one before is read.
+        let data: Vec<u8> = (0..2 * LDISC + 100)
+            .map(|i| b'a' + (i % 26) as u8)
+            .collect();
+        let (master, _slave) = written(&data);
+        // Each push comes, however loaded the machine; the run that ends
+        // with the last bytes may wait once more, for nothing, up to the
+        // bound.
+        let (got, waits) = taken(&master, Duration::from_secs(2)).await;
+        assert!(
+            got == data,
+            "all of it in one frame, in order ({} bytes)",
+            got.len()
+        );
+        assert!((1..=2).contains(&waits), "{waits} waits");
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn an_echo_never_waits_for_more() {
+        let (master, _slave) = written(b"echo");
+        let (got, waits) = taken(&master, Duration::from_secs(2)).await;
+        assert_eq!(got, b"echo");
+        assert_eq!(waits, 0, "a read that did not fill the line discipline");
     }
 }

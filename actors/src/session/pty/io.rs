@@ -14,13 +14,14 @@
 //!   After a read, whatever is already waiting joins the same frame, up to
 //!   `READ_CHUNK`. It reads only what the kernel already holds (`reads`:
 //!   a read that finds nothing would hold the thread until the
-//!   terminal's flush worker ran), and after a run of reads that found
-//!   the line discipline full it waits up to `spin::SPIN` on its CPU for
-//!   the worker's next push rather than parking (`spin`), so at home a
-//!   flood's frame is what the reader takes while the program prints, up
-//!   to `READ_CHUNK`, and an echo goes out as read. On the bulk thread a frame reads on for up to `LINGER` until
-//!   it holds `BULK_FRAME` (`reads::gather`; a key brings the reads home
-//!   and the frame out at once). Each frame gets its seq and is in the
+//!   terminal's flush worker ran), and once its reads since it last
+//!   parked filled the line discipline it waits at each empty one, up to
+//!   `spin::SPIN` on its CPU, for the worker's next push rather than
+//!   parking (`spin`): at home a flood's frame is what the reader takes
+//!   while the program prints, up to `READ_CHUNK`, and an echo goes out
+//!   as read. On the bulk thread a frame reads on for up to `LINGER`
+//!   until it holds `BULK_FRAME` (`reads::gather`; a key brings the reads
+//!   home and the frame out at once). Each frame gets its seq and is in the
 //!   output log before it is queued (`seqs`): a node killed with frames
 //!   queued loses none. After a large frame the reader yields, so a
 //!   flood's reads take turns with the other sessions on the same thread.
@@ -68,15 +69,15 @@ use crate::session::bulk::Typed;
 /// Largest read from the PTY, and so the largest frame.
 pub const READ_CHUNK: usize = 64 * 1024;
 /// On the bulk thread a frame gathers its flood's reads up to this size
-/// (`reads::gather`), or for at most `LINGER`. A frame of what one wake-up
-/// found was 7 KiB on average (before `spin`), and each pays its log write and every
-/// subscriber's and connection's work once: on a connection that also
-/// shows a session someone types into, that work stood in front of the
-/// echoes (docs/benchmarks.md, issue 32, sixteenth stop). At home frames
-/// go out as read: there a flood is under a second old or typed into
-/// (within its burst: `bulk`),
-/// and a frame held back there stalls the read, ship and ack pipeline a
-/// short flood's rate depends on (the same stop).
+/// (`reads::gather`), or for at most `LINGER`. A frame of what one
+/// wake-up found was 7 KiB on average (before `spin`), and each pays its
+/// log write and every subscriber's and connection's work once: on a
+/// connection that also shows a session someone types into, that work
+/// stood in front of the echoes (docs/benchmarks.md, issue 32, sixteenth
+/// stop). At home frames go out as read: there a flood is under a second
+/// old or typed into (within its burst: `bulk`), and a frame held back
+/// there stalls the read, ship and ack pipeline a short flood's rate
+/// depends on (the same stop).
 pub const BULK_FRAME: usize = 32 * 1024;
 /// How long a bulk frame waits for more: its viewers see it about this
 /// much later (tokio's timer ticks in milliseconds, and the bulk thread
@@ -327,7 +328,7 @@ async fn read_task(mut r: Reader, master: Registered) {
         } else {
             r.want
         };
-        r.spin.woke(filled);
+        r.spin.took(filled);
         reads::take_waiting(&master, &mut buf, &mut filled, (READ_CHUNK, &mut r.spin));
         // On the bulk thread a frame waits a moment for more of its flood
         // (its viewers see it about `LINGER` later).
@@ -335,7 +336,12 @@ async fn read_task(mut r: Reader, master: Registered) {
         if r.on_bulk && filled < BULK_FRAME {
             let until = tokio::time::Instant::now() + LINGER;
             end = tokio::select! {
-                end = reads::gather(&master, &mut buf, &mut filled, (BULK_FRAME, until, &mut r.spin)) => end,
+                end = reads::gather(
+                    &master,
+                    &mut buf,
+                    &mut filled,
+                    (BULK_FRAME, until, &mut r.spin),
+                ) => end,
                 // Released, or typed into (its reads go home): what was
                 // read goes out now.
                 _ = released(&mut r.release) => Gathered::Frame,
@@ -365,8 +371,9 @@ async fn read_task(mut r: Reader, master: Registered) {
         }
         if filled >= READ_CHUNK / 2 {
             // A flood's reads take turns with the other sessions' tasks on
-            // this thread (a keystroke waits at most one read and log of
-            // it, not a run of them until tokio's budget is spent).
+            // this thread (a keystroke waits at most one frame's reads,
+            // with their waits for the terminal's pushes, and its log, not
+            // a run of frames until tokio's budget is spent).
             tokio::task::yield_now().await;
         }
     }

@@ -88,10 +88,9 @@ pub fn read_waiting(master: &Registered, buf: &mut [u8]) -> std::io::Result<usiz
 /// Adds what is already waiting to `buf[..*filled]`, growing `buf` (up
 /// to `limit`) only while it is full and more comes (a keystroke's echo
 /// never makes a small frame hold a large allocation while it sits in the
-/// ring). Once the reads since the reader last parked filled the line
-/// discipline, waits at each empty one up to `SPIN` on this CPU for the
-/// flush worker's next push (`spin`). Stops at the end too, which the
-/// next `read_ready` reads.
+/// ring). When the reads since the line discipline was last empty filled
+/// it, waits up to `SPIN` on this CPU for the flush worker's next push
+/// (`spin`). Stops at the end too, which the next `read_ready` reads.
 pub fn take_waiting(
     master: &Registered,
     buf: &mut BytesMut,
@@ -439,22 +438,18 @@ mod tests {
     async fn a_reader_that_empties_a_full_line_discipline_waits_for_the_next_push() {
         // Two full line disciplines and a bit (the terminal takes about
         // 9 KiB unread): the first read takes one, the flush worker
-        // moves each of the rest over only once the one before is read.
+        // moves the rest over only once it is read.
         let data: Vec<u8> = (0..2 * LDISC + 100)
             .map(|i| b'a' + (i % 26) as u8)
             .collect();
         let (master, _slave) = written(&data, LDISC as u64);
-        // Each push comes, however loaded the machine (in pieces or
-        // whole); the run ends in a wait for nothing, up to the bound.
+        // The push comes within the bound, however loaded the machine
+        // (milliseconds at worst); a run that reaches the last bytes may
+        // end in a wait for nothing, to the bound.
         let (got, waits) = taken(&master, Duration::from_secs(2)).await;
-        assert!(
-            got == data,
-            "all of it in one frame, in order ({} bytes)",
-            got.len()
-        );
-        // Where the worker moved the rest before the reader looked, the
-        // only wait is that last one.
-        assert!(waits >= 1, "{waits} waits: the run never waited");
+        assert!(got.len() > LDISC, "only {} bytes: no wait", got.len());
+        assert!(data.starts_with(&got), "in order");
+        assert!(waits >= 1, "{waits} waits");
     }
 
     #[tokio::test(flavor = "current_thread")]

@@ -4,25 +4,27 @@
 //! A raw terminal's line discipline holds 4,095 bytes (`LDISC`). A read
 //! that empties it while the program is still printing kicks the
 //! terminal's flush worker, which moves the next bytes over some tens of
-//! microseconds later, in pieces of up to about 2 KiB. A reader that
-//! parks there is woken for each push: about 250 sleeps and wake-ups a
-//! MiB, each of which costs more than the wait itself on a virtual
-//! machine, where waking a vCPU is a trip through the hypervisor
-//! (docs/benchmarks.md, issue 32, twenty-second stop: a plain C reader of
-//! a `cat` flood went from 60 to 200 MB/s).
+//! microseconds later. A reader that parks there is woken for each push:
+//! about 250 sleeps and wake-ups a MiB, each of which costs more than the
+//! wait itself on a virtual machine, where waking a vCPU is a trip
+//! through the hypervisor (docs/benchmarks.md, issue 32, twenty-second
+//! stop: a plain C reader of a `cat` flood went from 60 to 200 MB/s).
 //!
-//! So once the reads since the reader last parked add up to a full line
-//! discipline, the reader waits at each empty one for up to `SPIN`,
-//! polling `FIONREAD` about once a microsecond (`within`), and parks only
-//! when a wait sees nothing come. A keystroke's echo or a burst under
-//! 4,095 bytes never waits. A run's waits end in one that sees nothing
-//! come (50 us of CPU): a flood's end, or a pause in it. A run whose
-//! waits saw a push was worth that (each push saved a sleep and a
-//! wake-up). A run whose only wait was a miss (a program that printed
-//! just what fills the terminal, then paused) was not: after each such
-//! miss but the first in a row, 1, 3, 7, ... up to `MAX_SKIP` chances go
-//! by before the next wait, so a program that does that forever waits at
-//! one chance in `MAX_SKIP + 1`; a wait that sees a push forgets them.
+//! So when the reads since the line discipline was last seen empty add up
+//! to a full one, the reader waits at the next empty one for up to
+//! `SPIN`, polling `FIONREAD` about once a microsecond (`within`), and
+//! parks when the wait sees nothing come. Each wait needs a full line
+//! discipline read since the last: a push that comes in pieces ends the
+//! run, and the reader parks now and then. That is on purpose: a rule
+//! that waited at every empty line discipline of a flood never parked,
+//! took a CPU for the flood's reads alone, and an echo beside the flood
+//! waited for a CPU (the same stop: p99 3.8 ms against 1.3). A keystroke's
+//! echo or a burst under 4,095 bytes never waits. A wait that sees
+//! nothing come costs 50 us of CPU; misses in a row let 0, 1, 3, 7, ...
+//! up to `MAX_SKIP` chances go by before the next wait, and a wait that
+//! sees a push forgets them, so a program that prints just what fills the
+//! terminal and pauses, again and again, waits at one chance in
+//! `MAX_SKIP + 1`.
 
 use std::time::{Duration, Instant};
 
@@ -32,7 +34,7 @@ use std::time::{Duration, Instant};
 pub const SPIN: Duration = Duration::from_micros(50);
 /// What Linux's line discipline holds of a raw terminal's output when
 /// full (`N_TTY_BUF_SIZE` less the one slot it keeps): reads this long
-/// since the reader last parked found it full, so the program wrote more
+/// since it was last seen empty found it full, so the program wrote more
 /// than it holds and the flush worker has the rest.
 pub const LDISC: usize = 4095;
 /// After waits that saw nothing come, at most this many chances in a row
@@ -45,14 +47,12 @@ const POLL_GAP: Duration = Duration::from_micros(1);
 /// One reader's record of its runs and waits.
 #[derive(Debug, Default)]
 pub struct Spin {
-    /// Bytes read since the reader last parked (or chose to).
+    /// Bytes read since the line discipline was last seen empty.
     run: usize,
     /// Chances to let go before waiting again.
     skip: u32,
-    /// What the next run whose only wait sees nothing sets `skip` to.
+    /// What the next wait that sees nothing sets `skip` to.
     backoff: u32,
-    /// A wait of this run saw a push.
-    pushed: bool,
     /// Waits so far, for tests.
     #[cfg(test)]
     pub waits: usize,
@@ -65,36 +65,29 @@ impl Spin {
     }
 
     /// The line discipline is empty: whether to wait for the flush
-    /// worker's push. When not, the reader parks, and a new run starts.
+    /// worker's push. Starts a new run either way.
     pub fn worth_waiting(&mut self) -> bool {
-        if self.run >= LDISC && (self.pushed || self.skip == 0) {
-            return true;
+        if std::mem::take(&mut self.run) < LDISC {
+            return false;
         }
-        if self.run >= LDISC {
+        if self.skip > 0 {
             self.skip -= 1;
+            return false;
         }
-        self.run = 0;
-        self.pushed = false;
-        false
+        true
     }
 
-    /// A wait ended: with a push (the run goes on, the misses before are
-    /// forgotten), or with nothing come in time (the reader parks: a new
-    /// run starts).
+    /// A wait ended: with a push, or with nothing come in time.
     pub fn waited(&mut self, pushed: bool) {
         #[cfg(test)]
         {
             self.waits += 1;
         }
         if pushed {
-            self.pushed = true;
             self.backoff = 0;
         } else {
-            self.run = 0;
-            if !std::mem::take(&mut self.pushed) {
-                self.skip = self.backoff;
-                self.backoff = (self.backoff * 2 + 1).min(MAX_SKIP);
-            }
+            self.skip = self.backoff;
+            self.backoff = (self.backoff * 2 + 1).min(MAX_SKIP);
         }
     }
 }
@@ -131,23 +124,18 @@ mod tests {
         spin.took(2048);
         spin.took(1024);
         assert!(!spin.worth_waiting());
-        // Each choice to park starts a new run: 3 bytes more do not add
-        // up with the 3 KiB before.
+        // Each empty line discipline starts a new run: 3 bytes short of
+        // full do not add up with the 3 KiB before.
         spin.took(LDISC - 1);
         assert!(!spin.worth_waiting());
         // A flood: 4,095 bytes in reads of any size.
         spin.took(1000);
         spin.took(LDISC - 1000);
         assert!(spin.worth_waiting());
-        // A push that came in pieces: the run goes on, so the empty line
-        // discipline after a small piece is waited at too.
+        // A push in a piece: the run it starts is short, no wait.
         spin.waited(true);
-        spin.took(100);
-        assert!(spin.worth_waiting());
-        // Until a wait sees nothing: the reader parks, a new run starts.
-        spin.waited(false);
-        spin.took(100);
-        assert!(!spin.worth_waiting());
+        spin.took(2000);
+        assert!(!spin.worth_waiting(), "a run after a wait starts anew");
     }
 
     /// A run that fills the line discipline, then empty: whether it
@@ -157,57 +145,46 @@ mod tests {
         spin.worth_waiting()
     }
 
+    /// Of `chances` runs that fill the line discipline, each of whose
+    /// waits misses, the ones that waited.
+    fn misses_only(chances: usize) -> Vec<usize> {
+        let mut spin = Spin::default();
+        (0..chances)
+            .filter(|_| {
+                let waited = full(&mut spin);
+                if waited {
+                    spin.waited(false);
+                }
+                waited
+            })
+            .collect()
+    }
+
     #[test]
     fn waits_that_see_nothing_come_grow_rarer() {
         // Each miss in a row lets 0, 1, 3, 7, ... chances go by.
-        let mut spin = Spin::default();
-        let at: Vec<usize> = (0..40)
-            .filter(|_| {
-                let waited = full(&mut spin);
-                if waited {
-                    spin.waited(false);
-                }
-                waited
-            })
-            .collect();
-        assert_eq!(at, vec![0, 1, 3, 7, 15, 31]);
+        assert_eq!(misses_only(40), vec![0, 1, 3, 7, 15, 31]);
         // Bounded: after the first misses, one wait in `MAX_SKIP + 1`.
         let chances = 10 * (MAX_SKIP as usize + 1);
-        let mut spin = Spin::default();
-        let waits = (0..chances)
-            .filter(|_| {
-                let waited = full(&mut spin);
-                if waited {
-                    spin.waited(false);
-                }
-                waited
-            })
-            .count();
+        let waits = misses_only(chances).len();
         assert!(waits <= 10 + 6, "{waits} waits in {chances} chances");
     }
 
     #[test]
-    fn a_run_with_a_push_is_worth_its_miss() {
-        // Bursts of a push then a miss: each waits, twice.
+    fn a_wait_that_sees_a_push_forgets_the_misses() {
         let mut spin = Spin::default();
-        for _ in 0..100 {
+        for _ in 0..5 {
+            assert!(full(&mut spin));
+            spin.waited(false);
+            assert!(full(&mut spin));
+            spin.waited(false);
+            assert!(!full(&mut spin), "two misses in a row let one go");
             assert!(full(&mut spin));
             spin.waited(true);
-            assert!(spin.worth_waiting(), "the run goes on after a push");
-            spin.waited(false);
+            assert!(full(&mut spin), "a push restores waiting at once");
+            spin.waited(true);
         }
-        assert_eq!(spin.waits, 200);
-        // After misses alone, the first wait that sees a push forgets
-        // them: the next run waits at once.
-        let mut spin = Spin::default();
-        for _ in 0..3 {
-            assert!(full(&mut spin));
-            spin.waited(false);
-            while !full(&mut spin) {}
-        }
-        spin.waited(true);
-        spin.waited(false);
-        assert!(full(&mut spin), "no chance let go");
+        assert_eq!(spin.waits, 20);
     }
 
     #[test]

@@ -60,6 +60,9 @@ pub struct Backlog {
     /// Messages queued and not yet carried out (the last byte written,
     /// the size set): while there are any, a key queues behind them.
     messages: AtomicUsize,
+    /// When keys for this run of the program last came (its reader
+    /// reads it: `spin`).
+    pub(super) typed: Typed,
 }
 
 impl Backlog {
@@ -205,9 +208,12 @@ impl InputTx {
         self.push(0, ToTerminal::Size { cols, rows }).is_ok()
     }
 
+    /// The node's mark first: a run's own mark is never older than the
+    /// node's for the same key (its reader compares them: `spin`).
     fn mark_typed(&self) {
-        self.typed.now();
         self.node_typed.now();
+        self.backlog.typed.now();
+        self.typed.now();
     }
 
     /// Queues `msg` of `n` bytes, holding the gate.

@@ -196,6 +196,7 @@ pub fn start(
         given: None,
         want: MIN_CHUNK,
         spin: Spin::default(),
+        typed: input.1.typed.clone(),
     };
     rt.spawn(held(io, read_task(reader, master)));
     let writer = (
@@ -239,6 +240,8 @@ struct Reader {
     want: usize,
     /// When it waits on its CPU for the terminal's next push (`spin`).
     spin: Spin,
+    /// When keys for this program last came.
+    typed: Typed,
 }
 
 impl Reader {
@@ -328,6 +331,10 @@ async fn read_task(mut r: Reader, master: Registered) {
         } else {
             r.want
         };
+        // Keys for another program since this one's last: someone types
+        // on the node, and a wait here would hold a CPU their echo needs.
+        let node = &r.io.0.typed;
+        r.spin.allow(!(node.recent() && node.at() > r.typed.at()));
         r.spin.took(filled);
         reads::take_waiting(&master, &mut buf, &mut filled, (READ_CHUNK, &mut r.spin));
         // On the bulk thread a frame waits a moment for more of its flood

@@ -88,6 +88,26 @@ impl Typed {
         self.0.store(mono_ms(), Ordering::Relaxed);
     }
 
+    /// Marks each of `marks` with one reading of the clock (the same key
+    /// reaching a program, its session and the node: equal marks).
+    pub fn now_all(marks: &[&Typed]) {
+        let now = mono_ms();
+        for mark in marks {
+            mark.0.store(now, Ordering::Relaxed);
+        }
+    }
+
+    /// This (the node's mark) took input after `own`'s last, within
+    /// `INTERACTIVE_FOR`: someone types into another of the node's
+    /// programs.
+    pub fn elsewhere_since(&self, own: &Typed) -> bool {
+        self.elsewhere_since_at(own, mono_ms())
+    }
+
+    fn elsewhere_since_at(&self, own: &Typed, now_ms: u64) -> bool {
+        self.recent_at(now_ms) && self.at() > own.at()
+    }
+
     /// When input last came (a number that changes at each input; 0:
     /// never).
     pub fn at(&self) -> u64 {
@@ -157,6 +177,28 @@ mod tests {
         let window = INTERACTIVE_FOR.as_millis() as u64;
         assert!(t.recent_at(typed_at + window - 1));
         assert!(!t.recent_at(typed_at + window), "typed long ago");
+    }
+
+    #[test]
+    fn typing_elsewhere_is_input_to_the_node_after_this_programs_last() {
+        let (node, own) = (Typed::default(), Typed::default());
+        let window = INTERACTIVE_FOR.as_millis() as u64;
+        assert!(!node.elsewhere_since_at(&own, 1), "nobody typed");
+        // A key for this program marks both alike.
+        Typed::now_all(&[&node, &own]);
+        let at = node.at();
+        assert_eq!(at, own.at());
+        assert!(!node.elsewhere_since_at(&own, at), "its own key");
+        // A key for another program, later.
+        node.0.store(at + 5, Ordering::Relaxed);
+        assert!(node.elsewhere_since_at(&own, at + 5));
+        assert!(
+            !node.elsewhere_since_at(&own, at + 5 + window),
+            "typed elsewhere long ago"
+        );
+        // This program typed into again.
+        Typed::now_all(&[&node, &own]);
+        assert!(!node.elsewhere_since(&own));
     }
 
     #[test]

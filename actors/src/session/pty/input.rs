@@ -208,12 +208,10 @@ impl InputTx {
         self.push(0, ToTerminal::Size { cols, rows }).is_ok()
     }
 
-    /// The node's mark first: a run's own mark is never older than the
-    /// node's for the same key (its reader compares them: `spin`).
+    /// One mark for the node, this run and the session: equal for the
+    /// same key (the reader compares the first two: `spin`).
     fn mark_typed(&self) {
-        self.node_typed.now();
-        self.backlog.typed.now();
-        self.typed.now();
+        Typed::now_all(&[&self.node_typed, &self.backlog.typed, &self.typed]);
     }
 
     /// Queues `msg` of `n` bytes, holding the gate.

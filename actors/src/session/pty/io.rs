@@ -14,12 +14,12 @@
 //!   After a read, whatever is already waiting joins the same frame, up to
 //!   `READ_CHUNK`. It reads only what the kernel already holds (`reads`:
 //!   a read that finds nothing would hold the thread until the
-//!   terminal's flush worker ran), and once its reads since it last
-//!   parked filled the line discipline it waits at each empty one, up to
-//!   `spin::SPIN` on its CPU, for the worker's next push rather than
-//!   parking (`spin`): at home a flood's frame is what the reader takes
-//!   while the program prints, up to `READ_CHUNK`, and an echo goes out
-//!   as read. On the bulk thread a frame reads on for up to `LINGER`
+//!   terminal's flush worker ran), and when its reads since the line
+//!   discipline was last empty filled it, it waits up to `spin::SPIN` on
+//!   its CPU for the worker's next push rather than parking (`spin`;
+//!   not while someone types into another program): at home a flood's
+//!   frame is what the reader takes while the program prints, up to
+//!   `READ_CHUNK`, and an echo goes out as read. On the bulk thread a frame reads on for up to `LINGER`
 //!   until it holds `BULK_FRAME` (`reads::gather`; a key brings the reads
 //!   home and the frame out at once). Each frame gets its seq and is in the
 //!   output log before it is queued (`seqs`): a node killed with frames
@@ -331,10 +331,9 @@ async fn read_task(mut r: Reader, master: Registered) {
         } else {
             r.want
         };
-        // Keys for another program since this one's last: someone types
-        // on the node, and a wait here would hold a CPU their echo needs.
-        let node = &r.io.0.typed;
-        r.spin.allow(!(node.recent() && node.at() > r.typed.at()));
+        // Someone types into another program: a wait here would hold a
+        // CPU their echo needs.
+        r.spin.allow(!r.io.0.typed.elsewhere_since(&r.typed));
         r.spin.took(filled);
         reads::take_waiting(&master, &mut buf, &mut filled, (READ_CHUNK, &mut r.spin));
         // On the bulk thread a frame waits a moment for more of its flood

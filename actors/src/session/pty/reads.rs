@@ -115,9 +115,11 @@ fn take_waiting_within(
                     return;
                 }
                 // A kernel that will not say ends the wait as a miss.
-                let fd = master.get_ref();
-                let pushed = super::spin::within(bound, || held(fd) != Some(0))
-                    && held(fd).is_some_and(|n| n > 0);
+                let mut last = Some(0);
+                let pushed = super::spin::within(bound, || {
+                    last = held(master.get_ref());
+                    last != Some(0)
+                }) && last.is_some();
                 spin.waited(pushed);
                 if !pushed {
                     return;

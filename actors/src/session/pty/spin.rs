@@ -20,15 +20,16 @@
 //! took a CPU for the flood's reads alone, and an echo beside the flood
 //! waited for a CPU (the same stop: p99 3.8 ms against 1.3). Nor does a
 //! reader wait while keys for another of the node's programs came since
-//! its own program's last (within `bulk::INTERACTIVE_FOR`): a wait holds
-//! a CPU, and on a small host the echo of the person typing needs it
-//! (p99 3.2 ms against 1.3 beside a flood on the same thread). A
-//! keystroke's echo or a burst under 4,095 bytes never waits. A wait that sees
-//! nothing come costs 50 us of CPU; misses in a row let 0, 1, 3, 7, ...
-//! up to `MAX_SKIP` chances go by before the next wait, and a wait that
-//! sees a push forgets them, so a program that prints just what fills the
-//! terminal and pauses, again and again, waits at one chance in
-//! `MAX_SKIP + 1`.
+//! its own program's last, within `bulk::INTERACTIVE_FOR`
+//! (`Typed::elsewhere_since`, which the reader gives `Spin::allow`): a
+//! wait holds a CPU, and on a small host the echo of the person typing
+//! needs it (p99 3.2 ms against 0.84 beside a flood on the same thread). A
+//! keystroke's echo or a burst under 4,095 bytes never waits. A wait
+//! that sees nothing come costs 50 us of CPU; misses in a row let 0, 1,
+//! 3, 7, ... up to `MAX_SKIP` chances go by before the next wait, and a
+//! wait that sees a push forgets them, so a program that prints just
+//! what fills the terminal and pauses, again and again, waits at one
+//! chance in `MAX_SKIP + 1`.
 
 use std::time::{Duration, Instant};
 

@@ -86,17 +86,27 @@ pub fn encode_server(msg: &ServerMsg) -> Vec<u8> {
 /// identical to `encode_server(&ServerMsg::Output{..})` (tested).
 pub fn encode_output(session: &str, seq: u64, data: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(data.len() + session.len() + 40);
-    // Writes into a Vec cannot fail.
-    let _ = rmp::encode::write_map_len(&mut out, 4);
-    let _ = rmp::encode::write_str(&mut out, "t");
-    let _ = rmp::encode::write_str(&mut out, "output");
-    let _ = rmp::encode::write_str(&mut out, "session");
-    let _ = rmp::encode::write_str(&mut out, session);
-    let _ = rmp::encode::write_str(&mut out, "seq");
-    let _ = rmp::encode::write_uint(&mut out, seq);
-    let _ = rmp::encode::write_str(&mut out, "data");
-    let _ = rmp::encode::write_bin(&mut out, data);
+    // Output frames are at most 64 KiB (a PTY read's buffer).
+    write_output_head(&mut out, session, seq, data.len() as u32);
+    out.extend_from_slice(data);
     out
+}
+
+/// Writes `output{session, seq, data}`'s map up to `data`'s bytes, whose
+/// `bin` header comes last: the map rmp-serde writes for the client's
+/// `output` and for the mesh's (`peer::data_frames`), which carry the bytes
+/// after it.
+pub fn write_output_head(out: &mut Vec<u8>, session: &str, seq: u64, len: u32) {
+    // Writes into a Vec cannot fail.
+    let _ = rmp::encode::write_map_len(out, 4);
+    let _ = rmp::encode::write_str(out, "t");
+    let _ = rmp::encode::write_str(out, "output");
+    let _ = rmp::encode::write_str(out, "session");
+    let _ = rmp::encode::write_str(out, session);
+    let _ = rmp::encode::write_str(out, "seq");
+    let _ = rmp::encode::write_uint(out, seq);
+    let _ = rmp::encode::write_str(out, "data");
+    let _ = rmp::encode::write_bin_len(out, len);
 }
 
 fn truncate(text: &str, max: usize) -> &str {

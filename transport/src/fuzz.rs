@@ -15,10 +15,15 @@ pub fn client_decoder(data: &[u8]) {
 }
 
 /// The peer decoders on arbitrary bytes: one frame body of each stream
-/// kind, and the bytes as a stream of frames.
+/// kind, and the bytes as a stream of frames (control and data).
 pub fn peer_decoder(data: &[u8]) {
     let _ = decode::<PeerMsg>(data);
     let _ = decode::<DataMsg>(data);
+    let mut frames = crate::peer::data_frames::Frames::default();
+    frames.push(bytes::Bytes::copy_from_slice(data));
+    while let Ok(Some(body)) = frames.take() {
+        let _ = crate::peer::data_frames::decode(body);
+    }
     let mut stream = data;
     let reads = async { while let Ok(Some(_)) = read::<_, PeerMsg>(&mut stream).await {} };
     let Ok(rt) = tokio::runtime::Builder::new_current_thread().build() else {
@@ -112,7 +117,7 @@ pub fn peer_seeds() -> Vec<Vec<u8>> {
     let data = [DataMsg::Output {
         session: "s".into(),
         seq: 5,
-        data: b"hello".to_vec(),
+        data: bytes::Bytes::from_static(b"hello"),
     }];
     let mut seeds: Vec<Vec<u8>> = peer
         .iter()

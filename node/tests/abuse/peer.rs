@@ -123,7 +123,7 @@ async fn a_peer_with_a_valid_certificate_cannot_break_or_bloat_a_node() {
             let mut data = conn.open_uni().await.unwrap();
             data.write_all(&[0]).await.unwrap();
             let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-            let chunk = vec![b'x'; 60 << 10];
+            let chunk = bytes::Bytes::from(vec![b'x'; 60 << 10]);
             let mut sent = 0u64;
             for seq in 1..=(2u64 << 30) / (60 << 10) {
                 let msg = DataMsg::Output {

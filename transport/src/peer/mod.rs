@@ -6,6 +6,7 @@
 
 pub mod accept;
 pub mod certs;
+pub mod data_frames;
 pub mod frame;
 pub mod link;
 pub mod stats;
@@ -129,8 +130,7 @@ pub enum DataMsg {
     Output {
         session: String,
         seq: u64,
-        #[serde(with = "serde_bytes")]
-        data: Vec<u8>,
+        data: bytes::Bytes,
     },
     /// The frames the mirror needed left the owner's ring: output
     /// continues after `last_seq`.
@@ -245,7 +245,7 @@ mod tests {
         let out = DataMsg::Output {
             session: "s".into(),
             seq: 2,
-            data: b"hi".to_vec(),
+            data: bytes::Bytes::from_static(b"hi"),
         };
         // data is MessagePack bin (c4), not an array of numbers.
         assert_eq!(

@@ -8,7 +8,6 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use bytes::Bytes;
 use termesh_transport::peer::DataMsg;
 use termesh_transport::{ErrorCode, EventKind};
 
@@ -474,7 +473,6 @@ impl<S: Sink> MirrorCore<S> {
                     // Output after the end: the owner revived the session.
                     publisher.resume();
                 }
-                let data = Bytes::from(data);
                 match publisher.push_at(seq, data.clone()) {
                     Ok(_) => {}
                     // Sent twice (a subscription that overlapped the last).

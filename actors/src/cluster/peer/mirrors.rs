@@ -192,7 +192,7 @@ impl Handler<Deliver> for PeerActor {
             Delivery::Output(frame) => DataMsg::Output {
                 session,
                 seq: frame.seq,
-                data: frame.data.to_vec(),
+                data: frame.data.clone(),
             },
             Delivery::ResyncRequired { last_seq } => DataMsg::Resync { session, last_seq },
             Delivery::Event(event) => DataMsg::Event { session, event },

@@ -9,7 +9,7 @@ use super::{
     HELLO_TIMEOUT, REPLY_STREAM, REPLY_STREAMS,
 };
 use crate::peer::stats::LinkStats;
-use crate::peer::{frame, DataMsg, PeerMsg, PEER_PROTO, PEER_PROTO_UPTO};
+use crate::peer::{data_frames, frame, DataMsg, PeerMsg, PEER_PROTO, PEER_PROTO_UPTO};
 
 /// Runs one connection: the control stream, hellos checked, then frames
 /// both ways until the connection ends. Returns why it ended.
@@ -86,6 +86,10 @@ pub(super) async fn serve(
     Err(reason)
 }
 
+/// Frames a data stream's writer puts in one write at most (a bound on
+/// the chunks it holds; a flood's frames are up to 64 KiB each).
+const WRITE_BATCH: usize = 32;
+
 /// Output rides a stream of its own each way, below the control
 /// stream's priority: QUIC's per-stream flow control means a flood never
 /// holds up a control frame. Interactive sessions' output rides a second
@@ -106,11 +110,24 @@ async fn write_data(
     send.write_all(&[kind])
         .await
         .map_err(|e| format!("data stream: {e}"))?;
+    let mut chunks = Vec::new();
     while let Some(msg) = outgoing.recv().await {
-        crate::peer::hop_output("out_link_write", &msg);
-        frame::write(&mut send, &msg)
+        // What else is queued goes in the same write: one turn of the
+        // connection's lock and driver for a flood's many frames.
+        let mut next = Some(msg);
+        let mut frames = 0;
+        while let Some(msg) = next.take() {
+            crate::peer::hop_output("out_link_write", &msg);
+            data_frames::encode(&msg, &mut chunks).map_err(|e| format!("data write: {e}"))?;
+            frames += 1;
+            if frames < WRITE_BATCH {
+                next = outgoing.try_recv().ok();
+            }
+        }
+        send.write_all_chunks(&mut chunks)
             .await
             .map_err(|e| format!("data write: {e}"))?;
+        chunks.clear();
     }
     Ok(())
 }
@@ -177,16 +194,19 @@ async fn read_uni(mut recv: quinn::RecvStream, sink: &LinkSink) -> Result<(), St
         .await
         .map_err(|e| format!("incoming stream: {e}"))?;
     match kind[0] {
-        DATA_STREAM | FAST_DATA_STREAM => loop {
-            match frame::read::<_, DataMsg>(&mut recv).await {
-                Ok(Some(msg)) => {
-                    crate::peer::hop_output("out_link_read", &msg);
-                    sink.send(LinkEvent::Data(msg))
-                }
-                Ok(None) => return Err("the peer closed its data stream".into()),
-                Err(e) => return Err(format!("data read: {e}")),
+        DATA_STREAM | FAST_DATA_STREAM => {
+            let mut frames = data_frames::Frames::default();
+            loop {
+                let msg = match frames.next(&mut recv).await {
+                    Ok(Some(body)) => data_frames::decode(body),
+                    Ok(None) => return Err("the peer closed its data stream".into()),
+                    Err(e) => Err(e),
+                };
+                let msg = msg.map_err(|e| format!("data read: {e}"))?;
+                crate::peer::hop_output("out_link_read", &msg);
+                sink.send(LinkEvent::Data(msg))
             }
-        },
+        }
         REPLY_STREAM => match frame::read::<_, PeerMsg>(&mut recv).await {
             Ok(Some(msg @ PeerMsg::Reply { .. })) => {
                 sink.send(LinkEvent::Msg(Box::new(msg)));

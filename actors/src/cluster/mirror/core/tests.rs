@@ -7,6 +7,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
 
+use bytes::Bytes;
 use proptest::prelude::*;
 
 use super::*;
@@ -48,8 +49,8 @@ fn sub(rec: &Rec, sub: SubId, from_seq: Option<u64>) -> Subscription<Rec> {
     }
 }
 
-fn payload(seq: u64) -> Vec<u8> {
-    format!("<{seq}>").into_bytes()
+fn payload(seq: u64) -> Bytes {
+    format!("<{seq}>").into_bytes().into()
 }
 
 fn output(seq: u64) -> DataMsg {
@@ -230,7 +231,7 @@ fn a_viewer_being_resynced_delays_only_itself() {
     let big = |seq: u64| DataMsg::Output {
         session: "s".into(),
         seq,
-        data: vec![b'x'; 256 << 10],
+        data: vec![b'x'; 256 << 10].into(),
     };
     // Far more than the ring and the hold limit, the snapshot still out.
     // The first viewer reads and acks each frame as it comes.

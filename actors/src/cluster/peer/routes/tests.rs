@@ -50,7 +50,7 @@ fn output(session: &str, seq: u64) -> LinkEvent {
     LinkEvent::Data(DataMsg::Output {
         session: session.into(),
         seq,
-        data: b"x".to_vec(),
+        data: bytes::Bytes::from_static(b"x"),
     })
 }
 
@@ -121,7 +121,7 @@ fn a_mirror_that_ended_is_forgotten_and_gets_nothing() {
         routes.route(DataMsg::Output {
             session: "s1".into(),
             seq: 1,
-            data: b"x".to_vec(),
+            data: bytes::Bytes::from_static(b"x"),
         });
         mirror.send(FromOwner::Link(false)).await.unwrap();
         assert_eq!(*seen.lock().unwrap(), ["link true", "link false"]);

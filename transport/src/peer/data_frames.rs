@@ -1,10 +1,9 @@
-//! The data streams' frames as `Bytes`, on the same wire as `frame`: an
-//! output frame's bytes are not copied into its encoding at the sender
-//! (its head is encoded alone and the output rides beside it as its own
-//! chunk) nor out of the frame at the receiver (the output is a slice of
-//! the frame's bytes), and the receiver takes whatever chunks QUIC holds
-//! at once, so a flood's frames cost one copy each through the link
-//! instead of five (docs/benchmarks.md, issue 32, twenty-third stop).
+//! The data streams' frames as `Bytes`, on `frame`'s wire: an output
+//! frame written as its head and the ring's bytes (shared, not copied),
+//! queued frames in one write; frames cut from the chunks QUIC holds, each
+//! into an allocation of its size; output read in place, a slice of its
+//! frame. So termesh copies a flood's bytes once through the link, at the
+//! receiver (docs/benchmarks.md, issue 32, twenty-third stop).
 
 use std::collections::VecDeque;
 
@@ -13,17 +12,27 @@ use bytes::{Buf, Bytes, BytesMut};
 use super::frame::{self, FrameError, MAX_FRAME};
 use super::DataMsg;
 
-/// Chunks a data stream's reader takes from QUIC at once.
+/// Chunks a data stream's reader takes from QUIC at once: enough for a
+/// few of a flood's frames (a chunk is at most a datagram, 6,500 bytes),
+/// and what a reader holds past one frame stays this many datagrams.
 const READ_CHUNKS: usize = 32;
 
-/// Appends `msg`'s frame to `out`: for output, its head and its bytes as
-/// two chunks (the bytes shared, not copied); anything else encoded
-/// whole.
+/// Output up to this size is copied into its head, one chunk: for an
+/// echo's few bytes a second chunk costs quinn more than the copy.
+const INLINE: usize = 1024;
+
+/// Appends `msg`'s frame to `out`: for output over `INLINE` bytes, its
+/// head and its bytes as two chunks (the bytes shared, not copied);
+/// anything else in one.
 pub fn encode(msg: &DataMsg, out: &mut Vec<Bytes>) -> Result<(), FrameError> {
     match msg {
         DataMsg::Output { session, seq, data } => {
-            out.push(output_head(session, *seq, data.len())?);
-            if !data.is_empty() {
+            let mut head = output_head(session, *seq, data.len())?;
+            if data.len() <= INLINE {
+                head.extend_from_slice(data);
+                out.push(head.into());
+            } else {
+                out.push(head.into());
                 out.push(data.clone());
             }
         }
@@ -35,9 +44,11 @@ pub fn encode(msg: &DataMsg, out: &mut Vec<Bytes>) -> Result<(), FrameError> {
 /// An output frame up to its bytes: the length, then the map of
 /// `codec::write_output_head` (what rmp-serde writes for
 /// `DataMsg::Output`: `t`, `session`, `seq`, then `data`'s `bin` header).
-fn output_head(session: &str, seq: u64, len: usize) -> Result<Bytes, FrameError> {
+fn output_head(session: &str, seq: u64, len: usize) -> Result<Vec<u8>, FrameError> {
     let bin = u32::try_from(len).map_err(|_| FrameError::TooLarge(len))?;
-    let mut head = Vec::with_capacity(48 + session.len());
+    // The map's fixed part is at most 50 bytes (str32 and bin32 headers, a
+    // u64 seq).
+    let mut head = Vec::with_capacity(64 + session.len() + len.min(INLINE));
     head.extend_from_slice(&[0; 4]);
     crate::codec::write_output_head(&mut head, session, seq, bin);
     let body = head.len() - 4 + len;
@@ -45,7 +56,7 @@ fn output_head(session: &str, seq: u64, len: usize) -> Result<Bytes, FrameError>
         return Err(FrameError::TooLarge(body));
     }
     head[..4].copy_from_slice(&(body as u32).to_be_bytes());
-    Ok(head.into())
+    Ok(head)
 }
 
 /// Decodes one frame's body: output in the shape `output_head` writes is
@@ -93,7 +104,10 @@ fn output_in_place(body: &[u8]) -> Option<(String, u64, usize)> {
 /// for as long as the frame stays in a ring).
 #[derive(Default)]
 pub struct Frames {
+    /// What QUIC handed over and no frame took yet, in stream order; none
+    /// empty.
     chunks: VecDeque<Bytes>,
+    /// The sum of `chunks`' lengths.
     held: usize,
 }
 
@@ -118,6 +132,9 @@ impl Frames {
     }
 
     pub(crate) fn push(&mut self, chunk: Bytes) {
+        if chunk.is_empty() {
+            return;
+        }
         self.held += chunk.len();
         self.chunks.push_back(chunk);
     }
@@ -168,9 +185,6 @@ impl Frames {
             n -= front.len();
             self.chunks.pop_front();
         }
-        while self.chunks.front().is_some_and(|c| c.is_empty()) {
-            self.chunks.pop_front();
-        }
     }
 }
 
@@ -197,16 +211,19 @@ mod tests {
     #[test]
     fn an_output_frame_is_the_bytes_rmp_serde_writes_and_shares_its_output() {
         let data = Bytes::from(vec![7u8; 70_000]);
-        for (seq, len) in [
-            (0, 0),
-            (1, 1),
-            (127, 31),
-            (128, 32),
-            (1 << 20, 255),
-            (u64::MAX, 70_000),
+        let long = "s".repeat(40);
+        for (session, seq, len) in [
+            ("s-1é", 0, 0),
+            ("s-1é", 1, 1),
+            ("s", 127, 31),
+            ("s", 128, 32),
+            (&long, 300, 255),
+            (&long, 70_000, INLINE),
+            ("s", 1 << 20, INLINE + 1),
+            ("s", u64::MAX, 70_000),
         ] {
             let msg = DataMsg::Output {
-                session: "s-1é".into(),
+                session: session.into(),
                 seq,
                 data: data.slice(..len),
             };
@@ -217,12 +234,15 @@ mod tests {
             );
             let mut chunks = Vec::new();
             encode(&msg, &mut chunks).unwrap();
-            if len > 0 {
+            if len > INLINE {
+                assert_eq!(chunks.len(), 2);
                 assert_eq!(
                     chunks[1].as_ptr(),
                     data.as_ptr(),
                     "the output is not copied"
                 );
+            } else {
+                assert_eq!(chunks.len(), 1, "{len} bytes ride in the head");
             }
         }
         let event = DataMsg::Event {
@@ -285,18 +305,59 @@ mod tests {
             for chunk in wire.chunks(size) {
                 frames.push(Bytes::copy_from_slice(chunk));
                 while let Some(body) = frames.take().unwrap() {
+                    assert!(output_in_place(&body).is_some(), "read in place");
                     got.push(decode(body).unwrap());
                 }
             }
             assert_eq!(got, msgs, "chunks of {size}");
             assert_eq!((frames.held, frames.chunks.len()), (0, 0));
         }
+        // A frame of the bound waits for its bytes; one byte more is
+        // refused at once.
         let mut frames = Frames::default();
-        frames.push(Bytes::from_static(&[0xff, 0xff, 0xff, 0xff]));
+        frames.push(Bytes::copy_from_slice(&(MAX_FRAME as u32).to_be_bytes()));
+        assert!(matches!(frames.take(), Ok(None)));
+        let mut frames = Frames::default();
+        frames.push(Bytes::copy_from_slice(
+            &(MAX_FRAME as u32 + 1).to_be_bytes(),
+        ));
         assert!(matches!(frames.take(), Err(FrameError::TooLarge(_))));
     }
 
     proptest! {
+        /// Any output, its frame cut at any points (empty chunks too),
+        /// comes out whole, read in place, as rmp-serde reads it.
+        #[test]
+        fn any_output_cut_anywhere_comes_out_whole(
+            frames_in in proptest::collection::vec(
+                ("[a-z0-9é-]{0,40}", any::<u64>(), proptest::collection::vec(any::<u8>(), 0..3000)),
+                1..6,
+            ),
+            cuts in proptest::collection::vec(0usize..4000, 0..12),
+        ) {
+            let msgs: Vec<DataMsg> = frames_in
+                .iter()
+                .map(|(session, seq, data)| output(session, *seq, data))
+                .collect();
+            let wire: Vec<u8> = msgs.iter().flat_map(whole).collect();
+            let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c.min(wire.len())).collect();
+            cuts.sort();
+            let mut frames = Frames::default();
+            let mut got = Vec::new();
+            let mut from = 0;
+            for to in cuts.into_iter().chain([wire.len()]) {
+                frames.push(Bytes::copy_from_slice(&wire[from..to]));
+                from = to;
+                while let Some(body) = frames.take().unwrap() {
+                    prop_assert!(output_in_place(&body).is_some());
+                    prop_assert_eq!(&decode(body.clone()).unwrap(), &frame::decode::<DataMsg>(&body).unwrap());
+                    got.push(decode(body).unwrap());
+                }
+            }
+            prop_assert_eq!(got, msgs);
+            prop_assert_eq!((frames.held, frames.chunks.len()), (0, 0));
+        }
+
         /// Arbitrary bytes never panic the reader or the decoder.
         #[test]
         fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {

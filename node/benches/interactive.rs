@@ -35,8 +35,9 @@
 //! short flood, under half a second here, read at home as the key that
 //! started it counts; 128 MiB a sustained one, past its first second on
 //! the bulk thread), 0 to leave throughput out, and
-//! `TERMESH_BENCH_FLOOD_ROUNDS` (15: a round's rate varies up to 2x on
-//! this host) its rounds (medians are printed),
+//! `TERMESH_BENCH_FLOOD_ROUNDS` its rounds (medians are printed; 45 for
+//! payloads up to 32 MiB, 15 for larger: a round's rate varies up to 2x
+//! on this host, and a 32 MiB round lasts 0.2-0.4 s),
 //! `TERMESH_BENCH_FLOODS` which of them run (`raw,relay,relay2,node,mirror`);
 //! `TERMESH_BENCH_CONFIG` is added to both nodes' configs (`\n` for
 //! newlines).
@@ -492,8 +493,13 @@ async fn main() {
         "  back-to-back echo, one node              {}",
         common::p50_p99(&back)
     );
-    let flood_rounds = env_or("TERMESH_BENCH_FLOOD_ROUNDS", 15);
     for mib in mibs {
+        // A short flood's round lasts a fraction of a second, and its rate
+        // swings with the host's: its verdict takes more rounds.
+        let flood_rounds = env_or(
+            "TERMESH_BENCH_FLOOD_ROUNDS",
+            if mib <= 32 { 45 } else { 15 },
+        );
         common::throughput::run(&cluster, mib, &floods, flood_rounds).await;
     }
 }

@@ -114,15 +114,10 @@ async fn write_data(
     while let Some(msg) = outgoing.recv().await {
         // What else is queued goes in the same write: one turn of the
         // connection's lock and driver for a flood's many frames.
-        let mut next = Some(msg);
-        let mut frames = 0;
-        while let Some(msg) = next.take() {
+        let queued = (1..WRITE_BATCH).map_while(|_| outgoing.try_recv().ok());
+        for msg in std::iter::once(msg).chain(queued) {
             crate::peer::hop_output("out_link_write", &msg);
             data_frames::encode(&msg, &mut chunks).map_err(|e| format!("data write: {e}"))?;
-            frames += 1;
-            if frames < WRITE_BATCH {
-                next = outgoing.try_recv().ok();
-            }
         }
         send.write_all_chunks(&mut chunks)
             .await
